@@ -1,0 +1,19 @@
+"""Pinned AMD GPU firmware: the pins, where the files come from, and readers for their headers.
+
+    from amdrv.firmware import FirmwareStore, parse
+    img = parse("gc_11_0_0_mec.bin", FirmwareStore().read("gc_11_0_0_mec.bin"))
+"""
+from amdrv.firmware.pins import PINS, TAG, files_for
+from amdrv.firmware.store import FirmwareError, FirmwareStore
+
+__all__ = ["PINS", "TAG", "FirmwareError", "FirmwareStore", "files_for", "parse", "load"]
+
+
+def parse(fname: str, data: bytes):
+    from amdrv.firmware.parse import parse as _parse  # the header readers need the generated tables
+    return _parse(fname, data)
+
+
+def load(name: str, store: FirmwareStore | None = None):
+    """The parsed, verified pinned file `name` (fetched if needed)."""
+    return parse(name, (store or FirmwareStore()).read(name))
