@@ -1,16 +1,21 @@
 """Register tables: include/asic_reg/<ip>/<block>_offset.h + _sh_mask.h -> amdrv/autogen/regs_<block>.py.
 
-One module per register block. Each module holds plain literals, so importing it is one unmarshal of
-its .pyc and nothing else; field layouts stay packed strings until amdrv.regs parses one on first use:
+One module per register block, holding only string constants: a module with tuples and dicts of
+~10k entries costs 60-115 ms to compile where no .pyc can be written (PYTHONDONTWRITEBYTECODE, as in
+this project's environments) and 4-8 ms to unmarshal; a few long strings cost ~5 ms and ~1 ms. Each
+table is a string of whitespace-separated rows that amdrv.regs splits once; field layouts stay packed
+until a register using one is looked up:
 
-    BLOCK = "gc_11_0_0"
-    LAYOUTS = ("FIELD:shift:width FIELD:shift:width ...", ...)   # distinct field layouts, first-seen order
-    REGS = {"GRBM_STATUS": (0xda4, 0, 17), ...}                   # name: (dword offset, base index, layout)
-    SPACES = ("ix:sqind", ...)                                    # address spaces other than the MMIO BAR
-    NON_MMIO = {"SQ_WAVE_STATUS": (3, 0x2, 40), ...}              # name: (space, address, layout)
+    BLOCK     "gc_11_0_0"
+    LAYOUTS   line n is layout n: "FIELD:shift:width FIELD:shift:width ..." (first-seen order)
+    REGS      a line per MMIO register: "GRBM_STATUS da4 0 111": name, dword offset (hex), base index,
+              layout
+    SPACES    ("ix:sqind", ...): the address spaces other than the MMIO BAR
+    NON_MMIO  a line per register in one of them: "SQ_WAVE_STATUS 3 102 2115": name, space, address
+              (hex), layout
 
-Many registers share one layout (per-VF and per-instance copies: SDMA0/SDMA1, nbio's 16 VFs), so
-layouts are stored once; that is what keeps nbio (~35k fields) small.
+Many registers share one layout (per-instance and per-VF copies: SDMA0/SDMA1, nbio's 16 VFs), so a
+layout is stored once; that is what keeps nbio (~35k fields) small.
 
 Decisions about what the headers contain (6.1 headers; the generator raises on anything else new):
 - `regNAME` + `regNAME_BASE_IDX` pairs go to REGS. A `regNAME` without `_BASE_IDX` (gc_11_0_0 has
@@ -36,7 +41,8 @@ Decisions about what the headers contain (6.1 headers; the generator raises on a
   listed in FIELD_ERRATA (gc: GL1C_UTCL0_CNTL1 FORCE_IN_ORDER says shift 27 but mask 0x06000000, which
   overlaps FORCE_MISS at bit 26; bit 27 is the free bit and where every other UTCL0_CNTL1 puts it).
   An erratum whose header text changed raises too, so the list cannot go stale.
-- Duplicate defines raise. Registers sharing one offset (aliases, 57 in gc) are all kept.
+- Duplicate defines raise. Registers sharing an offset (gc has 57 such offsets) are all kept, and
+  registers with no fields in sh_mask (gc 18, nbio 195) get the empty layout.
 """
 import re
 from pathlib import Path
