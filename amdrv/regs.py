@@ -59,8 +59,9 @@ class RegisterDef:
         self.space = space  # "mmio", or the header's address space such as "ix:sqind"
         self.fields = fields
 
-    def encode(self, value: int = 0, /, **fields: int) -> int:
-        """value with the named fields replaced; every field value must fit its width."""
+    def bits(self, **fields: int) -> tuple[int, int]:
+        """(mask of the named fields, their values in place), checked before any I/O is done."""
+        mask = bits = 0
         for fname, fval in fields.items():
             f = self.fields.get(fname)
             if f is None:
@@ -69,8 +70,14 @@ class RegisterDef:
             if not isinstance(fval, int) or fval < 0 or fval >> f.width:
                 raise FieldError(f"{self.block} {self.name}.{fname} is {f.width} bit(s) wide "
                                  f"(0..{(1 << f.width) - 1}); {fval!r} does not fit")
-            value = (value & ~f.mask) | (fval << f.shift)
-        return value
+            mask |= f.mask
+            bits = (bits & ~f.mask) | (fval << f.shift)
+        return mask, bits
+
+    def encode(self, value: int = 0, /, **fields: int) -> int:
+        """value with the named fields replaced."""
+        mask, bits = self.bits(**fields)
+        return (value & ~mask) | bits
 
     def decode(self, value: int) -> dict[str, int]:
         return {n: (value >> f.shift) & ((1 << f.width) - 1) for n, f in self.fields.items()}
@@ -200,7 +207,8 @@ class Register:
         """Read-modify-write: only the named fields change; returns the value written."""
         if not fields:
             raise TypeError(f"{self.name}.update() needs at least one field")
-        value = self.defn.encode(self.read(), **fields)
+        mask, bits = self.defn.bits(**fields)
+        value = (self.read() & ~mask) | bits
         self.mmio.write32(self.addr, value)
         return value
 
