@@ -223,15 +223,19 @@ class Struct:
         self._need(buf, offset, self.size, f"{self.kind} {self.name} ({self.module})")
         self._pack_into(buf, offset, values)
 
-    def _pack_into(self, buf, offset: int, values) -> None:
+    def _pack_into(self, buf, offset: int, values, path: str | None = None) -> None:
         if isinstance(values, StructValue):
             values = values._values
         for name in values:
             if name not in self.field_info:
-                self._field(name)  # raises with close matches
+                try:
+                    self._field(name)
+                except UnknownName as e:
+                    raise UnknownName(f"{path}: {e}" if path else str(e)) from None
+        path = path or self.name
         for f in self.field_info.values():
             if f.name in values:
-                self._put(f, buf, offset + f.offset, values[f.name], f"{self.name}.{f.name}")
+                self._put(f, buf, offset + f.offset, values[f.name], f"{path}.{f.name}")
 
     def _put(self, f: FieldInfo, buf, at: int, value, path: str) -> None:
         if f.is_flexible:
@@ -260,7 +264,7 @@ class Struct:
         if isinstance(t, Struct):
             if not isinstance(value, (dict, StructValue)):
                 raise TypeError(f"{path}: expected a dict or StructValue for {t.name}, got {type(value).__name__}")
-            t._pack_into(buf, at, value)
+            t._pack_into(buf, at, value, path)
             return
         if t in "fd":
             _struct.pack_into("<" + t, buf, at, float(value))

@@ -56,7 +56,7 @@ AMDGPU_UCODE_ID_CP_PFP = 12
 AMDGPU_UCODE_ID_CP_ME = 13
 AMDGPU_UCODE_ID_CP_RS64_PFP = 14
 AMDGPU_UCODE_ID_CP_RS64_ME = 15
-AMDGPU_UCODE_ID_CP_RS64_MEC = 16
+AMDGPU_UCODE_ID_CP_RS64_MEC = 0x10
 AMDGPU_UCODE_ID_CP_RS64_PFP_P0_STACK = 17
 AMDGPU_UCODE_ID_CP_RS64_PFP_P1_STACK = 18
 AMDGPU_UCODE_ID_CP_RS64_ME_P0_STACK = 19
@@ -72,7 +72,7 @@ AMDGPU_UCODE_ID_CP_MEC2_JT = 28
 AMDGPU_UCODE_ID_CP_MES = 29
 AMDGPU_UCODE_ID_CP_MES_DATA = 30
 AMDGPU_UCODE_ID_CP_MES1 = 31
-AMDGPU_UCODE_ID_CP_MES1_DATA = 32
+AMDGPU_UCODE_ID_CP_MES1_DATA = 0x20
 AMDGPU_UCODE_ID_IMU_I = 33
 AMDGPU_UCODE_ID_IMU_D = 34
 AMDGPU_UCODE_ID_GLOBAL_TAP_DELAYS = 35
@@ -464,7 +464,7 @@ STRUCTS = {
         ('dmcu', 0, 'dmcu_firmware_header_v1_0'),
         ('dmcub', 0, 'dmcub_firmware_header_v1_0'),
         ('imu', 0, 'imu_firmware_header_v1_0'),
-        ('raw', 0, 'B', (256,)),
+        ('raw', 0, 'B', (0x100,)),
     )),
     'kicker_device': (4, 2, 'struct', (
         ('device', 0, 'H'),
@@ -477,6 +477,8 @@ ALIASES = {}
 FIELDS = {}
 
 MACROS = {}
+
+EXTRACTORS = {}
 
 UNEXPRESSED = {}
 

@@ -587,6 +587,29 @@ class Header:
             return (shift,) if width is None else (shift, width)
         return (const, tuple(specs))
 
+    def macro_extractor(self, name: str) -> tuple:
+        """Expresses a one-argument macro of the form ((x) >> shift) & mask as (shift, width)."""
+        m = self.macros[name]
+        if not m.params or len(m.params) != 1:
+            raise CError(f"{name} is not a one-argument macro")
+
+        def call(v):
+            return self.eval(self.substitute(m, [[v]]))
+
+        top = call((1 << 64) - 1)
+        width = top.bit_length()
+        if top <= 0 or top != (1 << width) - 1:
+            raise CError(f"{name}: result is not a contiguous low field")
+        shift = next((s for s in range(64) if call(1 << s)), None)
+        if shift is None:
+            raise CError(f"{name}: no input bit reaches the result")
+        rng = random.Random(name)
+        for _ in range(16):
+            v = rng.getrandbits(64)
+            if call(v) != (v >> shift) & ((1 << width) - 1):
+                raise CError(f"{name}: not a shift-and-mask extractor")
+        return (shift, width)
+
     # ---- reading
     def read(self, text: str, source: str, keep=lambda kind, name: True, records: bool = True) -> None:
         """Reads a header's text; later definitions of the same name replace earlier ones.

@@ -15,6 +15,7 @@ Each module is data only. Its layout, for a module built from one or more header
                           to width bits when the macro masks its argument
   MACROS                  {function-like macro: (constant, ((param, shift, width or None), ...))}
                           for macros of several arguments: constant | (param & mask) << shift | ...
+  EXTRACTORS              {one-argument macro: (shift, width)} for ((x) >> shift) & mask getters
   UNEXPRESSED             {macro: why}: #defines that are not integer constants or bit fields
   SKIPPED                 {struct: why}: structs with no device layout (pointers, kernel types)
 
@@ -27,14 +28,14 @@ from pathlib import Path
 
 from tools.gentables.cparse import CError, Header, Record, Scalar
 
-_TABLE_NAMES = {"ENUMS", "STRUCTS", "ALIASES", "FIELDS", "MACROS", "UNEXPRESSED", "SKIPPED", "SOURCES"}
+_TABLE_NAMES = {"ENUMS", "STRUCTS", "ALIASES", "FIELDS", "MACROS", "EXTRACTORS", "UNEXPRESSED", "SKIPPED", "SOURCES"}
 
 
 def _num(v: int, hex_hint: bool | None = None) -> str:
     if v < 0:
         return str(v)
     if hex_hint is None:
-        hex_hint = v >= 0x1000
+        hex_hint = v >= 0x100 or (v >= 16 and v & (v - 1) == 0)
     return f"0x{v:X}" if hex_hint and v >= 10 else str(v)
 
 
@@ -60,6 +61,7 @@ class ModuleWriter:
         self.aliases: dict[str, str] = {}
         self.fields: dict[str, tuple] = {}
         self.macros: dict[str, tuple] = {}
+        self.extractors: dict[str, tuple] = {}
         self.unexpressed: dict[str, str] = {}
         self.skipped: dict[str, str] = {}
         self.extra: list[tuple[str, str, object]] = []     # (comment, NAME, python value)
@@ -85,6 +87,9 @@ class ModuleWriter:
             if src != source or exclude(name):
                 continue
             if kind == "macro" and defines:
+                m = hdr.macros.get(name)
+                if not records and m is not None and m.params is not None and name[:1].islower():
+                    continue  # a kernel-internal header's code wrapper (psp_ring_init(psp) ...)
                 self._macro(hdr, name, section)
             elif kind == "enum" and enums:
                 members = hdr.enums[name]
@@ -112,12 +117,15 @@ class ModuleWriter:
             try:
                 self.const(section, name, hdr.value(name), _hex_literal(m.body))
             except (CError, IndexError, KeyError, TypeError, RecursionError) as e:
-                self.unexpressed[name] = str(e) or type(e).__name__
+                self.unexpressed[name] = _why(m, e)
             return
         try:
             spec = hdr.macro_field(name)
         except (CError, IndexError, KeyError, TypeError, RecursionError) as e:
-            self.unexpressed[name] = str(e) or type(e).__name__
+            try:
+                self.extractors[name] = hdr.macro_extractor(name)
+            except (CError, IndexError, KeyError, TypeError, RecursionError):
+                self.unexpressed[name] = _why(m, e)
             return
         if isinstance(spec[-1], tuple):
             self.macros[name] = spec
@@ -162,21 +170,23 @@ class ModuleWriter:
                 lines.append("")
                 lines.append(f"# {comment}")
                 lines.extend(f"{n} = {v}" for n, v in section)
-        for comment, name, value in self.extra:
+        for comment, name, value, *inline in self.extra:
             lines.append("")
             lines.append(f"# {comment}")
-            lines.append(f"{name} = {_pyrepr(value, 0)}")
+            lines.append(f"{name} = {_pyrepr(value, 0, inline[0] if inline else None)}")
         lines.append("")
         lines.append(f"ENUMS = {_pyrepr(self.enums, 0)}")
         lines.append("")
-        lines.append("STRUCTS = {")
+        lines.append("STRUCTS = {" if self.structs else "STRUCTS = {}")
         for sname, (size, align, kind, fields) in self.structs.items():
             lines.append(f"    {sname!r}: ({size}, {align}, {kind!r}, (")
             lines.extend(f"        {_pyrepr(f, 2)}," for f in fields)
             lines.append("    )),")
-        lines.append("}")
+        if self.structs:
+            lines.append("}")
         for tname, table in (("ALIASES", self.aliases), ("FIELDS", self.fields),
-                             ("MACROS", self.macros), ("UNEXPRESSED", self.unexpressed),
+                             ("MACROS", self.macros),
+                             ("EXTRACTORS", self.extractors), ("UNEXPRESSED", self.unexpressed),
                              ("SKIPPED", self.skipped)):
             lines.append("")
             lines.append(f"{tname} = {_pyrepr(table, 0)}")
@@ -191,21 +201,34 @@ class ModuleWriter:
         return path
 
 
-def _pyrepr(v, indent: int) -> str:
-    """Deterministic repr: dicts one entry per line, everything else inline."""
+def _why(m, e: Exception) -> str:
+    """A short reason why a macro is not an integer constant or bit field."""
+    body = [t for t in m.body if isinstance(t, str)]
+    if "->" in body or "." in body:
+        return "uses driver state (->)"
+    if any(t[:1] in "\"'" for t in body):
+        return "not an integer (string or character)"
+    msg = str(e) or type(e).__name__
+    return msg.split(" in ")[0].replace(f"{m.name}: ", "")
+
+
+def _pyrepr(v, indent: int, inline_at: int | None = None) -> str:
+    """Deterministic repr: dicts one entry per line down to depth inline_at, everything else inline."""
     if isinstance(v, dict):
         if not v:
             return "{}"
+        if inline_at is not None and indent >= inline_at:
+            return "{" + ", ".join(f"{k!r}: {_pyrepr(x, indent + 1, inline_at)}" for k, x in v.items()) + "}"
         pad = "    " * (indent + 1)
-        body = "".join(f"{pad}{k!r}: {_pyrepr(x, indent + 1)},\n" for k, x in v.items())
+        body = "".join(f"{pad}{k!r}: {_pyrepr(x, indent + 1, inline_at)},\n" for k, x in v.items())
         return "{\n" + body + "    " * indent + "}"
     if isinstance(v, tuple):
-        inner = ", ".join(_pyrepr(x, indent) for x in v)
+        inner = ", ".join(_pyrepr(x, indent, inline_at) for x in v)
         return f"({inner},)" if len(v) == 1 else f"({inner})"
     if isinstance(v, bool) or v is None or isinstance(v, str):
         return repr(v)
     if isinstance(v, int):
-        return _num(v)
+        return _num(v, v >= 0x100)
     return repr(v)
 
 
@@ -279,30 +302,31 @@ def gen_pm4(tree, outdir: Path) -> Path:
     return w.write(outdir)
 
 
-_SDMA_FIELD = re.compile(r"SDMA_PKT_(\w+?)_([a-z]\w*)_(offset|mask|shift)$")
+_SDMA_FIELD = re.compile(r"(SDMA_(?:AQL_)?PKT_\w+?)_([a-z]\w*)_(offset|mask|shift)$")
 
 
 def gen_sdma6(tree, outdir: Path) -> Path:
     files = ["amdgpu/sdma_v6_0_0_pkt_open.h"]
     w = ModuleWriter("sdma6", "SDMA v6 packets (sdma_v6_0_0_pkt_open.h): opcodes and sub-opcodes as "
-                     "constants; PACKETS = {packet: {dword: {field: (shift, mask)}}} with the unshifted mask; "
+                     "constants; PACKETS = {packet: {dword: {field: (shift, mask)}}} with the unshifted mask "
+                     "(packet names without SDMA_PKT_, AQL ones as AQL_*); "
                      "WORDS = {packet: {word name: dword}}.", tree.origin, files)
     text = tree.read(files[0])
     h = Header()
     h.read(text, files[0])
-    packets = re.findall(r"Definitions for (SDMA_PKT_\w+) packet", text)
+    packets = re.findall(r"Definitions for (SDMA_(?:AQL_)?PKT_\w+) packet", text)
     by_len = sorted(packets, key=len, reverse=True)
     triples: dict = {}
     for kind, name, _ in h.order:
         m = _SDMA_FIELD.match(name)
         if kind != "macro" or not m:
             continue
-        full = "SDMA_PKT_" + m.group(1)
+        full = m.group(1)
         pkt = next((p for p in by_len if full.startswith(p + "_")), None)
         if pkt is None:
             raise CError(f"sdma6: {name} belongs to no packet")
         word = full[len(pkt) + 1:]
-        key = (pkt[len("SDMA_PKT_"):], word, m.group(2))
+        key = (pkt.replace("SDMA_PKT_", "").replace("SDMA_AQL_PKT_", "AQL_"), word, m.group(2))
         triples.setdefault(key, {})[m.group(3)] = h.value(name)
     pk: dict = {}
     words: dict = {}
@@ -317,13 +341,12 @@ def gen_sdma6(tree, outdir: Path) -> Path:
         wd[word] = dw
 
     def generated_field(name):
-        return bool(_SDMA_FIELD.match(name)) or (
-            name.startswith("SDMA_PKT_") and any(name.startswith(p + "_") for p in packets))
+        return bool(_SDMA_FIELD.match(name)) or any(name.startswith(p + "_") for p in packets)
 
     w.add_header(h, files[0], exclude=generated_field)
     w.extra.append(("packet -> dword index -> field -> (shift, mask)", "PACKETS",
-                    {p: {d: dict(f) for d, f in sorted(v.items())} for p, v in pk.items()}))
-    w.extra.append(("packet -> word name -> dword index", "WORDS", words))
+                    {p: {d: dict(f) for d, f in sorted(v.items())} for p, v in pk.items()}, 2))
+    w.extra.append(("packet -> word name -> dword index", "WORDS", words, 1))
     return w.write(outdir)
 
 
