@@ -19,6 +19,8 @@ import importlib
 import pkgutil
 from typing import NamedTuple, Protocol
 
+from amdrv import autogen
+
 
 class MMIO(Protocol):
     """What register access needs from a BAR view: 32-bit reads and writes at byte addresses."""
@@ -103,7 +105,7 @@ class RegisterTable:
         self._layouts = module.LAYOUTS.split("\n")
         self._spaces = module.SPACES
         self._regs, self._reg_rows = _rows(module.REGS)
-        self._other, self._other_rows = _rows(module.NON_MMIO)
+        self._module = module  # NON_MMIO is split only when asked for: the driver rarely needs it
         self._defs: dict[str, RegisterDef] = {}
         self._parsed: dict[int, dict[str, Field]] = {}  # layouts are parsed on first use
 
@@ -128,12 +130,19 @@ class RegisterTable:
             self._defs[name] = d
         return d
 
+    @functools.cached_property
+    def _non_mmio_rows(self) -> tuple[list[str], dict[str, int]]:
+        return _rows(self._module.NON_MMIO)
+
     def non_mmio(self, name: str) -> RegisterDef:
         """A register outside the MMIO BAR (gc's ix index spaces, nbio's PCI config/SMN aliases)."""
-        i = self._other_rows.get(name)
+        t, rows = self._non_mmio_rows
+        i = rows.get(name)
         if i is None:
+            if name in self._reg_rows:
+                raise RegisterNotFound(f"{name} is an MMIO register of {self.block}; look it up with "
+                                       f"table[{name!r}]")
             raise self._not_found(name)
-        t = self._other
         return RegisterDef(name, self.block, int(t[i + 2], 16), None, self._spaces[int(t[i + 1])],
                            self._fields(int(t[i + 3])))
 
@@ -148,11 +157,12 @@ class RegisterTable:
         return list(self._reg_rows)
 
     def _not_found(self, name: str) -> RegisterNotFound:
-        if name in self._other_rows:
+        other = self._non_mmio_rows[1]
+        if name in other:
             d = self.non_mmio(name)
-            return RegisterNotFound(f"{name} is not an MMIO register of {self.block}: it is at {d.offset:#x} "
-                                    f"in {d.space}; look it up with RegisterTable.non_mmio")
-        close = difflib.get_close_matches(name, list(self._reg_rows) + list(self._other_rows), n=5)
+            return RegisterNotFound(f"{name} is not an MMIO register of {self.block}: it is at "
+                                    f"{d.offset:#x} in {d.space}; look it up with RegisterTable.non_mmio")
+        close = difflib.get_close_matches(name, [*self._reg_rows, *other], n=5)
         hint = f"; close names: {', '.join(close)}" if close else ""
         return RegisterNotFound(f"{self.block} has no register {name!r}{hint}")
 
@@ -162,8 +172,7 @@ class RegisterTable:
 
 def blocks() -> list[str]:
     """The register blocks that have a generated table."""
-    import amdrv.autogen
-    return sorted(m.name[5:] for m in pkgutil.iter_modules(amdrv.autogen.__path__) if m.name.startswith("regs_"))
+    return sorted(m.name[5:] for m in pkgutil.iter_modules(autogen.__path__) if m.name.startswith("regs_"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -240,8 +249,9 @@ class IPBlock:
         except RegisterNotFound as e:
             raise RegisterNotFound(f"{self.name}: {e}") from None
         if d.base_idx >= len(self.bases):
-            raise LookupError(f"{self.name} {name} uses base index {d.base_idx} but the block was bound to "
-                              f"{len(self.bases)} base(s) {[hex(b) for b in self.bases]}; check IP discovery")
+            raise LookupError(f"{self.name} {name} uses base index {d.base_idx} but the block was bound "
+                              f"to {len(self.bases)} base(s) {[hex(b) for b in self.bases]}; "
+                              f"check what IP discovery reported")
         r = Register(d, (self.bases[d.base_idx] + d.offset) * 4, self.mmio)
         self.__dict__[name] = r  # later attribute access skips __getattr__
         return r

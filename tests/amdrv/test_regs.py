@@ -120,6 +120,8 @@ def test_non_mmio_registers():
     assert nbio.non_mmio("RCC_DEV0_EPF0_VF10_RCC_DOORBELL_APER_EN").offset == 0xd0503780
     with pytest.raises(RegisterNotFound, match="ix:sqind"):
         load("gc_11_0_0")["SQ_WAVE_STATUS"]
+    with pytest.raises(RegisterNotFound, match="GRBM_STATUS is an MMIO register"):
+        load("gc_11_0_0").non_mmio("GRBM_STATUS")
 
 
 # --- register access ---------------------------------------------------------------------------------
