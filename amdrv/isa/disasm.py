@@ -1,0 +1,398 @@
+"""Decoder and disassembler for gfx11 machine code, printing LLVM's syntax (llvm-objdump-15)."""
+from __future__ import annotations
+
+import struct
+
+from amdrv.isa import instruction as I
+from amdrv.isa.encoding import (FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, INV_2PI_BITS, LITERAL, NULL,
+                                SPECIAL_REG, SPECIAL_REG64, SPECIAL_SRC, TTMP_BASE, TTMP_COUNT, VGPR_BASE,
+                                format_of, get_field)
+from amdrv.isa.errors import DecodeError
+from amdrv.isa.instruction import Instruction, Operand
+from amdrv.isa.opcodes_gfx11 import OPCODES
+
+SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
+ARCHS = ("gfx1100", "gfx1101", "gfx1102")
+
+WAITCNT_MAX = {"vmcnt": 63, "expcnt": 7, "lgkmcnt": 63}
+DELAY_INSTID = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1",
+                "TRANS32_DEP_2", "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2",
+                "SALU_CYCLE_3"]
+DELAY_SKIP = ["SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4"]
+HWREG_NAMES = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS", 5: "HW_REG_GPR_ALLOC",
+               6: "HW_REG_LDS_ALLOC", 7: "HW_REG_IB_STS", 15: "HW_REG_SH_MEM_BASES", 20: "HW_REG_FLAT_SCR_LO",
+               21: "HW_REG_FLAT_SCR_HI", 23: "HW_REG_HW_ID1", 24: "HW_REG_HW_ID2", 25: "HW_REG_POPS_PACKER",
+               29: "HW_REG_SHADER_CYCLES"}
+SENDMSG_NAMES = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN",
+                 6: "MSG_HALT_WAVES", 7: "MSG_ORDERED_PS_DONE", 9: "MSG_GS_ALLOC_REQ",
+                 128: "MSG_RTN_GET_DOORBELL", 129: "MSG_RTN_GET_DDID", 130: "MSG_RTN_GET_TMA",
+                 131: "MSG_RTN_GET_REALTIME", 132: "MSG_RTN_SAVE_WAVE", 133: "MSG_RTN_GET_TBA"}
+FLOAT_NAMES = {0.5: "0.5", -0.5: "-0.5", 1.0: "1.0", -1.0: "-1.0", 2.0: "2.0", -2.0: "-2.0", 4.0: "4.0",
+               -4.0: "-4.0"}
+
+
+def _f16_bits(x: float) -> int:
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _f64_bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def const_bits(code: int, dtype: str) -> int:
+    """Bits an inline constant code gives an operand of this type."""
+    width = 64 if dtype == "64" else 16 if dtype in ("f16", "i16", "pk") else 32
+    if 128 <= code <= 208:
+        v = code - 128 if code <= 192 else 192 - code
+        return v & ((1 << width) - 1)
+    if code == INV_2PI:
+        return INV_2PI_BITS[width]
+    f = FLOAT_CODES[code]
+    return {16: _f16_bits, 32: _f32_bits, 64: _f64_bits}[width](f)
+
+
+def src_operand(code: int, count: int, dtype: str, name: str, literal: int | None) -> Operand:
+    """Classifies a source/destination field value (0..511 with VGPRs at 256)."""
+    if code >= VGPR_BASE:
+        return Operand(I.VGPR, code - VGPR_BASE, count, name, code=code)
+    if code <= 105:
+        return Operand(I.SGPR, code, count, name, code=code)
+    if TTMP_BASE <= code < TTMP_BASE + TTMP_COUNT:
+        return Operand(I.TTMP, code - TTMP_BASE, count, name, code=code)
+    if code in SPECIAL_REG:
+        reg = SPECIAL_REG64.get(code, SPECIAL_REG[code]) if count == 2 else SPECIAL_REG[code]
+        return Operand(I.SPECIAL, code, count, name, reg=reg, code=code)
+    if 128 <= code <= 208:
+        return Operand(I.ICONST, code, 1, name, value=code - 128 if code <= 192 else 192 - code, code=code)
+    if code in FLOAT_CODES or code == INV_2PI:
+        return Operand(I.FCONST, code, 1, name, value=const_bits(code, dtype), code=code)
+    if code == LITERAL:
+        return Operand(I.LITERAL, 0, 1, name, value=literal, code=code)
+    if code in SPECIAL_SRC:
+        return Operand(I.SPECIAL, code, count, name, reg=SPECIAL_SRC[code], code=code)
+    raise DecodeError(f"operand code {code} in field {name} is not a valid gfx11 source")
+
+
+def _kind_and_fields(word: int, fmt: str, fields: dict) -> str:
+    if fmt == "FLAT":
+        seg = fields["seg"]
+        if seg not in FLAT_SEGMENTS:
+            raise DecodeError(f"FLAT segment {seg} is reserved")
+        return (FLAT_SEGMENTS[seg] + ("_saddr" if fields["saddr"] != NULL else "")
+                + ("_sve" if fields["sve"] else "") + ("_glc" if fields["glc"] else ""))
+    return fmt
+
+
+def decode(code: bytes, offset: int = 0) -> Instruction:
+    """Decodes the instruction at byte `offset`; raises DecodeError naming the offset and word."""
+    if offset + 4 > len(code):
+        raise DecodeError(f"truncated instruction at offset {offset:#x}")
+    w0 = int.from_bytes(code[offset:offset + 4], "little")
+    fmt = format_of(w0)
+    if fmt is None:
+        raise DecodeError(f"word {w0:#010x} at offset {offset:#x} is not an instruction of a supported "
+                          f"gfx11 format (SOP*, SMEM, VOP*, DS, FLAT/GLOBAL/SCRATCH)")
+    size, _, layout = FORMATS[fmt]
+    if offset + size > len(code):
+        raise DecodeError(f"truncated {fmt} instruction at offset {offset:#x}")
+    word = int.from_bytes(code[offset:offset + size], "little")
+    fields = {k: get_field(word, lo, w) for k, (lo, w) in layout.items()}
+    kind = _kind_and_fields(word, fmt, fields)
+    if fmt == "VOPD":
+        entry_x = OPCODES["VOPDX"].get(fields["opx"])
+        entry_y = OPCODES["VOPDY"].get(fields["opy"])
+        if entry_x is None or entry_y is None:
+            raise DecodeError(f"VOPD word {word:#018x} at offset {offset:#x}: unknown opx {fields['opx']} "
+                              f"or opy {fields['opy']}")
+        fields["vdsty"] = (fields["vdsty"] << 1) | ((fields["vdstx"] & 1) ^ 1)
+        entries = [entry_x, entry_y]
+    else:
+        entry = OPCODES.get(kind, {}).get(fields["op"])
+        if entry is None:
+            raise DecodeError(f"{kind} opcode {fields['op']} (word {word:#0{2 + 2 * size}x} at offset "
+                              f"{offset:#x}) is not a gfx11 instruction LLVM knows")
+        entries = [entry]
+        if fmt == "VOP3" and any(s[0] == "sdst" for s in entry[1]):
+            fmt = "VOP3SD"
+            layout = FORMATS[fmt][2]
+            fields = {k: get_field(word, lo, w) for k, (lo, w) in layout.items()}
+    needs_lit = any(s[0] == "literal" or (s[0] in SRC_FIELDS and fields[s[0]] == LITERAL)
+                    for e in entries for s in e[1])
+    if needs_lit:
+        if offset + size + 4 > len(code):
+            raise DecodeError(f"missing literal dword after instruction at offset {offset:#x}")
+        fields["literal"] = int.from_bytes(code[offset + size:offset + size + 4], "little")
+        size += 4
+    insts = []
+    for half, (mn, specs, mods) in enumerate(entries):
+        operands, ndst = [], 0
+        for sp in specs:
+            operands.append(_operand(sp, fields, fmt))
+        ndst = _count_dsts(fmt, mn, specs)
+        m = _mods(fmt, kind, fields, mods, specs, mn)
+        base = mn
+        suffix = ""
+        for sfx in ("_e32", "_e64"):
+            if mn.endswith(sfx):
+                base, suffix = mn[:-len(sfx)], sfx
+        opfield = fields["opy" if half else "opx"] if fmt == "VOPD" else fields["op"]
+        fmt_name = kind.split("_")[0] if fmt == "FLAT" else fmt
+        insts.append(Instruction(base, fmt_name, opfield, size, fields, tuple(operands), ndst, m, suffix,
+                                 offset=offset))
+    if fmt == "VOPD":
+        x = insts[0]
+        return Instruction(x.op, x.fmt, x.opcode, size, fields, x.operands, x.ndst, x.mods, "",
+                           vopd_y=insts[1], offset=offset)
+    return insts[0]
+
+
+def _count_dsts(fmt: str, mn: str, specs) -> int:
+    n = 0
+    for sp in specs:
+        f = sp[0]
+        if f in ("vdst", "sdst", "vdstx", "vdsty") or (f == "=vcc_lo" and fmt == "VOPC"):
+            n += 1
+        elif fmt == "VOP2" and f == "=vcc_lo" and n == 1:
+            n += 1      # v_add_co_ci_u32_e32's carry out; the trailing vcc_lo is its carry in
+        elif fmt == "SMEM" and f == "sdata":
+            n += 1
+        else:
+            break
+    if fmt in ("SOPK",) and mn.startswith(("s_cmpk", "s_setreg", "s_waitcnt_")):
+        return 0
+    return n
+
+
+def _operand(sp, fields: dict, fmt: str) -> Operand:
+    name, cls, count, dtype = sp
+    if name.startswith("="):
+        reg = name[1:]
+        if reg == "off":
+            return Operand(I.SPECIAL, NULL, 1, "saddr", reg="off")
+        return Operand(I.SPECIAL, 106, 1, "", reg=reg, code=106)
+    if name == "literal":
+        return Operand(I.LITERAL, 0, 1, "literal", value=fields["literal"], code=LITERAL)
+    v = fields[name]
+    if cls == "label":
+        return Operand(I.LABEL, 0, 1, name, value=v - 0x10000 if v & 0x8000 else v)
+    if cls in ("imm", "hwreg", "waitcnt", "delay_alu"):
+        if name == "offset" and fmt == "SMEM":
+            v = v - (1 << 21) if v & (1 << 20) else v
+        return Operand(I.IMM, 0, 1, name, value=v)
+    if name in SRC_FIELDS:
+        return src_operand(v, count, dtype, name, fields.get("literal"))
+    if name == "sbase":
+        return Operand(I.SGPR, 2 * v, count, name, code=2 * v)
+    if cls == "s" or name in ("sdst", "sdata", "saddr", "soffset", "ssrc0", "ssrc1"):
+        return src_operand(v, count, dtype, name, None)
+    return Operand(I.VGPR, v, count, name, code=VGPR_BASE + v)
+
+
+def _mods(fmt: str, kind: str, fields: dict, modnames, specs, mn: str) -> dict:
+    m: dict = {}
+    if fmt in ("VOP3", "VOP3SD", "VOP3P"):
+        nsrc = sum(1 for s in specs if s[0] in ("src0", "src1", "src2"))
+        m["nsrc"] = nsrc
+        for k in ("clamp", "omod", "neg", "abs", "op_sel", "neg_hi"):
+            if k in fields:
+                m[k] = fields[k]
+        if fmt == "VOP3P":
+            m["op_sel_hi"] = fields["op_sel_hi"] | (fields["op_sel_hi2"] << 2)
+    elif fmt == "DS":
+        m.update(offset0=fields["offset0"], offset1=fields["offset1"], gds=fields["gds"],
+                 two_offsets="offset0" in modnames)
+    elif fmt == "FLAT":
+        off = fields["offset"]
+        if not kind.startswith("FLAT") and off & 0x1000:
+            off -= 0x2000
+        m.update(offset=off, glc=fields["glc"], slc=fields["slc"], dlc=fields["dlc"])
+    elif fmt == "SMEM":
+        off = fields["offset"]
+        m.update(offset=off - (1 << 21) if off & (1 << 20) else off, glc=fields["glc"], dlc=fields["dlc"],
+                 soffset=fields["soffset"])
+    m["modnames"] = tuple(modnames)
+    return m
+
+
+def decode_all(code: bytes) -> list[Instruction]:
+    out, off = [], 0
+    while off < len(code):
+        inst = decode(code, off)
+        out.append(inst)
+        off += inst.size
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+
+def reg_text(prefix: str, index: int, count: int) -> str:
+    return f"{prefix}{index}" if count == 1 else f"{prefix}[{index}:{index + count - 1}]"
+
+
+def _dtype_of(inst: Instruction, name: str) -> str:
+    for sp in _specs(inst):
+        if sp[0] == name:
+            return sp[3]
+    return "32"
+
+
+def _specs(inst: Instruction):
+    return _entry(inst)[1]
+
+
+def _entry(inst: Instruction):
+    f = inst.fields
+    if inst.fmt == "VOPD":
+        return OPCODES["VOPDX"][f["opx"]] if inst.vopd_y is not None else OPCODES["VOPDY"][f["opy"]]
+    if inst.fmt in ("FLAT", "GLOBAL", "SCRATCH"):
+        kind = (inst.fmt + ("_saddr" if f["saddr"] != NULL else "") + ("_sve" if f["sve"] else "")
+                + ("_glc" if f["glc"] else ""))
+        return OPCODES[kind][f["op"]]
+    return OPCODES["VOP3" if inst.fmt == "VOP3SD" else inst.fmt][f["op"]]
+
+
+def operand_text(o: Operand, dtype: str = "32") -> str:
+    if o.kind == I.VGPR:
+        return reg_text("v", o.index, o.count)
+    if o.kind == I.SGPR:
+        return reg_text("s", o.index, o.count)
+    if o.kind == I.TTMP:
+        return reg_text("ttmp", o.index, o.count)
+    if o.kind == I.SPECIAL:
+        return o.reg
+    if o.kind == I.ICONST:
+        return str(o.value)
+    if o.kind == I.FCONST:
+        if dtype == "i16":
+            return f"0x{o.value:x}"
+        if o.code == INV_2PI:
+            return "0.15915494309189532" if dtype == "64" else "0.15915494"
+        return FLOAT_NAMES[FLOAT_CODES[o.code]]
+    if o.kind == I.LITERAL:
+        v = o.value & 0xFFFF if dtype in ("f16", "i16") else o.value
+        return f"0x{v:x}"
+    if o.kind == I.LABEL:
+        return str(o.value)
+    return str(o.value)
+
+
+def _imm_text(sp, o: Operand, inst: Instruction) -> str:
+    cls, style = sp[1], sp[3]
+    v = o.value
+    if cls == "waitcnt":
+        cnt = {"vmcnt": v >> 10 & 63, "expcnt": v & 7, "lgkmcnt": v >> 4 & 63}
+        show = [k for k in ("vmcnt", "expcnt", "lgkmcnt") if cnt[k] != WAITCNT_MAX[k]] or list(cnt)
+        return " ".join(f"{k}({cnt[k]})" for k in show)
+    if cls == "delay_alu":
+        id0, skip, id1 = v & 15, v >> 4 & 7, v >> 7 & 15
+        if id0 >= len(DELAY_INSTID) or skip >= len(DELAY_SKIP) or id1 >= len(DELAY_INSTID) or v >> 11:
+            return f"0x{v:x}"
+        parts = []
+        if id0:
+            parts.append(f"instid0({DELAY_INSTID[id0]})")
+        if skip:
+            parts.append(f"instskip({DELAY_SKIP[skip]})")
+        if id1:
+            parts.append(f"instid1({DELAY_INSTID[id1]})")
+        return " | ".join(parts) or "0"
+    if cls == "hwreg":
+        rid, off, size = v & 63, v >> 6 & 31, (v >> 11) + 1
+        name = HWREG_NAMES.get(rid, str(rid))
+        return f"hwreg({name})" if off == 0 and size == 32 else f"hwreg({name}, {off}, {size})"
+    if o.name == "offset" and inst.fmt == "SMEM":
+        return f"0x{v & 0x1FFFFF:x}" if v >= 0 else f"-0x{-v:x}"
+    if inst.op in ("s_sendmsg", "s_sendmsghalt") and v >> 8 == 0:
+        return f"sendmsg({SENDMSG_NAMES[v]})" if v in SENDMSG_NAMES else f"sendmsg({v}, 0, 0)"
+    if style == "hex" or (style == "small" and v > 64):
+        return f"0x{v:x}"
+    return str(v)
+
+
+def _bits_list(v: int, n: int) -> str:
+    return "[" + ",".join(str(v >> i & 1) for i in range(n)) + "]"
+
+
+def format_instruction(inst: Instruction) -> str:
+    """LLVM's text for one instruction (single spaces, no encoding comment)."""
+    if inst.fmt == "VOPD" and inst.vopd_y is not None:
+        y = inst.vopd_y
+        ytext = _format_one(y, OPCODES["VOPDY"][inst.fields["opy"]])
+        return _format_one(inst, OPCODES["VOPDX"][inst.fields["opx"]]) + " :: " + ytext
+    return _format_one(inst, _entry(inst))
+
+
+def _format_one(inst: Instruction, entry) -> str:
+    mn, specs, modnames = entry
+    f, m = inst.fields, inst.mods
+    texts = []
+    srcs = [sp[0] for sp in specs if sp[0] in ("src0", "src1", "src2")]
+    for sp, o in zip(specs, inst.operands):
+        if o.kind == I.IMM or o.kind == I.LABEL:
+            if inst.fmt == "SMEM" and o.name == "offset" and (f["soffset"] != NULL or o.value == 0):
+                # with an SGPR offset the immediate becomes a modifier; LLVM prints a zero one as null
+                texts.append(operand_text(src_operand(f["soffset"], 1, "32", "soffset", None)))
+                continue
+            if inst.op == "s_endpgm" and o.value == 0:
+                continue
+            texts.append(_imm_text(sp, o, inst) if o.kind == I.IMM else str(o.value & 0xFFFF))
+            continue
+        t = operand_text(o, sp[3])
+        if inst.fmt in ("VOP3", "VOP3SD", "VOP3P") and sp[0] in srcs:
+            i = srcs.index(sp[0])
+            if inst.fmt != "VOP3P" and m.get("abs", 0) >> i & 1:
+                t = f"|{t}|"
+            if inst.fmt != "VOP3P" and m.get("neg", 0) >> i & 1:
+                t = "-" + t
+        texts.append(t)
+    out = mn + (" " + ", ".join(texts) if texts else "")
+    tail = []
+    if inst.fmt == "SMEM":
+        if f["soffset"] != NULL and m["offset"]:
+            tail.append(f"offset:0x{m['offset'] & 0x1FFFFF:x}")
+        tail += [k for k in ("glc", "dlc") if m[k]]
+    elif inst.fmt == "DS":
+        if m["two_offsets"]:
+            tail += [f"offset{i}:{m[f'offset{i}']}" for i in (0, 1) if m[f"offset{i}"]]
+        elif m["offset0"] | m["offset1"] << 8:
+            tail.append(f"offset:{m['offset0'] | m['offset1'] << 8}")
+        if m["gds"]:
+            tail.append("gds")
+    elif inst.fmt in ("FLAT", "GLOBAL", "SCRATCH"):
+        if m["offset"]:
+            tail.append(f"offset:{m['offset']}")
+        tail += [k for k in ("glc", "slc", "dlc") if m[k]]
+    elif inst.fmt in ("VOP3", "VOP3SD"):
+        n = len(srcs)
+        if m.get("op_sel"):
+            tail.append("op_sel:" + _bits_list(m["op_sel"] & ((1 << n) - 1) | (m["op_sel"] >> 3 & 1) << n, n + 1))
+        if m.get("clamp"):
+            tail.append("clamp")
+        if m.get("omod"):
+            tail.append({1: "mul:2", 2: "mul:4", 3: "div:2"}[m["omod"]])
+    elif inst.fmt == "VOP3P":
+        n = len(srcs)
+        mix = mn.startswith("v_fma_mix")
+        if m["op_sel"] & ((1 << n) - 1):
+            tail.append("op_sel:" + _bits_list(m["op_sel"], n))
+        hi_default = 0 if mix else (1 << n) - 1
+        if (m["op_sel_hi"] & ((1 << n) - 1)) != hi_default:
+            tail.append("op_sel_hi:" + _bits_list(m["op_sel_hi"], n))
+        if m["neg"] & ((1 << n) - 1):
+            tail.append("neg_lo:" + _bits_list(m["neg"], n))
+        if m["neg_hi"] & ((1 << n) - 1):
+            tail.append("neg_hi:" + _bits_list(m["neg_hi"], n))
+        if m.get("clamp"):
+            tail.append("clamp")
+    return out + (" " + " ".join(tail) if tail else "")
+
+
+def disassemble(code: bytes, arch: str = "gfx1100") -> list[str]:
+    """One LLVM-syntax line per instruction. gfx1100, gfx1101 and gfx1102 share these encodings."""
+    if arch not in ARCHS:
+        raise ValueError(f"disassemble: unsupported arch {arch!r} (supported: {', '.join(ARCHS)})")
+    return [format_instruction(i) for i in decode_all(code)]
