@@ -14,7 +14,7 @@ the given members in declaration order (a later one overwrites an earlier one wh
 """
 from __future__ import annotations
 
-import difflib
+
 import struct as _struct
 from types import ModuleType
 
@@ -142,7 +142,7 @@ class Struct:
     def _field(self, name: str) -> FieldInfo:
         f = self.field_info.get(name)
         if f is None:
-            close = difflib.get_close_matches(name, self.fields, n=3)
+            close = _close(name, self.fields, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise UnknownName(f"{self.kind} {self.name} has no field {name!r}{hint}")
         return f
@@ -309,6 +309,11 @@ def _flatten(value, dims: tuple, path: str) -> list:
 
 # ---------------------------------------------------------------- lookup
 
+def _close(name, pool, n=3, cutoff=0.6):
+    import difflib  # only on the error path: keeps `import amdrv.structs` cheap
+    return difflib.get_close_matches(name, pool, n=n, cutoff=cutoff)
+
+
 _CACHE: dict = {}
 
 
@@ -331,7 +336,7 @@ def get(module: ModuleType, name: str) -> Struct:
         if real in skipped:
             raise UnknownName(f"{_module_name(module)}: struct {name!r} has no device layout: {skipped[real]}")
         pool = list(table) + list(getattr(module, "ALIASES", {}))
-        close = difflib.get_close_matches(name, pool, n=5, cutoff=0.5)
+        close = _close(name, pool, n=5, cutoff=0.5)
         hint = f"; close matches: {', '.join(close)}" if close else ""
         raise UnknownName(f"{_module_name(module)} has no struct {name!r}{hint}")
     size, align, kind, raw_fields = table[real]
@@ -352,7 +357,7 @@ def enum(module: ModuleType, name: str) -> dict:
     """{enumerator: value} of a generated enum, in declaration order."""
     enums = getattr(module, "ENUMS", {})
     if name not in enums:
-        close = difflib.get_close_matches(name, list(enums), n=5, cutoff=0.5)
+        close = _close(name, list(enums), n=5, cutoff=0.5)
         hint = f"; close matches: {', '.join(close)}" if close else ""
         raise UnknownName(f"{_module_name(module)} has no enum {name!r}{hint}")
     return {k: getattr(module, k) for k in enums[name]}
