@@ -17,6 +17,8 @@ import difflib
 import functools
 import importlib
 import pkgutil
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
 from amdrv import autogen
@@ -56,7 +58,7 @@ class RegisterDef:
     __slots__ = ("name", "block", "offset", "base_idx", "space", "fields")
 
     def __init__(self, name: str, block: str, offset: int, base_idx: int | None, space: str,
-                 fields: dict[str, Field]):
+                 fields: Mapping[str, Field]):
         self.name, self.block, self.offset, self.base_idx = name, block, offset, base_idx
         self.space = space  # "mmio", or the header's address space such as "ix:sqind"
         self.fields = fields
@@ -107,15 +109,16 @@ class RegisterTable:
         self._regs, self._reg_rows = _rows(module.REGS)
         self._module = module  # NON_MMIO is split only when asked for: the driver rarely needs it
         self._defs: dict[str, RegisterDef] = {}
-        self._parsed: dict[int, dict[str, Field]] = {}  # layouts are parsed on first use
+        self._parsed: dict[int, Mapping[str, Field]] = {}  # layouts are parsed on first use
 
-    def _fields(self, layout: int) -> dict[str, Field]:
+    def _fields(self, layout: int) -> Mapping[str, Field]:
         out = self._parsed.get(layout)
         if out is None:
-            out = self._parsed[layout] = {}
+            fields = {}
             for tok in self._layouts[layout].split():
                 name, shift, width = tok.split(":")
-                out[name] = Field(int(shift), int(width))
+                fields[name] = Field(int(shift), int(width))
+            out = self._parsed[layout] = MappingProxyType(fields)  # shared by every register using it
         return out
 
     def __getitem__(self, name: str) -> RegisterDef:
@@ -201,7 +204,7 @@ class Register:
         return self.defn.name
 
     @property
-    def fields(self) -> dict[str, Field]:
+    def fields(self) -> Mapping[str, Field]:
         return self.defn.fields
 
     def read(self) -> int:
