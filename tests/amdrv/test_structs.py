@@ -122,6 +122,13 @@ def test_discovery_constants():
     assert discovery.VCN_HWID == discovery.UVD_HWID == 12
     assert discovery.HWIP_TO_HWID["GC_HWIP"] == 11
     assert discovery.HWIP_TO_HWID["NBIO_HWIP"] == discovery.NBIF_HWID
+    # amdgpu.h enum amd_hw_ip_block_type: GC_HWIP = 1, ..., UVD_HWIP (17), VCN_HWIP = JPEG_HWIP = UVD_HWIP,
+    # VCN1_HWIP 18, ..., PCIE_HWIP 32, MAX_HWIP 33
+    assert discovery.GC_HWIP == 1 and discovery.MP0_HWIP == 15 and discovery.MP1_HWIP == 16
+    assert discovery.VCN_HWIP == discovery.JPEG_HWIP == discovery.UVD_HWIP == 17
+    assert discovery.VCN1_HWIP == 18 and discovery.MAX_HWIP == 33
+    assert discovery.HWIP_MAX_INSTANCE == 11 and discovery.HW_ID_MAX == 300
+    assert discovery.HWID_NAMES[11] == "GC" and discovery.HWID_NAMES[255] == "MP0"
     # vcn_instance_info_v1_0: u32 + union _fuse_data (bits struct of 1-bit fields / u32) + u32[2]
     fuse = structs.get(discovery, "vcn_instance_info_v1_0").unpack_from(struct.pack("<4I", 0, 0b1010, 0, 0))
     assert fuse.fuse_data.all_bits == 0b1010

@@ -252,19 +252,37 @@ def gen_ucode(tree, outdir: Path) -> Path:
 
 
 def gen_discovery(tree, outdir: Path) -> Path:
-    files = ["include/discovery.h", "include/soc15_hw_ip.h", "amdgpu/amdgpu_discovery.c"]
-    w = ModuleWriter("discovery", "IP discovery binary (discovery.h), hardware ids (soc15_hw_ip.h), and "
-                     "the driver's HWIP -> HWID map (amdgpu_discovery.c hw_id_map).", tree.origin, files)
+    files = ["include/discovery.h", "include/soc15_hw_ip.h", "amdgpu/amdgpu.h", "amdgpu/amdgpu_discovery.c"]
+    w = ModuleWriter("discovery", "IP discovery binary (discovery.h), hardware ids (soc15_hw_ip.h), the "
+                     "driver's HWIP block enum and HWIP_MAX_INSTANCE (amdgpu.h; only these), and from "
+                     "amdgpu_discovery.c its hw_id_map (HWIP_TO_HWID) and hw_id_names (HWID_NAMES).",
+                     tree.origin, files)
     h = _header(tree, files[:2])
     for f in files[:2]:
         w.add_header(h, f)
+    # amdgpu.h is the whole driver's header: read only the HWIP enum and the limits next to it
+    amdgpu_h = tree.read(files[2])
+    parts = [re.search(r"enum amd_hw_ip_block_type\s*\{.*?\};", amdgpu_h, re.S)]
+    parts += [re.search(rf"^#define\s+{n}\b.*$", amdgpu_h, re.M) for n in ("HWIP_MAX_INSTANCE", "HW_ID_MAX")]
+    if not all(parts):
+        raise CError("discovery: amd_hw_ip_block_type / HWIP_MAX_INSTANCE not found in amdgpu.h")
+    h.read("\n".join(p.group() for p in parts), files[2])
+    w.add_header(h, files[2])
+    src = tree.read(files[3])
     # hw_id_map[MAX_HWIP] = { [GC_HWIP] = GC_HWID, ... }: amdgpu's ip block -> discovery hardware id
-    src = tree.read(files[2])
     m = re.search(r"hw_id_map\s*\[\s*MAX_HWIP\s*\]\s*=\s*\{(.*?)\};", src, re.S)
-    if m:
-        pairs = re.findall(r"\[\s*(\w+)\s*\]\s*=\s*(\w+)", m.group(1))
-        w.extra.append(("amdgpu_discovery.c hw_id_map: amdgpu HWIP block -> discovery hw_id",
-                        "HWIP_TO_HWID", {k: h.value(v) for k, v in pairs}))
+    if not m:
+        raise CError("discovery: hw_id_map not found in amdgpu_discovery.c")
+    pairs = re.findall(r"\[\s*(\w+)\s*\]\s*=\s*(\w+)", m.group(1))
+    w.extra.append(("amdgpu_discovery.c hw_id_map: amdgpu HWIP block -> discovery hw_id",
+                    "HWIP_TO_HWID", {k: h.value(v) for k, v in pairs}))
+    # hw_id_names[HW_ID_MAX] = { [MP1_HWID] = "MP1", ... }
+    m = re.search(r"hw_id_names\s*\[\s*HW_ID_MAX\s*\]\s*=\s*\{(.*?)\};", src, re.S)
+    if not m:
+        raise CError("discovery: hw_id_names not found in amdgpu_discovery.c")
+    names = {h.value(k): v for k, v in re.findall(r"\[\s*(\w+)\s*\]\s*=\s*\"(\w+)\"", m.group(1))}
+    w.extra.append(("amdgpu_discovery.c hw_id_names: discovery hw_id -> name", "HWID_NAMES",
+                    dict(sorted(names.items())), 0))
     return w.write(outdir)
 
 
