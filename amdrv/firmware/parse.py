@@ -4,6 +4,7 @@ Each file starts with common_firmware_header; its header_version picks the layou
 (amdgpu_ucode.h). A parser returns the components the PSP loads, with the offsets and sizes upstream
 amdgpu uses (amdgpu_ucode.c, amdgpu_psp.c, amdgpu_rlc.c) and the psp_gfx_fw_type each is loaded as.
 """
+import re
 from dataclasses import dataclass, field
 
 from amdrv import structs
@@ -42,7 +43,7 @@ class FirmwareImage:
 
 
 def _gfx_type(name: str) -> int:
-    return psp_tables.ENUMS["psp_gfx_fw_type"][f"GFX_FW_TYPE_{name}"]
+    return getattr(psp_tables, f"GFX_FW_TYPE_{name}")
 
 
 class _Reader:
@@ -68,11 +69,15 @@ class _Reader:
         return Component(name, offset, size, version, psp_fw_type, bytes(self.data[offset:offset + size]))
 
 
-def _flatten(value, prefix="") -> dict:
+def _flatten(fields: dict, prefix: str = "") -> dict:
+    """Nested header structs as one dict: 'header.ucode_version', 'rlcp_ucode_size_bytes'.
+
+    The vX_Y members that chain one header version to the previous add no name, as in amdgpu's casts.
+    """
     out = {}
-    for k, v in value.as_dict().items() if hasattr(value, "as_dict") else value.items():
+    for k, v in fields.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, ""))
+            out.update(_flatten(v, prefix if re.fullmatch(r"v\d+_\d+", k) else f"{prefix}{k}."))
         else:
             out[prefix + k] = v
     return out
@@ -86,7 +91,7 @@ def _psp_v2(r: _Reader, hdr, prefix: str, type_enum: str, count_field: str) -> l
     base = hdr["header"]["ucode_array_offset_bytes"]
     if count == 0 or head.size + count * desc.size > base:
         raise r.fail(f"{count_field}={count} descriptors do not fit before the ucode array at {base}")
-    names = {v: k.removeprefix(prefix) for k, v in ucode.ENUMS[type_enum].items()}
+    names = {getattr(ucode, member): member.removeprefix(prefix) for member in ucode.ENUMS[type_enum]}
     parts = []
     for i in range(count):
         d = r.struct("psp_fw_bin_desc", head.size + i * desc.size)
@@ -115,7 +120,8 @@ def _rs64(r: _Reader, hdr, kind: str) -> list[Component]:
 def _rlc(r: _Reader, hdr, minor: int) -> list[Component]:
     """rlc_firmware_header_v2_x: RLC_G from the ucode array; later versions add images at file offsets."""
     flat = _flatten(hdr)
-    parts = [r.part("RLC_G", flat["ucode_array_offset_bytes"], flat["ucode_size_bytes"], flat["ucode_version"],
+    parts = [r.part("RLC_G", flat["header.ucode_array_offset_bytes"], flat["header.ucode_size_bytes"],
+                    flat["header.ucode_version"],
                     _gfx_type("RLC_G"))]
     extra = []
     if minor >= 1:
