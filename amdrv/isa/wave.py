@@ -1,0 +1,988 @@
+"""A wave32 RDNA3 (gfx11) executor.
+
+Waves run in lockstep groups: one `Waves` object holds the register files of W waves as arrays
+(SGPRs [row, wave], VGPRs [reg, wave, lane]) that share one program counter, so one numpy
+operation executes an instruction for every lane of every wave in the group. A scalar branch that
+goes different ways in different waves splits the group; the scheduler always runs the group with
+the lowest PC and merges groups that meet at one PC, which is where structured control flow
+reconverges. s_barrier parks a group until every live wave of the dispatch is parked; that is a
+stronger condition than the hardware's (waves of its workgroup), and equivalent for any program
+without a race.
+
+Each instruction is decoded once per code address (amdrv.isa.decode) and compiled into a closure
+specialized for its operands; the run loop only calls closures. Memory goes through the interface
+described in amdrv/isa/wave_memory.py; LDS is one ByteSpace with a slot per workgroup.
+
+Faults are exceptions: `ExecError` names the PC, the instruction and the waves, for an undecodable
+or unsupported instruction, a memory access outside what is mapped (global) or allocated (LDS),
+a register index beyond the kernel's allocation, or a PC that leaves the code.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from amdrv.isa import instruction as ins
+from amdrv.isa import wave_ops as ops
+from amdrv.isa.wave_memory import ByteSpace, FlatMemory, MemoryFault
+
+U8, U16, U32, U64, I32, F32 = np.uint8, np.uint16, np.uint32, np.uint64, np.int32, np.float32
+
+# SGPR file rows: s0..s105, then the specials at their encodings; SCC gets row 128.
+VCC, M0, NULL, EXEC, SCC = 106, 125, 124, 126, 128
+N_SROWS = 129
+SPECIAL_ROWS = {"vcc_lo": VCC, "vcc_hi": VCC + 1, "vcc": VCC, "m0": M0, "exec_lo": EXEC,
+                "exec_hi": EXEC + 1, "exec": EXEC, "scc": SCC, "src_scc": SCC, "null": NULL}
+NOPS = {"s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_lgkmcnt",
+        "s_waitcnt_expcnt", "s_waitcnt_depctr", "s_delay_alu", "s_clause", "s_sendmsg",
+        "s_set_inst_prefetch_distance", "s_sleep", "s_setprio", "s_denorm_mode", "s_round_mode",
+        "s_icache_inv", "buffer_gl0_inv", "buffer_gl1_inv", "s_dcache_inv", "s_ttracedata",
+        "s_sendmsg_rtn_b32"}
+CBRANCH = {"s_cbranch_scc0": (SCC, True), "s_cbranch_scc1": (SCC, False),
+           "s_cbranch_vccz": (VCC, True), "s_cbranch_vccnz": (VCC, False),
+           "s_cbranch_execz": (EXEC, True), "s_cbranch_execnz": (EXEC, False)}
+# Cache invalidations (MUBUF encoding, which the decoder does not cover): no-ops here, because the
+# executor's memory is always coherent.
+CACHE_INVALIDATES = {bytes.fromhex("0000ace000000000"): "buffer_gl0_inv",
+                     bytes.fromhex("0000b0e000000000"): "buffer_gl1_inv"}
+SEXT_LOADS = {"i8": (1, 8), "i16": (2, 16)}
+LOAD_SIZES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2,
+              "b8": 1, "b16": 2}
+
+
+class ExecError(RuntimeError):
+    """An instruction the executor cannot or must not execute; names the PC and instruction."""
+
+    def __init__(self, pc: int, text: str, why: str, waves=None):
+        self.pc, self.text, self.why = pc, text, why
+        where = f" (waves {list(waves[:4])}{'...' if len(waves) > 4 else ''})" if waves is not None else ""
+        super().__init__(f"PC {pc:#x}: {text}: {why}{where}")
+
+
+class Unsupported(Exception):
+    pass
+
+
+def _pack(mask: np.ndarray) -> np.ndarray:
+    """bool[W, 32] lane mask -> uint32[W]."""
+    return np.packbits(mask, axis=-1, bitorder="little").view(U32)[:, 0]
+
+
+def _unpack(bits: np.ndarray) -> np.ndarray:
+    """uint32[W] -> bool[W, 32]."""
+    b = np.ascontiguousarray(bits, U32)
+    return np.unpackbits(b.view(U8).reshape(-1, 4), axis=1, bitorder="little").view(bool)
+
+
+class Waves:
+    """W waves in lockstep at one PC."""
+
+    __slots__ = ("pc", "s", "v", "slot", "ids", "_exec", "waiting")
+
+    def __init__(self, pc, s, v, slot, ids):
+        self.pc, self.s, self.v, self.slot, self.ids = pc, s, v, slot, ids
+        self._exec = None
+        self.waiting = False
+
+    @property
+    def n(self):
+        return self.s.shape[1]
+
+    def mask(self) -> np.ndarray:
+        if self._exec is None:
+            self._exec = _unpack(self.s[EXEC])
+        return self._exec
+
+    def take(self, sel) -> "Waves":
+        return Waves(self.pc, self.s[:, sel], self.v[:, sel], self.slot[sel], self.ids[sel])
+
+    def absorb(self, other: "Waves"):
+        self.s = np.concatenate([self.s, other.s], axis=1)
+        self.v = np.concatenate([self.v, other.v], axis=1)
+        self.slot = np.concatenate([self.slot, other.slot])
+        self.ids = np.concatenate([self.ids, other.ids])
+        self._exec = None
+
+
+# ------------------------------------------------------------------------------------------------
+# operand access, specialized at compile time
+
+
+def _const_bits(op: ins.Operand, t) -> np.ndarray:
+    size = np.dtype(t).itemsize if t is not bool else 4
+    v = op.value
+    if size == 8:
+        if op.kind == ins.ICONST:
+            return np.array(v, np.int64).view(U64).astype(U64)
+        return np.array(v & (2**64 - 1), U64)
+    return np.array(v & 0xFFFFFFFF, U32)
+
+
+def _srow(op: ins.Operand) -> int:
+    if op.kind == ins.SGPR:
+        return op.index
+    if op.kind == ins.TTMP:
+        return 108 + op.index if op.index < 16 else op.index
+    if op.kind == ins.SPECIAL:
+        if op.reg not in SPECIAL_ROWS:
+            raise Unsupported(f"special register {op.reg}")
+        return SPECIAL_ROWS[op.reg]
+    raise Unsupported(f"operand kind {op.kind}")
+
+
+def _fmods(t, op: ins.Operand, f):
+    if not (op.neg or op.abs):
+        return f
+    if t in (U32, U64):
+        # untyped moves (v_cndmask_b32, v_mov_b64) apply the modifiers to the sign bit
+        sign = t(1 << (8 * np.dtype(t).itemsize - 1))
+        if op.abs and op.neg:
+            return lambda g: f(g) | sign
+        if op.abs:
+            return lambda g: f(g) & ~sign
+        return lambda g: f(g) ^ sign
+    if t not in (ops.F32, ops.F64, ops.F16):
+        raise Unsupported("neg/abs modifier on an integer operand")
+    if op.abs and op.neg:
+        return lambda g: -np.abs(f(g))
+    if op.abs:
+        return lambda g: np.abs(f(g))
+    return lambda g: -f(g)
+
+
+def vreader(op: ins.Operand, t, hi: bool = False, nv: int = 256):
+    """fn(g) -> array of type t broadcastable to [W, 32] (scalars come as [W, 1])."""
+    if t is bool:
+        if op.kind in ins.CONSTANT_KINDS:
+            c = _unpack(np.array([op.value & 0xFFFFFFFF], U32))
+            return lambda g: c
+        row = _srow(op)
+        return lambda g: _unpack(g.s[row])[:, :] if row != NULL else np.zeros((1, 32), bool)
+    size = np.dtype(t).itemsize
+    if op.kind in ins.CONSTANT_KINDS:
+        bits = _const_bits(op, t)
+        if size == 2:
+            c = np.array(int(bits) & 0xFFFF, U16).view(t)
+        else:
+            c = bits.view(t) if bits.dtype.itemsize == size else bits.astype(U64).view(t)
+        return _fmods(t, op, lambda g: c)
+    if op.kind == ins.VGPR:
+        r = op.index
+        if r + (2 if size == 8 else 1) > nv:
+            raise Unsupported(f"v{r} is beyond the kernel's {nv} VGPRs")
+        if size == 8:
+            f = lambda g: (g.v[r].astype(U64) | (g.v[r + 1].astype(U64) << U64(32))).view(t)
+        elif size == 4:
+            f = (lambda g: g.v[r]) if t == U32 else (lambda g: g.v[r].view(t))
+        else:
+            sh = U32(16 if hi else 0)
+            f = lambda g: ((g.v[r] >> sh) & U32(0xFFFF)).astype(U16).view(t)
+        return _fmods(t, op, f)
+    row = _srow(op)
+    if row == NULL:
+        z = np.zeros((1, 1), t)
+        return lambda g: z
+    if size == 8:
+        f = lambda g: (g.s[row].astype(U64) | (g.s[row + 1].astype(U64) << U64(32))).view(t)[:, None]
+    elif size == 4:
+        f = lambda g: g.s[row].view(t)[:, None]
+    else:
+        sh = U32(16 if hi else 0)
+        f = lambda g: ((g.s[row] >> sh) & U32(0xFFFF)).astype(U16).view(t)[:, None]
+    return _fmods(t, op, f)
+
+
+def sreader(op: ins.Operand, t):
+    """fn(g) -> array of type t, shape [W] (constants as 0-d arrays)."""
+    if t is bool:
+        row = _srow(op)
+        return lambda g: g.s[row] != 0
+    size = np.dtype(t).itemsize
+    if op.kind in ins.CONSTANT_KINDS or op.kind == ins.IMM:
+        bits = _const_bits(op, t)
+        c = bits.view(t) if bits.dtype.itemsize == size else bits.astype(U64).view(t)
+        return lambda g: c
+    row = _srow(op)
+    if row == NULL:
+        z = np.zeros((), t)
+        return lambda g: z
+    if size == 8:
+        return lambda g: (g.s[row].astype(U64) | (g.s[row + 1].astype(U64) << U64(32))).view(t)
+    return (lambda g: g.s[row]) if t == U32 else (lambda g: g.s[row].view(t))
+
+
+def swriter(op: ins.Operand, t):
+    """fn(g, value) storing a [W] (or 0-d) result of type t into scalar registers."""
+    row = _srow(op)
+    if row == NULL:
+        return lambda g, r: None
+    size = np.dtype(t).itemsize
+    g_exec = row <= EXEC + 1 and EXEC < row + (2 if size == 8 else 1)
+    if size == 8:
+        def w(g, r):
+            r = np.asarray(r, t).view(U64)
+            g.s[row] = (r & U64(0xFFFFFFFF)).astype(U32)
+            g.s[row + 1] = (r >> U64(32)).astype(U32)
+            if g_exec:
+                g._exec = None
+        return w
+
+    def w(g, r):
+        g.s[row] = np.asarray(r, t).view(U32) if np.dtype(t).itemsize == 4 else np.asarray(r).astype(U32)
+        if g_exec:
+            g._exec = None
+    return w
+
+
+def vwriter(op: ins.Operand, t, hi: bool = False, nv: int = 256):
+    """fn(g, value, mask) storing a lane result of type t into VGPRs (or SGPRs for readlane)."""
+    if op.kind != ins.VGPR:
+        raise Unsupported(f"vector result into {op.kind}")
+    r = op.index
+    size = np.dtype(t).itemsize
+    if r + (2 if size == 8 else 1) > nv:
+        raise Unsupported(f"v{r} is beyond the kernel's {nv} VGPRs")
+    if size == 8:
+        def w(g, val, m):
+            val = np.asarray(val, t).view(U64) if np.asarray(val).dtype != t else np.asarray(val).view(U64)
+            np.copyto(g.v[r], (val & U64(0xFFFFFFFF)).astype(U32), where=m)
+            np.copyto(g.v[r + 1], (val >> U64(32)).astype(U32), where=m)
+        return w
+    if size == 4:
+        def w(g, val, m):
+            np.copyto(g.v[r], np.asarray(val, t).view(U32), where=m)
+        return w
+    sh = U32(16 if hi else 0)
+    keep = U32(0xFFFF0000 if not hi else 0x0000FFFF)
+
+    def w(g, val, m):
+        bits = np.asarray(val, t).view(U16).astype(U32) << sh
+        np.copyto(g.v[r], (g.v[r] & keep) | bits, where=m)
+    return w
+
+
+# ------------------------------------------------------------------------------------------------
+# compilation of one instruction into (kind, fn)
+
+OP, BRANCH, CBR, END, BARRIER = range(5)
+
+
+@dataclass
+class Compiled:
+    kind: int
+    fn: object
+    size: int
+    text: str
+    target: int = 0
+
+
+def _base_name(inst) -> str:
+    return inst.op
+
+
+def _text(inst) -> str:
+    try:
+        return str(inst)
+    except Exception:  # the disassembler is optional for execution
+        return f"{inst.op} ({inst.fmt})"
+
+
+class Program:
+    """Decoded and compiled instructions of a code blob at a virtual address, compiled lazily."""
+
+    def __init__(self, code: bytes, base: int, vgprs: int = 256, lds_size: int = 0):
+        self.code, self.base, self.nv, self.lds_size = bytes(code), base, vgprs, lds_size
+        self.cache: dict[int, Compiled] = {}
+
+    def at(self, pc: int) -> Compiled:
+        c = self.cache.get(pc)
+        if c is None:
+            c = self.cache[pc] = self._compile(pc)
+        return c
+
+    def _compile(self, pc: int) -> Compiled:
+        from amdrv.isa import decode
+        off = pc - self.base
+        if not 0 <= off < len(self.code):
+            raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(self.code):#x})")
+        raw = self.code[off:off + 8]
+        if raw in CACHE_INVALIDATES:
+            return Compiled(OP, None, 8, CACHE_INVALIDATES[raw])
+        try:
+            inst = decode(self.code, off)
+        except Exception as e:
+            raw = self.code[off:off + 8].hex()
+            raise ExecError(pc, f"<{raw}>", f"illegal instruction: {e}") from None
+        text = _text(inst)
+        try:
+            kind, fn, target = compile_instruction(inst, pc, self)
+        except Unsupported as e:
+            raise ExecError(pc, text, f"unsupported: {e}") from None
+        except KeyError as e:
+            raise ExecError(pc, text, f"unsupported instruction ({e})") from None
+        return Compiled(kind, fn, inst.size, text, target)
+
+
+def compile_instruction(inst, pc, prog: Program):
+    name = _base_name(inst)
+    fmt = inst.fmt
+    if name in NOPS:
+        return OP, None, 0
+    if name == "s_endpgm":
+        return END, None, 0
+    if name == "s_barrier":
+        return BARRIER, None, 0
+    if name == "s_code_end":
+        raise Unsupported("s_code_end is padding; the program ran past its end")
+    if name == "s_branch":
+        return BRANCH, None, pc + 4 + 4 * _label(inst)
+    if name in CBRANCH:
+        row, zero = CBRANCH[name]
+        if zero:
+            return CBR, (lambda g: g.s[row] == 0), pc + 4 + 4 * _label(inst)
+        return CBR, (lambda g: g.s[row] != 0), pc + 4 + 4 * _label(inst)
+    if fmt == "VOPD":
+        return OP, _vopd(inst, prog), 0
+    if fmt in ("VOP1", "VOP2", "VOP3", "VOP3SD", "VOPC", "VOP3P"):
+        return OP, _valu(name, inst.dsts, inst.srcs, inst.mods, prog, inst), 0
+    if fmt in ("SOP1", "SOP2", "SOPK", "SOPC"):
+        return OP, _salu(name, inst, pc), 0
+    if fmt == "SMEM":
+        return OP, _smem(name, inst), 0
+    if fmt in ("GLOBAL", "FLAT"):
+        return OP, _global(name, inst, prog), 0
+    if fmt == "DS":
+        return OP, _ds(name, inst, prog), 0
+    raise Unsupported(f"format {fmt}")
+
+
+def _label(inst) -> int:
+    for o in inst.operands:
+        if o.kind in (ins.LABEL, ins.IMM):
+            return o.value if o.value < 0x8000 else o.value - 0x10000
+    raise Unsupported("branch without a target")
+
+
+def _mods_int(mods, key):
+    v = mods.get(key, 0)
+    if isinstance(v, (list, tuple)):
+        return sum(int(b) << i for i, b in enumerate(v))
+    return int(v or 0)
+
+
+def _post(rtype, mods):
+    """clamp/omod for float results."""
+    clamp, omod = bool(mods.get("clamp")), _mods_int(mods, "omod")
+    if not clamp and not omod:
+        return None
+    if rtype not in (ops.F32, ops.F64, ops.F16):
+        if omod:
+            raise Unsupported("omod on an integer result")
+        raise Unsupported("clamp on an integer result")
+    scale = {0: 1.0, 1: 2.0, 2: 4.0, 3: 0.5}[omod]
+
+    def post(r):
+        r = r * rtype(scale) if omod else r
+        return np.clip(r, rtype(0), rtype(1)) if clamp else r
+    return post
+
+
+def _valu_compute(name, dsts, srcs, mods, prog, implicit_vcc=False):
+    """(compute(g) -> result(s), write(g, result, mask)) for a VALU instruction."""
+    nv = prog.nv
+    opsel = _mods_int(mods, "op_sel")
+    if name.endswith(("_e32", "_e64")):
+        name = name[:-4]
+    cmp = ops.vopc(name)
+    if cmp is not None:
+        stypes, fn, to_exec = cmp
+        rd = [vreader(o, t, bool(opsel >> i & 1), nv) for i, (o, t) in enumerate(zip(srcs, stypes))]
+        a, b = rd
+        if to_exec:
+            def write(g, r, m):
+                g.s[EXEC] = _pack(np.broadcast_to(r, m.shape) & m)
+                g._exec = None
+        else:
+            dst = _srow(dsts[0])
+
+            def write(g, r, m):
+                if dst != NULL:
+                    g.s[dst] = _pack(np.broadcast_to(r, m.shape) & m)
+                    if dst == EXEC:
+                        g._exec = None
+        return (lambda g: fn(a(g), b(g))), write
+
+    if name in ops.CARRY:
+        rtype, stypes, fn = ops.CARRY[name]
+        rd = [vreader(o, t, False, nv) for o, t in zip(srcs, stypes)]
+        wv = vwriter(dsts[0], rtype, False, nv)
+        crow = _srow(dsts[1]) if len(dsts) > 1 else VCC
+
+        def write(g, r, m):
+            val, carry = r
+            wv(g, val, m)
+            if crow != NULL:
+                g.s[crow] = _pack(np.broadcast_to(carry, m.shape) & m)
+        if len(rd) == 2:
+            a, b = rd
+            return (lambda g: fn(a(g), b(g))), write
+        a, b, c = rd
+        return (lambda g: fn(a(g), b(g), c(g))), write
+
+    if name in ("v_readfirstlane_b32", "v_readlane_b32"):
+        src = vreader(srcs[0], U32, False, nv)
+        lane = sreader(srcs[1], U32) if len(srcs) > 1 else None
+        w = swriter(dsts[0], U32)
+
+        def compute(g):
+            v = np.broadcast_to(src(g), (g.n, 32))
+            if lane is None:
+                m = g.mask()
+                first = np.where(m.any(axis=1), m.argmax(axis=1), 0)
+            else:
+                first = np.broadcast_to(lane(g) & U32(31), (g.n,)).astype(np.intp)
+            return v[np.arange(g.n), first]
+        return compute, (lambda g, r, m: w(g, r))
+    if name == "v_writelane_b32":
+        val, lane = sreader(srcs[0], U32), sreader(srcs[1], U32)
+        r0 = dsts[0].index
+
+        def compute(g):
+            return np.broadcast_to(val(g), (g.n,)), np.broadcast_to(lane(g) & U32(31), (g.n,)).astype(np.intp)
+
+        def write(g, r, m):
+            g.v[r0][np.arange(g.n), r[1]] = r[0]
+        return compute, write
+    if name in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+        a, b = vreader(srcs[0], U32, False, nv), vreader(srcs[1], U32, False, nv)
+        w = vwriter(dsts[0], U32, False, nv)
+        below = (np.uint64(1) << np.arange(32, dtype=U64)) - U64(1)
+        below = below.astype(U32) if name.endswith("lo_u32_b32") else np.zeros(32, U32)
+        return (lambda g: ops.popcount(a(g) & below) + b(g)), w
+
+    if name not in ops.VALU:
+        raise Unsupported(f"no semantics for {name}")
+    rtype, stypes, fn = ops.VALU[name]
+    srcs = list(srcs)
+    if name in ("v_fmac_f32", "v_fmac_f64"):
+        srcs.append(dsts[0])
+    if name == "v_cndmask_b32" and len(srcs) == 2:
+        srcs.append(ins.Operand(ins.SPECIAL, VCC, 1, reg="vcc_lo"))
+    if len(srcs) != len(stypes):
+        raise Unsupported(f"{name} with {len(srcs)} sources, expected {len(stypes)}")
+    rd = [vreader(o, t, bool(opsel >> i & 1), nv) for i, (o, t) in enumerate(zip(srcs, stypes))]
+    w = vwriter(dsts[0], rtype, bool(opsel >> 3 & 1), nv)
+    post = _post(rtype, mods)
+    if post is not None:
+        inner = fn
+        fn = lambda *a: post(inner(*a))
+    if len(rd) == 1:
+        a, = rd
+        return (lambda g: fn(a(g))), w
+    if len(rd) == 2:
+        a, b = rd
+        return (lambda g: fn(a(g), b(g))), w
+    a, b, c = rd
+    return (lambda g: fn(a(g), b(g), c(g))), w
+
+
+def _valu(name, dsts, srcs, mods, prog, inst):
+    if inst.enc_suffix not in ("", "_e32", "_e64"):
+        raise Unsupported(f"encoding {inst.enc_suffix}")
+    neg, ab = _mods_int(mods, "neg"), _mods_int(mods, "abs")
+    if neg or ab:
+        srcs = [replace(o, neg=o.neg or bool(neg >> i & 1), abs=o.abs or bool(ab >> i & 1))
+                for i, o in enumerate(srcs)]
+    compute, write = _valu_compute(name, dsts, srcs, mods, prog)
+
+    def run(g, x):
+        write(g, compute(g), g.mask())
+    return run
+
+
+def _vopd(inst, prog):
+    halves = []
+    for h in (inst, inst.vopd_y):
+        name = "v_" + h.op[len("v_dual_"):]
+        halves.append(_valu_compute(name, h.dsts, h.srcs, h.mods, prog))
+    (cx, wx), (cy, wy) = halves
+
+    def run(g, x):
+        # Both halves read their sources before either writes.
+        rx, ry = cx(g), cy(g)
+        m = g.mask()
+        wx(g, rx, m)
+        wy(g, ry, m)
+    return run
+
+
+def _salu(name, inst, pc):
+    dsts, srcs = inst.dsts, list(inst.srcs)
+    if name.endswith("_saveexec_b32") or name.endswith("_saveexec_b64"):
+        op = name[2:name.index("_saveexec")]
+        f = ops.SAVEEXEC[op]
+        s0 = sreader(srcs[0], U32)
+        w = swriter(dsts[0], U32)
+
+        def run(g, x):
+            old = g.s[EXEC].copy()
+            new = f(s0(g), old).astype(U32)
+            w(g, old)
+            g.s[EXEC] = new
+            g.s[SCC] = new != 0
+            g._exec = None
+        return run
+    if name == "s_getpc_b64":
+        w = swriter(dsts[0], U64)
+        return lambda g, x: w(g, np.full(g.n, pc + 4, U64))
+    if inst.fmt == "SOPC" or name.startswith("s_cmpk_"):
+        t, fn = ops.sopc(name) or (None, None)
+        if fn is None:
+            raise Unsupported(f"no semantics for {name}")
+        if name.startswith("s_cmpk_"):
+            srcs = list(inst.operands)
+        a, b = sreader(srcs[0], t), sreader(srcs[1], t)
+
+        def run(g, x):
+            g.s[SCC] = np.broadcast_to(fn(a(g), b(g)), (g.n,))
+        return run
+    if name not in ops.SALU:
+        raise Unsupported(f"no semantics for {name}")
+    stypes, fn = ops.SALU[name]
+    if name in ("s_addk_i32", "s_mulk_i32"):
+        srcs = [dsts[0]] + srcs
+    if name in ("s_cmov_b32", "s_cmovk_i32", "s_cselect_b32", "s_cselect_b64", "s_addc_u32", "s_subb_u32"):
+        if name.startswith("s_cmov"):
+            srcs = srcs + [dsts[0]]
+        srcs = srcs + [ins.Operand(ins.SPECIAL, SCC, 1, reg="scc")]
+    if len(srcs) != len(stypes):
+        raise Unsupported(f"{name} with {len(srcs)} sources, expected {len(stypes)}")
+    rd = [sreader(o, t) for o, t in zip(srcs, stypes)]
+    rtype = stypes[0] if stypes[0] is not bool else U32
+    if name.startswith(("s_lshl", "s_lshr", "s_ashr")) and stypes[0] in (U64, ops.I64):
+        rtype = stypes[0]
+    if name in ("s_bcnt1_i32_b64",):
+        rtype = U32
+    w = swriter(dsts[0], rtype) if dsts else (lambda g, r: None)
+
+    def run(g, x):
+        r, scc = fn(*[f(g) for f in rd])
+        if r is not None:
+            w(g, np.broadcast_to(np.asarray(r).astype(rtype) if np.asarray(r).dtype != rtype else r, (g.n,)))
+        if scc is not None:
+            g.s[SCC] = np.broadcast_to(scc, (g.n,))
+    return run
+
+
+def _find(inst, *names):
+    for o in inst.operands:
+        if o.name in names:
+            return o
+    return None
+
+
+def _smem(name, inst):
+    if not name.startswith("s_load_b"):
+        raise Unsupported(f"scalar memory op {name}")
+    k = int(name[len("s_load_b"):]) // 32
+    dst = inst.dsts[0]
+    row = _srow(dst)
+    sbase = _srow(_find(inst, "sbase"))
+    soff = _find(inst, "soffset")
+    soff_row = _srow(soff) if soff is not None and soff.kind != ins.IMM else NULL
+    imm = _mods_int(inst.mods, "offset")
+    if soff is not None and soff.kind == ins.IMM:
+        imm = soff.value
+    imm_off = _find(inst, "offset")
+    if imm_off is not None and imm_off.kind in (ins.IMM, ins.LITERAL, ins.ICONST):
+        imm = imm_off.value
+    if imm >= 1 << 20:
+        imm -= 1 << 21
+
+    def run(g, x):
+        addr = g.s[sbase].astype(U64) | (g.s[sbase + 1].astype(U64) << U64(32))
+        addr = addr + U64(imm & (2**64 - 1))
+        if soff_row != NULL:
+            addr = addr + g.s[soff_row].astype(U64)
+        addr &= ~U64(3)
+        vals = x.memory.load(addr, 4 * k)
+        g.s[row:row + k] = vals.T
+        if row <= EXEC < row + k:
+            g._exec = None
+    return run
+
+
+def _global(name, inst, prog):
+    kind, _, rest = name.partition("_")       # global / flat
+    vaddr = _find(inst, "vaddr", "addr")
+    saddr = _find(inst, "saddr")
+    if saddr is not None and (saddr.kind == ins.SPECIAL and saddr.reg in ("off", "null")):
+        saddr = None
+    offset = _mods_int(inst.mods, "offset")
+    if offset >= 1 << 12 and kind != "flat":
+        offset -= 1 << 13
+    va = vaddr.index
+    srow = _srow(saddr) if saddr is not None else None
+
+    def address(g, m):
+        if srow is None:
+            a = g.v[va][m].astype(U64) | (g.v[va + 1][m].astype(U64) << U64(32))
+        else:
+            base = g.s[srow].astype(U64) | (g.s[srow + 1].astype(U64) << U64(32))
+            a = np.broadcast_to(base[:, None], m.shape)[m] + g.v[va][m].astype(U64)
+        return a + U64(offset & (2**64 - 1))
+
+    op, _, t = rest.rpartition("_")
+    if op == "load" or rest.startswith("load_"):
+        t = rest[len("load_"):]
+        size = LOAD_SIZES[t]
+        k = max(1, size // 4)
+        d = inst.dsts[0].index
+        if d + k > prog.nv:
+            raise Unsupported(f"v{d} is beyond the kernel's {prog.nv} VGPRs")
+        sext = SEXT_LOADS.get(t)
+
+        def run(g, x):
+            m = g.mask()
+            vals = x.memory.load(address(g, m), size)
+            if sext:
+                sh = U32(32 - sext[1])
+                vals = ((vals << sh).view(I32) >> I32(32 - sext[1])).view(U32)
+            for j in range(k):
+                g.v[d + j][m] = vals[:, j]
+        return run
+    if rest.startswith("store_"):
+        size = LOAD_SIZES[rest[len("store_"):]]
+        k = max(1, size // 4)
+        data = _find(inst, "data", "vdata").index
+
+        def run(g, x):
+            m = g.mask()
+            vals = np.stack([g.v[data + j][m] for j in range(k)], axis=1)
+            if size < 4:
+                vals &= U32((1 << (8 * size)) - 1)
+            x.memory.store(address(g, m), vals, size)
+        return run
+    if rest.startswith("atomic_"):
+        aop, dtype, k = ops.atomic_type(rest[len("atomic_"):])
+        data = _find(inst, "data", "vdata").index
+        ret = inst.dsts[0].index if inst.ndst else None
+
+        def run(g, x):
+            m = g.mask()
+            vals = np.stack([g.v[data + j][m] for j in range(k * (2 if aop == "cmpswap" else 1))], axis=1)
+            new, cmp = (vals[:, :k], vals[:, k:]) if aop == "cmpswap" else (vals, None)
+            old = x.memory.atomic(aop, address(g, m), np.ascontiguousarray(new), dtype,
+                                  None if cmp is None else np.ascontiguousarray(cmp))
+            if ret is not None:
+                for j in range(k):
+                    g.v[ret + j][m] = old[:, j]
+        return run
+    raise Unsupported(f"memory op {name}")
+
+
+def _ds(name, inst, prog):
+    rest = name[len("ds_"):]
+    addr = _find(inst, "addr", "vaddr").index
+    off0, off1 = _mods_int(inst.mods, "offset0"), _mods_int(inst.mods, "offset1")
+    offset = _mods_int(inst.mods, "offset") if "offset" in inst.mods else off0 | (off1 << 8)
+    datas = [o for o in inst.srcs if o.kind == ins.VGPR and o.name != "addr" and o is not _find(inst, "addr")]
+
+    def offsets(g, m, x, extra, size):
+        # LDS addresses are 32-bit: the offset add wraps (clang relies on it)
+        a = (g.v[addr][m] + U32(extra)).astype(np.int64)
+        if a.size and (a.min() < 0 or a.max() + size > x.lds_size):
+            bad = int(a[(a < 0) | (a + size > x.lds_size)][0])
+            raise MemoryFault("LDS", bad, size, False, f"outside the workgroup's {x.lds_size} bytes of LDS")
+        return a + np.broadcast_to((g.slot * x.lds_size)[:, None], m.shape)[m]
+
+    if rest.startswith(("load_2addr", "store_2addr")):
+        stride = 64 if "stride64" in rest else 1
+        size = 8 if rest.endswith("b64") else 4
+        k = size // 4
+        o0, o1 = off0 * size * stride, off1 * size * stride
+        if rest.startswith("load"):
+            d = inst.dsts[0].index
+
+            def run(g, x):
+                m = g.mask()
+                for j, o in enumerate((o0, o1)):
+                    vals = x.lds.load(offsets(g, m, x, o, size), size)
+                    for i in range(k):
+                        g.v[d + j * k + i][m] = vals[:, i]
+            return run
+        d0, d1 = datas[0].index, datas[1].index
+
+        def run(g, x):
+            m = g.mask()
+            for o, dd in ((o0, d0), (o1, d1)):
+                vals = np.stack([g.v[dd + i][m] for i in range(k)], axis=1)
+                x.lds.store(offsets(g, m, x, o, size), vals, size)
+        return run
+    if rest.startswith("load_"):
+        t = rest[len("load_"):]
+        size = LOAD_SIZES[t]
+        k = max(1, size // 4)
+        d = inst.dsts[0].index
+        sext = SEXT_LOADS.get(t)
+
+        def run(g, x):
+            m = g.mask()
+            vals = x.lds.load(offsets(g, m, x, offset, size), size)
+            if sext:
+                vals = ((vals << U32(32 - sext[1])).view(I32) >> I32(32 - sext[1])).view(U32)
+            for j in range(k):
+                g.v[d + j][m] = vals[:, j]
+        return run
+    if rest.startswith("store_"):
+        size = LOAD_SIZES[rest[len("store_"):]]
+        k = max(1, size // 4)
+        data = datas[0].index
+
+        def run(g, x):
+            m = g.mask()
+            vals = np.stack([g.v[data + j][m] for j in range(k)], axis=1)
+            if size < 4:
+                vals &= U32((1 << (8 * size)) - 1)
+            x.lds.store(offsets(g, m, x, offset, size), vals, size)
+        return run
+    # LDS atomics: ds_<op>_<type>, ds_<op>_rtn_<type>, ds_cmpstore[_rtn]_b32 (data: new, cmp)
+    rtn = "_rtn_" in rest
+    base = rest.replace("_rtn", "")
+    if base.startswith("cmpstore_"):
+        base = "cmpswap_" + base[len("cmpstore_"):]
+    aop, dtype, k = ops.atomic_type(base)
+    ret = inst.dsts[0].index if rtn and inst.ndst else None
+
+    def run(g, x):
+        m = g.mask()
+        vals = [np.stack([g.v[o.index + j][m] for j in range(k)], axis=1) for o in datas]
+        # ds_cmpstore_b32 vaddr, vdata(new), vcmp -- gfx11 operand order
+        cmp = vals[1] if aop == "cmpswap" else None
+        old = x.lds.atomic(aop, offsets(g, m, x, offset, 4 * k), np.ascontiguousarray(vals[0]), dtype,
+                           None if cmp is None else np.ascontiguousarray(cmp))
+        if ret is not None:
+            for j in range(k):
+                g.v[ret + j][m] = old[:, j]
+    return run
+
+
+# ------------------------------------------------------------------------------------------------
+# running
+
+
+class Executor:
+    """Runs groups of waves of one program against a memory and an LDS."""
+
+    def __init__(self, program: Program, memory, n_slots: int, lds_size: int):
+        self.prog = program
+        self.memory = memory
+        self.lds_size = lds_size
+        self.lds = ByteSpace(max(1, n_slots * lds_size), "LDS")
+        self.instructions = 0      # wave instructions executed
+
+    def run(self, groups: list[Waves], max_steps: int = 10**8):
+        prog, steps = self.prog, 0
+        with np.errstate(all="ignore"):
+            while groups:
+                runnable = [g for g in groups if not g.waiting]
+                if not runnable:
+                    for g in groups:        # every live wave is parked: release the barrier
+                        g.waiting = False
+                        g.pc += 4
+                    runnable = groups
+                g = min(runnable, key=lambda w: w.pc)
+                for other in [o for o in runnable if o is not g and o.pc == g.pc]:
+                    g.absorb(other)
+                    groups.remove(other)
+                steps += self._run_group(g, groups, prog)
+                if steps > max_steps:
+                    raise ExecError(g.pc, "?", f"still running after {max_steps} instructions", g.ids)
+
+    def _run_group(self, g: Waves, groups: list, prog: Program) -> int:
+        pc, n, steps = g.pc, g.n, 0
+        cache = prog.cache
+        try:
+            while True:
+                c = cache.get(pc) or prog.at(pc)
+                steps += 1
+                self.instructions += n
+                kind = c.kind
+                if kind == OP:
+                    if c.fn is not None:
+                        c.fn(g, self)
+                    pc += c.size
+                    continue
+                if kind == CBR:
+                    taken = c.fn(g)
+                    if taken.all():
+                        pc = c.target
+                    elif not taken.any():
+                        pc += c.size
+                    else:
+                        other = g.take(~taken)
+                        other.pc = pc + c.size
+                        keep = g.take(taken)
+                        g.s, g.v, g.slot, g.ids, g._exec = keep.s, keep.v, keep.slot, keep.ids, None
+                        g.pc = c.target
+                        groups.append(other)
+                        return steps
+                    if len(groups) > 1:
+                        g.pc = pc
+                        return steps
+                    continue
+                if kind == BRANCH:
+                    pc = c.target
+                    if len(groups) > 1:
+                        g.pc = pc
+                        return steps
+                    continue
+                if kind == END:
+                    groups.remove(g)
+                    return steps
+                if kind == BARRIER:
+                    g.pc, g.waiting = pc, True
+                    return steps
+        except ExecError:
+            raise
+        except MemoryFault as e:
+            raise ExecError(pc, cache[pc].text, f"memory fault: {e}", g.ids) from None
+        except Exception as e:
+            text = cache[pc].text if pc in cache else "?"
+            raise ExecError(pc, text, f"{type(e).__name__}: {e}", g.ids) from e
+
+
+# ------------------------------------------------------------------------------------------------
+# dispatch
+
+
+def dispatch_packet(grid, block, kernarg_addr, kernel_object=0, group_segment=0, private_segment=0) -> bytes:
+    """hsa_kernel_dispatch_packet_t (64 bytes)."""
+    dims = 3 if grid[2] > 1 or block[2] > 1 else 2 if grid[1] > 1 or block[1] > 1 else 1
+    header = 2  # HSA_PACKET_TYPE_KERNEL_DISPATCH
+    return struct.pack("<HHHHHHIIIIIQQQQ", header, dims, block[0], block[1], block[2], 0,
+                       grid[0], grid[1], grid[2], private_segment, group_segment,
+                       kernel_object, kernarg_addr, 0, 0)
+
+
+def pack_kernargs(kernel, values) -> bytes:
+    """Kernel arguments laid out as the metadata says; pointers and scalars given in order."""
+    buf = bytearray(max(kernel.kernarg_size, 1))
+    args = kernel.args
+    if len(values) != len(args):
+        raise ValueError(f"kernel {kernel.name} takes {len(args)} arguments, got {len(values)}")
+    for a, v in zip(args, values):
+        if isinstance(v, (bytes, bytearray)):
+            raw = bytes(v)
+        elif isinstance(v, (np.generic, np.ndarray)):
+            raw = np.asarray(v).tobytes()
+        elif isinstance(v, float):
+            raw = struct.pack("<f" if a.size == 4 else "<d", v)
+        else:
+            raw = int(v).to_bytes(a.size, "little", signed=int(v) < 0)
+        if len(raw) != a.size:
+            raise ValueError(f"kernel {kernel.name}: argument at offset {a.offset} is {a.size} bytes, got {len(raw)}")
+        buf[a.offset:a.offset + a.size] = raw
+    return bytes(buf)
+
+
+@dataclass
+class DispatchResult:
+    instructions: int
+    waves: int
+
+
+def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs: bytes,
+             max_waves: int = 8192) -> DispatchResult:
+    """Run one kernel of a code object over `grid` work-items (x, y, z) in `block`-sized
+    workgroups, with user SGPRs, workgroup-id SGPRs and work-item-id VGPRs set up as the kernel
+    descriptor asks. Partial workgroups at the grid's edges launch only their work-items."""
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    block = tuple(block) + (1,) * (3 - len(block))
+    kern = code_object.kernel(kernel_name)
+    kd = kern.descriptor
+    if not kd.wave32:
+        raise ValueError(f"kernel {kern.name} is wave64; this executor runs wave32 only")
+    if np.prod(block) > 1024:
+        raise ValueError(f"workgroup of {np.prod(block)} work-items exceeds 1024")
+    # Compilers load kernel arguments in wide s_load_b128/b256 chunks that may run past the last
+    # argument; a real kernarg segment is allocated with room for that, so is this one.
+    kernarg_len = (max(len(kernargs), kern.kernarg_size) + 63) // 64 * 64 + 256
+    kernarg_addr = memory.upload(kernargs.ljust(kernarg_len, b"\0"), 64)
+    packet_addr = memory.upload(dispatch_packet(grid, block, kernarg_addr, kern.descriptor_address,
+                                                kd.group_segment_fixed_size, kd.private_segment_fixed_size), 64)
+    queue_addr = memory.alloc(256, 64)
+    user = np.zeros(16, U32)
+    values = {"dispatch_ptr": packet_addr, "queue_ptr": queue_addr, "kernarg_segment_ptr": kernarg_addr}
+    for name, at, count in kd.user_sgpr_layout():
+        v = values.get(name, 0)
+        for j in range(count):
+            user[at + j] = (v >> (32 * j)) & 0xFFFFFFFF if j < 2 else 0
+    r2 = kd.rsrc2
+    n_user = r2["user_sgpr_count"]
+    wg_rows, row = [], n_user
+    for d, axis in enumerate("xyz"):
+        if r2[f"enable_sgpr_workgroup_id_{axis}"]:
+            wg_rows.append((d, row))
+            row += 1
+    if r2["enable_private_segment"] or kd.private_segment_fixed_size:
+        raise ValueError(f"kernel {kern.name} uses scratch (private segment), which this executor does not model")
+    id_dims = r2["enable_vgpr_workitem_id"] + 1
+
+    prog = Program(kern.code, kern.code_address, kd.vgpr_count)
+    lds_size = (kd.group_segment_fixed_size + 3) // 4 * 4
+    ngroups = [-(-grid[d] // block[d]) for d in range(3)]
+    wgs = np.stack(np.meshgrid(*[np.arange(n) for n in ngroups], indexing="ij"), -1).reshape(-1, 3)
+    # z-major then y then x, the order the hardware dispatches in
+    wgs = wgs[np.lexsort((wgs[:, 0], wgs[:, 1], wgs[:, 2]))]
+    waves_per_wg = -(-int(np.prod(block)) // 32)
+    per_batch = max(1, max_waves // waves_per_wg)
+    total_insts = total_waves = 0
+    for start in range(0, len(wgs), per_batch):
+        batch = wgs[start:start + per_batch]
+        groups, nwaves = _make_waves(batch, grid, block, user, wg_rows, id_dims, prog, kern)
+        ex = Executor(prog, memory, len(batch), lds_size)
+        ex.run(groups)
+        total_insts += ex.instructions
+        total_waves += nwaves
+    return DispatchResult(total_insts, total_waves)
+
+
+def _make_waves(batch, grid, block, user, wg_rows, id_dims, prog, kern):
+    sizes = np.minimum(np.array(block), np.array(grid) - batch * np.array(block))
+    s_parts, v_parts, slots, ids = [], [], [], []
+    nv = max(prog.nv, 1)
+    shapes = {}
+    for i, sz in enumerate(map(tuple, sizes)):
+        shapes.setdefault(sz, []).append(i)
+    for (ax, ay, az), members in shapes.items():
+        n = ax * ay * az
+        nw = -(-n // 32)
+        lin = np.arange(nw * 32)
+        valid = lin < n
+        x, y, z = lin % ax, (lin // ax) % ay, lin // (ax * ay)
+        packed = x.astype(U32)
+        if id_dims >= 2:
+            packed |= (y.astype(U32) << U32(10))
+        if id_dims >= 3:
+            packed |= (z.astype(U32) << U32(20))
+        packed = np.where(valid, packed, 0).astype(U32).reshape(nw, 32)
+        execs = _pack(valid.reshape(nw, 32))
+        m = np.array(members)
+        W = len(m) * nw
+        s = np.zeros((N_SROWS, W), U32)
+        s[:16] = user[:, None]
+        for d, row in wg_rows:
+            s[row] = np.repeat(batch[m, d], nw).astype(U32)
+        s[EXEC] = np.tile(execs, len(m))
+        v = np.zeros((nv, W, 32), U32)
+        v[0] = np.tile(packed, (len(m), 1))
+        s_parts.append(s)
+        v_parts.append(v)
+        slots.append(np.repeat(m, nw))
+        ids.append(np.repeat(m, nw) * 1000 + np.tile(np.arange(nw), len(m)))
+    s = np.concatenate(s_parts, axis=1)
+    v = np.concatenate(v_parts, axis=1)
+    return [Waves(kern.code_address, s, v, np.concatenate(slots), np.concatenate(ids))], s.shape[1]

@@ -1,0 +1,176 @@
+"""Memory as the wave executor sees it.
+
+The executor never touches bytes directly: every vector or scalar memory instruction becomes one
+call, for all active lanes of all waves at once, on an object with this interface (the GPU model
+implements it over its page tables; `FlatMemory` is a plain one for tests):
+
+    load(addrs, size) -> uint32[N, max(1, size // 4)]       sub-dword sizes come back zero-extended
+    store(addrs, data, size)                                data: uint32[N, max(1, size // 4)]
+    atomic(op, addrs, data, dtype, cmp=None) -> uint32[N, k] the old values, k = dwords of dtype
+
+`addrs` is uint64[N] of 64-bit virtual addresses, in lane order (wave-major); when several lanes
+store to one address the highest lane wins, and atomics on one address apply in lane order. An
+access outside mapped memory raises `MemoryFault`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from amdrv.isa.wave_ops import ATOMICS
+
+U8, U32, U64 = np.uint8, np.uint32, np.uint64
+
+
+class MemoryFault(Exception):
+    def __init__(self, space: str, addr: int, size: int, write: bool, why: str = "not mapped"):
+        self.space, self.addr, self.size, self.write = space, addr, size, write
+        super().__init__(f"{'write' if write else 'read'} of {size} bytes at {space} address "
+                         f"{addr:#x}: {why}")
+
+
+class ByteSpace:
+    """A bounded, byte-addressed array with vectorized access (one memory region, or LDS)."""
+
+    def __init__(self, nbytes: int, name: str = "memory"):
+        self.name = name
+        self.u8 = np.zeros((nbytes + 3) // 4 * 4, U8)
+        self.u32 = self.u8.view(U32)
+        self.size = nbytes
+
+    def check(self, off: np.ndarray, size: int, write: bool, base: int = 0):
+        if off.size and (off.min() < 0 or off.max() + size > self.size):
+            bad = off[(off < 0) | (off + size > self.size)][0]
+            raise MemoryFault(self.name, int(bad) + base, size, write, f"outside [{base:#x}, {base + self.size:#x})")
+
+    def load(self, off: np.ndarray, size: int) -> np.ndarray:
+        k = max(1, size // 4)
+        if size >= 4 and not np.any(off & 3):
+            idx = off >> 2
+            return self.u32[idx[:, None] + np.arange(k)] if k > 1 else self.u32[idx][:, None]
+        b = self.u8[off[:, None] + np.arange(size)]
+        if size < 4:
+            b = np.concatenate([b, np.zeros((len(off), 4 - size), U8)], axis=1)
+        return np.ascontiguousarray(b).view(U32).reshape(len(off), k)
+
+    def store(self, off: np.ndarray, data: np.ndarray, size: int):
+        k = max(1, size // 4)
+        data = np.ascontiguousarray(data, U32).reshape(len(off), k)
+        if size >= 4 and not np.any(off & 3):
+            idx = off >> 2
+            if k == 1:
+                self.u32[idx] = data[:, 0]
+            else:
+                self.u32[idx[:, None] + np.arange(k)] = data
+            return
+        self.u8[off[:, None] + np.arange(size)] = data.view(U8)[:, :size]
+
+    def atomic(self, op: str, off: np.ndarray, data: np.ndarray, dtype, cmp=None) -> np.ndarray:
+        k = np.dtype(dtype).itemsize // 4
+        old = self.load(off, 4 * k)
+        cast = lambda a: np.ascontiguousarray(a).view(dtype).reshape(-1)
+        uniq = len(np.unique(off)) == len(off)
+        if uniq:
+            new = self._apply(op, cast(old), cast(data), None if cmp is None else cast(cmp))
+            self.store(off, np.ascontiguousarray(new).view(U32).reshape(-1, k), 4 * k)
+            return old
+        # Lanes that hit the same address see each other's results: apply in lane order.
+        out = np.empty_like(old)
+        for i in range(len(off)):
+            o = self.load(off[i:i + 1], 4 * k)
+            out[i] = o[0]
+            new = self._apply(op, cast(o), cast(data[i:i + 1]), None if cmp is None else cast(cmp[i:i + 1]))
+            self.store(off[i:i + 1], np.ascontiguousarray(new).view(U32).reshape(1, k), 4 * k)
+        return out
+
+    @staticmethod
+    def _apply(op, old, data, cmp):
+        if op == "cmpswap":
+            return np.where(old == cmp, data, old)
+        return np.asarray(ATOMICS[op](old, data), old.dtype)
+
+
+class FlatMemory:
+    """A sparse 64-bit address space of separately allocated regions; everything else faults."""
+
+    def __init__(self, base: int = 0x1_0000_0000):
+        self.next = base
+        self.regions: list[tuple[int, ByteSpace]] = []
+        self._bases = np.zeros(0, U64)
+
+    def alloc(self, nbytes: int, align: int = 256) -> int:
+        addr = (self.next + align - 1) // align * align
+        self.regions.append((addr, ByteSpace(max(nbytes, 1), "global")))
+        self._bases = np.array([b for b, _ in self.regions], U64)
+        # A guard gap after each region so that running off its end faults instead of aliasing.
+        self.next = addr + max(nbytes, 1) + 4096
+        return addr
+
+    def upload(self, data, align: int = 256) -> int:
+        raw = np.ascontiguousarray(data).view(U8).reshape(-1) if isinstance(data, np.ndarray) \
+            else np.frombuffer(bytes(data), U8)
+        addr = self.alloc(len(raw), align)
+        self.write(addr, raw)
+        return addr
+
+    def _region(self, addr: int, size: int, write: bool):
+        i = int(np.searchsorted(self._bases, U64(addr), "right")) - 1
+        if i < 0 or addr + size > self.regions[i][0] + self.regions[i][1].size:
+            raise MemoryFault("global", addr, size, write)
+        return self.regions[i]
+
+    def write(self, addr: int, data):
+        raw = np.ascontiguousarray(data).view(U8).reshape(-1) if isinstance(data, np.ndarray) \
+            else np.frombuffer(bytes(data), U8)
+        base, space = self._region(addr, len(raw), True)
+        space.u8[addr - base: addr - base + len(raw)] = raw
+
+    def read(self, addr: int, nbytes: int) -> bytes:
+        base, space = self._region(addr, nbytes, False)
+        return space.u8[addr - base: addr - base + nbytes].tobytes()
+
+    def array(self, addr: int, dtype, count: int) -> np.ndarray:
+        return np.frombuffer(self.read(addr, np.dtype(dtype).itemsize * count), dtype).copy()
+
+    def _split(self, addrs: np.ndarray, size: int, write: bool):
+        """Yield (lane indices or None for all, region, offsets)."""
+        addrs = np.asarray(addrs, U64)
+        if not self.regions:
+            raise MemoryFault("global", int(addrs[0]), size, write)
+        ri = np.searchsorted(self._bases, addrs, "right").astype(np.int64) - 1
+        if ri.min() < 0:
+            raise MemoryFault("global", int(addrs[ri < 0][0]), size, write)
+        first = ri[0]
+        if np.all(ri == first):
+            base, space = self.regions[first]
+            off = (addrs - U64(base)).astype(np.int64)
+            space.check(off, size, write, base)
+            yield None, space, off
+            return
+        for r in np.unique(ri):
+            sel = np.nonzero(ri == r)[0]
+            base, space = self.regions[r]
+            off = (addrs[sel] - U64(base)).astype(np.int64)
+            space.check(off, size, write, base)
+            yield sel, space, off
+
+    def load(self, addrs, size):
+        parts = list(self._split(addrs, size, False))
+        if parts[0][0] is None:
+            return parts[0][1].load(parts[0][2], size)
+        out = np.empty((len(addrs), max(1, size // 4)), U32)
+        for sel, space, off in parts:
+            out[sel] = space.load(off, size)
+        return out
+
+    def store(self, addrs, data, size):
+        data = np.asarray(data, U32).reshape(len(addrs), -1)
+        for sel, space, off in self._split(addrs, size, True):
+            space.store(off, data if sel is None else data[sel], size)
+
+    def atomic(self, op, addrs, data, dtype, cmp=None):
+        size = np.dtype(dtype).itemsize
+        out = np.empty((len(addrs), size // 4), U32)
+        for sel, space, off in self._split(addrs, size, True):
+            s = slice(None) if sel is None else sel
+            out[s] = space.atomic(op, off, data[s], dtype, None if cmp is None else cmp[s])
+        return out

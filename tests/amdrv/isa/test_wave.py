@@ -1,0 +1,444 @@
+"""The wave executor runs clang-built gfx1100 kernels and matches numpy."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
+from amdrv.isa.wave import ExecError, dispatch, pack_kernargs
+from amdrv.isa.wave_memory import FlatMemory, MemoryFault
+from amdrv.isa.wave_ops import fma_f32
+
+f32, f64, i32, u32, u64 = np.float32, np.float64, np.int32, np.uint32, np.uint64
+
+
+def run(path, grid, block, args, outputs=()):
+    """Upload array arguments, dispatch, and return the arrays named by index in `outputs`."""
+    co = CodeObject.load(path)
+    kern = co.kernel()
+    mem = FlatMemory()
+    values, addrs = [], {}
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            addrs[i] = mem.upload(a)
+            values.append(addrs[i])
+        else:
+            values.append(a)
+    res = dispatch(co, None, mem, grid, block, pack_kernargs(kern, values))
+    out = {i: mem.array(addrs[i], args[i].dtype, args[i].size).reshape(args[i].shape) for i in outputs}
+    return out, res
+
+
+def ulps(got, want):
+    """Distance in float32 units in the last place."""
+    g = np.asarray(got, f32).view(i32).astype(np.int64)
+    w = np.asarray(want, f64).astype(f32).view(i32).astype(np.int64)
+    g = np.where(g < 0, -(g & 0x7FFFFFFF), g)
+    w = np.where(w < 0, -(w & 0x7FFFFFFF), w)
+    return np.abs(g - w)
+
+
+def fma_ref(a, b, c):
+    """Exact fma, one rounding, from rationals (independent of the executor's implementation)."""
+    return np.array([f32(float(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))))
+                     for x, y, z in zip(a, b, c)], f32)
+
+
+SIZES = {"even": (256, 64), "awkward": (203, 64)}
+rng = np.random.default_rng(1234)
+
+
+def rand_f(n, lo=-4.0, hi=4.0):
+    return rng.uniform(lo, hi, n).astype(f32)
+
+
+# ------------------------------------------------------------------------------------------------
+# one test per kernel, each at an even size and an awkward one (a partial last workgroup)
+
+
+@pytest.fixture(params=sorted(SIZES))
+def size(request):
+    return SIZES[request.param]
+
+
+def test_add_f32(kernel_corpus, size):
+    n, wg = size
+    a, b = rand_f(n), rand_f(n)
+    out, _ = run(kernel_corpus["add_f32"], (n,), (wg,), [np.zeros(n, f32), a, b, u32(n)], [0])
+    assert np.array_equal(out[0], a + b)
+
+
+def test_float_arith(kernel_corpus, size):
+    n, wg = size
+    a, b, c = rand_f(n), rand_f(n), rand_f(n)
+    out, _ = run(kernel_corpus["float_arith"], (n,), (wg,), [np.zeros(8 * n, f32), a, b, c, u32(n)], [0])
+    o = out[0].reshape(n, 8)
+    assert np.array_equal(o[:, 0], a - b)
+    assert np.array_equal(o[:, 1], a * b)
+    assert np.array_equal(o[:, 2], fma_ref(a, b, c))
+    assert np.array_equal(o[:, 3], np.fmin(a, b) + np.fmax(b, c))
+    assert np.array_equal(o[:, 4], np.abs(a) + c)
+    assert np.array_equal(o[:, 5], np.floor(a) + np.ceil(b))
+    assert np.array_equal(o[:, 6], np.trunc(c) * np.copysign(f32(1.5), a))
+    assert np.array_equal(o[:, 7], fma_ref(a, b, c))     # clang contracts x * y + z
+
+
+def test_div_f32(kernel_corpus, size):
+    n, wg = size
+    a, b = rand_f(n, -1e3, 1e3), rand_f(n, 0.001, 10) * np.where(rng.random(n) < 0.5, -1, 1).astype(f32)
+    out, _ = run(kernel_corpus["div_f32"], (n,), (wg,), [np.zeros(n, f32), a, b, u32(n)], [0])
+    assert np.array_equal(out[0], a / b)      # IEEE division is correctly rounded
+
+
+def test_exp_log(kernel_corpus, size):
+    n, wg = size
+    a, b = rand_f(n, -20, 20), rand_f(n, 1e-3, 1e3)
+    out, _ = run(kernel_corpus["exp_log"], (n,), (wg,), [np.zeros(4 * n, f32), a, b, u32(n)], [0])
+    o = out[0].reshape(n, 4)
+    # exp2/log2 are one v_exp_f32/v_log_f32 each: the modeled bound is 1 ulp
+    assert ulps(o[:, 2], np.exp2(a.astype(f64))).max() <= 1
+    assert ulps(o[:, 3], np.log2(b.astype(f64))).max() <= 1
+    # exp/log scale by log2(e) / ln(2) in float32 first (clang-15's fast lowering), which adds
+    # |x| * 2**-24 relative error in the argument
+    np.testing.assert_allclose(o[:, 0], np.exp(a.astype(f64)), rtol=4e-6)
+    np.testing.assert_allclose(o[:, 1], np.log(b.astype(f64)), rtol=1e-6, atol=1e-6)
+
+
+def test_sqrt_rcp(kernel_corpus, size):
+    n, wg = size
+    a = rand_f(n, 1e-4, 1e4)
+    out, _ = run(kernel_corpus["sqrt_rcp"], (n,), (wg,), [np.zeros(3 * n, f32), a, u32(n)], [0])
+    o = out[0].reshape(n, 3)
+    x = a.astype(f64)
+    assert ulps(o[:, 0], np.sqrt(x)).max() <= 1
+    assert ulps(o[:, 1], 1 / np.sqrt(x)).max() <= 1
+    assert ulps(o[:, 2], 1 / x).max() <= 1
+
+
+def test_sincos(kernel_corpus, size):
+    n, wg = size
+    a = rand_f(n, -50, 50)
+    out, _ = run(kernel_corpus["sincos"], (n,), (wg,), [np.zeros(2 * n, f32), a, u32(n)], [0])
+    o = out[0].reshape(n, 2)
+    # v_sin/v_cos see x / (2 pi) rounded to float32: absolute error about |x| * 2**-24 plus the
+    # unit's 2**-24
+    tol = np.abs(a) * 2.0 ** -23 + 2.0 ** -22
+    assert np.all(np.abs(o[:, 0] - np.sin(a.astype(f64))) <= tol)
+    assert np.all(np.abs(o[:, 1] - np.cos(a.astype(f64))) <= tol)
+
+
+def test_int_arith(kernel_corpus, size):
+    n, wg = size
+    a, b = rng.integers(-2**31, 2**31, n).astype(i32), rng.integers(-2**31, 2**31, n).astype(i32)
+    b[::7] = a[::7]
+    out, _ = run(kernel_corpus["int_arith"], (n,), (wg,), [np.zeros(10 * n, i32), a, b, u32(n)], [0])
+    o = out[0].reshape(n, 10)
+    ua, ub = a.view(u32), b.view(u32)
+    sh = ub & 31
+    with np.errstate(over="ignore"):
+        assert np.array_equal(o[:, 0], a + b)
+        assert np.array_equal(o[:, 1], a - b)
+        assert np.array_equal(o[:, 2], a * b)
+    assert np.array_equal(o[:, 3], ((a.astype(np.int64) * b) >> 32).astype(i32))
+    assert np.array_equal(o[:, 4].view(u32), ((ua.astype(u64) * ub) >> u64(32)).astype(u32))
+    assert np.array_equal(o[:, 5], (a << sh.astype(i32)) ^ (a >> sh.astype(i32)))
+    assert np.array_equal(o[:, 6].view(u32), (ua >> sh) | (a & b).view(u32))
+    assert np.array_equal(o[:, 7], np.minimum(a, b))
+    assert np.array_equal(o[:, 8].view(u32), np.maximum(ua, ub))
+    assert np.array_equal(o[:, 9], ~a + (a == b))
+
+
+def test_int_divrem(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-2**31 + 1, 2**31, n).astype(i32)
+    b = rng.integers(-70000, 70000, n).astype(i32)
+    b[b == 0] = 3
+    b[::5] = rng.integers(1, 10, len(b[::5]))
+    out, _ = run(kernel_corpus["int_divrem"], (n,), (wg,), [np.zeros(4 * n, i32), a, b, u32(n)], [0])
+    o = out[0].reshape(n, 4)
+    q = np.trunc(a.astype(f64) / b).astype(np.int64)
+    assert np.array_equal(o[:, 0], q)
+    assert np.array_equal(o[:, 1], a - q * b)
+    ua, ub = a.view(u32), b.view(u32)
+    assert np.array_equal(o[:, 2].view(u32), ua // ub)
+    assert np.array_equal(o[:, 3].view(u32), ua % ub)
+
+
+def test_int64(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(0, 2**64, n, dtype=u64)
+    b = rng.integers(0, 2**64, n, dtype=u64)
+    out, _ = run(kernel_corpus["int64"], (n,), (wg,), [np.zeros(5 * n, u64), a, b, u32(n)], [0])
+    o = out[0].reshape(n, 5)
+    s = b & u64(63)
+    assert np.array_equal(o[:, 0], a + b)
+    assert np.array_equal(o[:, 1], a * b)
+    assert np.array_equal(o[:, 2], (a << s) | (a >> u64(7)))
+    assert np.array_equal(o[:, 3], (a.view(np.int64) >> s.astype(np.int64)).view(u64))
+    assert np.array_equal(o[:, 4], np.where(a > b, a - b, b ^ a))
+
+
+def test_addr64(kernel_corpus, size):
+    n, wg = size
+    stride, base = 3, 5
+    a = rand_f(base + n * stride)
+    out, _ = run(kernel_corpus["addr64"], (n,), (wg,), [np.zeros(n, f32), a, u64(stride), u64(base), u32(n)], [0])
+    assert np.array_equal(out[0], a[base::stride][:n] * 2)
+
+
+def test_saxpy(kernel_corpus, size):
+    n, wg = size
+    x, y = rand_f(n), rand_f(n)
+    out, _ = run(kernel_corpus["saxpy"], (n,), (wg,), [y.copy(), x, f32(1.75), u32(n)], [0])
+    assert np.array_equal(out[0], fma_ref(np.full(n, 1.75, f32), x, y))
+
+
+def test_loop_sum(kernel_corpus, size):
+    n, wg = size
+    m = 9
+    a = rand_f(n * m)
+    out, _ = run(kernel_corpus["loop_sum"], (n,), (wg,), [np.zeros(n, f32), a, u32(m), u32(n)], [0])
+    want = np.zeros(n, f32)
+    for k in range(m):                      # the same left-to-right float32 order as the kernel
+        want = want + a.reshape(n, m)[:, k]
+    assert np.array_equal(out[0], want)
+
+
+def test_collatz(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(1, 5000, n).astype(u32)
+    out, _ = run(kernel_corpus["collatz"], (n,), (wg,), [np.zeros(n, u32), a, u32(n)], [0])
+    want = []
+    for x in a.tolist():
+        s = 0
+        while x != 1 and s < 1000:
+            x = 3 * x + 1 if x & 1 else x >> 1
+            s += 1
+        want.append(s)
+    assert np.array_equal(out[0], want)
+
+
+def test_branch(kernel_corpus, size):
+    n, wg = size
+    a = rand_f(n, -3, 3)
+    out, _ = run(kernel_corpus["branch"], (n,), (wg,), [np.zeros(n, f32), a, u32(n)], [0])
+    i = np.arange(n)
+    sq = np.where(i & 1, -(a * a), a * a)
+    want = np.where(a > 1, sq, np.where(a < -1, f32(1) / a, a + f32(100)))
+    assert np.array_equal(out[0], want)
+
+
+def test_convert(kernel_corpus, size):
+    n, wg = size
+    b = rng.integers(0, 256, n).astype(np.uint8)
+    s = rng.integers(-2**15, 2**15, n).astype(np.int16)
+    f = rand_f(n, -3e9, 3e9)
+    f[::4] = rand_f(len(f[::4]), -100, 100)
+    args = [np.zeros(2 * n, f32), np.zeros(2 * n, i32), np.zeros(n, np.uint8), b, s, f, u32(n)]
+    out, _ = run(kernel_corpus["convert"], (n,), (wg,), args, [0, 1, 2])
+    of, oi = out[0].reshape(n, 2), out[1].reshape(n, 2)
+    assert np.array_equal(of[:, 0], b.astype(f32) + s.astype(f32))
+    assert np.array_equal(of[:, 1], (b.astype(u32) * u32(1000003)).astype(f32))
+    # float -> int conversion saturates on gfx11
+    assert np.array_equal(oi[:, 0], np.clip(np.trunc(f.astype(f64)), -2**31, 2**31 - 1).astype(i32))
+    assert np.array_equal(oi[:, 1].view(u32), np.clip(np.trunc(np.abs(f.astype(f64))), 0, 2**32 - 1).astype(u32))
+    assert np.array_equal(out[2], (b.astype(np.int32) + s).astype(np.uint8))
+
+
+def test_f64(kernel_corpus, size):
+    n, wg = size
+    n = min(n, 100)          # the exact f64 fma model is a per-lane loop
+    a, b = rng.uniform(-1e3, 1e3, n), rng.uniform(0.5, 1e3, n)
+    out, _ = run(kernel_corpus["f64"], (n,), (wg,), [np.zeros(4 * n, f64), a, b, u32(n)], [0])
+    o = out[0].reshape(n, 4)
+    assert np.array_equal(o[:, 0], a + b)
+    assert np.array_equal(o[:, 1], a * b)
+    assert np.array_equal(o[:, 2], [float(Fraction(x) * Fraction(y) + Fraction(x)) for x, y in zip(a, b)])
+    assert np.array_equal(o[:, 3], a / b)
+
+
+def test_local_reverse(kernel_corpus, size):
+    n, wg = size
+    a = rand_f(n)
+    out, _ = run(kernel_corpus["local_reverse"], (n,), (wg,), [np.zeros(n, f32), a, u32(n)], [0])
+    want = np.concatenate([a[g:g + wg][::-1] for g in range(0, n, wg)])
+    assert np.array_equal(out[0], want)
+
+
+def test_local_scan(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-1000, 1000, n).astype(i32)
+    out, _ = run(kernel_corpus["local_scan"], (n,), (wg,), [np.zeros(n, i32), a, u32(n)], [0])
+    want = np.concatenate([np.cumsum(a[g:g + wg]) for g in range(0, n, wg)])
+    assert np.array_equal(out[0], want)
+
+
+def test_histogram(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(0, 1000, n).astype(u32)
+    nb = 7
+    out, _ = run(kernel_corpus["histogram"], (n,), (wg,), [np.zeros(nb, u32), a, u32(nb), u32(n)], [0])
+    assert np.array_equal(out[0], np.bincount(a % nb, minlength=nb))
+
+
+def test_atomics(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-10**6, 10**6, n).astype(i32)
+    acc = np.array([2**31 - 1, -2**31, 0, -1, 0, 0, 0, 0, 0], i32)
+    out, _ = run(kernel_corpus["atomics"], (n,), (wg,), [acc, np.zeros(n, i32), a, u32(n)], [0, 1])
+    got = out[0]
+    assert got[0] == a.min() and got[1] == a.max()
+    assert got[2] == np.bitwise_or.reduce((1 << (a & 31).astype(np.int64)).astype(np.int64)).astype(i32)
+    want_and = np.int64(-1)
+    for i in range(n):
+        want_and &= ~(1 << (i & 31))
+    assert got[3] == np.int32(np.int64(want_and).astype(i32))
+    assert got[4] == n
+    assert sorted(out[1].tolist()) == list(range(n))     # every ticket exactly once
+    # cmpxchg from 0: the first lane (in lane order) of each residue class wins
+    assert got[5:9].tolist() == [r + 1 for r in range(4)]
+
+
+def test_reduce_sum(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-1000, 1000, n).astype(i32)
+    ngroups = -(-n // wg)
+    out, _ = run(kernel_corpus["reduce_sum"], (n,), (wg,),
+                 [np.zeros(1, i32), np.zeros(ngroups, i32), a, u32(n)], [0, 1])
+    assert out[0][0] == a.sum()
+    assert np.array_equal(out[1], [a[g:g + wg].sum() for g in range(0, n, wg)])
+
+
+@pytest.mark.parametrize("mnk", [(16, 24, 16), (13, 21, 11)], ids=["even", "awkward"])
+def test_matmul_tiled(kernel_corpus, mnk):
+    M, N, K = mnk
+    A, B = rand_f(M * K).reshape(M, K), rand_f(K * N).reshape(K, N)
+    out, _ = run(kernel_corpus["matmul_tiled"], (N, M), (8, 8),
+                 [np.zeros((M, N), f32), A, B, u32(M), u32(N), u32(K)], [0])
+    np.testing.assert_allclose(out[0], A.astype(f64) @ B, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("wh", [(32, 16), (37, 11)], ids=["even", "awkward"])
+def test_transpose(kernel_corpus, wh):
+    w, h = wh
+    a = rng.integers(0, 2**31, (h, w)).astype(i32)
+    out, _ = run(kernel_corpus["transpose"], (w, h), (16, 4), [np.zeros((w, h), i32), a, u32(w), u32(h)], [0])
+    assert np.array_equal(out[0], a.T)
+
+
+@pytest.mark.parametrize("dims", [(8, 4, 4), (9, 5, 3)], ids=["even", "awkward"])
+def test_grid3d(kernel_corpus, dims):
+    nx, ny, nz = dims
+    block = (4, 2, 2)
+    out, _ = run(kernel_corpus["grid3d"], dims, block, [np.zeros(2 * nx * ny * nz, u32), u32(nx), u32(ny), u32(nz)], [0])
+    o = out[0].reshape(nz, ny, nx, 2)
+    z, y, x = np.meshgrid(np.arange(nz), np.arange(ny), np.arange(nx), indexing="ij")
+    assert np.array_equal(o[..., 0], (x % 4) | (y % 2) << 8 | (z % 2) << 16)
+    assert np.array_equal(o[..., 1], (x // 4) | (y // 2) << 8 | (z // 2) << 16)
+
+
+def test_select_clamp(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-500, 500, n).astype(i32)
+    f = rand_f(n, -2, 2)
+    out, _ = run(kernel_corpus["select_clamp"], (n,), (wg,),
+                 [np.zeros(2 * n, i32), np.zeros(n, f32), a, f, i32(-100), i32(200), u32(n)], [0, 1])
+    o = out[0].reshape(n, 2)
+    assert np.array_equal(o[:, 0], np.clip(a, -100, 200))
+    assert np.array_equal(o[:, 1], np.abs(a))
+    assert np.array_equal(out[1], np.clip(f, -1, 1) + np.where(f > 0.5, f32(2), f32(0.25)))
+
+
+def test_bitops(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(u32)
+    a[:3] = [0, 1, 0x80000000]
+    out, _ = run(kernel_corpus["bitops"], (n,), (wg,), [np.zeros(5 * n, u32), a, u32(n)], [0])
+    o = out[0].reshape(n, 5)
+    bits = [format(int(x), "032b") for x in a]
+    assert np.array_equal(o[:, 0], [b.count("1") for b in bits])
+    assert np.array_equal(o[:, 1], [len(b) - len(b.lstrip("0")) for b in bits])
+    assert np.array_equal(o[:, 2], [len(b) - len(b.rstrip("0")) for b in bits])
+    assert np.array_equal(o[:, 3], (a >> 5) & 0x3FF)
+    rev = np.array([int(b[::-1], 2) for b in bits], u32)
+    assert np.array_equal(o[:, 4], rev + a.byteswap())
+
+
+def test_corpus_is_covered(kernel_corpus):
+    tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
+    assert len(kernel_corpus) >= 20
+    assert set(kernel_corpus) <= tested, set(kernel_corpus) - tested
+
+
+# ------------------------------------------------------------------------------------------------
+# exactness of the float model
+
+
+def test_fma_f32_single_rounding():
+    # a*b+c where rounding the float64 sum first and then to float32 would round twice
+    a = np.array([1 + 2**-23, 1 + 2**-12, 3.0, 1.0], f32)
+    b = np.array([1 + 2**-23, 1 + 2**-12, 1 / 3, 1 + 2**-23], f32)
+    c = np.array([-1.0, 2**-48, -1.0, 2**-24 + 2**-60], f32)
+    want = fma_ref(a, b, c)
+    assert np.array_equal(fma_f32(a, b, c), want)
+    x = rng.uniform(-1, 1, 2000).astype(f32)
+    y = rng.uniform(-1, 1, 2000).astype(f32)
+    z = (-(x.astype(f64) * y) * (1 + rng.uniform(-1e-7, 1e-7, 2000))).astype(f32)   # cancellation
+    assert np.array_equal(fma_f32(x, y, z), fma_ref(x, y, z))
+
+
+# ------------------------------------------------------------------------------------------------
+# faults are reported, not ignored
+
+
+def _raw_kernel(tmp_path, code: bytes, vgprs=4, sgprs=8, lds=0):
+    spec = KernelSpec("raw", code, vgprs, sgprs, group_segment_size=lds,
+                      user_sgprs=("kernarg_segment_ptr",))
+    path = tmp_path / "raw.so"
+    path.write_bytes(write_code_object([spec]))
+    return CodeObject.load(path)
+
+
+def test_out_of_range_store_is_reported(kernel_corpus):
+    co = CodeObject.load(kernel_corpus["add_f32"])
+    mem = FlatMemory()
+    a = mem.upload(np.zeros(64, f32))
+    # the output pointer runs 4 KiB past the end of a 64-element buffer
+    args = pack_kernargs(co.kernel(), [a + 4096, a, a, u32(64)])
+    with pytest.raises(ExecError) as e:
+        dispatch(co, None, mem, (64,), (64,), args)
+    assert "global_store_b32" in str(e.value) and "memory fault" in str(e.value)
+    assert e.value.pc >= co.kernel().code_address
+
+
+def test_out_of_range_load_is_reported(kernel_corpus):
+    co = CodeObject.load(kernel_corpus["add_f32"])
+    mem = FlatMemory()
+    a = mem.upload(np.zeros(64, f32))
+    args = pack_kernargs(co.kernel(), [a, a, a, u32(100)])      # n larger than the buffers
+    with pytest.raises(ExecError, match=r"global_load_b32.*memory fault.*read of 4 bytes"):
+        dispatch(co, None, mem, (100,), (64,), args)
+
+
+def test_illegal_instruction_is_reported(tmp_path):
+    co = _raw_kernel(tmp_path, bytes([0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0xb0, 0xbf]))
+    with pytest.raises(ExecError, match=r"PC 0x[0-9a-f]+: .*illegal instruction"):
+        dispatch(co, None, FlatMemory(), (32,), (32,), b"")
+
+
+def test_running_off_the_end_is_reported(tmp_path):
+    # v_mov_b32 v1, 0 then padding; no s_endpgm
+    co = _raw_kernel(tmp_path, bytes([0x80, 0x02, 0x02, 0x7e, 0x00, 0x00, 0x9f, 0xbf]))
+    with pytest.raises(ExecError, match="s_code_end"):
+        dispatch(co, None, FlatMemory(), (32,), (32,), b"")
+
+
+def test_flat_memory_faults():
+    mem = FlatMemory()
+    a = mem.alloc(16)
+    mem.store(np.array([a, a + 12], u64), np.array([[1], [2]], u32), 4)
+    assert mem.load(np.array([a + 12], u64), 4)[0, 0] == 2
+    with pytest.raises(MemoryFault, match="write of 4 bytes"):
+        mem.store(np.array([a + 14], u64), np.array([[1]], u32), 4)
+    with pytest.raises(MemoryFault):
+        mem.load(np.array([0x10], u64), 4)
