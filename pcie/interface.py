@@ -1,0 +1,149 @@
+"""The contract between drivers and whatever carries their memory accesses (DESIGN.md, `pcie`).
+
+Drivers only see these classes. Providers (sysfs, VFIO, USB bridge, TCP shim, the simulator) are found
+by name through the `driverless.pcie` entry-point group, so no driver imports a provider's package:
+`open_function("sim", "navi31")` loads the entry point named "sim" and calls it with the rest.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from importlib import metadata
+
+
+class PCIError(Exception):
+    """A PCI-level failure; the message names the function (bus address) and what to do."""
+
+
+@dataclass
+class AccessCounters:
+    """What a function's accesses cost: MMIO reads/writes (each read is a round trip over USB/TCP),
+    bulk bytes each way, config accesses, and round trips where the transport has them."""
+    mmio_reads: int = 0
+    mmio_writes: int = 0
+    bulk_read_bytes: int = 0
+    bulk_write_bytes: int = 0
+    config_reads: int = 0
+    config_writes: int = 0
+    round_trips: int = 0
+
+    def snapshot(self) -> AccessCounters:
+        return AccessCounters(**vars(self))
+
+    def __sub__(self, other: AccessCounters) -> AccessCounters:
+        return AccessCounters(**{k: v - getattr(other, k) for k, v in vars(self).items()})
+
+
+class BAR(abc.ABC):
+    """One BAR as an MMIO view. Offsets are bytes from the BAR's start; 32/64-bit accesses are aligned."""
+    index: int
+    size: int
+
+    @abc.abstractmethod
+    def read32(self, offset: int) -> int: ...
+
+    @abc.abstractmethod
+    def write32(self, offset: int, value: int) -> None: ...
+
+    def read64(self, offset: int) -> int:
+        return self.read32(offset) | (self.read32(offset + 4) << 32)
+
+    def write64(self, offset: int, value: int) -> None:
+        self.write32(offset, value & 0xFFFFFFFF)
+        self.write32(offset + 4, value >> 32)
+
+    @abc.abstractmethod
+    def read(self, offset: int, size: int) -> bytes: ...
+
+    @abc.abstractmethod
+    def write(self, offset: int, data: bytes) -> None: ...
+
+    def direct(self) -> memoryview | None:
+        """A memoryview of the BAR when it is truly mapped (PCIe, simulator), so hot paths can skip
+        per-access overhead; None over transports where every access is a transaction (USB, TCP)."""
+        return None
+
+    def flush(self) -> None:
+        """Completes posted writes the transport may batch; a read also flushes them first."""
+
+    def _check(self, offset: int, size: int, align: int = 1) -> None:
+        if offset < 0 or offset + size > self.size or offset % align:
+            raise PCIError(f"BAR{self.index}: access of {size} bytes at {offset:#x} is outside the "
+                           f"{self.size:#x}-byte BAR or misaligned")
+
+
+class DMABuffer(abc.ABC):
+    """Host memory the device can read and write: a host view and the bus addresses the device uses."""
+    size: int
+
+    @property
+    @abc.abstractmethod
+    def view(self) -> memoryview: ...
+
+    @abc.abstractmethod
+    def bus_address(self, offset: int = 0) -> int:
+        """The bus address of byte `offset`; pages may be discontiguous, so ask per page."""
+
+    @abc.abstractmethod
+    def free(self) -> None: ...
+
+
+class PCIFunction(abc.ABC):
+    """One PCI function: identity, config space, BARs, DMA memory, reset, and access counters."""
+
+    def __init__(self, address: str):
+        self.address = address            # "0000:03:00.0", or a provider-specific name ("sim0")
+        self.counters = AccessCounters()  # every access path adds to these
+
+    @property
+    def vendor_id(self) -> int:
+        return self.config_read(0x00, 2)
+
+    @property
+    def device_id(self) -> int:
+        return self.config_read(0x02, 2)
+
+    @abc.abstractmethod
+    def config_read(self, offset: int, size: int) -> int: ...
+
+    @abc.abstractmethod
+    def config_write(self, offset: int, size: int, value: int) -> None: ...
+
+    @abc.abstractmethod
+    def bar(self, index: int) -> BAR: ...
+
+    @abc.abstractmethod
+    def alloc_dma(self, size: int) -> DMABuffer: ...
+
+    def reset(self) -> None:
+        """Function-level reset where the platform offers one."""
+        raise PCIError(f"{self.address}: this transport has no function reset")
+
+    def close(self) -> None:
+        """Unmaps BARs, frees DMA memory and releases the device lock."""
+
+    def set_bus_master(self, enable: bool) -> None:
+        cmd = self.config_read(0x04, 2)
+        self.config_write(0x04, 2, (cmd | 0x6) if enable else (cmd & ~0x4))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+ENTRY_POINT_GROUP = "driverless.pcie"
+
+
+def providers() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def open_function(provider: str, *args, **kwargs) -> PCIFunction:
+    """Opens a function through a named provider ("sysfs", "vfio", "sim", ...)."""
+    eps = providers()
+    if provider not in eps:
+        raise PCIError(f"pcie: no provider {provider!r}; installed: {', '.join(sorted(eps)) or 'none'} "
+                       f"(is the package installed with `pip install -e .`?)")
+    return eps[provider].load()(*args, **kwargs)
