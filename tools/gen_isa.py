@@ -315,6 +315,21 @@ def build_tables() -> dict:
             if op in tables[kind] and any(sp[1] == "imm" for sp in tables[kind][op][1]):
                 probes.append((kind, op, 0, encode(pf, dict(fields, simm16=5)), "small"))
     texts = mc_disassemble([p[3] for p in probes])
+    # "3.5" written in each source: the literal llvm-mc makes says how it reads float text.
+    asm_jobs = []
+    for kind, ops in tables.items():
+        if kind in ("VOPDX", "VOPDY"):
+            continue
+        for op, (mn, specs, mods) in ops.items():
+            base = [_default_operand(sp, mn) for sp in specs]
+            for i, sp in enumerate(specs):
+                if sp[0] in SRC_FIELDS and not any(x[0] == "literal" for x in specs):
+                    line = mn + " " + ", ".join(base[:i] + ["3.5"] + base[i + 1:])
+                    asm_jobs.append(((kind, op, i), line + (" glc" if kind.endswith("_glc") else "")))
+    float_lits = {}
+    for (key, _), enc in zip(asm_jobs, mc_assemble([j[1] for j in asm_jobs])):
+        if enc is not None and len(enc) in (8, 12):
+            float_lits[key] = int.from_bytes(enc[-4:], "little")
     seen: dict = {}
     for (kind, op, i, _, which), text in zip(probes, texts):
         if text is None:
@@ -338,8 +353,8 @@ def build_tables() -> dict:
                     sp[3] = "i16"
                 elif lit == "0x5678":
                     sp[3] = "f16"
-                elif kind == "VOP3P" and "f16" in mn and (sp[0] != "src2" or mn.startswith("v_pk_")):
-                    sp[3] = "pk"
+                elif float_lits.get((kind, op, i)) == 0x4300:
+                    sp[3] = "pk"       # 16-bit float halves, 32-bit literal (packed math)
                 else:
                     sp[3] = "32"
     return tables
@@ -365,9 +380,221 @@ def render_tables(tables: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------
+# The test corpus: assembly lines made from the tables, kept where llvm-mc accepts them, with the
+# bytes llvm-mc gives and the text it prints back.
+
+def _reg(prefix: str, base: int, count: int) -> str:
+    if prefix == "s" and count > 1:
+        base = (base + (1 if count == 2 else 3)) & ~(1 if count == 2 else 3)
+    return f"{prefix}{base}" if count == 1 else f"{prefix}[{base}:{base + count - 1}]"
+
+
+SRC_BASES = {"src0": 7, "src1": 12, "src2": 17, "ssrc0": 6, "ssrc1": 12, "srcx0": 20, "srcy0": 33}
+VREG_BASES = {"vdst": 1, "vsrc1": 9, "addr": 3, "data": 6, "data0": 6, "data1": 9, "vdstx": 2, "vdsty": 5,
+              "vsrcx1": 22, "vsrcy1": 35}
+SREG_BASES = {"sdst": 2, "sdata": 4, "sbase": 8, "saddr": 10, "soffset": 3, "vdst": 20}
+
+
+def _src_choices(dtype: str, count: int, vgpr: bool) -> list[str]:
+    out = []
+    if vgpr:
+        out.append(_reg("v", 40, count))
+    out += [_reg("s", 24, count), "5", "-7", "64", "-16"]
+    if dtype == "64":
+        out += ["1.0", "-0.5", "0.15915494309189532", "0x40490000", "3.5", "vcc", "exec", "null"]
+    elif dtype in ("f16", "i16", "pk"):
+        out += ["1.0", "-4.0", "0.15915494", "0x1234", "3.5", "0x3c00"]
+    else:
+        out += ["1.0", "-2.0", "0.15915494", "0x12345678", "3.5", "-1.5e3", "0x3f800000", "m0"]
+    if count == 1:
+        out += ["vcc_lo", "exec_hi", "ttmp5", "null", "vcc_hi", "exec_lo"]
+    return out
+
+
+def _default_operand(sp, kind: str) -> str:
+    field, cls, count, _ = sp
+    if field.startswith("="):
+        return field[1:]
+    if field == "literal":
+        return "0x4048f5c3" if "f16" not in kind else "0x4248"
+    if cls == "label":
+        return "12"
+    if cls == "waitcnt":
+        return "vmcnt(0) lgkmcnt(1)"
+    if cls == "delay_alu":
+        return "instid0(VALU_DEP_1) | instskip(NEXT) | instid1(SALU_CYCLE_1)"
+    if cls == "hwreg":
+        return "hwreg(HW_REG_MODE, 4, 8)"
+    if cls == "imm":
+        return "16" if field == "sdata" else "0x40" if field == "offset" else "3"
+    if field in SRC_BASES:
+        return _reg("v" if cls == "v" else "s", SRC_BASES[field], count)
+    if cls == "s":
+        return _reg("s", SREG_BASES.get(field, 2), count)
+    return _reg("v", VREG_BASES.get(field, 1), count)
+
+
+MOD_CHOICES = {
+    "VOP3": ["clamp", "mul:2", "mul:4", "div:2"],
+    "DS1": ["offset:0", "offset:65535", "offset:4 gds"],
+    "DS2": ["offset0:255 offset1:1", "offset1:7"],
+    "FLAT": ["offset:4095", "glc", "slc", "dlc", "glc slc dlc"],
+    "GLOBAL": ["offset:-4096", "offset:2047", "slc", "dlc", "slc dlc"],
+    "SMEM": ["glc", "dlc", "glc dlc"],
+}
+
+
+def corpus_lines(tables: dict) -> list[str]:
+    lines: list[str] = []
+    for kind in sorted(tables):
+        if kind in ("VOPDX", "VOPDY"):
+            continue
+        for op in sorted(tables[kind]):
+            mn, specs, mods = tables[kind][op]
+            base = [_default_operand(sp, mn) for sp in specs]
+
+            def emit(ops, tail="", name=mn):
+                lines.append(name + (" " + ", ".join(ops) if ops else "") + (" " + tail if tail else ""))
+
+            tail0 = ""
+            if kind.endswith("_glc") and "glc" not in tail0:
+                tail0 = "glc"
+            emit(base, tail0)
+            short = mn[:-4] if mn.endswith(("_e32", "_e64")) else None
+            if short and mn.endswith("_e32"):
+                emit(base, tail0, short)
+            srcs = [i for i, sp in enumerate(specs) if sp[0] in SRC_FIELDS]
+            for n, i in enumerate(srcs):
+                sp = specs[i]
+                choices = _src_choices(sp[3], sp[2], sp[0].startswith("src"))
+                if n:
+                    choices = choices[1:4] + choices[-5:-3]
+                for c in choices:
+                    emit(base[:i] + [c] + base[i + 1:], tail0)
+            fmt = kind.split("_")[0]
+            if kind in ("VOP3", "VOP3P"):
+                vsrcs = [i for i, sp in enumerate(specs) if sp[0] in ("src0", "src1", "src2")]
+                scal = [("s" + o[1:] if i in vsrcs and o.startswith("v") else o) for i, o in enumerate(base)]
+                emit(scal)                                             # v_writelane_b32 takes SGPRs
+                emit(base[:vsrcs[0] + 1] + scal[vsrcs[0] + 1:] if vsrcs else scal)   # v_permlane16_b32
+                if kind == "VOP3":
+                    for t in MOD_CHOICES["VOP3"]:
+                        emit(base, t)
+                    for i in vsrcs:
+                        for pre in (("-", "|", "-|") if "sdst" not in [x[0] for x in specs] else ("-",)):
+                            o = base[i]
+                            emit(base[:i] + [pre + o + ("|" if "|" in pre else "")] + base[i + 1:])
+                    if vsrcs:
+                        emit(base, "op_sel:[" + ",".join("1" if j % 2 == 0 else "0" for j in range(len(vsrcs) + 1)) + "]")
+                        emit(base, "op_sel:[" + ",".join("0" for _ in vsrcs) + ",1]")
+                    if short:
+                        i = vsrcs[0] if vsrcs else None
+                        if i is not None:
+                            emit(base[:i] + ["-" + base[i]] + base[i + 1:], "", short)
+                else:
+                    k = len(vsrcs)
+                    # LLVM 15 accepts neg_lo/neg_hi on integer and bf16 packed ops but drops bits
+                    floaty = "f16" in mn and "bf16" not in mn
+                    for t in ("op_sel:[%s]" % ",".join("1" for _ in range(k)),
+                              "op_sel_hi:[%s]" % ",".join("0" for _ in range(k)),
+                              "neg_lo:[%s]" % ",".join(str(j % 2) for j in range(1, k + 1)),
+                              "neg_hi:[%s]" % ",".join("1" for _ in range(k)), "clamp"):
+                        if floaty or not t.startswith("neg"):
+                            emit(base, t)
+            elif fmt == "DS":
+                for t in MOD_CHOICES["DS2" if "offset0" in mods else "DS1"]:
+                    emit(base, t)
+            elif fmt in ("FLAT", "GLOBAL", "SCRATCH"):
+                for t in MOD_CHOICES["FLAT" if fmt == "FLAT" else "GLOBAL"]:
+                    emit(base, (tail0 + " " + t).strip() if "glc" not in t or not tail0 else t)
+            elif fmt == "SMEM" and specs and specs[-1][0] == "offset":
+                for last in ("0x0", "null", "s5", "m0", "-0x10", "0xfffff"):
+                    emit(base[:-1] + [last])
+                emit(base[:-1] + ["s5"], "offset:0x100")
+                for t in MOD_CHOICES["SMEM"]:
+                    emit(base, t)
+            elif fmt in ("SOPP", "SOPK"):
+                for i, sp in enumerate(specs):
+                    if sp[1] == "imm":
+                        for v in ("0", "1", "64", "65", "0x7fff", "0xffff"):
+                            emit(base[:i] + [v] + base[i + 1:])
+                    elif sp[1] == "label":
+                        for v in ("0", "-1", "0x7fff", "-32768"):
+                            emit(base[:i] + [v] + base[i + 1:])
+    lines += _special_lines(tables)
+    seen, out = set(), []
+    for ln in lines:
+        if ln not in seen:
+            seen.add(ln)
+            out.append(ln)
+    return out
+
+
+def _special_lines(tables: dict) -> list[str]:
+    out = []
+    for w in ("vmcnt(0)", "expcnt(0)", "lgkmcnt(0)", "vmcnt(1) expcnt(2) lgkmcnt(3)", "vmcnt(63)",
+              "vmcnt(0) & lgkmcnt(0)", "vmcnt(5), lgkmcnt(7)", "0", "0xfff7"):
+        out.append(f"s_waitcnt {w}")
+    ids = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_4", "TRANS32_DEP_1", "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1",
+           "SALU_CYCLE_1", "SALU_CYCLE_3"]
+    for a in ids:
+        out.append(f"s_delay_alu instid0({a})")
+        for skip in ("SAME", "NEXT", "SKIP_1", "SKIP_4"):
+            out.append(f"s_delay_alu instid0({a}) | instskip({skip}) | instid1(VALU_DEP_2)")
+    for name in ("HW_REG_MODE", "HW_REG_STATUS", "HW_REG_TRAPSTS", "HW_REG_HW_ID1", "HW_REG_HW_ID2",
+                 "HW_REG_GPR_ALLOC", "HW_REG_LDS_ALLOC", "HW_REG_IB_STS", "HW_REG_SH_MEM_BASES",
+                 "HW_REG_FLAT_SCR_LO", "HW_REG_FLAT_SCR_HI", "HW_REG_POPS_PACKER", "HW_REG_SHADER_CYCLES"):
+        out.append(f"s_getreg_b32 s3, hwreg({name})")
+        out.append(f"s_setreg_b32 hwreg({name}, 1, 7), s4")
+    for msg in ("MSG_INTERRUPT", "MSG_DEALLOC_VGPRS", "MSG_GS_ALLOC_REQ", "MSG_HALT_WAVES",
+                "MSG_ORDERED_PS_DONE", "MSG_STALL_WAVE_GEN", "MSG_HS_TESSFACTOR"):
+        out.append(f"s_sendmsg sendmsg({msg})")
+        out.append(f"s_sendmsghalt sendmsg({msg})")
+    out += ["s_endpgm", "v_nop_e64", "v_pipeflush_e64"]
+    xs = sorted({e[0] for e in tables["VOPDX"].values()})
+    ys = sorted({e[0] for e in tables["VOPDY"].values()})
+    xspecs = {e[0]: e[1] for e in tables["VOPDX"].values()}
+    yspecs = {e[0]: e[1] for e in tables["VOPDY"].values()}
+    for x in xs:
+        for y in ys:
+            xo = [_default_operand(sp, x) for sp in xspecs[x]]
+            yo = [_default_operand(sp, y) for sp in yspecs[y]]
+            out.append(f"{x} {', '.join(xo)} :: {y} {', '.join(yo)}")
+        xo = [_default_operand(sp, x) for sp in xspecs[x]]
+        for src in ("s3", "1.0", "0x12345678", "-3"):
+            if src.startswith("0x") and any(sp[0] == "literal" for sp in xspecs[x]):
+                continue   # LLVM 15 silently keeps only one of two different literals here
+            xo2 = list(xo)
+            xo2[1] = src
+            out.append(f"{x} {', '.join(xo2)} :: v_dual_mov_b32 v7, v41")
+    return out
+
+
+def build_corpus(tables: dict) -> str:
+    lines = corpus_lines(tables)
+    encs = mc_assemble(lines)
+    canon = _mc_texts(lines, encs)
+    rows = ["# GENERATED by tools/gen_isa.py: gfx1100 assembly accepted by llvm-mc-15, the text it prints",
+            "# back, and its encoding. Columns are tab-separated: input, llvm-mc's text, hex bytes."]
+    for ln, enc, c in zip(lines, encs, canon):
+        if enc is not None:
+            rows.append(f"{ln}\t{c}\t{enc.hex()}")
+    return "\n".join(rows) + "\n"
+
+
+def _mc_texts(lines: list[str], encs: list) -> list[str | None]:
+    """llvm-mc's own printing of each accepted line (from the same assembler run)."""
+    ok = [ln for ln, e in zip(lines, encs) if e is not None]
+    r = subprocess.run([LLVM_MC, "-arch=amdgcn", f"-mcpu={MCPU}", "-show-encoding"],
+                       input="".join(s + "\n" for s in ok), capture_output=True, text=True, check=False)
+    texts = iter([" ".join(m.group(1).split()) for m in re.finditer(r"^\s+(.*?)\s*; encoding:", r.stdout, re.M)])
+    return [next(texts) if e is not None else None for e in encs]
+
+
 def build() -> tuple[str, str]:
     tables = build_tables()
-    return render_tables(tables), ""
+    return render_tables(tables), build_corpus(tables)
 
 
 def main(argv=None) -> int:

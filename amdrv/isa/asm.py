@@ -1,0 +1,664 @@
+"""Assembler for gfx11 in LLVM's syntax: one instruction a line, `label:` lines, `;` and `//` comments.
+
+    assemble(text, arch="gfx1100") -> bytes
+
+Operand text is parsed into `Arg`s (registers, numbers, labels, symbolic immediates) and matched
+against the operand specs of every table entry with that mnemonic; like llvm-mc, an unsuffixed VOP1,
+VOP2 or VOPC mnemonic takes the 32-bit encoding when its operands allow and the VOP3 one otherwise.
+The builder (amdrv/isa/builder.py) feeds the same `encode_args` with typed Args.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+from dataclasses import dataclass
+
+from amdrv.isa.disasm import ARCHS, DELAY_INSTID, DELAY_SKIP, HWREG_NAMES, SENDMSG_NAMES, SRC_FIELDS
+from amdrv.isa.encoding import (EXEC_LO, FLOAT_CODES, FORMATS, INV_2PI_BITS, LITERAL, NULL, SPECIAL_SRC, TTMP_BASE,
+                                VGPR_BASE, put_field)
+from amdrv.isa.errors import AsmError
+from amdrv.isa.opcodes_gfx11 import OPCODES
+
+SCALAR_NAMES = {"vcc_lo": (106, 1), "vcc_hi": (107, 1), "vcc": (106, 2), "exec_lo": (126, 1),
+                "exec_hi": (127, 1), "exec": (126, 2), "m0": (125, 1), "null": (NULL, 0)}
+SCALAR_NAMES.update({n: (c, 1) for c, n in SPECIAL_SRC.items()})
+SCALAR_NAMES["scc"] = (253, 1)
+WAITCNT_FIELDS = {"vmcnt": (10, 63), "expcnt": (0, 7), "lgkmcnt": (4, 63)}
+FLAT_KINDS = ("FLAT", "GLOBAL", "SCRATCH")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A parsed operand: kind is s/v/ttmp/special (registers), int, float, label, sym (text kept)."""
+    kind: str
+    index: int = 0
+    count: int = 1
+    value: float = 0
+    text: str = ""
+    neg: bool = False
+    abs: bool = False
+
+
+_REG = re.compile(r"^(s|v|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
+_NUM = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
+_FLOAT = re.compile(r"^-?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][-+]?\d+)$")
+
+
+def parse_arg(tok: str) -> Arg:
+    t = tok.strip()
+    neg = ab = False
+    if t.startswith("-") and not _NUM.match(t) and not _FLOAT.match(t):
+        neg, t = True, t[1:].strip()
+    if t.startswith("|") and t.endswith("|") and len(t) > 2:
+        ab, t = True, t[1:-1].strip()
+    elif t.startswith("abs(") and t.endswith(")"):
+        ab, t = True, t[4:-1].strip()
+    m = _REG.match(t)
+    if m:
+        if m.group(2) is not None:
+            return Arg(m.group(1), int(m.group(2)), 1, text=tok, neg=neg, abs=ab)
+        lo, hi = int(m.group(3)), int(m.group(4))
+        if hi < lo:
+            raise AsmError(f"register range {t} runs backwards")
+        return Arg(m.group(1), lo, hi - lo + 1, text=tok, neg=neg, abs=ab)
+    if t in SCALAR_NAMES:
+        return Arg("special", SCALAR_NAMES[t][0], SCALAR_NAMES[t][1], text=t, neg=neg, abs=ab)
+    if t == "off":
+        return Arg("off", text=t)
+    if _NUM.match(t):
+        return Arg("int", value=int(t, 0), text=t, neg=neg, abs=ab)
+    if _FLOAT.match(t):
+        return Arg("float", value=float(t), text=t, neg=neg, abs=ab)
+    if re.fullmatch(r"[A-Za-z_.$][\w.$]*", t):
+        return Arg("label", text=t)
+    return Arg("sym", text=tok.strip())
+
+
+def split_operands(rest: str) -> tuple[list[str], list[str]]:
+    """'v1, v[2:3] offset:4 glc' -> (['v1', 'v[2:3]'], ['offset:4', 'glc'])."""
+    parts, depth, cur = [], 0, ""
+    for ch in rest:
+        depth += ch in "([" 
+        depth -= ch in ")]"
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    mods: list[str] = []
+    if parts:
+        # modifiers follow the last operand, separated by spaces (not inside brackets or |...|)
+        last, words, depth, cur, bars = parts[-1], [], 0, "", 0
+        for ch in last:
+            depth += ch in "(["
+            depth -= ch in ")]"
+            bars ^= ch == "|"
+            if ch == " " and depth == 0 and not bars:
+                if cur:
+                    words.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        if cur:
+            words.append(cur)
+        i = 1
+        while i < len(words) and not re.match(r"^[a-z_]+\d?(:|$)", words[i]):
+            i += 1   # a symbolic operand with spaces, e.g. "vmcnt(0) lgkmcnt(0)"
+        parts[-1] = " ".join(words[:i])
+        mods = words[i:]
+    return parts, mods
+
+
+# ---------------------------------------------------------------------------------------------
+# Constants
+
+def _f16_bits(x: float) -> int | None:
+    try:
+        return struct.unpack("<H", struct.pack("<e", x))[0]
+    except OverflowError:
+        return None
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _f64_bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+_INLINE_FLOATS = {v: c for c, v in FLOAT_CODES.items()}
+
+
+def _is_inv2pi(x: float, dtype: str) -> bool:
+    if dtype == "64":
+        return _f64_bits(x) == INV_2PI_BITS[64]
+    if dtype in ("f16", "pk"):
+        return _f16_bits(x) == INV_2PI_BITS[16]
+    return _f32_bits(x) == INV_2PI_BITS[32]
+
+
+def encode_constant(arg: Arg, dtype: str, allow_literal: bool, what: str) -> tuple[int, int | None]:
+    """(source code, literal or None) for a number in a source field of this type."""
+    if arg.kind == "int":
+        v = int(arg.value)
+        if -16 <= v <= 64:
+            return (128 + v if v >= 0 else 192 - v), None
+        if dtype in ("32",):
+            for code, f in FLOAT_CODES.items():
+                if (v & 0xFFFFFFFF) == _f32_bits(f):
+                    return code, None
+            if (v & 0xFFFFFFFF) == INV_2PI_BITS[32]:
+                return 248, None
+        if dtype in ("f16", "pk"):
+            for code, f in FLOAT_CODES.items():
+                if v == _f16_bits(f):
+                    return code, None
+            if v == INV_2PI_BITS[16]:
+                return 248, None
+        if not -(1 << 31) <= v < (1 << 32):
+            raise AsmError(f"{what}: {arg.text} does not fit a 32-bit literal")
+        lit = v & 0xFFFFFFFF
+    else:
+        x = float(arg.value)
+        if dtype != "i16":
+            if x in _INLINE_FLOATS and not (x == 0 and math.copysign(1, x) < 0):
+                return _INLINE_FLOATS[x], None
+            if _is_inv2pi(x, dtype):
+                return 248, None
+        if x == 0.0 and math.copysign(1, x) > 0:
+            return 128, None
+        if dtype in ("f16", "i16", "pk"):
+            bits = _f16_bits(x)
+            if bits is None:
+                raise AsmError(f"{what}: {arg.text} does not fit a 16-bit float")
+            lit = bits
+        elif dtype == "64":
+            bits = _f64_bits(x)
+            if bits & 0xFFFFFFFF:
+                raise AsmError(f"{what}: {arg.text} needs more than the 32 high bits a 64-bit literal keeps")
+            lit = bits >> 32
+        else:
+            lit = _f32_bits(x)
+    if not allow_literal:
+        raise AsmError(f"{what}: {arg.text} is not an inline constant and this field takes no literal")
+    return LITERAL, lit
+
+
+def scalar_code(arg: Arg, count: int, what: str) -> int:
+    if arg.kind == "s":
+        if arg.index + arg.count - 1 > 105:
+            raise AsmError(f"{what}: {arg.text} is beyond s105")
+        code = arg.index
+    elif arg.kind == "ttmp":
+        code = TTMP_BASE + arg.index
+    elif arg.kind == "special":
+        code = arg.index
+        if arg.count == 0:    # null stands for any width
+            return code
+    else:
+        raise AsmError(f"{what}: expected a scalar register, got {arg.text!r}")
+    if arg.count != count:
+        raise AsmError(f"{what}: expected {count} scalar register{'s' if count > 1 else ''}, got {arg.text!r} "
+                       f"({arg.count})")
+    if count > 1 and arg.kind in ("s", "ttmp") and arg.index % (2 if count == 2 else 4):
+        raise AsmError(f"{what}: {arg.text} is not aligned to {2 if count == 2 else 4} registers")
+    return code
+
+
+# ---------------------------------------------------------------------------------------------
+# Symbolic immediates
+
+def parse_waitcnt(text: str, what: str) -> int:
+    if _NUM.match(text.strip()):
+        return int(text, 0) & 0xFFFF
+    v = 63 << 10 | 63 << 4 | 7   # every counter at its maximum: no wait
+    for m in re.finditer(r"(\w+)\((\d+)\)", text):
+        name, n = m.group(1), int(m.group(2))
+        if name not in WAITCNT_FIELDS:
+            raise AsmError(f"{what}: unknown counter {name!r} (vmcnt, expcnt, lgkmcnt)")
+        lo, mx = WAITCNT_FIELDS[name]
+        if n > mx:
+            raise AsmError(f"{what}: {name}({n}) exceeds {mx}")
+        v = v & ~(mx << lo) | n << lo
+    if not re.fullmatch(r"(\s*\w+\(\d+\)\s*[&,]?)+", text):
+        raise AsmError(f"{what}: cannot parse waitcnt {text!r}")
+    return v
+
+
+def parse_delay_alu(text: str, what: str) -> int:
+    if _NUM.match(text.strip()):
+        return int(text, 0)
+    v = 0
+    for part in text.split("|"):
+        m = re.fullmatch(r"\s*(instid0|instskip|instid1)\((\w+)\)\s*", part)
+        if not m:
+            raise AsmError(f"{what}: cannot parse {part.strip()!r}")
+        names = DELAY_SKIP if m.group(1) == "instskip" else DELAY_INSTID
+        if m.group(2) not in names:
+            raise AsmError(f"{what}: unknown {m.group(1)} value {m.group(2)!r}")
+        n = names.index(m.group(2))
+        v |= n << {"instid0": 0, "instskip": 4, "instid1": 7}[m.group(1)]
+    return v
+
+
+def parse_hwreg(text: str, what: str) -> int:
+    m = re.fullmatch(r"hwreg\(\s*(\w+)\s*(?:,\s*(\d+)\s*,\s*(\d+)\s*)?\)", text.strip())
+    if not m:
+        raise AsmError(f"{what}: cannot parse {text!r} (hwreg(NAME[, offset, size]))")
+    names = {n: i for i, n in HWREG_NAMES.items()}
+    rid = names.get(m.group(1))
+    if rid is None:
+        if not m.group(1).isdigit():
+            raise AsmError(f"{what}: unknown hardware register {m.group(1)!r}")
+        rid = int(m.group(1))
+    off = int(m.group(2) or 0)
+    size = int(m.group(3) or 32)
+    return rid | off << 6 | (size - 1) << 11
+
+
+def parse_sendmsg(text: str, what: str) -> int:
+    m = re.fullmatch(r"sendmsg\(\s*(\w+)\s*(?:,\s*(\d+)\s*,\s*(\d+)\s*)?\)", text.strip())
+    if not m:
+        raise AsmError(f"{what}: cannot parse {text!r}")
+    names = {n: i for i, n in SENDMSG_NAMES.items()}
+    rid = names.get(m.group(1), None)
+    if rid is None:
+        if not m.group(1).isdigit():
+            raise AsmError(f"{what}: unknown message {m.group(1)!r}")
+        rid = int(m.group(1))
+    return rid
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidate entries
+
+def _build_index() -> dict:
+    idx: dict = {}
+    for kind, ops in OPCODES.items():
+        for op, entry in ops.items():
+            idx.setdefault(entry[0], []).append((kind, op, entry))
+    return idx
+
+
+INDEX = _build_index()
+
+
+def candidates(mn: str) -> list:
+    """Table entries a mnemonic may mean, preferred first."""
+    if mn.endswith(("_e32", "_e64")):
+        # VOP3 forms LLVM prints without a suffix (v_nop) still take an explicit _e64
+        extra = [c for c in INDEX.get(mn[:-4], []) if c[0] == "VOP3"] if mn.endswith("_e64") else []
+        return INDEX.get(mn, []) + extra
+    return INDEX.get(mn, []) + INDEX.get(mn + "_e32", []) + INDEX.get(mn + "_e64", [])
+
+
+class _Enc:
+    """Fields being filled for one candidate."""
+
+    def __init__(self, mn: str):
+        self.mn = mn
+        self.fields: dict = {}
+        self.literal: int | None = None
+        self.labels: list = []   # (field, label name)
+
+    def set_literal(self, lit: int):
+        if self.literal is not None and self.literal != lit:
+            raise AsmError(f"{self.mn}: only one literal constant fits an instruction "
+                           f"({self.literal:#x} and {lit:#x})")
+        self.literal = lit
+
+
+def _fill_operand(enc: _Enc, kind: str, sp, arg: Arg, pos: int, mods: dict):
+    field, cls, count, dtype = sp
+    what = f"{enc.mn}: operand {pos + 1} ({field})"
+    if field.startswith("="):
+        if arg.text != field[1:]:
+            raise AsmError(f"{what}: expected {field[1:]!r}, got {arg.text!r}")
+        return
+    if (arg.neg or arg.abs) and field not in SRC_FIELDS:
+        raise AsmError(f"{what}: neg/abs modifiers only apply to sources")
+    if field == "literal":
+        if arg.kind == "float":
+            enc.set_literal(_f16_bits(arg.value) if "f16" in enc.mn else _f32_bits(arg.value))
+        elif arg.kind == "int":
+            enc.set_literal(int(arg.value) & 0xFFFFFFFF)
+        else:
+            raise AsmError(f"{what}: expected a literal constant, got {arg.text!r}")
+        return
+    if cls == "label":
+        if arg.kind == "int":
+            enc.fields[field] = int(arg.value) & 0xFFFF
+        elif arg.kind == "label":
+            enc.labels.append((field, arg.text))
+            enc.fields[field] = 0
+        else:
+            raise AsmError(f"{what}: expected a label or offset, got {arg.text!r}")
+        return
+    if cls in ("imm", "hwreg", "waitcnt", "delay_alu"):
+        if cls == "waitcnt":
+            v = parse_waitcnt(arg.text, what)
+        elif cls == "delay_alu":
+            v = parse_delay_alu(arg.text, what)
+        elif cls == "hwreg" and not arg.kind == "int":
+            v = parse_hwreg(arg.text, what)
+        elif arg.kind == "sym" and arg.text.startswith("sendmsg("):
+            v = parse_sendmsg(arg.text, what)
+        elif arg.kind == "int":
+            v = int(arg.value)
+        else:
+            raise AsmError(f"{what}: expected an immediate, got {arg.text!r}")
+        width = FORMATS[_layout_fmt(kind, ())][2][field][1]
+        if field == "offset" and kind == "SMEM":
+            if not -(1 << 20) <= v < (1 << 20):
+                raise AsmError(f"{what}: offset {v} does not fit 21 signed bits")
+        elif not -(1 << (width - 1)) <= v < (1 << width):
+            raise AsmError(f"{what}: {v} does not fit {width} bits")
+        enc.fields[field] = v & ((1 << width) - 1)
+        return
+    if field in SRC_FIELDS:
+        i = ("src0", "src1", "src2").index(field) if field in ("src0", "src1", "src2") else 0
+        if arg.neg:
+            mods["neg"] = mods.get("neg", 0) | 1 << i
+        if arg.abs:
+            mods["abs"] = mods.get("abs", 0) | 1 << i
+        wide = field.startswith("src")
+        if arg.kind in ("int", "float"):
+            code, lit = encode_constant(arg, dtype, True, what)
+            if lit is not None:
+                enc.set_literal(lit)
+            enc.fields[field] = code
+        elif arg.kind == "v":
+            if not wide:
+                raise AsmError(f"{what}: a VGPR cannot be a scalar source")
+            _check_count(what, arg, count)
+            enc.fields[field] = VGPR_BASE + arg.index
+        else:
+            enc.fields[field] = scalar_code(arg, count, what) if arg.kind != "special" or arg.count \
+                else arg.index
+        return
+    if field == "sbase":
+        enc.fields[field] = scalar_code(arg, count, what) // 2
+        return
+    if cls == "s" or field in ("sdst", "sdata", "saddr", "soffset"):
+        if field == "sdata" and cls == "imm":
+            enc.fields[field] = int(arg.value)
+            return
+        enc.fields[field] = scalar_code(arg, count, what)
+        return
+    if arg.kind != "v":
+        raise AsmError(f"{what}: expected a VGPR{' range of ' + str(count) if count > 1 else ''}, "
+                       f"got {arg.text!r}")
+    _check_count(what, arg, count)
+    enc.fields[field] = arg.index
+
+
+def _check_count(what: str, arg: Arg, count: int):
+    if arg.count != count:
+        raise AsmError(f"{what}: expected {count} register{'s' if count > 1 else ''}, got {arg.text!r} "
+                       f"({arg.count})")
+    if arg.index + count > 256:
+        raise AsmError(f"{what}: {arg.text} is beyond v255")
+
+
+def _layout_fmt(kind: str, specs) -> str:
+    if kind.split("_")[0] in FLAT_KINDS:
+        return "FLAT"
+    if kind in ("VOPDX", "VOPDY"):
+        return "VOPD"
+    if kind == "VOP3" and any(sp[0] == "sdst" for sp in specs):
+        return "VOP3SD"
+    return kind
+
+
+def _bits(text: str, n: int, what: str) -> int:
+    m = re.fullmatch(r"\[([01](?:,[01])*)\]", text.replace(" ", ""))
+    if not m:
+        raise AsmError(f"{what}: cannot parse {text!r} (expected [0,1,...])")
+    bits = [int(b) for b in m.group(1).split(",")]
+    if len(bits) != n:
+        raise AsmError(f"{what}: expected {n} entries, got {len(bits)}")
+    return sum(b << i for i, b in enumerate(bits))
+
+
+def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods: dict):
+    fmt = _layout_fmt(kind, specs)
+    f = enc.fields
+    nsrc = sum(1 for sp in specs if sp[0] in ("src0", "src1", "src2"))
+    what = enc.mn
+    if fmt in ("VOP3", "VOP3SD") or fmt == "VOP3P":
+        mix = enc.mn.startswith("v_fma_mix")
+        if fmt == "VOP3P":
+            f["op_sel_hi"], f["op_sel_hi2"] = (0, 0) if mix else (3, 1)
+        if srcmods.get("neg"):
+            f["neg"] = srcmods["neg"]
+        if srcmods.get("abs"):
+            if fmt == "VOP3SD":
+                raise AsmError(f"{what}: abs does not apply (VOP3SD has no abs field)")
+            if fmt == "VOP3P":
+                f["neg_hi"] = srcmods["abs"]
+            else:
+                f["abs"] = srcmods["abs"]
+    elif srcmods:
+        raise AsmError(f"{what}: neg/abs need the VOP3 encoding")
+    for tok in modtoks:
+        name, _, val = tok.partition(":")
+        try:
+            if name == "clamp" and "clamp" in FORMATS[fmt][2]:
+                f["clamp"] = 1
+            elif name in ("mul", "div") and "omod" in FORMATS[fmt][2]:
+                f["omod"] = {"mul:2": 1, "mul:4": 2, "div:2": 3}[tok]
+            elif name == "op_sel" and fmt in ("VOP3", "VOP3SD"):
+                b = _bits(val, nsrc + 1, f"{what} op_sel")
+                f["op_sel"] = b & ((1 << nsrc) - 1) | (b >> nsrc & 1) << 3
+            elif name == "op_sel" and fmt == "VOP3P":
+                f["op_sel"] = _bits(val, nsrc, f"{what} op_sel")
+            elif name == "op_sel_hi" and fmt == "VOP3P":
+                b = _bits(val, nsrc, f"{what} op_sel_hi")
+                f["op_sel_hi"], f["op_sel_hi2"] = b & 3, (b >> 2 & 1) if nsrc == 3 else (0 if mix else 1)
+            elif name == "neg_lo" and fmt == "VOP3P":
+                f["neg"] = _bits(val, nsrc, f"{what} neg_lo")
+            elif name == "neg_hi" and fmt == "VOP3P":
+                f["neg_hi"] = _bits(val, nsrc, f"{what} neg_hi")
+            elif name == "offset" and fmt == "DS" and "offset" in mnmods:
+                v = int(val, 0)
+                if not 0 <= v < 0x10000:
+                    raise AsmError(f"{what}: DS offset {v} does not fit 16 bits")
+                f["offset0"], f["offset1"] = v & 0xFF, v >> 8
+            elif name in ("offset0", "offset1") and fmt == "DS" and "offset0" in mnmods:
+                v = int(val, 0)
+                if not 0 <= v < 0x100:
+                    raise AsmError(f"{what}: {name} {v} does not fit 8 bits")
+                f[name] = v
+            elif name == "gds" and fmt == "DS":
+                f["gds"] = 1
+            elif name == "offset" and fmt == "FLAT":
+                v = int(val, 0)
+                lo = 0 if kind.startswith("FLAT") else -0x1000
+                if not lo <= v < 0x1000:
+                    raise AsmError(f"{what}: offset {v} out of range [{lo}, 4095]")
+                f["offset"] = v & 0x1FFF
+            elif name in ("glc", "slc", "dlc") and name in FORMATS[fmt][2] and not val:
+                f[name] = 1
+            elif name == "offset" and fmt == "SMEM":
+                v = int(val, 0)
+                f["offset"] = v & 0x1FFFFF
+            else:
+                raise AsmError(f"{what}: modifier {tok!r} does not apply to this instruction")
+        except (KeyError, ValueError) as e:
+            raise AsmError(f"{what}: bad modifier {tok!r}") from e
+    if fmt == "FLAT" and kind.endswith("_glc") != bool(f.get("glc")):
+        raise AsmError(f"{what}: glc selects the returning form")
+
+
+def _try_entry(kind: str, op: int, entry, args: list[Arg], modtoks: list[str], mn: str) -> _Enc:
+    emn, specs, mnmods = entry
+    enc = _Enc(mn)
+    srcmods: dict = {}
+    fmt = _layout_fmt(kind, specs)
+    specs = list(specs)
+    args = list(args)
+    if emn == "s_endpgm" and not args:
+        args = [Arg("int", value=0, text="0")]
+    if len(specs) == 1 and specs[0][1] in ("waitcnt", "delay_alu") and len(args) > 1:
+        args = [Arg("sym", text=" ".join(a.text for a in args))]   # "vmcnt(0), lgkmcnt(0)"
+    if fmt == "SMEM" and specs and len(args) == len(specs) and specs[-1][0] == "offset":
+        a = args[-1]
+        if a.kind in ("s", "special", "ttmp") and a.text != "null" or a.text == "null":
+            enc.fields["soffset"] = scalar_code(a, 1, f"{mn}: soffset") if a.text != "null" else NULL
+            args = args[:-1]
+            specs = specs[:-1]
+        else:
+            enc.fields["soffset"] = NULL
+    if len(args) != len(specs):
+        raise AsmError(f"{mn}: expected {len(specs)} operands, got {len(args)}")
+    for i, (sp, a) in enumerate(zip(specs, args)):
+        _fill_operand(enc, kind, sp, a, i, srcmods)
+    if kind in ("VOPDX", "VOPDY"):
+        return enc
+    _apply_mods(enc, kind, specs, mnmods, modtoks, srcmods)
+    enc.fields["op"] = op
+    if kind == "VOP3" and emn.startswith("v_cmpx"):
+        enc.fields["vdst"] = EXEC_LO   # v_cmpx writes EXEC; LLVM encodes it as the destination
+    if fmt == "FLAT":
+        parts = kind.split("_")
+        enc.fields["seg"] = {"FLAT": 0, "SCRATCH": 1, "GLOBAL": 2}[parts[0]]
+        enc.fields.setdefault("saddr", NULL)
+        enc.fields["sve"] = int("sve" in parts)
+    if fmt == "SMEM" and any(sp[0] == "offset" for sp in specs):
+        enc.fields.setdefault("soffset", NULL)
+    return enc
+
+
+def _pack(fmt: str, fields: dict, literal: int | None) -> bytes:
+    size, (lo, width, value), layout = FORMATS[fmt]
+    word = put_field(0, lo, width, value)
+    for name, v in fields.items():
+        flo, fwidth = layout[name]
+        word = put_field(word, flo, fwidth, v, name)
+    out = word.to_bytes(size, "little")
+    if literal is not None:
+        out += literal.to_bytes(4, "little")
+    return out
+
+
+@dataclass
+class Encoded:
+    """An encoded instruction whose label fields may still need the final addresses."""
+    fmt: str
+    fields: dict
+    literal: int | None
+    labels: list
+    size: int
+    line: int = 0
+
+
+def encode_args(mn: str, args: list[Arg], modtoks: list[str]) -> Encoded:
+    """Picks the first table entry of `mn` the operands fit; raises AsmError naming the mnemonic."""
+    cands = candidates(mn)
+    if not cands:
+        raise AsmError(f"unknown instruction {mn!r} for gfx11")
+    errors = []
+    for kind, op, entry in cands:
+        try:
+            enc = _try_entry(kind, op, entry, args, modtoks, mn)
+        except AsmError as e:
+            errors.append(str(e))
+            continue
+        fmt = _layout_fmt(kind, entry[1])
+        size = FORMATS[fmt][0] + (4 if enc.literal is not None else 0)
+        return Encoded(fmt, enc.fields, enc.literal, enc.labels, size)
+    # the most specific complaint: one from an entry whose operand count matched, if any
+    best = [e for e in errors if "expected" in e and "operands" not in e] or errors
+    raise AsmError(best[0])
+
+
+def encode_vopd(xmn: str, xargs: list[Arg], ymn: str, yargs: list[Arg]) -> Encoded:
+    xs = [(op, e) for op, e in OPCODES["VOPDX"].items() if e[0] == xmn]
+    ys = [(op, e) for op, e in OPCODES["VOPDY"].items() if e[0] == ymn]
+    if not xs:
+        raise AsmError(f"unknown VOPD X instruction {xmn!r}")
+    if not ys:
+        raise AsmError(f"unknown VOPD Y instruction {ymn!r}")
+    ex = _try_entry("VOPDX", xs[0][0], xs[0][1], xargs, [], xmn)
+    ey = _try_entry("VOPDY", ys[0][0], ys[0][1], yargs, [], ymn)
+    fields = dict(ex.fields, **ey.fields, opx=xs[0][0], opy=ys[0][0])
+    if ex.literal is not None and ey.literal is not None and ex.literal != ey.literal:
+        raise AsmError(f"{xmn} :: {ymn}: the two halves need different literals")
+    lit = ex.literal if ex.literal is not None else ey.literal
+    vx, vy = fields["vdstx"], fields["vdsty"]
+    if (vx & 1) == (vy & 1):
+        raise AsmError(f"{xmn} :: {ymn}: vdstx (v{vx}) and vdsty (v{vy}) must be one even and one odd")
+    fields["vdsty"] = vy >> 1
+    return Encoded("VOPD", fields, lit, [], 8 + (4 if lit is not None else 0))
+
+
+def parse_line(line: str) -> Encoded:
+    if "::" in line:
+        xs, ys = line.split("::", 1)
+        xmn, _, xrest = xs.strip().partition(" ")
+        ymn, _, yrest = ys.strip().partition(" ")
+        xo, xm = split_operands(xrest)
+        yo, ym = split_operands(yrest)
+        if xm or ym:
+            raise AsmError(f"{xmn} :: {ymn}: VOPD takes no modifiers ({' '.join(xm + ym)})")
+        return encode_vopd(xmn, [parse_arg(t) for t in xo], ymn, [parse_arg(t) for t in yo])
+    mn, _, rest = line.partition(" ")
+    ops, mods = split_operands(rest)
+    return encode_args(mn.strip(), [parse_arg(t) for t in ops], mods)
+
+
+def _strip_comment(line: str) -> str:
+    for c in (";", "//"):
+        i = line.find(c)
+        if i >= 0:
+            line = line[:i]
+    return line.strip()
+
+
+def finish(items: list[Encoded], labels: dict) -> bytes:
+    out = bytearray()
+    for enc in items:
+        for field, name in enc.labels:
+            if name not in labels:
+                raise AsmError(f"line {enc.line}: undefined label {name!r}")
+            delta = labels[name] - (len(out) + 4)
+            if delta % 4 or not -(1 << 17) <= delta < (1 << 17):
+                raise AsmError(f"line {enc.line}: branch to {name!r} out of range or misaligned")
+            enc.fields[field] = (delta // 4) & 0xFFFF
+        out += _pack(enc.fmt, enc.fields, enc.literal)
+    return bytes(out)
+
+
+def assemble(text: str, arch: str = "gfx1100") -> bytes:
+    """Assembles LLVM-syntax gfx11 code. Errors name the line and instruction."""
+    if arch not in ARCHS:
+        raise ValueError(f"assemble: unsupported arch {arch!r} (supported: {', '.join(ARCHS)})")
+    items: list[Encoded] = []
+    labels: dict = {}
+    pc = 0
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = _strip_comment(raw)
+        while True:
+            m = re.match(r"^([A-Za-z_.$][\w.$]*):\s*", line)
+            if not m:
+                break
+            if m.group(1) in labels:
+                raise AsmError(f"line {n}: label {m.group(1)!r} defined twice")
+            labels[m.group(1)] = pc
+            line = line[m.end():]
+        if not line or line in (".text",):
+            continue
+        if line.startswith("."):
+            raise AsmError(f"line {n}: directive {line.split()[0]!r} is not supported")
+        try:
+            enc = parse_line(line)
+        except AsmError as e:
+            raise AsmError(f"line {n}: {e}") from None
+        enc.line = n
+        items.append(enc)
+        pc += enc.size
+    return finish(items, labels)

@@ -1,0 +1,124 @@
+"""The gfx11 corpus: every line assembles to the bytes llvm-mc-15 gives, disassembles to LLVM's text,
+and reassembles to the same bytes; the corpus covers every opcode of the tables."""
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from amdrv.isa import assemble, decode, disassemble
+from amdrv.isa import instruction as I
+from amdrv.isa.encoding import NULL
+from amdrv.isa.opcodes_gfx11 import OPCODES
+
+CORPUS = Path(__file__).with_name("corpus_gfx11.txt")
+LLVM_MC = shutil.which("llvm-mc-15")
+
+# Where llvm-mc's assembler echo and its disassembler (and llvm-objdump) print the same bytes
+# differently; our disassembler follows the disassembler, and these lines are checked by reassembly.
+ECHO_DIFFERS = re.compile(r"^s_(buffer_)?load_\w+ .*, 0x0$|^s_atc_probe\w* .*, 0x0$|^s_(cbranch_\w+|branch|call_b64)"
+                          r" .*-\d+$|^s_waitcnt_depctr depctr|^ds_swizzle_b32 .*swizzle\(")
+# LLVM prints the VOP3 forms of v_nop and v_pipeflush without _e64, so their text means the VOP1 form.
+NO_ROUND_TRIP = {"v_nop", "v_pipeflush"}
+
+
+def load():
+    rows = []
+    for line in CORPUS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            text, canon, hexbytes = line.split("\t")
+            rows.append((text, canon, bytes.fromhex(hexbytes)))
+    return rows
+
+
+ROWS = load()
+
+
+def _report(bad, what):
+    assert not bad, f"{len(bad)} corpus lines {what}, e.g.:\n" + "\n".join(map(str, bad[:15]))
+
+
+def test_corpus_size_and_distinct():
+    assert len(ROWS) >= 2000
+    assert len({r[0] for r in ROWS}) == len(ROWS)
+    assert len({r[2] for r in ROWS}) >= 2000
+
+
+def test_assemble_matches_llvm_bytes():
+    bad = []
+    for text, _, want in ROWS:
+        try:
+            got = assemble(text)
+        except Exception as e:  # noqa: BLE001 - reported below with the line
+            got = f"{type(e).__name__}: {e}"
+        if got != want:
+            bad.append((text, want.hex(), got.hex() if isinstance(got, bytes) else got))
+    _report(bad, "assemble differently from llvm-mc-15")
+
+
+def test_disassemble_matches_llvm_text_and_reassembles():
+    bad_text, bad_rt = [], []
+    for _, canon, code in ROWS:
+        lines = disassemble(code)
+        assert len(lines) == 1, (canon, lines)
+        if lines[0] != canon and not ECHO_DIFFERS.search(canon):
+            bad_text.append((code.hex(), canon, lines[0]))
+        if lines[0] not in NO_ROUND_TRIP and assemble(lines[0]) != code:
+            bad_rt.append((code.hex(), lines[0]))
+    _report(bad_text, "disassemble to other text than LLVM's")
+    _report(bad_rt, "do not reassemble to their bytes")
+
+
+def _kind(inst):
+    f = inst.fields
+    if inst.fmt in ("FLAT", "GLOBAL", "SCRATCH"):
+        return (inst.fmt + ("_saddr" if f["saddr"] != NULL else "") + ("_sve" if f["sve"] else "")
+                + ("_glc" if f["glc"] else ""))
+    return "VOP3" if inst.fmt == "VOP3SD" else inst.fmt
+
+
+def test_corpus_covers_every_opcode_and_operand_kind():
+    seen, kinds, mods = set(), set(), set()
+    for _, canon, code in ROWS:
+        inst = decode(code)
+        if inst.fmt == "VOPD":
+            seen |= {("VOPDX", inst.fields["opx"]), ("VOPDY", inst.fields["opy"])}
+        else:
+            seen.add((_kind(inst), inst.opcode))
+        for o in inst.operands + (inst.vopd_y.operands if inst.vopd_y else ()):
+            kinds.add(o.kind if o.kind != I.SPECIAL else o.reg)
+            if o.kind in (I.SGPR, I.VGPR) and o.count > 1:
+                kinds.add(o.kind + "_range")
+        for k in ("clamp", "omod", "neg", "abs", "op_sel", "neg_hi", "glc", "slc", "dlc", "gds", "offset"):
+            if inst.mods.get(k):
+                mods.add(k)
+    table = {(k, op) for k, ops in OPCODES.items() for op in ops}
+    assert table - seen == set(), f"opcodes without a corpus line: {sorted(table - seen)[:20]}"
+    want_kinds = {I.SGPR, I.VGPR, I.TTMP, "sgpr_range", "vgpr_range", I.ICONST, I.FCONST, I.LITERAL, I.LABEL,
+                  I.IMM, "vcc_lo", "vcc_hi", "vcc", "exec_lo", "exec_hi", "exec", "m0", "null", "off"}
+    assert want_kinds - kinds == set()
+    assert {"clamp", "omod", "neg", "abs", "op_sel", "neg_hi", "glc", "slc", "dlc", "gds", "offset"} <= mods
+
+
+@pytest.mark.skipif(LLVM_MC is None, reason="llvm-mc-15 not installed (Debian llvm-15)")
+def test_corpus_bytes_are_llvm_mc_output():
+    """The expected bytes are LLVM's, not our own echo: re-run llvm-mc-15 over the corpus (one process)."""
+    texts = [r[0] for r in ROWS]
+    r = subprocess.run([LLVM_MC, "-arch=amdgcn", "-mcpu=gfx1100", "-show-encoding"],
+                       input="\n".join(texts) + "\n", capture_output=True, text=True, timeout=120)
+    assert "error" not in r.stderr, r.stderr[:2000]
+    encs = [bytes(int(x, 16) for x in m.group(1).split(","))
+            for m in re.finditer(r"; encoding: \[([^\]]*)\]", r.stdout)]
+    assert len(encs) == len(ROWS)
+    bad = [(t, e.hex(), w.hex()) for t, e, (_, _, w) in zip(texts, encs, ROWS) if e != w]
+    _report(bad, "differ from what llvm-mc-15 gives now")
+
+
+@pytest.mark.skipif(LLVM_MC is None, reason="llvm-mc-15 not installed (Debian llvm-15)")
+def test_generated_files_are_fresh():
+    """amdrv/isa/opcodes_gfx11.py and the corpus are exactly what tools/gen_isa.py makes."""
+    from tools import gen_isa
+    tables, corpus = gen_isa.build()
+    assert tables == gen_isa.OUT_TABLES.read_text(), "opcode tables are stale: run python -m tools.gen_isa"
+    assert corpus == CORPUS.read_text(), "corpus is stale: run python -m tools.gen_isa"
