@@ -20,6 +20,7 @@ ELFOSABI_AMDGPU_HSA = 64
 ELFABIVERSION_AMDGPU_HSA_V4 = 2
 NT_AMDGPU_METADATA = 32
 KD_SIZE = 64
+S_CODE_END = bytes([0x00, 0x00, 0x9F, 0xBF])
 
 # e_flags EF_AMDGPU_MACH values of the targets we handle.
 MACH = {"gfx1100": 0x041, "gfx1101": 0x046, "gfx1102": 0x047}
@@ -311,14 +312,14 @@ class CodeObject:
 class KernelSpec:
     """What the writer needs to know about one kernel beyond its machine code.
 
-    The register counts are the highest register the code uses plus one (see `register_usage`);
-    the user SGPRs follow from which of them the code reads, which only the author knows.
+    The register counts default to what the code uses (`register_usage`); LDS size and the user
+    SGPRs the code expects (in the order of USER_SGPRS) are the author's to state.
     """
 
     name: str
     code: bytes
-    vgpr_count: int
-    sgpr_count: int
+    vgpr_count: int | None = None     # None: counted from the code (register_usage)
+    sgpr_count: int | None = None
     args: list[KernelArg] = field(default_factory=list)
     group_segment_size: int = 0
     private_segment_size: int = 0
@@ -328,6 +329,12 @@ class KernelSpec:
     max_flat_workgroup_size: int = 256
     kernarg_align: int = 8
     user_sgpr_count: int | None = None   # where the workgroup ids start; default right after the user SGPRs
+
+    def __post_init__(self):
+        if self.vgpr_count is None or self.sgpr_count is None:
+            v, s = register_usage(self.code)
+            self.vgpr_count = v if self.vgpr_count is None else self.vgpr_count
+            self.sgpr_count = s if self.sgpr_count is None else self.sgpr_count
 
     def descriptor(self) -> KernelDescriptor:
         known = {n[len("enable_sgpr_"):] for n, _, _ in USER_SGPRS}
@@ -361,8 +368,7 @@ class KernelSpec:
             "enable_sgpr_workgroup_id_y": int(self.workgroup_ids >= 2),
             "enable_sgpr_workgroup_id_z": int(self.workgroup_ids >= 3),
             "enable_vgpr_workitem_id": self.workitem_ids - 1,
-            # LDS is allocated in 512-byte granules on gfx11 (AMDGPUUsage, GRANULATED_LDS_SIZE).
-            "granulated_lds_size": (self.group_segment_size + 511) // 512,
+            # granulated_lds_size stays 0 as LLVM leaves it: the packet's group segment size rules.
         }, "COMPUTE_PGM_RSRC2")
         kernarg = max([a.offset + a.size for a in self.args], default=0)
         return KernelDescriptor(self.group_segment_size, self.private_segment_size, kernarg, 0,
@@ -451,8 +457,11 @@ def write_code_object(kernels: list[KernelSpec], arch: str = "gfx1100") -> bytes
     text = bytearray()
     code_offsets = []
     for k in kernels:
-        text += b"\0" * (_align(len(text), 256) - len(text))
+        # pad with s_code_end as LLVM does, so disassemblers see instructions between kernels
+        text += S_CODE_END * ((_align(len(text), 256) - len(text)) // 4)
         code_offsets.append(len(text))
+        if len(k.code) % 4:
+            raise ValueError(f"kernel {k.name}: code is {len(k.code)} bytes, not whole dwords")
         text += k.code
     place(".text", len(text), 256)
     text_end = off
@@ -539,3 +548,34 @@ def write_code_object(kernels: list[KernelSpec], arch: str = "gfx1100") -> bytes
         struct.pack_into("<IIQQQQIIQQ", out, shoff + 64 * (i + 1), shstrtab.index[n], SHT[n], flags,
                          o if n in alloc else 0, o, size, link, info, align, entsize)
     return bytes(out)
+
+
+# The MUBUF cache invalidations clang emits after barriers, which amdrv.isa.decode does not cover
+# (no other MUBUF instruction appears in compute code we run); they have no operands.
+CACHE_INVALIDATES = {bytes.fromhex("0000ace000000000"): "buffer_gl0_inv",
+                     bytes.fromhex("0000b0e000000000"): "buffer_gl1_inv"}
+
+
+def register_usage(code: bytes) -> tuple[int, int]:
+    """(VGPRs, SGPRs) a kernel's code needs, counted as LLVM counts them for .vgpr_count and
+    .sgpr_count: highest register used plus one, and two more SGPRs when the code touches VCC."""
+    from amdrv.isa import decode
+    from amdrv.isa import instruction as ins
+
+    vgprs, sgprs, vcc, off = 0, 0, False, 0
+    while off < len(code):
+        if code[off:off + 8] in CACHE_INVALIDATES:
+            off += 8
+            continue
+        inst = decode(code, off)
+        off += inst.size
+        halves = (inst, inst.vopd_y) if inst.vopd_y is not None else (inst,)
+        for h in halves:
+            for o in h.operands:
+                if o.kind == ins.VGPR:
+                    vgprs = max(vgprs, o.index + o.count)
+                elif o.kind == ins.SGPR:
+                    sgprs = max(sgprs, o.index + o.count)
+                elif o.kind == ins.SPECIAL and o.reg.startswith("vcc"):
+                    vcc = True
+    return vgprs, sgprs + (2 if vcc else 0)

@@ -26,6 +26,7 @@ import numpy as np
 
 from amdrv.isa import instruction as ins
 from amdrv.isa import wave_ops as ops
+from amdrv.isa.codeobj import CACHE_INVALIDATES
 from amdrv.isa.wave_memory import ByteSpace, FlatMemory, MemoryFault
 
 U8, U16, U32, U64, I32, F32 = np.uint8, np.uint16, np.uint32, np.uint64, np.int32, np.float32
@@ -43,10 +44,6 @@ NOPS = {"s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_l
 CBRANCH = {"s_cbranch_scc0": (SCC, True), "s_cbranch_scc1": (SCC, False),
            "s_cbranch_vccz": (VCC, True), "s_cbranch_vccnz": (VCC, False),
            "s_cbranch_execz": (EXEC, True), "s_cbranch_execnz": (EXEC, False)}
-# Cache invalidations (MUBUF encoding, which the decoder does not cover): no-ops here, because the
-# executor's memory is always coherent.
-CACHE_INVALIDATES = {bytes.fromhex("0000ace000000000"): "buffer_gl0_inv",
-                     bytes.fromhex("0000b0e000000000"): "buffer_gl1_inv"}
 SEXT_LOADS = {"i8": (1, 8), "i16": (2, 16)}
 LOAD_SIZES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2,
               "b8": 1, "b16": 2}
@@ -308,7 +305,7 @@ class Program:
         if not 0 <= off < len(self.code):
             raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(self.code):#x})")
         raw = self.code[off:off + 8]
-        if raw in CACHE_INVALIDATES:
+        if raw in CACHE_INVALIDATES:      # no-ops: the executor's memory is always coherent
             return Compiled(OP, None, 8, CACHE_INVALIDATES[raw])
         try:
             inst = decode(self.code, off)
