@@ -76,7 +76,7 @@ def _unpack(bits: np.ndarray) -> np.ndarray:
 class Waves:
     """W waves in lockstep at one PC."""
 
-    __slots__ = ("pc", "s", "v", "slot", "ids", "_exec", "waiting")
+    __slots__ = ("pc", "s", "v", "slot", "ids", "_exec", "_full", "waiting")
 
     def __init__(self, pc, s, v, slot, ids):
         self.pc, self.s, self.v, self.slot, self.ids = pc, s, v, slot, ids
@@ -90,7 +90,13 @@ class Waves:
     def mask(self) -> np.ndarray:
         if self._exec is None:
             self._exec = _unpack(self.s[EXEC])
+            self._full = bool((self.s[EXEC] == 0xFFFFFFFF).all())
         return self._exec
+
+    def active(self):
+        """(lane mask, whether every lane of every wave is active)."""
+        m = self.mask()
+        return m, self._full
 
     def take(self, sel) -> "Waves":
         return Waves(self.pc, self.s[:, sel], self.v[:, sel], self.slot[sel], self.ids[sel])
@@ -101,6 +107,17 @@ class Waves:
         self.slot = np.concatenate([self.slot, other.slot])
         self.ids = np.concatenate([self.ids, other.ids])
         self._exec = None
+
+
+def _gather(reg: np.ndarray, m, full) -> np.ndarray:
+    return reg.reshape(-1) if full else reg[m]
+
+
+def _scatter(reg: np.ndarray, m, full, vals):
+    if full:
+        reg.reshape(-1)[:] = vals
+    else:
+        reg[m] = vals
 
 
 # ------------------------------------------------------------------------------------------------
@@ -623,13 +640,16 @@ def _global(name, inst, prog):
     va = vaddr.index
     srow = _srow(saddr) if saddr is not None else None
 
-    def address(g, m):
+    def address(g, m, full):
         if srow is None:
-            a = g.v[va][m].astype(U64) | (g.v[va + 1][m].astype(U64) << U64(32))
+            a = _gather(g.v[va], m, full).astype(U64)
+            a |= _gather(g.v[va + 1], m, full).astype(U64) << U64(32)
         else:
             base = g.s[srow].astype(U64) | (g.s[srow + 1].astype(U64) << U64(32))
-            a = np.broadcast_to(base[:, None], m.shape)[m] + g.v[va][m].astype(U64)
-        return a + U64(offset & (2**64 - 1))
+            a = _gather(np.broadcast_to(base[:, None], m.shape), m, full) + _gather(g.v[va], m, full)
+        if offset:
+            a += U64(offset & (2**64 - 1))
+        return a
 
     op, _, t = rest.rpartition("_")
     if op == "load" or rest.startswith("load_"):
@@ -642,13 +662,13 @@ def _global(name, inst, prog):
         sext = SEXT_LOADS.get(t)
 
         def run(g, x):
-            m = g.mask()
-            vals = x.memory.load(address(g, m), size)
+            m, full = g.active()
+            vals = x.memory.load(address(g, m, full), size)
             if sext:
                 sh = U32(32 - sext[1])
                 vals = ((vals << sh).view(I32) >> I32(32 - sext[1])).view(U32)
             for j in range(k):
-                g.v[d + j][m] = vals[:, j]
+                _scatter(g.v[d + j], m, full, vals[:, j])
         return run
     if rest.startswith("store_"):
         size = LOAD_SIZES[rest[len("store_"):]]
@@ -656,11 +676,11 @@ def _global(name, inst, prog):
         data = _find(inst, "data", "vdata").index
 
         def run(g, x):
-            m = g.mask()
-            vals = np.stack([g.v[data + j][m] for j in range(k)], axis=1)
+            m, full = g.active()
+            vals = np.stack([_gather(g.v[data + j], m, full) for j in range(k)], axis=1)
             if size < 4:
                 vals &= U32((1 << (8 * size)) - 1)
-            x.memory.store(address(g, m), vals, size)
+            x.memory.store(address(g, m, full), vals, size)
         return run
     if rest.startswith("atomic_"):
         aop, dtype, k = ops.atomic_type(rest[len("atomic_"):])
@@ -668,10 +688,10 @@ def _global(name, inst, prog):
         ret = inst.dsts[0].index if inst.ndst else None
 
         def run(g, x):
-            m = g.mask()
-            vals = np.stack([g.v[data + j][m] for j in range(k * (2 if aop == "cmpswap" else 1))], axis=1)
+            m, full = g.active()
+            vals = np.stack([_gather(g.v[data + j], m, full) for j in range(k * (2 if aop == "cmpswap" else 1))], axis=1)
             new, cmp = (vals[:, :k], vals[:, k:]) if aop == "cmpswap" else (vals, None)
-            old = x.memory.atomic(aop, address(g, m), np.ascontiguousarray(new), dtype,
+            old = x.memory.atomic(aop, address(g, m, full), np.ascontiguousarray(new), dtype,
                                   None if cmp is None else np.ascontiguousarray(cmp))
             if ret is not None:
                 for j in range(k):
@@ -892,7 +912,7 @@ class DispatchResult:
 
 
 def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs: bytes,
-             max_waves: int = 8192) -> DispatchResult:
+             max_waves: int = 16384) -> DispatchResult:
     """Run one kernel of a code object over `grid` work-items (x, y, z) in `block`-sized
     workgroups, with user SGPRs, workgroup-id SGPRs and work-item-id VGPRs set up as the kernel
     descriptor asks. Partial workgroups at the grid's edges launch only their work-items."""
@@ -980,6 +1000,8 @@ def _make_waves(batch, grid, block, user, wg_rows, id_dims, prog, kern):
         v_parts.append(v)
         slots.append(np.repeat(m, nw))
         ids.append(np.repeat(m, nw) * 1000 + np.tile(np.arange(nw), len(m)))
-    s = np.concatenate(s_parts, axis=1)
-    v = np.concatenate(v_parts, axis=1)
+    if len(s_parts) == 1:
+        s, v = s_parts[0], v_parts[0]
+    else:
+        s, v = np.concatenate(s_parts, axis=1), np.concatenate(v_parts, axis=1)
     return [Waves(kern.code_address, s, v, np.concatenate(slots), np.concatenate(ids))], s.shape[1]

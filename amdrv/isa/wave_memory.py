@@ -136,6 +136,15 @@ class FlatMemory:
         addrs = np.asarray(addrs, U64)
         if not self.regions:
             raise MemoryFault("global", int(addrs[0]), size, write)
+        if addrs.size == 0:
+            return
+        lo, hi = int(addrs.min()), int(addrs.max())
+        first = int(np.searchsorted(self._bases, U64(lo), "right")) - 1
+        if first >= 0:
+            base, space = self.regions[first]
+            if hi + size <= base + space.size:       # the common case: one region holds all
+                yield None, space, (addrs - U64(base)).astype(np.int64)
+                return
         ri = np.searchsorted(self._bases, addrs, "right").astype(np.int64) - 1
         if ri.min() < 0:
             raise MemoryFault("global", int(addrs[ri < 0][0]), size, write)
@@ -154,6 +163,8 @@ class FlatMemory:
             yield sel, space, off
 
     def load(self, addrs, size):
+        if len(addrs) == 0:
+            return np.zeros((0, max(1, size // 4)), U32)
         parts = list(self._split(addrs, size, False))
         if parts[0][0] is None:
             return parts[0][1].load(parts[0][2], size)

@@ -304,8 +304,9 @@ def _sub_co(a, b):
 
 
 def _addc(a, b, c):
-    s = a.astype(U64) + b + c.astype(U64)
-    return lo32(s), s > U64(0xFFFFFFFF)
+    s = a + b
+    t = s + c.astype(U32)
+    return t, (s < a) | (t < s)
 
 
 def _subb(a, b, c):
