@@ -429,6 +429,15 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
     f = enc.fields
     nsrc = sum(1 for sp in specs if sp[0] in ("src0", "src1", "src2"))
     what = enc.mn
+    if fmt in ("VOP3", "VOP3SD", "VOP3P"):
+        used = {"neg"} if srcmods.get("neg") else set()
+        used |= {"abs"} if srcmods.get("abs") else set()
+        for tok in modtoks:
+            name = tok.split(":")[0]
+            used.add({"mul": "omod", "div": "omod", "op_sel_hi": "op_sel", "neg_lo": "neg", "neg_hi": "neg"}
+                     .get(name, name))
+        for tag in sorted(used & {"clamp", "omod", "neg", "abs", "op_sel"} - set(mnmods)):
+            raise AsmError(f"{what}: does not take the {tag} modifier")
     if fmt in ("VOP3", "VOP3SD") or fmt == "VOP3P":
         mix = enc.mn.startswith("v_fma_mix")
         if fmt == "VOP3P":
@@ -488,6 +497,8 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
                 f["offset"] = v & 0x1FFFFF
             else:
                 raise AsmError(f"{what}: modifier {tok!r} does not apply to this instruction")
+        except AsmError:
+            raise
         except (KeyError, ValueError) as e:
             raise AsmError(f"{what}: bad modifier {tok!r}") from e
     if fmt == "FLAT" and kind.endswith("_glc") != bool(f.get("glc")):
@@ -515,11 +526,18 @@ def _try_entry(kind: str, op: int, entry, args: list[Arg], modtoks: list[str], m
             enc.fields["soffset"] = NULL
     if len(args) != len(specs):
         raise AsmError(f"{mn}: expected {len(specs)} operands, got {len(args)}")
-    for i, (sp, a) in enumerate(zip(specs, args)):
-        _fill_operand(enc, kind, sp, a, i, srcmods)
-    if kind in ("VOPDX", "VOPDY"):
-        return enc
-    _apply_mods(enc, kind, specs, mnmods, modtoks, srcmods)
+    stage = 1
+    try:
+        for i, (sp, a) in enumerate(zip(specs, args)):
+            stage = 2 + i
+            _fill_operand(enc, kind, sp, a, i, srcmods)
+        if kind in ("VOPDX", "VOPDY"):
+            return enc
+        stage = 100
+        _apply_mods(enc, kind, specs, mnmods, modtoks, srcmods)
+    except AsmError as e:
+        e.stage = stage    # how far this candidate got: the furthest one has the most telling error
+        raise
     enc.fields["op"] = op
     if kind == "VOP3" and emn.startswith("v_cmpx"):
         enc.fields["vdst"] = EXEC_LO   # v_cmpx writes EXEC; LLVM encodes it as the destination
@@ -566,14 +584,12 @@ def encode_args(mn: str, args: list[Arg], modtoks: list[str]) -> Encoded:
         try:
             enc = _try_entry(kind, op, entry, args, modtoks, mn)
         except AsmError as e:
-            errors.append(str(e))
+            errors.append((getattr(e, "stage", 0), len(errors), str(e)))
             continue
         fmt = _layout_fmt(kind, entry[1])
         size = FORMATS[fmt][0] + (4 if enc.literal is not None else 0)
         return Encoded(fmt, enc.fields, enc.literal, enc.labels, size)
-    # the most specific complaint: one from an entry whose operand count matched, if any
-    best = [e for e in errors if "expected" in e and "operands" not in e] or errors
-    raise AsmError(best[0])
+    raise AsmError(max(errors)[2])
 
 
 def encode_vopd(xmn: str, xargs: list[Arg], ymn: str, yargs: list[Arg]) -> Encoded:
