@@ -99,7 +99,9 @@ class Waves:
         return m, self._full
 
     def take(self, sel) -> "Waves":
-        return Waves(self.pc, self.s[:, sel], self.v[:, sel], self.slot[sel], self.ids[sel])
+        # indexing the middle axis yields a transposed layout; keep register rows contiguous
+        return Waves(self.pc, np.ascontiguousarray(self.s[:, sel]), np.ascontiguousarray(self.v[:, sel]),
+                     self.slot[sel], self.ids[sel])
 
     def absorb(self, other: "Waves"):
         self.s = np.concatenate([self.s, other.s], axis=1)
@@ -115,7 +117,7 @@ def _gather(reg: np.ndarray, m, full) -> np.ndarray:
 
 def _scatter(reg: np.ndarray, m, full, vals):
     if full:
-        reg.reshape(-1)[:] = vals
+        reg[...] = vals.reshape(reg.shape)
     else:
         reg[m] = vals
 
@@ -266,7 +268,10 @@ def vwriter(op: ins.Operand, t, hi: bool = False, nv: int = 256):
         return w
     if size == 4:
         def w(g, val, m):
-            np.copyto(g.v[r], np.asarray(val, t).view(U32), where=m)
+            if g._full:
+                g.v[r][...] = np.asarray(val, t).view(U32)
+            else:
+                np.copyto(g.v[r], np.asarray(val, t).view(U32), where=m)
         return w
     sh = U32(16 if hi else 0)
     keep = U32(0xFFFF0000 if not hi else 0x0000FFFF)
@@ -709,11 +714,15 @@ def _ds(name, inst, prog):
 
     def offsets(g, m, x, extra, size):
         # LDS addresses are 32-bit: the offset add wraps (clang relies on it)
-        a = (g.v[addr][m] + U32(extra)).astype(np.int64)
-        if a.size and (a.min() < 0 or a.max() + size > x.lds_size):
-            bad = int(a[(a < 0) | (a + size > x.lds_size)][0])
+        full = g._full
+        a = _gather(g.v[addr], m, full) + U32(extra)
+        if a.size and int(a.max()) + size > x.lds_size:
+            bad = int(a[a.astype(np.int64) + size > x.lds_size][0])
             raise MemoryFault("LDS", bad, size, False, f"outside the workgroup's {x.lds_size} bytes of LDS")
-        return a + np.broadcast_to((g.slot * x.lds_size)[:, None], m.shape)[m]
+        base = (g.slot * x.lds_size)[:, None]
+        if full:
+            return (a.reshape(g.n, 32) + base).reshape(-1)
+        return a + np.broadcast_to(base, m.shape)[m]
 
     if rest.startswith(("load_2addr", "store_2addr")):
         stride = 64 if "stride64" in rest else 1
@@ -728,14 +737,14 @@ def _ds(name, inst, prog):
                 for j, o in enumerate((o0, o1)):
                     vals = x.lds.load(offsets(g, m, x, o, size), size)
                     for i in range(k):
-                        g.v[d + j * k + i][m] = vals[:, i]
+                        _scatter(g.v[d + j * k + i], m, g._full, vals[:, i])
             return run
         d0, d1 = datas[0].index, datas[1].index
 
         def run(g, x):
             m = g.mask()
             for o, dd in ((o0, d0), (o1, d1)):
-                vals = np.stack([g.v[dd + i][m] for i in range(k)], axis=1)
+                vals = np.stack([_gather(g.v[dd + i], m, g._full) for i in range(k)], axis=1)
                 x.lds.store(offsets(g, m, x, o, size), vals, size)
         return run
     if rest.startswith("load_"):
@@ -751,7 +760,7 @@ def _ds(name, inst, prog):
             if sext:
                 vals = ((vals << U32(32 - sext[1])).view(I32) >> I32(32 - sext[1])).view(U32)
             for j in range(k):
-                g.v[d + j][m] = vals[:, j]
+                _scatter(g.v[d + j], m, g._full, vals[:, j])
         return run
     if rest.startswith("store_"):
         size = LOAD_SIZES[rest[len("store_"):]]
@@ -760,7 +769,7 @@ def _ds(name, inst, prog):
 
         def run(g, x):
             m = g.mask()
-            vals = np.stack([g.v[data + j][m] for j in range(k)], axis=1)
+            vals = np.stack([_gather(g.v[data + j], m, g._full) for j in range(k)], axis=1)
             if size < 4:
                 vals &= U32((1 << (8 * size)) - 1)
             x.lds.store(offsets(g, m, x, offset, size), vals, size)
@@ -775,14 +784,14 @@ def _ds(name, inst, prog):
 
     def run(g, x):
         m = g.mask()
-        vals = [np.stack([g.v[o.index + j][m] for j in range(k)], axis=1) for o in datas]
+        vals = [np.stack([_gather(g.v[o.index + j], m, g._full) for j in range(k)], axis=1) for o in datas]
         # ds_cmpstore_b32 vaddr, vdata(new), vcmp -- gfx11 operand order
         cmp = vals[1] if aop == "cmpswap" else None
         old = x.lds.atomic(aop, offsets(g, m, x, offset, 4 * k), np.ascontiguousarray(vals[0]), dtype,
                            None if cmp is None else np.ascontiguousarray(cmp))
         if ret is not None:
             for j in range(k):
-                g.v[ret + j][m] = old[:, j]
+                _scatter(g.v[ret + j], m, g._full, old[:, j])
     return run
 
 

@@ -31,20 +31,26 @@ U64, I64, F64 = np.uint64, np.int64, np.float64
 
 
 def fma_f32(a, b, c):
-    """Single-rounded float32 fma: the exact product in float64, the sum rounded to odd in float64,
-    then one rounding to float32 (53 >= 24 + 2 bits makes round-to-odd then RNE exact)."""
+    """Single-rounded float32 fma. The product is exact in float64 and the sum is rounded once to
+    float64; rounding that to float32 is exact unless it lands on a float32 rounding midpoint (or
+    in the float32 subnormal range), and only those lanes redo the sum with round-to-odd, which
+    makes the second rounding exact (53 >= 24 + 2 bits)."""
     p = np.asarray(a, F64) * np.asarray(b, F64)      # exact: 24+24 bits
     c = np.asarray(c, F64)
     s = p + c
-    bb = s - p
-    err = (p - (s - bb)) + (c - bb)                   # exact error of the f64 sum (TwoSum)
-    bits = np.array(s, F64).view(U64)
-    fix = (err != 0) & ((bits & U64(1)) == 0) & np.isfinite(s)
-    if np.any(fix):
-        toward = np.where(np.signbit(err) == np.signbit(s), U64(1), U64(0) - U64(1))
-        bits = np.where(fix, bits + toward, bits)
-        s = bits.view(F64)
-    return s.astype(F32)
+    low = np.asarray(s).view(U64) & U64(0x1FFFFFFF)
+    suspect = (low == U64(0x10000000)) | (np.abs(s) < 2.0 ** -125)
+    if np.any(suspect):
+        s = np.array(s, F64)
+        p, c = np.broadcast_to(p, s.shape)[suspect], np.broadcast_to(c, s.shape)[suspect]
+        t = s[suspect]
+        bb = t - p
+        err = (p - (t - bb)) + (c - bb)              # exact error of the f64 sum (TwoSum)
+        bits = t.view(U64)
+        fix = (err != 0) & ((bits & U64(1)) == 0) & np.isfinite(t)
+        toward = np.where(np.signbit(err) == np.signbit(t), U64(1), U64(2**64 - 1))
+        s[suspect] = np.where(fix, bits + toward, bits).view(F64)
+    return np.asarray(s).astype(F32)
 
 
 def fma_f64(a, b, c):
