@@ -52,10 +52,14 @@ LOAD_SIZES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16"
 class ExecError(RuntimeError):
     """An instruction the executor cannot or must not execute; names the PC and instruction."""
 
-    def __init__(self, pc: int, text: str, why: str, waves=None):
+    def __init__(self, pc: int, text: str, why: str, waves=None, where: str = ""):
         self.pc, self.text, self.why = pc, text, why
-        where = f" (waves {list(waves[:4])}{'...' if len(waves) > 4 else ''})" if waves is not None else ""
-        super().__init__(f"PC {pc:#x}: {text}: {why}{where}")
+        self.waves = [] if waves is None else [int(w) for w in waves]
+        who = ""
+        if self.waves:
+            more = f" and {len(self.waves) - 4} more" if len(self.waves) > 4 else ""
+            who = f" in waves {', '.join(map(str, self.waves[:4]))}{more}"
+        super().__init__(f"PC {pc:#x}{f' ({where})' if where else ''}: {text}: {why}{who}")
 
 
 class Unsupported(Exception):
@@ -311,9 +315,12 @@ def _text(inst) -> str:
 class Program:
     """Decoded and compiled instructions of a code blob at a virtual address, compiled lazily."""
 
-    def __init__(self, code: bytes, base: int, vgprs: int = 256, lds_size: int = 0):
-        self.code, self.base, self.nv, self.lds_size = bytes(code), base, vgprs, lds_size
+    def __init__(self, code: bytes, base: int, vgprs: int = 256, name: str = "kernel"):
+        self.code, self.base, self.nv, self.name = bytes(code), base, vgprs, name
         self.cache: dict[int, Compiled] = {}
+
+    def where(self, pc: int) -> str:
+        return f"{self.name}+{pc - self.base:#x}"
 
     def at(self, pc: int) -> Compiled:
         c = self.cache.get(pc)
@@ -325,22 +332,22 @@ class Program:
         from amdrv.isa import decode
         off = pc - self.base
         if not 0 <= off < len(self.code):
-            raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(self.code):#x})")
+            raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(self.code):#x})",
+                            where=self.where(pc))
         raw = self.code[off:off + 8]
         if raw in CACHE_INVALIDATES:      # no-ops: the executor's memory is always coherent
             return Compiled(OP, None, 8, CACHE_INVALIDATES[raw])
         try:
             inst = decode(self.code, off)
         except Exception as e:
-            raw = self.code[off:off + 8].hex()
-            raise ExecError(pc, f"<{raw}>", f"illegal instruction: {e}") from None
+            raise ExecError(pc, f"<{raw.hex()}>", f"illegal instruction: {e}", where=self.where(pc)) from None
         text = _text(inst)
         try:
             kind, fn, target = compile_instruction(inst, pc, self)
         except Unsupported as e:
-            raise ExecError(pc, text, f"unsupported: {e}") from None
+            raise ExecError(pc, text, f"unsupported: {e}", where=self.where(pc)) from None
         except KeyError as e:
-            raise ExecError(pc, text, f"unsupported instruction ({e})") from None
+            raise ExecError(pc, text, f"unsupported instruction ({e})", where=self.where(pc)) from None
         return Compiled(kind, fn, inst.size, text, target)
 
 
@@ -825,7 +832,8 @@ class Executor:
                     groups.remove(other)
                 steps += self._run_group(g, groups, prog)
                 if steps > max_steps:
-                    raise ExecError(g.pc, "?", f"still running after {max_steps} instructions", g.ids)
+                    raise ExecError(g.pc, prog.at(g.pc).text, f"still running after {max_steps} instructions",
+                                    g.ids, prog.where(g.pc))
 
     def _run_group(self, g: Waves, groups: list, prog: Program) -> int:
         pc, n, steps = g.pc, g.n, 0
@@ -871,13 +879,15 @@ class Executor:
                 if kind == BARRIER:
                     g.pc, g.waiting = pc, True
                     return steps
-        except ExecError:
+        except ExecError as e:
+            if not e.waves:
+                raise ExecError(e.pc, e.text, e.why, g.ids, prog.where(e.pc)) from None
             raise
         except MemoryFault as e:
-            raise ExecError(pc, cache[pc].text, f"memory fault: {e}", g.ids) from None
+            raise ExecError(pc, cache[pc].text, f"memory fault: {e}", g.ids, prog.where(pc)) from None
         except Exception as e:
             text = cache[pc].text if pc in cache else "?"
-            raise ExecError(pc, text, f"{type(e).__name__}: {e}", g.ids) from e
+            raise ExecError(pc, text, f"{type(e).__name__}: {e}", g.ids, prog.where(pc)) from e
 
 
 # ------------------------------------------------------------------------------------------------
@@ -957,7 +967,7 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
         raise ValueError(f"kernel {kern.name} uses scratch (private segment), which this executor does not model")
     id_dims = r2["enable_vgpr_workitem_id"] + 1
 
-    prog = Program(kern.code, kern.code_address, kd.vgpr_count)
+    prog = Program(kern.code, kern.code_address, kd.vgpr_count, kern.name)
     lds_size = (kd.group_segment_fixed_size + 3) // 4 * 4
     ngroups = [-(-grid[d] // block[d]) for d in range(3)]
     wgs = np.stack(np.meshgrid(*[np.arange(n) for n in ngroups], indexing="ij"), -1).reshape(-1, 3)
@@ -968,7 +978,7 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     total_insts = total_waves = 0
     for start in range(0, len(wgs), per_batch):
         batch = wgs[start:start + per_batch]
-        groups, nwaves = _make_waves(batch, grid, block, user, wg_rows, id_dims, prog, kern)
+        groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, kern)
         ex = Executor(prog, memory, len(batch), lds_size)
         ex.run(groups)
         total_insts += ex.instructions
@@ -976,7 +986,10 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     return DispatchResult(total_insts, total_waves)
 
 
-def _make_waves(batch, grid, block, user, wg_rows, id_dims, prog, kern):
+def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, kern):
+    """One group of all waves of `batch` workgroups (the first being dispatch workgroup `first`);
+    wave ids count waves in dispatch order, each workgroup holding as many as a full one."""
+    full_waves = -(-int(np.prod(block)) // 32)
     sizes = np.minimum(np.array(block), np.array(grid) - batch * np.array(block))
     s_parts, v_parts, slots, ids = [], [], [], []
     nv = max(prog.nv, 1)
@@ -1008,7 +1021,7 @@ def _make_waves(batch, grid, block, user, wg_rows, id_dims, prog, kern):
         s_parts.append(s)
         v_parts.append(v)
         slots.append(np.repeat(m, nw))
-        ids.append(np.repeat(m, nw) * 1000 + np.tile(np.arange(nw), len(m)))
+        ids.append(np.repeat(first + m, nw) * full_waves + np.tile(np.arange(nw), len(m)))
     if len(s_parts) == 1:
         s, v = s_parts[0], v_parts[0]
     else:

@@ -86,8 +86,14 @@ def test_float_arith(kernel_corpus, size):
 def test_div_f32(kernel_corpus, size):
     n, wg = size
     a, b = rand_f(n, -1e3, 1e3), rand_f(n, 0.001, 10) * np.where(rng.random(n) < 0.5, -1, 1).astype(f32)
+    # operands at the edges of the range, where the hardware sequence scales: results stay IEEE
+    edge = np.array([[3e38, 1e-3], [1e-38, 3e5], [1e-40, 7.0], [5.0, 1e-40], [1.0, 0.0], [-1.0, 0.0],
+                     [0.0, 0.0], [np.inf, 2.0], [2.0, np.inf], [np.nan, 1.0], [3e38, 3e-39]], f32)
+    a[:len(edge)], b[:len(edge)] = edge[:, 0], edge[:, 1]
     out, _ = run(kernel_corpus["div_f32"], (n,), (wg,), [np.zeros(n, f32), a, b, u32(n)], [0])
-    assert np.array_equal(out[0], a / b)      # IEEE division is correctly rounded
+    with np.errstate(all="ignore"):
+        want = a / b
+    assert np.array_equal(out[0], want, equal_nan=True)      # IEEE division, correctly rounded
 
 
 def test_exp_log(kernel_corpus, size):
@@ -420,9 +426,18 @@ def test_out_of_range_load_is_reported(kernel_corpus):
         dispatch(co, None, mem, (100,), (64,), args)
 
 
+def test_out_of_range_lds_is_reported(kernel_corpus):
+    # local_reverse has a 256-entry tile; a 512-wide workgroup indexes past its LDS allocation
+    co = CodeObject.load(kernel_corpus["local_reverse"])
+    mem = FlatMemory()
+    a = mem.upload(np.zeros(512, f32))
+    with pytest.raises(ExecError, match=r"local_reverse\+0x[0-9a-f]+\): ds_store_b32 .*LDS address 0x400.*1024 bytes of LDS"):
+        dispatch(co, None, mem, (512,), (512,), pack_kernargs(co.kernel(), [a, a, u32(512)]))
+
+
 def test_illegal_instruction_is_reported(tmp_path):
     co = _raw_kernel(tmp_path, bytes([0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0xb0, 0xbf]))
-    with pytest.raises(ExecError, match=r"PC 0x[0-9a-f]+: .*illegal instruction"):
+    with pytest.raises(ExecError, match=r"PC 0x[0-9a-f]+ \(raw\+0x0\): <ffffffff0000b0bf>: illegal instruction"):
         dispatch(co, None, FlatMemory(), (32,), (32,), b"")
 
 
