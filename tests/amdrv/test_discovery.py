@@ -1,0 +1,293 @@
+"""IP discovery over binaries built here from discovery.h's layout (through amdrv.structs), read back
+through a VRAM-reading function as the driver reads them: signatures, checksums, truncation, harvest."""
+import pytest
+
+from amdrv import discovery, structs
+from amdrv.autogen import discovery as D
+from amdrv.discovery import DISCOVERY_TMR_OFFSET, DiscoveryError, parse, read_discovery
+
+BH = structs.get(D, "binary_header")
+IH = structs.get(D, "ip_discovery_header")
+DH = structs.get(D, "die_header")
+IP = structs.get(D, "ip")
+GC = structs.get(D, "gc_info_v1_2")
+HT = structs.get(D, "harvest_table")
+
+# A made-up but Navi31-shaped IP list: (hw_id, instance, version, bases)
+IPS = [
+    (D.GC_HWID, 0, (11, 0, 0), (0x1260, 0xA000, 0x1C000, 0x2402C00)),
+    (D.MMHUB_HWID, 0, (3, 0, 0), (0x1A000, 0x2408800)),
+    (D.MP0_HWID, 0, (13, 0, 0), (0x16000, 0xDC0000, 0xE00000)),
+    (D.MP1_HWID, 0, (13, 0, 0), (0x16000, 0xDC0000, 0xE00000)),
+    (D.NBIF_HWID, 0, (4, 3, 0), (0x0, 0x14, 0xD20, 0x10400)),
+    (D.OSSSYS_HWID, 0, (6, 0, 0), (0x10A0, 0x240A000)),
+    (D.HDP_HWID, 0, (6, 0, 0), (0xF20, 0x240A400)),
+    (D.SDMA0_HWID, 0, (6, 0, 0), (0x1260, 0xA000)),
+    (D.SDMA1_HWID, 0, (6, 0, 0), (0x1260, 0xA000)),
+    (D.VCN_HWID, 0, (4, 0, 0), (0x7800, 0x7E00)),
+    (D.VCN_HWID, 1, (4, 0, 0), (0x7A00, 0x7F00)),
+    (D.DMU_HWID, 0, (3, 2, 0), (0x12, 0xC0)),
+    (D.UMC_HWID, 0, (8, 10, 0), (0x14000,)),
+    (D.UMC_HWID, 1, (8, 10, 0), (0x54000,)),
+]
+
+
+def build(ips=IPS, *, table_version=2, gc=True, harvest=(), byte7=None, dies=None) -> bytearray:
+    """A discovery binary as discovery.h lays it out, every checksum right."""
+    dies = dies or [ips]
+    out = bytearray(BH.size)
+    out += bytes(-len(out) % 16)
+    ip_off = len(out)
+    body = bytearray()
+    die_info = []
+    at = ip_off + IH.size
+    for die_id, die_ips in enumerate(dies):
+        die_info.append({"die_id": die_id, "die_offset": at + len(body)})
+        body += DH.pack(die_id=die_id, num_ips=len(die_ips))
+        for hw_id, inst, (ma, mi, rev), bases in die_ips:
+            entry = bytearray(IP.pack(hw_id=hw_id, number_instance=inst, num_base_address=len(bases),
+                                      major=ma, minor=mi, revision=rev))
+            if byte7 is not None:
+                entry[7] = byte7
+            body += entry + b"".join(b.to_bytes(4, "little") for b in bases)
+    ip_size = IH.size + len(body)
+    out += IH.pack(signature=D.DISCOVERY_TABLE_SIGNATURE, version=table_version, size=ip_size, id=0,
+                   num_dies=len(dies), die_info=die_info) + body
+    tables = [{"offset": ip_off, "checksum": sum(out[ip_off:]) & 0xFFFF, "size": ip_size}]
+    tables += [{}] * (D.TOTAL_TABLES - 1)
+    if gc:
+        gc_off = len(out)
+        out += GC.pack(header={"table_id": D.GC_TABLE_ID, "version_major": 1, "version_minor": 2,
+                               "size": GC.size}, gc_num_se=6, gc_num_wgp0_per_sa=4, gc_num_sa_per_se=2,
+                       gc_wave_size=32, gc_gl2c_per_gpu=96)
+        tables[D.GC] = {"offset": gc_off, "checksum": sum(out[gc_off:]) & 0xFFFF, "size": GC.size}
+    if harvest is not None:
+        h_off = len(out)
+        out += HT.pack(header={"signature": D.HARVEST_TABLE_SIGNATURE, "version": 1},
+                       list=[{"hw_id": h, "number_instance": i} for h, i in harvest])
+        tables[D.HARVEST_INFO] = {"offset": h_off, "checksum": sum(out[h_off:]) & 0xFFFF, "size": HT.size}
+    BH.pack_into(out, 0, binary_signature=D.BINARY_SIGNATURE, version_major=1, version_minor=1,
+                 binary_size=len(out), table_list=tables)
+    return fix_checksum(out)
+
+
+def fix_checksum(out: bytearray) -> bytearray:
+    BH.pack_into(out, 0, binary_checksum=sum(out[10:BH.unpack_from(out).binary_size]) & 0xFFFF)
+    return out
+
+
+class VRAM:
+    """VRAM as a sparse byte store with a read log (the driver must read where upstream reads)."""
+
+    def __init__(self, size: int, blob: bytes, at: int | None = None):
+        self.size, self.reads = size, []
+        self.at = size - DISCOVERY_TMR_OFFSET if at is None else at
+        self.blob = bytes(blob)
+
+    def read(self, offset: int, size: int) -> bytes:
+        assert 0 <= offset and offset + size <= self.size
+        self.reads.append((offset, size))
+        out = bytearray(size)
+        lo, hi = max(offset, self.at), min(offset + size, self.at + len(self.blob))
+        if lo < hi:
+            out[lo - offset:hi - offset] = self.blob[lo - self.at:hi - self.at]
+        return bytes(out)
+
+
+def test_reads_at_vram_size_minus_64k_and_parses_everything():
+    vram = VRAM(24 << 30, build())
+    disc = read_discovery(vram.read, 24 << 30)
+    assert vram.reads == [((24 << 30) - (64 << 10), 4096)]  # one read of DISCOVERY_TMR_SIZE
+    assert disc.ips["GC", 0].version == (11, 0, 0)
+    assert disc.ips["GC", 0].bases == (0x1260, 0xA000, 0x1C000, 0x2402C00)
+    assert disc.ips["NBIF", 0].bases == (0x0, 0x14, 0xD20, 0x10400)
+    assert disc.ips["MP1", 0].version == (13, 0, 0)
+    assert disc.version_of("SDMA1") == (6, 0, 0)
+    assert {k for k in disc.ips} == {(D.HWID_NAMES[h], i) for h, i, _, _ in IPS}
+    assert disc.gc.gc_num_se == 6 and disc.gc.gc_gl2c_per_gpu == 96 and disc.gc.header.version_minor == 2
+    assert disc.num_dies == 1 and disc.harvested == [] and disc.skipped == []
+
+
+def test_long_binary_is_read_in_two_pieces():
+    many = IPS + [(D.UMC_HWID, i, (8, 10, 0), tuple(range(120))) for i in range(2, 10)]
+    blob = build(many)
+    assert len(blob) > 4096
+    vram = VRAM(8 << 30, blob)
+    disc = read_discovery(vram.read, 8 << 30)
+    assert len(vram.reads) == 2 and vram.reads[1] == (vram.at + 4096, len(blob) - 4096)
+    assert disc.ips["UMC", 9].bases == tuple(range(120))
+
+
+def test_harvest_table_removes_listed_instances():
+    disc = parse(build(harvest=[(D.VCN_HWID, 1), (D.DMU_HWID, 0), (D.UMC_HWID, 1)]))
+    assert ("UVD", 1) not in disc.ips and ("UVD", 0) in disc.ips  # VCN shares UVD's hw id
+    assert ("DMU", 0) not in disc.ips and ("UMC", 1) not in disc.ips and ("UMC", 0) in disc.ips
+    assert disc.harvested == [("UVD", 1), ("DMU", 0), ("UMC", 1)]
+    with pytest.raises(DiscoveryError, match="harvested"):
+        disc.ip_block("UVD", 1, mmio=None)
+
+
+def test_harvest_list_ends_at_first_zero_hw_id():
+    disc = parse(build(harvest=[(0, 0), (D.VCN_HWID, 0)]))
+    assert disc.harvested == [] and ("UVD", 0) in disc.ips
+
+
+def test_ip_block_binds_the_right_table_and_bases():
+    class MMIO:
+        def __init__(self):
+            self.writes = []
+
+        def read32(self, addr):
+            return 0
+
+        def write32(self, addr, value):
+            self.writes.append((addr, value))
+
+    disc = parse(build())
+    mmio = MMIO()
+    gc = disc.ip_block("GC", 0, mmio)
+    assert gc.table.block == "gc_11_0_0" and gc.bases == disc.ips["GC", 0].bases
+    d = gc.table["GRBM_STATUS"]
+    assert gc.GRBM_STATUS.addr == (disc.ips["GC", 0].bases[d.base_idx] + d.offset) * 4
+    assert disc.ip_block("MP1", 0, mmio).table.block == "mp_13_0_0"
+    assert disc.ip_block("NBIF", 0, mmio).table.block == "nbio_4_3_0"
+    with pytest.raises(DiscoveryError, match="no register table family"):
+        disc.ip_block("UMC", 0, mmio)
+    with pytest.raises(DiscoveryError, match="lists no GC instance 1"):
+        disc.ip_block("GC", 1, mmio)
+
+
+def test_register_table_falls_back_to_lower_revision():
+    navi33 = [(D.GC_HWID, 0, (11, 0, 2), (0x1260,)), (D.MP1_HWID, 0, (13, 0, 7), (0x16000,)),
+              (D.MMHUB_HWID, 0, (3, 0, 2), (0x1A000,)), (D.HDP_HWID, 0, (5, 9, 0), (0xF20,))]
+    disc = parse(build(navi33))
+    assert disc.register_table("GC").block == "gc_11_0_0"
+    assert disc.register_table("MP1").block == "mp_13_0_0"
+    assert disc.register_table("MMHUB").block == "mmhub_3_0_2"
+    with pytest.raises(DiscoveryError, match="HDP 5.9.0: no generated register table"):
+        disc.register_table("HDP")
+
+
+def test_table_version_3_reads_byte7_as_sub_revision_and_variant():
+    v2 = parse(build(byte7=0x21, table_version=2)).ips["GC", 0]
+    v3 = parse(build(byte7=0x21, table_version=3)).ips["GC", 0]
+    assert (v2.harvest, v2.sub_revision, v2.variant) == (1, 0, 0)
+    assert (v3.harvest, v3.sub_revision, v3.variant) == (0, 1, 2)
+
+
+def test_out_of_range_entries_are_skipped_like_upstream():
+    disc = parse(build(IPS + [(D.GC_HWID, D.HWIP_MAX_INSTANCE, (11, 0, 0), (1, 2)),
+                              (D.HW_ID_MAX, 0, (1, 0, 0), (3,))]))
+    assert len(disc.skipped) == 2 and ("GC", 0) in disc.ips
+    assert disc.ips["GC", 0].bases == IPS[0][3]  # the skipped entry's bases were stepped over
+
+
+def test_two_dies():
+    disc = parse(build(dies=[IPS[:3], [(D.GC_HWID, 1, (11, 0, 0), (0x9000,))]]))
+    assert disc.num_dies == 2 and disc.ips["GC", 1].die == 1 and disc.ips["GC", 1].bases == (0x9000,)
+
+
+def test_no_gc_and_no_harvest_table():
+    disc = parse(build(gc=False, harvest=None))
+    assert disc.gc is None and disc.harvested == [] and ("GC", 0) in disc.ips
+
+
+# ---------------------------------------------------------------- damaged binaries
+
+def test_missing_binary_names_the_offset_and_signature():
+    vram = VRAM(1 << 30, b"")
+    with pytest.raises(DiscoveryError, match=r"no IP discovery binary at VRAM offset 0x3fff0000: signature "
+                                             r"0x00000000, expected 0x28211407"):
+        read_discovery(vram.read, 1 << 30)
+
+
+def test_binary_elsewhere_is_not_found():
+    vram = VRAM(1 << 30, build(), at=(1 << 30) - (32 << 10))
+    with pytest.raises(DiscoveryError, match="signature"):
+        read_discovery(vram.read, 1 << 30)
+
+
+def test_bad_binary_checksum():
+    blob = build()
+    blob[-1] ^= 0x40
+    with pytest.raises(DiscoveryError, match=r"bad checksum: byte sum 0x[0-9a-f]+, header says"):
+        parse(blob)
+
+
+def test_checksum_covers_binary_size_field():
+    blob = build()
+    BH.pack_into(blob, 0, binary_size=len(blob) - 4)  # shorter, but checksum not recomputed
+    with pytest.raises(DiscoveryError, match="bad checksum"):
+        parse(blob)
+
+
+@pytest.mark.parametrize("damage,match", [
+    (lambda b, ip, gc, hv: b.__setitem__(ip, 0), r"IP table .*signature 0x[0-9a-f]+, expected "
+                                                     r"0x53445049 \(DISCOVERY_TABLE_SIGNATURE\)"),
+    (lambda b, ip, gc, hv: b.__setitem__(ip + IH.size + 10, b[ip + IH.size + 10] ^ 1),
+     r"IP table .* bad checksum: byte sum 0x[0-9a-f]+ over \d+ bytes"),
+    (lambda b, ip, gc, hv: b.__setitem__(gc, 0x48), r"GC table .*table_id 0x4348, expected 0x4347"),
+    (lambda b, ip, gc, hv: b.__setitem__(gc + 20, 1), r"GC table .* bad checksum"),
+    (lambda b, ip, gc, hv: b.__setitem__(hv, 0), r"harvest table .*HARVEST_TABLE_SIGNATURE"),
+    (lambda b, ip, gc, hv: b.__setitem__(hv + 8, 7), r"harvest table .* bad checksum"),
+])
+def test_damaged_tables(damage, match):
+    blob = build(harvest=[(D.VCN_HWID, 1)])
+    t = BH.unpack_from(blob).table_list
+    damage(blob, t[D.IP_DISCOVERY].offset, t[D.GC].offset, t[D.HARVEST_INFO].offset)
+    fix_checksum(blob)  # only the table's own check can catch it
+    with pytest.raises(DiscoveryError, match=match):
+        parse(blob)
+
+
+@pytest.mark.parametrize("cut", [8, 40, 200, -30])
+def test_truncated(cut):
+    blob = build()
+    with pytest.raises(DiscoveryError, match="truncated"):
+        parse(blob[:cut])
+
+
+def test_table_pointing_past_the_end_is_reported():
+    blob = build()
+    t = [dict(x.as_dict()) for x in BH.unpack_from(blob).table_list]
+    t[D.GC]["offset"] = len(blob) - 4
+    BH.pack_into(blob, 0, table_list=t)
+    with pytest.raises(DiscoveryError, match=r"GC table .* needs 12 bytes but the binary ends"):
+        parse(fix_checksum(blob))
+
+
+def test_die_id_mismatch():
+    blob = build()
+    off = IH.unpack_from(blob, BH.unpack_from(blob).table_list[D.IP_DISCOVERY].offset).die_info[0].die_offset
+    DH.pack_into(blob, off, die_id=3)
+    t = [dict(x.as_dict()) for x in BH.unpack_from(blob).table_list]
+    ip = t[D.IP_DISCOVERY]
+    ip["checksum"] = sum(blob[ip["offset"]:ip["offset"] + ip["size"]]) & 0xFFFF
+    BH.pack_into(blob, 0, table_list=t)
+    with pytest.raises(DiscoveryError, match="die header 0 says die id 3"):
+        parse(fix_checksum(blob))
+
+
+def test_unhandled_gc_version():
+    blob = build()
+    t = [dict(x.as_dict()) for x in BH.unpack_from(blob).table_list]
+    gc = t[D.GC]
+    structs.get(D, "gpu_info_header").pack_into(blob, gc["offset"], version_major=3)
+    gc["checksum"] = sum(blob[gc["offset"]:gc["offset"] + GC.size]) & 0xFFFF
+    BH.pack_into(blob, 0, table_list=t)
+    with pytest.raises(DiscoveryError, match="unhandled GC info table version 3.2"):
+        parse(fix_checksum(blob))
+
+
+def test_vram_size_from_memsize_register():
+    class Regs:
+        def __init__(self, v):
+            self.v = v
+
+        def read32(self, addr):
+            assert addr == 0xDE3 * 4
+            return self.v
+
+    assert discovery.vram_size(Regs(24576)) == 24 << 30
+    with pytest.raises(DiscoveryError, match="does not answer"):
+        discovery.vram_size(Regs(0xFFFFFFFF))
