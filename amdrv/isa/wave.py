@@ -377,6 +377,8 @@ def compile_instruction(inst, pc, prog: Program):
         return OP, _salu(name, inst, pc), 0
     if fmt == "SMEM":
         return OP, _smem(name, inst), 0
+    if fmt == "SCRATCH":
+        return OP, _scratch(name, inst, prog), 0
     if fmt in ("GLOBAL", "FLAT"):
         return OP, _global(name, inst, prog), 0
     if fmt == "DS":
@@ -712,7 +714,93 @@ def _global(name, inst, prog):
     raise Unsupported(f"memory op {name}")
 
 
+def _scratch(name, inst, prog):
+    """scratch_load/store: per-work-item private memory. The address (VGPR when present, plus an
+    SGPR when present, plus the offset) is an offset into the work-item's own private segment;
+    the hardware's per-lane swizzle is invisible to the program and not modeled."""
+    vaddr = _find(inst, "addr", "vaddr")
+    vaddr = vaddr.index if vaddr is not None and vaddr.kind == ins.VGPR else None
+    saddr = [o for o in inst.operands if o.name == "saddr" and o.kind == ins.SGPR]
+    srow = saddr[0].index if saddr else None
+    offset = _mods_int(inst.mods, "offset")
+    if offset >= 1 << 12:
+        offset -= 1 << 13
+    lanes = np.arange(32, dtype=np.int64)
+
+    def offsets(g, m, x, size):
+        full = g._full
+        a = np.zeros(g.n * 32 if full else int(m.sum()), np.int64) + offset
+        if vaddr is not None:
+            a += _gather(g.v[vaddr], m, full)
+        if srow is not None:
+            a += _gather(np.broadcast_to(g.s[srow][:, None], m.shape), m, full)
+        if a.size and (a.min() < 0 or a.max() + size > x.private_size):
+            bad = int(a[(a < 0) | (a + size > x.private_size)][0])
+            raise MemoryFault("private", bad, size, False,
+                              f"outside the work-item's {x.private_size} bytes of private memory")
+        lane = (g.ids - x.first_wave)[:, None] * 32 + lanes
+        return a + _gather(np.broadcast_to(lane * x.private_size, m.shape), m, full)
+
+    rest = name[len("scratch_"):]
+    if rest.startswith("load_"):
+        t = rest[len("load_"):]
+        size = LOAD_SIZES[t]
+        k = max(1, size // 4)
+        d = inst.dsts[0].index
+        sext = SEXT_LOADS.get(t)
+
+        def run(g, x):
+            m = g.mask()
+            vals = x.scratch.load(offsets(g, m, x, size), size)
+            if sext:
+                vals = ((vals << U32(32 - sext[1])).view(I32) >> I32(32 - sext[1])).view(U32)
+            for j in range(k):
+                _scatter(g.v[d + j], m, g._full, vals[:, j])
+        return run
+    if rest.startswith("store_"):
+        size = LOAD_SIZES[rest[len("store_"):]]
+        k = max(1, size // 4)
+        data = _find(inst, "data", "vdata").index
+
+        def run(g, x):
+            m = g.mask()
+            vals = np.stack([_gather(g.v[data + j], m, g._full) for j in range(k)], axis=1)
+            if size < 4:
+                vals &= U32((1 << (8 * size)) - 1)
+            x.scratch.store(offsets(g, m, x, size), vals, size)
+        return run
+    raise Unsupported(f"private memory op {name}")
+
+
+def _permute(name, inst):
+    """ds_bpermute_b32 (gather from lane (addr + offset) / 4) and ds_permute_b32 (scatter to it);
+    no LDS is touched. Inactive source lanes read as 0; of several writes the higher lane wins."""
+    addr = _find(inst, "addr", "vaddr").index
+    data = [o for o in inst.srcs if o.kind == ins.VGPR and o.name != "addr"][0].index
+    d = inst.dsts[0].index
+    offset = _mods_int(inst.mods, "offset0") | (_mods_int(inst.mods, "offset1") << 8)
+    rows = np.arange(32)
+
+    def run(g, x):
+        m = g.mask()
+        sel = ((g.v[addr] + U32(offset)) >> U32(2)) & U32(31)
+        src = np.where(m, g.v[data], U32(0))
+        w = np.arange(g.n)[:, None]
+        if name == "ds_bpermute_b32":
+            out = src[w, sel]
+        else:
+            out = np.zeros_like(src)
+            # lanes in increasing order so the highest writer of a lane wins
+            for lane in rows:
+                act = m[:, lane]
+                out[act, sel[act, lane]] = src[act, lane]
+        np.copyto(g.v[d], out, where=m)
+    return run
+
+
 def _ds(name, inst, prog):
+    if name in ("ds_bpermute_b32", "ds_permute_b32"):
+        return _permute(name, inst)
     rest = name[len("ds_"):]
     addr = _find(inst, "addr", "vaddr").index
     off0, off1 = _mods_int(inst.mods, "offset0"), _mods_int(inst.mods, "offset1")
@@ -809,11 +897,15 @@ def _ds(name, inst, prog):
 class Executor:
     """Runs groups of waves of one program against a memory and an LDS."""
 
-    def __init__(self, program: Program, memory, n_slots: int, lds_size: int):
+    def __init__(self, program: Program, memory, n_slots: int, lds_size: int,
+                 n_waves: int = 0, first_wave: int = 0, private_size: int = 0):
         self.prog = program
         self.memory = memory
         self.lds_size = lds_size
         self.lds = ByteSpace(max(1, n_slots * lds_size), "LDS")
+        # private (scratch) memory: private_size bytes per work-item, indexed by wave id - first_wave
+        self.private_size, self.first_wave = private_size, first_wave
+        self.scratch = ByteSpace(max(1, n_waves * 32 * private_size), "private")
         self.instructions = 0      # wave instructions executed
 
     def run(self, groups: list[Waves], max_steps: int = 10**8):
@@ -963,8 +1055,12 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
         if r2[f"enable_sgpr_workgroup_id_{axis}"]:
             wg_rows.append((d, row))
             row += 1
-    if r2["enable_private_segment"] or kd.private_segment_fixed_size:
-        raise ValueError(f"kernel {kern.name} uses scratch (private segment), which this executor does not model")
+    # The workgroup-info and private-segment-wave-offset SGPRs that may follow stay 0: private
+    # memory here is addressed per work-item from 0 (see _scratch).
+    if kd.properties["uses_dynamic_stack"]:
+        raise ValueError(f"kernel {kern.name} uses a dynamic stack, whose size only the caller knows; "
+                         "not supported by this executor")
+    private_size = (kd.private_segment_fixed_size + 3) // 4 * 4
     id_dims = r2["enable_vgpr_workitem_id"] + 1
 
     prog = Program(kern.code, kern.code_address, kd.vgpr_count, kern.name)
@@ -974,12 +1070,15 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     # z-major then y then x, the order the hardware dispatches in
     wgs = wgs[np.lexsort((wgs[:, 0], wgs[:, 1], wgs[:, 2]))]
     waves_per_wg = -(-int(np.prod(block)) // 32)
+    if private_size:     # keep a batch's scratch under 64 MiB
+        max_waves = max(1, min(max_waves, (64 << 20) // (32 * private_size)))
     per_batch = max(1, max_waves // waves_per_wg)
     total_insts = total_waves = 0
     for start in range(0, len(wgs), per_batch):
         batch = wgs[start:start + per_batch]
         groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, kern)
-        ex = Executor(prog, memory, len(batch), lds_size)
+        ex = Executor(prog, memory, len(batch), lds_size, len(batch) * waves_per_wg,
+                      start * waves_per_wg, private_size)
         ex.run(groups)
         total_insts += ex.instructions
         total_waves += nwaves

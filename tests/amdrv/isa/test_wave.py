@@ -370,6 +370,33 @@ def test_bitops(kernel_corpus, size):
     assert np.array_equal(o[:, 4], rev + a.byteswap())
 
 
+def test_private_array(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-1000, 1000, n).astype(i32)
+    out, _ = run(kernel_corpus["private_array"], (n,), (wg,), [np.zeros(n, i32), a, u32(n)], [0])
+    i = np.arange(n)
+    t = a[(i[:, None] + np.arange(64)) % n] * np.arange(64)
+    j = a.view(u32) & 63
+    assert np.array_equal(out[0], t[i, j] + t[i, (j * 7) & 63])
+
+
+def test_cross_lane(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(u32)
+    out, _ = run(kernel_corpus["cross_lane"], (n,), (wg,), [np.zeros(4 * n, u32), a, u32(n)], [0])
+    o = out[0].reshape(n, 4)
+    for w0 in range(0, n, 32):           # waves are 32 consecutive work-items (wg is a multiple of 32)
+        x = a[w0:w0 + 32]
+        act = len(x)
+        odd = (x & 1).astype(bool)
+        ballot = sum(1 << k for k in range(act) if odd[k])
+        assert np.all(o[w0:w0 + act, 0] == x[0])
+        assert np.all(o[w0:w0 + act, 1] == ballot)
+        assert np.array_equal(o[w0:w0 + act, 2], [bin(ballot & ((1 << k) - 1)).count("1") for k in range(act)])
+        rot = [x[(k + 1) % 32] if (k + 1) % 32 < act else 0 for k in range(act)]
+        assert np.array_equal(o[w0:w0 + act, 3], rot)     # inactive source lanes read as 0
+
+
 def test_corpus_is_covered(kernel_corpus):
     tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
     assert len(kernel_corpus) >= 20
