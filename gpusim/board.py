@@ -1,0 +1,66 @@
+"""A Navi31/Navi33 board: the device core with its config space and every modeled block, at power-on.
+
+Blocks built in parallel by other models (PSP, GMC, IH) join through BLOCKS: a module listed there that
+is not present yet is skipped, so the board is usable while they are written.
+"""
+from __future__ import annotations
+
+import importlib
+
+from gpusim import discovery
+from gpusim.device import Block, Device
+from gpusim.pci import REBAR_MIN, ConfigSpace, pow2_at_least
+
+VRAM_SIZE = {"navi31": 24 << 30, "navi33": 8 << 30}   # RX 7900 XTX, RX 7600
+SMALL_BAR = REBAR_MIN                                 # 256 MiB, what a host without resizable BAR maps
+
+# (module, class); order matters only for attach/reset order.
+BLOCKS = [
+    ("gpusim.nbio", "NBIO"),
+    ("gpusim.hdp", "HDP"),
+    ("gpusim.ih", "IH"),
+    ("gpusim.gmc", "GMC"),
+    ("gpusim.psp", "PSP"),
+]
+_PARALLEL = {"gpusim.ih", "gpusim.gmc", "gpusim.psp"}
+
+
+class DiscoveryTMR(Block):
+    """What the boot firmware leaves at power-on: the IP discovery binary at VRAM end - 64 KiB."""
+    name = "DISCOVERY"
+
+    def reset(self) -> None:
+        binary = discovery.build(self.dev.layout)
+        self.dev.vram.write(self.dev.vram.size - discovery.TMR_OFFSET, binary)
+
+
+def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = False,
+          slot: int = 0) -> Device:
+    vram_size = vram_size or VRAM_SIZE[chip]
+    if vram_size % (1 << 20) or vram_size < 2 * SMALL_BAR:
+        raise ValueError(f"{chip}: VRAM size {vram_size:#x} must be a multiple of 1 MiB and at least "
+                         f"{2 * SMALL_BAR >> 20} MiB")
+    bar0 = SMALL_BAR if small_bar else pow2_at_least(vram_size)
+    dev = Device(chip, vram_size)
+    dev.pci = ConfigSpace(chip, vram_size, bar0, slot)
+    dev.add(DiscoveryTMR(dev))
+    for mod, cls in BLOCKS:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if mod in _PARALLEL and e.name == mod:
+                continue
+            raise
+        dev.add(getattr(m, cls)(dev))
+    return dev
+
+
+def mode1_reset(dev: Device) -> None:
+    """The whole ASIC back to power-on, as the SMU's Mode1Reset does: every block's registers and
+    state, bus mastering off (BIF is reset too; amdgpu restores PCI state afterwards). BAR assignments
+    and memory decode are kept (the host's enumeration). VRAM contents are not guaranteed by hardware;
+    the discovery binary is written again by the boot firmware."""
+    with dev.lock:
+        cmd = dev.pci.command
+        dev.pci.write(0x04, 2, cmd & ~0x4)
+        dev.power_on_reset()

@@ -1,0 +1,78 @@
+"""The simulated PCIe bus: the GPUs plugged into it and the host memory they may reach by DMA.
+
+Host DMA memory is mapped in 2 MiB segments at bus addresses that are not contiguous with each other
+(a gap follows every segment), as hugepage-backed memory is on a real host: a driver that assumes a
+buffer's bus addresses are contiguous beyond a 2 MiB page reaches unmapped space, which faults.
+"""
+from __future__ import annotations
+
+import mmap
+
+from gpusim.device import DMAError
+
+SEGMENT = 2 << 20
+BUS_BASE = 0x1_0000_0000     # first host bus address handed out (above 4 GiB, as an IOMMU would)
+
+
+class Bus:
+    def __init__(self):
+        self.devices: list = []
+        self._segments: dict[int, tuple[memoryview, int]] = {}   # bus segment base -> (host view, offset)
+        self._next = BUS_BASE
+
+    def plug(self, dev) -> None:
+        dev.bus = self
+        if dev not in self.devices:
+            self.devices.append(dev)
+
+    def unplug(self, dev) -> None:
+        if dev in self.devices:
+            self.devices.remove(dev)
+        dev.bus = None
+
+    def map_host(self, view: memoryview) -> list[int]:
+        """Maps host memory for DMA; returns the bus address of each 2 MiB segment."""
+        bases = []
+        for off in range(0, len(view), SEGMENT):
+            base = self._next
+            self._next += 2 * SEGMENT
+            self._segments[base] = (view, off)
+            bases.append(base)
+        return bases
+
+    def unmap_host(self, bases: list[int]) -> None:
+        for b in bases:
+            self._segments.pop(b, None)
+
+    def _locate(self, addr: int, what: str) -> tuple[memoryview, int, int]:
+        base = addr - (addr - BUS_BASE) % SEGMENT if addr >= BUS_BASE else None
+        seg = self._segments.get(base)
+        if seg is None:
+            raise DMAError(f"DMA {what} at bus address {addr:#x}: no host memory is mapped there")
+        view, off = seg
+        at = off + addr - base
+        if at >= len(view):
+            raise DMAError(f"DMA {what} at bus address {addr:#x}: past the end of its host buffer")
+        return view, at, min(base + SEGMENT, base + len(view) - off) - addr
+
+    def read(self, addr: int, n: int) -> bytes:
+        out = bytearray()
+        while n > 0:
+            view, at, avail = self._locate(addr, "read")
+            k = min(n, avail)
+            out += view[at:at + k]
+            addr, n = addr + k, n - k
+        return bytes(out)
+
+    def write(self, addr: int, data) -> None:
+        data = memoryview(bytes(data))
+        while len(data):
+            view, at, avail = self._locate(addr, "write")
+            k = min(len(data), avail)
+            view[at:at + k] = data[:k]
+            addr, data = addr + k, data[k:]
+
+
+def host_memory(size: int) -> mmap.mmap:
+    """Page-aligned anonymous host memory, as a DMA allocation is."""
+    return mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)

@@ -1,0 +1,399 @@
+"""The simulated GPU's core: VRAM, the register space, DMA over the bus, interrupts and the clock.
+
+Every hardware block model (NBIO, HDP, SMU, PSP, GMC, IH, ...) is a `Block` attached to one `Device`.
+The framework API for block authors:
+
+    class PSP(Block):
+        name = "PSP"
+        def attach(self):                       # once, when the block joins the device
+            self.on_write("MP0", "MP0_SMN_C2PMSG_64", self._ring_cmd)   # by name, bound methods only
+            self.on_read("MP0", "MP0_SMN_C2PMSG_81", self._sos_alive)
+        def reset(self):                        # power-on state; also after a mode1 reset
+            self.set("MP0", "MP0_SMN_C2PMSG_35", 0x80000000)           # storage, no handlers run
+        def step(self):                         # optional: one clock step of background work
+            ...
+        def _ring_cmd(self, value):             # runs before the value is stored;
+            self.dev.schedule(10, self._done)   # return an int to store that instead (W1C etc.)
+        def _sos_alive(self):                   # returns the value the driver reads
+            return 0
+
+Registers are named as in the generated tables (`amdrv.regs.load`), resolved through the bases the IP
+discovery table declares for that IP instance (`Device.reg_addr`), so a block and the driver can only
+agree on an address if both follow the same upstream facts. Handlers must be bound methods (or
+functools.partial of them) so a device pickles (gpusim.persist). Registers nobody handles are plain
+storage: a read returns the last write, 0 after power-on.
+
+- `dev.regs.read(dword)` / `write(dword, v)`: the whole register space (beyond what BAR5 maps, as the
+  RSMU/PCIE index-data pairs reach it), with handlers; `peek`/`poke` bypass handlers.
+- `dev.get(ip, name, inst=0)`, `dev.set(ip, name, value, inst=0)`: storage by name, no handlers.
+- `dev.vram`: `read(addr, n)`, `write(addr, data)`, `read32/write32`, `view` (a memoryview of all VRAM).
+- `dev.dma_read(bus_addr, n)`, `dev.dma_write(bus_addr, data)`: host memory through the bus. Raises
+  `DMAError` (after recording it in `dev.errors`) when bus mastering is off or the address is not mapped:
+  the caller decides what its engine does with a failed transfer (hang, error status).
+- `dev.post_interrupt(IVEntry(...))`: hands an interrupt to the IH model (`dev.ih_sink`); counted as
+  dropped when no IH model is attached.
+- `dev.schedule(steps, fn, *args)`: run fn after `steps` clock steps. `dev.step(n)` advances; in the
+  stepped mode (default, deterministic) a BAR5 read also steps once, so a driver polling a status
+  register makes progress exactly as it would on hardware. `dev.start_async()` steps from a thread instead;
+  every access takes `dev.lock`.
+- `dev.error(block, message)`: records a hardware-visible failure (what a real GPU would log or drop).
+- `dev.blocks[name]`: the attached blocks.
+"""
+from __future__ import annotations
+
+import ctypes
+import heapq
+import mmap
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from amdrv import regs as regtables
+from gpusim import discovery
+
+MAP_NORESERVE = 0x4000  # Linux; not exported by the mmap module. A "24 GiB" VRAM must not be charged.
+CHUNK = 2 << 20         # VRAM persistence granularity: only touched, non-zero chunks are saved
+
+
+class DMAError(Exception):
+    """A device-initiated access to host memory that the bus refused."""
+
+
+@dataclass
+class SimError:
+    step: int
+    block: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[step {self.step}] {self.block}: {self.message}"
+
+
+@dataclass
+class IVEntry:
+    """What an interrupt source posts; the IH model encodes it as the IH v6 ring's 32-byte IV."""
+    client_id: int
+    source_id: int
+    src_data: tuple = (0, 0, 0, 0)
+    ring_id: int = 0
+    vmid: int = 0
+    vmid_src: int = 0
+    pasid: int = 0
+    node_id: int = 0
+    timestamp: int = 0  # filled from the device clock when posted
+
+
+class VRAM:
+    """Device memory, sparse: an anonymous private mapping, so the OS materializes pages on first touch
+    and a 24 GiB device costs what is touched. A real mapping (not a dict of chunks) lets BAR0 hand the
+    driver a direct memoryview, as a mapped PCIe BAR does."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
+        self.view = memoryview(self._map)
+
+    def _check(self, addr: int, n: int) -> None:
+        if addr < 0 or addr + n > self.size:
+            raise IndexError(f"VRAM access of {n} bytes at {addr:#x} is outside the {self.size:#x}-byte VRAM")
+
+    def read(self, addr: int, n: int) -> bytes:
+        self._check(addr, n)
+        return bytes(self.view[addr:addr + n])
+
+    def write(self, addr: int, data) -> None:
+        n = len(data)
+        self._check(addr, n)
+        self.view[addr:addr + n] = data
+
+    def read32(self, addr: int) -> int:
+        return int.from_bytes(self.read(addr, 4), "little")
+
+    def write32(self, addr: int, value: int) -> None:
+        self.write(addr, (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+    def resident_bytes(self) -> int:
+        return int(self._resident_pages().sum()) * mmap.PAGESIZE
+
+    def _resident_pages(self) -> np.ndarray:
+        """Pages per CHUNK the OS has materialized (mincore), so saving never reads untouched gigabytes.
+        Where mincore is unavailable every page counts as touched."""
+        page = mmap.PAGESIZE
+        npages = (self.size + page - 1) // page
+        vec = (ctypes.c_ubyte * npages)()
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+            if libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(self.size), vec) != 0:
+                raise OSError(ctypes.get_errno())
+            pages = np.frombuffer(vec, dtype=np.uint8) & 1
+        except (OSError, AttributeError):
+            pages = np.ones(npages, dtype=np.uint8)
+        return np.add.reduceat(pages.astype(np.int64), np.arange(0, npages, CHUNK // page))
+
+    def chunks(self):
+        """(chunk index, bytes) of every touched chunk that is not all zero."""
+        for i in np.flatnonzero(self._resident_pages()).tolist():
+            a = i * CHUNK
+            mv = self.view[a:min(a + CHUNK, self.size)]
+            if np.frombuffer(mv, dtype=np.uint8).any():
+                yield i, bytes(mv)
+
+    def clear(self) -> None:
+        """Drops every page (madvise DONTNEED on a private anonymous mapping reads back zeros)."""
+        self._map.madvise(mmap.MADV_DONTNEED)
+
+    def __getstate__(self):
+        return {"size": self.size, "chunks": dict(self.chunks())}
+
+    def __setstate__(self, state):
+        self.__init__(state["size"])
+        for i, data in state["chunks"].items():
+            self.write(i * CHUNK, data)
+
+
+class RegisterSpace:
+    """All registers as dword addresses. Handlers are per address; everything else is storage."""
+
+    def __init__(self):
+        self.store: dict[int, int] = {}
+        self.read_handlers: dict[int, object] = {}
+        self.write_handlers: dict[int, object] = {}
+
+    def read(self, addr: int) -> int:
+        fn = self.read_handlers.get(addr)
+        if fn is not None:
+            return fn() & 0xFFFFFFFF
+        return self.store.get(addr, 0)
+
+    def write(self, addr: int, value: int) -> None:
+        value &= 0xFFFFFFFF
+        fn = self.write_handlers.get(addr)
+        if fn is not None:
+            stored = fn(value)
+            if stored is not None:
+                value = stored & 0xFFFFFFFF
+        self.store[addr] = value
+
+    def peek(self, addr: int) -> int:
+        return self.store.get(addr, 0)
+
+    def poke(self, addr: int, value: int) -> None:
+        self.store[addr] = value & 0xFFFFFFFF
+
+
+class Block:
+    """A hardware block model. Subclasses set `name` and override attach/reset/step as needed."""
+    name = "block"
+
+    def __init__(self, dev: Device):
+        self.dev = dev
+
+    def attach(self) -> None:
+        """Registers handlers; runs once when the block joins the device."""
+
+    def reset(self) -> None:
+        """Puts the block in its power-on state; runs at power-on and after a mode1 reset."""
+
+    # step(self) -> None may be defined by blocks that do background work each clock step.
+
+    def on_read(self, ip: str, name: str, fn, inst: int = 0) -> None:
+        self.dev.regs.read_handlers[self.dev.reg_addr(ip, name, inst)] = fn
+
+    def on_write(self, ip: str, name: str, fn, inst: int = 0) -> None:
+        self.dev.regs.write_handlers[self.dev.reg_addr(ip, name, inst)] = fn
+
+    def get(self, ip: str, name: str, inst: int = 0) -> int:
+        return self.dev.get(ip, name, inst)
+
+    def set(self, ip: str, name: str, value: int, inst: int = 0) -> None:
+        self.dev.set(ip, name, value, inst)
+
+    def error(self, message: str) -> None:
+        self.dev.error(self.name, message)
+
+
+class Device:
+    """One simulated GPU. Assembled with its blocks by gpusim.board.build; reached by drivers only
+    through gpusim.provider's PCIFunction."""
+
+    STEP_NS = 1000  # simulated time per clock step
+
+    def __init__(self, chip: str = "navi31", vram_size: int = 1 << 30, bar0_size: int | None = None):
+        self.chip = chip
+        self.layout = discovery.layout(chip)
+        self.vram = VRAM(vram_size)
+        self.regs = RegisterSpace()
+        self.bar0_size = bar0_size or vram_size
+        self.blocks: dict[str, Block] = {}
+        self.errors: list[SimError] = []
+        self.interrupts_dropped = 0
+        self.ih_sink = None          # set by the IH model: fn(IVEntry)
+        self.bus = None              # set when plugged into a gpusim.bus.Bus
+        self.pci = None              # the config space (gpusim.pci.ConfigSpace), set by the board
+        self.steps = 0
+        self._events: list = []
+        self._seq = 0
+        self.stepped = True
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self.lock = threading.RLock()
+        self._thread = None
+        self._tables = {}
+        self._addr_cache: dict[tuple, int] = {}
+        self._steppers = [b for b in self.blocks.values() if hasattr(b, "step")]
+
+    # -- blocks ---------------------------------------------------------------------------------
+    def add(self, block: Block) -> Block:
+        self.blocks[block.name] = block
+        block.attach()
+        block.reset()
+        self._steppers = [b for b in self.blocks.values() if hasattr(b, "step")]
+        return block
+
+    def power_on_reset(self) -> None:
+        """Every block back to its power-on state: register storage and pending work are lost. What
+        survives in VRAM is not guaranteed by hardware (the simulator keeps it)."""
+        with self.lock:
+            self.regs.store.clear()
+            self._events.clear()
+            for b in self.blocks.values():
+                b.reset()
+
+    # -- registers --------------------------------------------------------------------------------
+    def table(self, ip: str) -> regtables.RegisterTable:
+        t = self._tables.get(ip)
+        if t is None:
+            t = self._tables[ip] = regtables.load(self.layout.register_table(ip))
+        return t
+
+    def reg_addr(self, ip: str, name: str, inst: int = 0) -> int:
+        """Dword address of a register of one IP instance: bases[base_index] + offset, as amdgpu's
+        SOC15_REG_OFFSET computes it from the discovered bases."""
+        key = (ip, name, inst)
+        a = self._addr_cache.get(key)
+        if a is None:
+            d = self.table(ip)[name]
+            bases = self.layout.bases(ip, inst)
+            if d.base_idx >= len(bases):
+                raise LookupError(f"{self.chip} {ip}{inst}: {name} uses base index {d.base_idx} but "
+                                  f"discovery declares {len(bases)} bases")
+            a = self._addr_cache[key] = bases[d.base_idx] + d.offset
+        return a
+
+    def get(self, ip: str, name: str, inst: int = 0) -> int:
+        return self.regs.peek(self.reg_addr(ip, name, inst))
+
+    def set(self, ip: str, name: str, value: int, inst: int = 0) -> None:
+        self.regs.poke(self.reg_addr(ip, name, inst), value)
+
+    def field(self, ip: str, name: str, field: str, inst: int = 0) -> int:
+        """One field of a register's stored value."""
+        f = self.table(ip)[name].fields[field]
+        return (self.get(ip, name, inst) >> f.shift) & ((1 << f.width) - 1)
+
+    # -- memory ---------------------------------------------------------------------------------
+    @property
+    def bus_master(self) -> bool:
+        return bool(self.pci and self.pci.bus_master)
+
+    def _dma_check(self, what: str, bus_addr: int, n: int) -> None:
+        if not self.bus_master:
+            self.error("BIF", f"DMA {what} of {n} bytes at bus address {bus_addr:#x} with bus mastering "
+                              f"off (PCI command bit 2): the transfer did not happen")
+            raise DMAError(f"{self.chip}: bus mastering is off; DMA {what} at {bus_addr:#x} refused")
+        if self.bus is None:
+            self.error("BIF", f"DMA {what} at {bus_addr:#x}: the device is not on a bus")
+            raise DMAError(f"{self.chip}: not on a bus")
+
+    def dma_read(self, bus_addr: int, n: int) -> bytes:
+        self._dma_check("read", bus_addr, n)
+        try:
+            return self.bus.read(bus_addr, n)
+        except DMAError as e:
+            self.error("BIF", str(e))
+            raise
+
+    def dma_write(self, bus_addr: int, data) -> None:
+        self._dma_check("write", bus_addr, len(data))
+        try:
+            self.bus.write(bus_addr, data)
+        except DMAError as e:
+            self.error("BIF", str(e))
+            raise
+
+    # -- interrupts, errors -------------------------------------------------------------------------
+    def post_interrupt(self, entry: IVEntry) -> None:
+        entry.timestamp = entry.timestamp or self.steps * self.STEP_NS
+        if self.ih_sink is None:
+            self.interrupts_dropped += 1
+            return
+        self.ih_sink(entry)
+
+    def error(self, block: str, message: str) -> None:
+        self.errors.append(SimError(self.steps, block, message))
+
+    # -- clock ----------------------------------------------------------------------------------
+    def schedule(self, steps: int, fn, *args) -> None:
+        """Runs fn(*args) once `steps` clock steps have passed (0: at the next step)."""
+        self._seq += 1
+        heapq.heappush(self._events, (self.steps + max(steps, 0), self._seq, fn, args))
+
+    def step(self, n: int = 1) -> None:
+        with self.lock:
+            for _ in range(n):
+                self.steps += 1
+                while self._events and self._events[0][0] <= self.steps:
+                    _, _, fn, args = heapq.heappop(self._events)
+                    fn(*args)
+                for b in self._steppers:
+                    b.step()
+
+    @property
+    def now_ns(self) -> int:
+        return self.steps * self.STEP_NS
+
+    def start_async(self, period_s: float = 0.0) -> None:
+        """Steps from a background thread, like a device running on its own clock, so that races
+        between the driver and the hardware show up. BAR accesses no longer step."""
+        if self._thread:
+            return
+        self.stepped = False
+        self._stop = threading.Event()
+
+        def run():
+            while not self._stop.is_set():
+                self.step()
+                time.sleep(period_s)
+        self._thread = threading.Thread(target=run, name=f"gpusim-{self.chip}", daemon=True)
+        self._thread.start()
+
+    def stop_async(self) -> None:
+        if self._thread:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        self.stepped = True
+
+    def poll_tick(self) -> None:
+        """Called by the register BAR on each read: in stepped mode a read is the driver waiting."""
+        if self.stepped:
+            self.step()
+
+    # -- pickling (gpusim.persist) ----------------------------------------------------------------------
+    def __getstate__(self):
+        if self._thread:
+            raise RuntimeError(f"{self.chip}: stop_async() before saving the device")
+        s = dict(self.__dict__)
+        for k in ("lock", "_thread", "_tables", "_addr_cache", "_steppers", "bus"):
+            s.pop(k, None)
+        return s
+
+    def __setstate__(self, s):
+        self.__dict__.update(s)
+        self.bus = None
+        self._init_runtime()
+

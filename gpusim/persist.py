@@ -1,0 +1,41 @@
+"""Saving a simulated device to a file and loading it back, so a new process finds the GPU as the last
+one left it (a driver restart on real hardware keeps the GPU powered).
+
+The file is a pickle of the Device: registers, block state, pending clock events, and VRAM as its touched,
+non-zero 2 MiB chunks (gpusim.device.VRAM). Host DMA memory belongs to the process and is not saved; a
+loaded device is on no bus until the provider plugs it in.
+"""
+from __future__ import annotations
+
+import copyreg
+import os
+import pickle
+from pathlib import Path
+from types import MappingProxyType
+
+MAGIC = b"gpusim-state-1\n"
+
+# Register field maps (amdrv.regs) are read-only mapping proxies that blocks may keep; save them as dicts.
+def _proxy(d: dict) -> MappingProxyType:
+    return MappingProxyType(d)
+
+
+copyreg.pickle(MappingProxyType, lambda m: (_proxy, (dict(m),)))
+
+
+def save(dev, path) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with dev.lock, open(tmp, "wb") as f:
+        f.write(MAGIC)
+        pickle.dump(dev, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)   # a process killed mid-save leaves the previous state intact
+
+
+def load(path):
+    path = Path(path)
+    with open(path, "rb") as f:
+        if f.read(len(MAGIC)) != MAGIC:
+            raise ValueError(f"{path} is not a gpusim device state file (or one of another version); "
+                             f"delete it to power on a fresh device")
+        return pickle.load(f)

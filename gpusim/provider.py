@@ -1,0 +1,214 @@
+"""The simulator as a pcie provider: `pcie.open_function("sim", "navi31", ...)` lands here.
+
+    open_function(spec="navi31", *, chip=None, vram_size=None, small_bar=False, state=None, slot=0,
+                  fresh=False, async_clock=False) -> SimFunction
+
+spec or chip is "navi31" or "navi33". Devices live on one simulated bus per process, one per slot, and
+outlive the functions opened on them: opening a slot again gives a new driver instance the same device,
+as it left it (fresh=True powers a new one on instead). With `state`, a file path, the device is loaded
+from that file when it exists and saved to it on close, so a new process finds it as the last left it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
+from gpusim import board, persist
+from gpusim.bus import SEGMENT, Bus, host_memory
+from gpusim.device import Device
+
+BUS = Bus()
+_SLOTS: dict[int, Device] = {}
+
+
+class _SimBAR(BAR):
+    def __init__(self, fn: SimFunction, index: int):
+        self.fn, self.dev, self.index = fn, fn.dev, index
+
+    @property
+    def size(self) -> int:
+        return self.dev.pci.sizes[self.index]
+
+    def _decode(self, offset: int, size: int, align: int) -> bool:
+        self._check(offset, size, align)
+        if not self.dev.pci.memory_enabled:
+            self.dev.error("BIF", f"BAR{self.index} access at {offset:#x} with memory decode off "
+                                  f"(PCI_COMMAND_MEMORY): master abort")
+            return False
+        return True
+
+
+class RegisterBAR(_SimBAR):
+    """BAR5: registers at byte offset 4 * dword address. Each read is a poll: in stepped mode it steps."""
+
+    def read32(self, offset: int) -> int:
+        c = self.fn.counters
+        c.mmio_reads += 1
+        if not self._decode(offset, 4, 4):
+            return 0xFFFFFFFF
+        with self.dev.lock:
+            self.dev.poll_tick()
+            return self.dev.regs.read(offset >> 2)
+
+    def write32(self, offset: int, value: int) -> None:
+        self.fn.counters.mmio_writes += 1
+        if self._decode(offset, 4, 4):
+            with self.dev.lock:
+                self.dev.regs.write(offset >> 2, value)
+
+    def read(self, offset: int, size: int) -> bytes:
+        self._check(offset, size, 4)
+        return b"".join(self.read32(offset + i).to_bytes(4, "little") for i in range(0, size, 4))
+
+    def write(self, offset: int, data: bytes) -> None:
+        self._check(offset, len(data), 4)
+        for i in range(0, len(data), 4):
+            self.write32(offset + i, int.from_bytes(data[i:i + 4], "little"))
+
+
+class VRAMBAR(_SimBAR):
+    """BAR0: the first bar-size bytes of VRAM (all of it with a large BAR)."""
+
+    def _span(self, offset: int, size: int, align: int = 1) -> bool:
+        if not self._decode(offset, size, align):
+            return False
+        if offset + size > self.dev.vram.size:
+            raise PCIError(f"{self.fn.address} BAR0: {size} bytes at {offset:#x} lie beyond the "
+                           f"{self.dev.vram.size:#x}-byte VRAM inside the {self.size:#x}-byte BAR")
+        return True
+
+    def read32(self, offset: int) -> int:
+        self.fn.counters.mmio_reads += 1
+        return self.dev.vram.read32(offset) if self._span(offset, 4, 4) else 0xFFFFFFFF
+
+    def write32(self, offset: int, value: int) -> None:
+        self.fn.counters.mmio_writes += 1
+        if self._span(offset, 4, 4):
+            self.dev.vram.write32(offset, value)
+            self.dev.blocks["HDP"].host_write(4)
+
+    def read(self, offset: int, size: int) -> bytes:
+        self.fn.counters.bulk_read_bytes += size
+        return self.dev.vram.read(offset, size) if self._span(offset, size) else b"\xff" * size
+
+    def write(self, offset: int, data: bytes) -> None:
+        self.fn.counters.bulk_write_bytes += len(data)
+        if self._span(offset, len(data)):
+            self.dev.vram.write(offset, data)
+            self.dev.blocks["HDP"].host_write(len(data))
+
+    def direct(self) -> memoryview:
+        return self.dev.vram.view[:min(self.size, self.dev.vram.size)]
+
+
+class DoorbellBAR(_SimBAR):
+    """BAR2: doorbells; writes go to the NBIO's routing (dropped while the aperture is disabled)."""
+
+    def read32(self, offset: int) -> int:
+        self.fn.counters.mmio_reads += 1
+        if not self._decode(offset, 4, 4):
+            return 0xFFFFFFFF
+        return self.dev.blocks["NBIO"].doorbell_read(offset)
+
+    def write32(self, offset: int, value: int) -> None:
+        self.fn.counters.mmio_writes += 1
+        if self._decode(offset, 4, 4):
+            with self.dev.lock:
+                self.dev.blocks["NBIO"].doorbell_write(offset, value & 0xFFFFFFFF)
+
+    def write64(self, offset: int, value: int) -> None:
+        # A 64-bit doorbell is one posted write; the engine sees the low dword's index with both halves.
+        self.write32(offset + 4, value >> 32)
+        self.write32(offset, value & 0xFFFFFFFF)
+
+    def read(self, offset: int, size: int) -> bytes:
+        return b"".join(self.read32(offset + i).to_bytes(4, "little") for i in range(0, size, 4))
+
+    def write(self, offset: int, data: bytes) -> None:
+        for i in range(0, len(data), 4):
+            self.write32(offset + i, int.from_bytes(data[i:i + 4], "little"))
+
+
+class SimDMABuffer(DMABuffer):
+    def __init__(self, fn: SimFunction, size: int):
+        self.size = size
+        self._mem = host_memory(size)
+        self._view = memoryview(self._mem)[:size]
+        self._bases = BUS.map_host(self._view)
+        self._fn = fn
+
+    @property
+    def view(self) -> memoryview:
+        return self._view
+
+    def bus_address(self, offset: int = 0) -> int:
+        if not 0 <= offset < self.size:
+            raise PCIError(f"DMA buffer of {self.size:#x} bytes has no byte {offset:#x}")
+        return self._bases[offset // SEGMENT] + offset % SEGMENT
+
+    def free(self) -> None:
+        if self._bases:
+            BUS.unmap_host(self._bases)
+            self._bases = []
+            self._fn._dma.discard(self)
+
+
+class SimFunction(PCIFunction):
+    def __init__(self, dev: Device, slot: int, state: Path | None):
+        super().__init__(f"0000:{0x03 + slot:02x}:00.0")
+        self.dev, self.slot, self.state = dev, slot, state
+        self._bars = {0: VRAMBAR(self, 0), 2: DoorbellBAR(self, 2), 5: RegisterBAR(self, 5)}
+        self._dma: set[SimDMABuffer] = set()
+
+    def config_read(self, offset: int, size: int) -> int:
+        self.counters.config_reads += 1
+        return self.dev.pci.read(offset, size)
+
+    def config_write(self, offset: int, size: int, value: int) -> None:
+        self.counters.config_writes += 1
+        complaint = self.dev.pci.write(offset, size, value)
+        if complaint:
+            self.dev.error("PCI", complaint)
+
+    def bar(self, index: int) -> BAR:
+        if index not in self._bars:
+            raise PCIError(f"{self.address}: BAR{index} is not a memory BAR of this GPU; it has "
+                           f"BAR0 (VRAM), BAR2 (doorbells), BAR5 (registers)")
+        return self._bars[index]
+
+    def alloc_dma(self, size: int) -> DMABuffer:
+        buf = SimDMABuffer(self, size)
+        self._dma.add(buf)
+        return buf
+
+    def close(self) -> None:
+        for buf in list(self._dma):
+            buf.free()
+        if self.state is not None:
+            self.dev.stop_async()
+            persist.save(self.dev, self.state)
+
+
+def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
+                  small_bar: bool = False, state=None, slot: int = 0, fresh: bool = False,
+                  async_clock: bool = False) -> SimFunction:
+    chip = chip or spec or "navi31"
+    if chip not in board.VRAM_SIZE:
+        raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
+    state = Path(state) if state else None
+    dev = None if fresh else _SLOTS.get(slot)
+    if dev is None and state is not None and state.exists() and not fresh:
+        dev = persist.load(state)
+    if dev is not None and dev.chip != chip:
+        raise PCIError(f"sim: slot {slot} holds a {dev.chip}, not a {chip}; pass fresh=True or another slot")
+    if dev is None:
+        dev = board.build(chip, vram_size, small_bar, slot)
+    if dev.bus is not BUS:
+        old = _SLOTS.get(slot)
+        if old is not None and old is not dev:
+            BUS.unplug(old)
+        BUS.plug(dev)
+    _SLOTS[slot] = dev
+    if async_clock:
+        dev.start_async()
+    return SimFunction(dev, slot, state)
