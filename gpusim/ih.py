@@ -1,0 +1,134 @@
+"""IH 6.0 (OSSSYS 6.0.0): the interrupt ring, ring 0 only.
+
+Facts, from ih_v6_0.c and amdgpu_ih.c (register fields from the generated osssys_6_0_0 table):
+- IH_RB_BASE holds bits 39:8 of the ring address, IH_RB_BASE_HI bits 47:40; IH_RB_CNTL.RB_SIZE is log2 of
+  the ring size in dwords; MC_SPACE says what the addresses are: 2 = bus addresses (the driver's
+  use_bus_addr ring in host memory, reached by DMA), 4 = GPU addresses through the MMHUB's VMID 0 (VRAM via
+  the FB aperture, or GART). RB_ENABLE starts the ring.
+- IH_RB_WPTR/IH_RB_RPTR are byte offsets (OFFSET field, bits 17:2); the IH writes 32-byte IV entries at
+  wptr. With WPTR_WRITEBACK_ENABLE the IH_RB_WPTR value is also written to IH_RB_WPTR_ADDR_LO/HI after each
+  entry; the driver reads the write pointer from there (ih_v6_0_get_wptr) and the register only on overflow.
+- The ring is full when one more entry would make wptr equal rptr. With WPTR_OVERFLOW_ENABLE the IH keeps
+  writing over the oldest entries and sets IH_RB_WPTR.RB_OVERFLOW, which stays set until the driver writes
+  IH_RB_CNTL.WPTR_OVERFLOW_CLEAR=1 (then resumes at wptr + 32, as ih_v6_0_get_wptr does). Without it the
+  entry is dropped (counted in `dropped`).
+- IV entry (amdgpu_ih_decode_iv_helper): dw0 = client_id | src_id << 8 | ring_id << 16 | vmid << 24 |
+  vmid_src << 31; dw1 = timestamp[31:0]; dw2 = timestamp[47:32] (| timestamp_src << 31); dw3 = pasid
+  (| pasid_src << 31); dw4..7 = src_data[0..3]. The pasid of a VMID-tagged entry comes from IH_VMID_n_LUT.
+- IH_DOORBELL_RPTR.ENABLE/OFFSET: the driver may move rptr through a doorbell; the doorbell model calls
+  `doorbell(index, value)`.
+"""
+import struct
+
+from gpusim.device import Block, DMAError, IVEntry
+
+IV_SIZE = 32
+MC_SPACE_BUS = 2
+MC_SPACE_GPUVM0 = 4
+
+
+def encode_iv(e: IVEntry) -> bytes:
+    dw0 = ((e.client_id & 0xFF) | (e.source_id & 0xFF) << 8 | (e.ring_id & 0xFF) << 16
+           | (e.vmid & 0xF) << 24 | (e.vmid_src & 1) << 31)
+    ts = e.timestamp & ((1 << 48) - 1)
+    src = (tuple(e.src_data) + (0, 0, 0, 0))[:4]
+    return struct.pack("<8I", dw0, ts & 0xFFFFFFFF, ts >> 32, e.pasid & 0xFFFF, *(s & 0xFFFFFFFF for s in src))
+
+
+class IH(Block):
+    name = "IH"
+    IP = "OSSSYS"
+
+    def attach(self) -> None:
+        self.on_write(self.IP, "IH_RB_CNTL", self._w_cntl)
+        self.on_write(self.IP, "IH_RB_WPTR", self._w_wptr)
+        self.on_read(self.IP, "IH_RB_WPTR", self._r_wptr)
+        self.on_write(self.IP, "IH_RB_RPTR", self._w_rptr)
+        self.dev.ih_sink = self.post
+        t = self.dev.table(self.IP)
+        self._cntl = t["IH_RB_CNTL"].fields
+        self._wptr_f = t["IH_RB_WPTR"].fields
+
+    def reset(self) -> None:
+        self.wptr = 0          # byte offset of the next entry
+        self.overflow = False
+        self.delivered = 0
+        self.dropped = 0
+
+    # -- registers --------------------------------------------------------------------------------
+    def _field(self, value: int, name: str) -> int:
+        f = self._cntl[name]
+        return (value >> f.shift) & ((1 << f.width) - 1)
+
+    def _w_cntl(self, value: int):
+        if self._field(value, "WPTR_OVERFLOW_CLEAR"):
+            self.overflow = False
+        return None
+
+    def _w_wptr(self, value: int):
+        self.wptr = value & self._offset_mask()
+        self.overflow = False
+        return None
+
+    def _r_wptr(self) -> int:
+        return self.wptr | (1 if self.overflow else 0)
+
+    def _w_rptr(self, value: int):
+        return value & self._offset_mask()
+
+    def doorbell(self, index: int, value: int) -> bool:
+        """A doorbell write; True when it was this ring's rptr doorbell (IH_DOORBELL_RPTR)."""
+        db = self.get(self.IP, "IH_DOORBELL_RPTR")
+        if not (db >> 28) & 1 or (db & ((1 << 26) - 1)) != index:
+            return False
+        self.set(self.IP, "IH_RB_RPTR", value & self._offset_mask())
+        return True
+
+    # -- ring ---------------------------------------------------------------------------------------
+    def ring_size(self) -> int:
+        return 4 << self._field(self.get(self.IP, "IH_RB_CNTL"), "RB_SIZE")
+
+    def _offset_mask(self) -> int:
+        return (self.ring_size() - 1) & 0x3FFFC
+
+    def ring_base(self) -> int:
+        return (self.get(self.IP, "IH_RB_BASE") << 8) | ((self.get(self.IP, "IH_RB_BASE_HI") & 0xFF) << 40)
+
+    def _write_mem(self, mc_space: int, addr: int, data: bytes) -> None:
+        if mc_space == MC_SPACE_BUS:
+            self.dev.dma_write(addr, data)
+        elif mc_space == MC_SPACE_GPUVM0:
+            self.dev.blocks["GMC"].mc_write(addr, data)
+        else:
+            raise DMAError(f"IH_RB_CNTL.MC_SPACE={mc_space} is not an address space the IH model knows "
+                           f"(2 = bus, 4 = GPU VMID 0)")
+
+    def post(self, entry: IVEntry) -> None:
+        """The device's interrupt sink: encodes `entry` and writes it into the ring."""
+        cntl = self.get(self.IP, "IH_RB_CNTL")
+        if not self._field(cntl, "RB_ENABLE"):
+            self.dropped += 1
+            return
+        if entry.vmid and not entry.pasid:
+            entry.pasid = self.get(self.IP, f"IH_VMID_{entry.vmid}_LUT{'_MM' if entry.vmid_src else ''}") & 0xFFFF
+        size = self.ring_size()
+        rptr = self.get(self.IP, "IH_RB_RPTR") & (size - 1)
+        nxt = (self.wptr + IV_SIZE) & (size - 1)
+        if nxt == rptr:
+            if not self._field(cntl, "WPTR_OVERFLOW_ENABLE"):
+                self.dropped += 1
+                return
+            self.overflow = True
+        space = self._field(cntl, "MC_SPACE")
+        try:
+            self._write_mem(space, self.ring_base() + self.wptr, encode_iv(entry))
+            self.wptr = nxt
+            if self._field(cntl, "WPTR_WRITEBACK_ENABLE"):
+                wb = (self.get(self.IP, "IH_RB_WPTR_ADDR_LO") & ~3) | (
+                    (self.get(self.IP, "IH_RB_WPTR_ADDR_HI") & 0xFFFF) << 32)
+                self._write_mem(space, wb, struct.pack("<I", self._r_wptr()))
+        except (DMAError, IndexError) as e:
+            self.dropped += 1
+            self.error(f"IV entry (client {entry.client_id}, src {entry.source_id}) not written: {e}")
+            return
+        self.delivered += 1

@@ -1,0 +1,299 @@
+"""GMC: gfx11 page tables (4 levels, 4K/2M/1G, fragments, system pages), TLB and invalidation, faults."""
+import struct
+
+import pytest
+
+from amdrv.autogen import gmc as G
+from amdrv.autogen import ih as IDS
+from gpusim import board
+from gpusim.bus import Bus, host_memory
+from gpusim.device import DMAError
+from gpusim.gmc import FB_BASE, VMFault
+
+V, S, X, R, W = (G.AMDGPU_PTE_VALID, G.AMDGPU_PTE_SYSTEM, G.AMDGPU_PTE_EXECUTABLE, G.AMDGPU_PTE_READABLE,
+                 G.AMDGPU_PTE_WRITEABLE)
+RW = V | R | W
+PDB2, PDB1, PDB0, PTB = 0x100000, 0x101000, 0x102000, 0x103000   # VRAM offsets of the tables
+IH_RING = 4096
+
+
+@pytest.fixture
+def sim():
+    dev = board.build("navi31", vram_size=512 << 20)
+    bus = Bus()
+    bus.plug(dev)
+    mem = host_memory(2 << 20)
+    (bus_base,) = bus.map_host(memoryview(mem))
+    dev.pci.write(0x04, 2, dev.pci.command | 0x6)
+    return dev, mem, bus_base
+
+
+def reg(dev, ip, name, value=None):
+    a = dev.reg_addr(ip, name)
+    if value is None:
+        return dev.regs.read(a)
+    dev.regs.write(a, value)
+
+
+def pte(dev, table, idx, value):
+    dev.vram.write(table + idx * 8, struct.pack("<Q", value))
+
+
+def setup_vmid(dev, vmid=1, hub="GC", depth=3, start=0, end=(1 << 36) - 1, base=PDB2, bs=0):
+    vm = "GCVM_" if hub == "GC" else "MMVM_"
+    ip = "GC" if hub == "GC" else "MMHUB"
+    cntl = dev.table(ip)[f"{vm}CONTEXT{vmid}_CNTL"]
+    ints = {f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT": 1 for k in ("RANGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")}
+    reg(dev, ip, f"{vm}CONTEXT{vmid}_CNTL", cntl.encode(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=depth,
+                                                         PAGE_TABLE_BLOCK_SIZE=bs, **ints))
+    reg(dev, ip, f"{vm}CONTEXT{vmid}_PAGE_TABLE_BASE_ADDR_LO32", (base | V) & 0xFFFFFFFF)
+    reg(dev, ip, f"{vm}CONTEXT{vmid}_PAGE_TABLE_BASE_ADDR_HI32", base >> 32)
+    reg(dev, ip, f"{vm}CONTEXT{vmid}_PAGE_TABLE_START_ADDR_LO32", start & 0xFFFFFFFF)
+    reg(dev, ip, f"{vm}CONTEXT{vmid}_PAGE_TABLE_START_ADDR_HI32", start >> 32)
+    reg(dev, ip, f"{vm}CONTEXT{vmid}_PAGE_TABLE_END_ADDR_LO32", end & 0xFFFFFFFF)
+    reg(dev, ip, f"{vm}CONTEXT{vmid}_PAGE_TABLE_END_ADDR_HI32", end >> 32)
+
+
+def four_levels(dev):
+    pte(dev, PDB2, 0, PDB1 | V)
+    pte(dev, PDB1, 0, PDB0 | V)
+    pte(dev, PDB0, 0, PTB | V)
+
+
+def invalidate(dev, vmid, hub="GC", eng=17):
+    vm, ip = ("GCVM_", "GC") if hub == "GC" else ("MMVM_", "MMHUB")
+    req = dev.table(ip)[f"{vm}INVALIDATE_ENG{eng}_REQ"].encode(
+        PER_VMID_INVALIDATE_REQ=1 << vmid, INVALIDATE_L2_PTES=1, INVALIDATE_L2_PDE0=1, INVALIDATE_L2_PDE1=1,
+        INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1)
+    if hub == "MM":   # gmc_v11_0_flush_vm_hub takes the semaphore on the MMHUB
+        assert reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_SEM") & 1
+    reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_REQ", req)
+    for _ in range(10):
+        if reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_ACK") & (1 << vmid):
+            break
+        dev.step()   # what a BAR read does in the stepped mode
+    else:
+        raise AssertionError("no ACK")
+    if hub == "MM":
+        reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_SEM", 0)
+
+
+def test_4k_2m_1g_pages(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev)
+    four_levels(dev)
+    pte(dev, PTB, 1, 0x200000 | RW)
+    pte(dev, PDB0, 1, 0x400000 | G.AMDGPU_PDE_PTE | RW)             # 2 MiB page
+    pte(dev, PDB1, 1, 0x4000_0000 | G.AMDGPU_PDE_PTE | V | R)       # 1 GiB page
+    t = gmc.translate(1, 0x1234)
+    assert (t.system, t.addr) == (False, 0x200234)
+    assert gmc.translate(1, 0x200000 + 0x1F1234, write=True).addr == 0x400000 + 0x1F1234
+    assert gmc.translate(1, 0x4000_0000 + 0x3FF1_2345).addr == 0x4000_0000 + 0x3FF1_2345
+    with pytest.raises(VMFault, match="write fault"):
+        gmc.translate(1, 0x4000_0000, write=True)
+
+
+def test_read_write_through_vram_and_system_pages(sim):
+    dev, mem, bus = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev)
+    four_levels(dev)
+    pte(dev, PTB, 0, 0x300000 | RW)
+    pte(dev, PTB, 1, (bus + 0x10000) | S | RW)
+    gmc.write(1, 0xFF0, b"A" * 32)     # crosses from a VRAM page into a system page
+    assert dev.vram.read(0x300FF0, 16) == b"A" * 16 and bytes(mem[0x10000:0x10010]) == b"A" * 16
+    assert gmc.read(1, 0xFF8, 16) == b"A" * 16
+    dev.pci.write(0x04, 2, dev.pci.command & ~0x4)
+    with pytest.raises(DMAError):
+        gmc.read(1, 0x1000, 4)
+
+
+def test_page_table_in_system_memory(sim):
+    dev, mem, bus = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev, base=bus | S, depth=0, end=511)   # one flat table in host memory, as a GART
+    struct.pack_into("<Q", mem, 8 * 5, 0x1234000 | RW)
+    assert gmc.translate(1, 5 << 12 | 0x10).addr == 0x1234010
+
+
+def test_stale_translation_until_invalidated(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev)
+    four_levels(dev)
+    pte(dev, PTB, 3, 0x500000 | RW)
+    assert gmc.translate(1, 0x3000).addr == 0x500000
+    pte(dev, PTB, 3, 0x600000 | RW)        # remapped without invalidation
+    assert gmc.translate(1, 0x3000).addr == 0x500000
+    pte(dev, PTB, 3, 0)                    # even unmapped, the cached translation serves
+    assert gmc.translate(1, 0x3000).addr == 0x500000
+    invalidate(dev, 2)                     # another VMID: no effect
+    assert gmc.translate(1, 0x3000).addr == 0x500000
+    pte(dev, PTB, 3, 0x600000 | RW)
+    invalidate(dev, 1)
+    assert gmc.translate(1, 0x3000).addr == 0x600000
+
+
+def test_ack_needs_a_clock_step_and_mmhub_semaphore(sim):
+    dev, _, _ = sim
+    ack = dev.reg_addr("GC", "GCVM_INVALIDATE_ENG17_ACK")
+    req = dev.table("GC")["GCVM_INVALIDATE_ENG17_REQ"].encode(PER_VMID_INVALIDATE_REQ=1 << 4, INVALIDATE_L1_PTES=1)
+    dev.regs.write(dev.reg_addr("GC", "GCVM_INVALIDATE_ENG17_REQ"), req)
+    assert dev.regs.peek(ack) == 0
+    dev.step()
+    assert dev.regs.peek(ack) == 1 << 4
+    sem = dev.reg_addr("MMHUB", "MMVM_INVALIDATE_ENG17_SEM")
+    assert dev.regs.read(sem) == 1 and dev.regs.read(sem) == 0   # held: a second acquire fails
+    dev.regs.write(sem, 0)
+    assert dev.regs.read(sem) == 1
+
+
+def test_mmhub_translation_and_invalidation(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev, vmid=2, hub="MM")
+    four_levels(dev)
+    pte(dev, PTB, 0, 0x700000 | RW)
+    assert gmc.translate(2, 0x10, hub="MM").addr == 0x700010
+    pte(dev, PTB, 0, 0x800000 | RW)
+    invalidate(dev, 2, hub="GC")           # the other hub's TLB: still stale here
+    assert gmc.translate(2, 0x10, hub="MM").addr == 0x700010
+    invalidate(dev, 2, hub="MM")
+    assert gmc.translate(2, 0x10, hub="MM").addr == 0x800010
+
+
+def test_fragment_covers_its_aligned_block(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev)
+    four_levels(dev)
+    frag4 = 4 << 7                         # 64 KiB fragment
+    for i in range(16, 32):
+        pte(dev, PTB, i, (0x900000 + (i - 16) * 0x1000) | RW | frag4)
+    assert gmc.translate(1, 16 << 12).addr == 0x900000
+    walks = gmc.hubs["GC"].walks
+    assert gmc.translate(1, (31 << 12) + 8).addr == 0x90F008
+    assert gmc.hubs["GC"].walks == walks   # served from the fragment's cache entry
+    # a PTE that lies about its fragment: the hardware trusts the fragment, not the neighbour's PTE
+    pte(dev, PTB, 40, 0xA00000 | RW | frag4)
+    pte(dev, PTB, 41, 0xB00000 | RW | frag4)
+    assert gmc.translate(1, 40 << 12).addr == 0xA08000      # page 8 of the 64 KiB block at 0xA00000
+    assert gmc.translate(1, 41 << 12).addr == 0xA09000      # PTE 41 (0xB00000) is never read
+
+
+def status_fields(dev, hub="GC"):
+    vm, ip = ("GCVM_", "GC") if hub == "GC" else ("MMVM_", "MMHUB")
+    r = dev.table(ip)[f"{vm}L2_PROTECTION_FAULT_STATUS"]
+    st = r.decode(reg(dev, ip, f"{vm}L2_PROTECTION_FAULT_STATUS"))
+    addr = reg(dev, ip, f"{vm}L2_PROTECTION_FAULT_ADDR_LO32") << 12 | (
+        reg(dev, ip, f"{vm}L2_PROTECTION_FAULT_ADDR_HI32") & 0xF) << 44
+    return st, addr
+
+
+def enable_ih(dev, bus):
+    cntl = dev.table("OSSSYS")["IH_RB_CNTL"]
+    reg(dev, "OSSSYS", "IH_RB_BASE", bus >> 8)
+    reg(dev, "OSSSYS", "IH_RB_BASE_HI", 0)
+    reg(dev, "OSSSYS", "IH_RB_CNTL", cntl.encode(MC_SPACE=2, RB_SIZE=10, WPTR_OVERFLOW_ENABLE=1, RB_ENABLE=1))
+
+
+def test_fault_latches_registers_and_posts_iv(sim):
+    dev, mem, bus = sim
+    gmc = dev.blocks["GMC"]
+    enable_ih(dev, bus)
+    setup_vmid(dev, vmid=3)
+    four_levels(dev)
+    va = 0x7000
+    with pytest.raises(VMFault) as e:
+        gmc.translate(3, va + 0x123, write=True, client=0x55)
+    assert e.value.kind == "valid"
+    st, addr = status_fields(dev)
+    assert (st["VMID"], st["RW"], st["PERMISSION_FAULTS"], st["CID"], st["MORE_FAULTS"]) == (3, 1, 1, 0x55, 0)
+    assert addr == va
+    dw = struct.unpack_from("<8I", mem, 0)
+    assert dw[0] & 0xFF == IDS.SOC21_IH_CLIENTID_GFX and (dw[0] >> 8) & 0xFF == IDS.UTCL2_1_0__SRCID__FAULT
+    assert (dw[0] >> 24) & 0xF == 3 and dw[0] >> 31 == 0
+    assert (dw[4] << 12 | (dw[5] & 0xF) << 44) == va     # gmc_v11_0_process_interrupt's decoding
+    # a second fault keeps the first one's status and address, only MORE_FAULTS is added
+    pte(dev, PTB, 9, 0xC00000 | V | R)
+    with pytest.raises(VMFault, match="write fault"):
+        gmc.translate(3, 9 << 12, write=True)
+    st2, addr2 = status_fields(dev)
+    assert addr2 == va and st2["MORE_FAULTS"] == 1 and st2["PERMISSION_FAULTS"] == 1
+    # the driver clears: CLEAR_PROTECTION_FAULT_STATUS_ADDR
+    reg(dev, "GC", "GCVM_L2_PROTECTION_FAULT_CNTL", reg(dev, "GC", "GCVM_L2_PROTECTION_FAULT_CNTL") | 1)
+    assert status_fields(dev) == (dev.table("GC")["GCVM_L2_PROTECTION_FAULT_STATUS"].decode(0), 0)
+    with pytest.raises(VMFault):
+        gmc.translate(3, 9 << 12, write=True)
+    st3, addr3 = status_fields(dev)
+    assert st3["PERMISSION_FAULTS"] == 4 and st3["RW"] == 1 and addr3 == 9 << 12
+
+
+def test_mmhub_fault_client_and_range(sim):
+    dev, mem, bus = sim
+    enable_ih(dev, bus)
+    setup_vmid(dev, vmid=5, hub="MM", end=0xFFF)
+    with pytest.raises(VMFault, match="range"):
+        dev.blocks["GMC"].translate(5, 0x2000_0000, hub="MM")
+    st, addr = status_fields(dev, "MM")
+    assert st["MAPPING_ERROR"] == 1 and st["VMID"] == 5 and addr == 0x2000_0000
+    dw = struct.unpack_from("<8I", mem, 0)
+    assert dw[0] & 0xFF == IDS.SOC21_IH_CLIENTID_VMC and dw[0] >> 31 == 1
+
+
+def test_fault_without_interrupt_enable_posts_nothing(sim):
+    dev, mem, bus = sim
+    enable_ih(dev, bus)
+    setup_vmid(dev, vmid=0, depth=0, end=0xFF)
+    reg(dev, "GC", "GCVM_CONTEXT0_CNTL", 1)   # as gfxhub_v3_0_enable_system_domain: no interrupt bits
+    with pytest.raises(VMFault):
+        dev.blocks["GMC"].translate(0, 0x10_0000_0000)
+    assert status_fields(dev)[1] == 0x10_0000_0000
+    assert dev.blocks["IH"].delivered == 0
+
+
+def test_mc_addresses_fb_agp_and_gart(sim):
+    dev, mem, bus = sim
+    gmc = dev.blocks["GMC"]
+    dev.vram.write(0x1000, b"vram")
+    assert gmc.mc_read(FB_BASE + 0x1000, 4) == b"vram"      # the FB location the VBIOS left
+    # AGP aperture onto host memory
+    reg(dev, "MMHUB", "MMMC_VM_AGP_BOT", 0x10)
+    reg(dev, "MMHUB", "MMMC_VM_AGP_TOP", 0x10)
+    reg(dev, "MMHUB", "MMMC_VM_AGP_BASE", bus >> 24)
+    mem[bus & 0xFFFFFF:(bus & 0xFFFFFF) + 3] = b"agp"
+    assert gmc.mc_read((0x10 << 24) + (bus & 0xFFFFFF), 3) == b"agp"
+    # GART: context 0 of the MMHUB, a flat table
+    gart = 0x7F_0000_0000
+    setup_vmid(dev, vmid=0, hub="MM", depth=0, start=gart >> 12, end=(gart >> 12) + 511, base=0x200000)
+    pte(dev, 0x200000, 2, 0x1000 | RW)
+    assert gmc.mc_read(gart + 0x2000, 4) == b"vram"
+    gmc.mc_write(gart + 0x2004, b"!!")
+    assert dev.vram.read(0x1004, 2) == b"!!"
+
+
+def test_vmid0_system_aperture(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    reg(dev, "GC", "GCMC_VM_SYSTEM_APERTURE_LOW_ADDR", FB_BASE >> 18)
+    reg(dev, "GC", "GCMC_VM_SYSTEM_APERTURE_HIGH_ADDR", (FB_BASE + (512 << 20) - 1) >> 18)
+    assert gmc.translate(0, FB_BASE + 0x4321).addr == 0x4321
+    with pytest.raises(VMFault):       # outside the aperture and no context 0 page table
+        gmc.translate(0, 0x1000)
+
+
+def test_invalid_pde_faults(sim):
+    dev, _, _ = sim
+    setup_vmid(dev)
+    pte(dev, PDB2, 0, PDB1)            # not valid
+    with pytest.raises(VMFault) as e:
+        dev.blocks["GMC"].translate(1, 0x1000)
+    assert e.value.kind == "pde" and status_fields(dev)[0]["MAPPING_ERROR"] == 1
+
+
+def test_power_on_fb_location(sim):
+    dev, _, _ = sim
+    for ip, p in (("GC", "GCMC_VM_"), ("MMHUB", "MMMC_VM_")):
+        assert reg(dev, ip, p + "FB_LOCATION_BASE") << 24 == FB_BASE
+        assert (reg(dev, ip, p + "FB_LOCATION_TOP") + 1) << 24 == FB_BASE + (512 << 20)
