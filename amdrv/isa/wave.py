@@ -538,8 +538,11 @@ def _vopd(inst, prog):
     (cx, wx), (cy, wy) = halves
 
     def run(g, x):
-        # Both halves read their sources before either writes.
+        # Both halves read their sources before either writes (a move returns a view of its
+        # source register, which the X write could change).
         rx, ry = cx(g), cy(g)
+        if isinstance(ry, np.ndarray) and ry.base is not None:
+            ry = ry.copy()
         m = g.mask()
         wx(g, rx, m)
         wy(g, ry, m)

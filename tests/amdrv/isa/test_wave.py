@@ -4,7 +4,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
+from amdrv.isa.codeobj import CodeObject, KernelArg, KernelSpec, write_code_object
 from amdrv.isa.wave import ExecError, dispatch, pack_kernargs
 from amdrv.isa.wave_memory import FlatMemory, MemoryFault
 from amdrv.isa.wave_ops import fma_f32
@@ -484,3 +484,105 @@ def test_flat_memory_faults():
         mem.store(np.array([a + 14], u64), np.array([[1]], u32), 4)
     with pytest.raises(MemoryFault):
         mem.load(np.array([0x10], u64), 4)
+
+
+# ------------------------------------------------------------------------------------------------
+# targeted semantics, in assembly (assembled by amdrv.isa.assemble, which is checked against llvm-mc)
+
+
+def run_asm(text, out_words=256, lanes=32, lds=0):
+    """Run one workgroup of `lanes` work-items of an assembled kernel whose only argument is an
+    output buffer (pointer at s[0:1] of the kernarg segment, loaded into s[4:5] by the prologue)."""
+    from amdrv.isa import assemble
+    code = assemble("s_load_b64 s[4:5], s[0:1], 0x0\ns_waitcnt lgkmcnt(0)\n" + text + "\ns_endpgm\n")
+    spec = KernelSpec("t", code, args=[KernelArg(0, 8, "global_buffer", "global")], group_segment_size=lds)
+    co = CodeObject(write_code_object([spec]))
+    mem = FlatMemory()
+    out = mem.upload(np.zeros(out_words, u32))
+    dispatch(co, None, mem, (lanes,), (lanes,), pack_kernargs(co.kernel(), [out]))
+    return mem.array(out, u32, out_words)
+
+
+def test_scalar_alu_semantics():
+    regs = {7: 0x10, 8: 1, 9: 0xFFFFFFFE, 10: 9, 11: 0xD12, 12: 0xFFFFFFFF, 13: 11, 14: 8, 15: 16,
+            16: 0xFFFFFFFE, 17: 0x80000000, 18: 0xFFFFFFFD, 19: 0xF8000000, 26: 0xFFFFFF80, 28: 0xFFFFFFFF,
+            29: 0}
+    v = (0x000C0008ABCD1234 << 40) & (2**64 - 1)
+    regs[24], regs[25] = v & 0xFFFFFFFF, v >> 32
+    stores = "\n".join(f"v_mov_b32 v1, s{r}\nglobal_store_b32 v3, v1, s[4:5] offset:{4 * k}"
+                       for k, r in enumerate(regs))
+    out = run_asm(f"""
+        s_mov_b32 s6, 0xfffffff0
+        s_add_u32 s7, s6, 32
+        s_addc_u32 s8, 0, 0
+        s_sub_u32 s9, 5, 7
+        s_subb_u32 s10, 10, 0
+        s_mov_b32 s20, 0xabcd1234
+        s_mov_b32 s21, 0xc0008
+        s_bfe_u32 s11, s20, s21
+        s_mov_b32 s22, 0xf00000
+        s_mov_b32 s23, 0x40014
+        s_bfe_i32 s12, s22, s23
+        s_cmp_lt_i32 -1, 0
+        s_cselect_b32 s13, 11, 22
+        s_ctz_i32_b32 s14, 0x100
+        s_bcnt1_i32_b32 s15, 0xff00ff
+        s_mul_hi_u32 s16, -1, -1
+        s_brev_b32 s17, 1
+        s_min_i32 s18, -3, 2
+        s_ashr_i32 s19, 0x80000000, 4
+        s_lshl_b64 s[24:25], s[20:21], 40
+        s_sext_i32_i8 s26, 0x80
+        s_mov_b32 s27, 5
+        s_and_saveexec_b32 s28, s27
+        v_mov_b32 v2, 7
+        s_mov_b32 exec_lo, s28
+        s_mov_b32 s29, 0
+        v_cmp_eq_u32 vcc_lo, 99, v0
+        s_cbranch_vccz skip
+        s_mov_b32 s29, 1
+    skip:
+        v_mov_b32 v3, 0
+        {stores}
+        v_lshlrev_b32 v4, 2, v0
+        global_store_b32 v4, v2, s[4:5] offset:512
+    """)
+    assert [hex(x) for x in out[:len(regs)]] == [hex(x) for x in regs.values()]
+    lanes = out[128:160]
+    assert lanes[0] == 7 and lanes[2] == 7 and lanes[1] == 0 and np.all(lanes[3:] == 0)   # exec = 0b101
+
+
+def test_lds_vopd_and_returning_atomics():
+    out = run_asm("""
+        v_lshlrev_b32 v3, 2, v0
+        v_add_nc_u32 v9, 100, v0
+        ds_store_b32 v3, v0
+        ds_store_b32 v3, v9 offset:256
+        v_mov_b32 v4, 1
+        v_mov_b32 v6, 0
+        ds_add_rtn_u32 v5, v6, v4
+        ds_load_2addr_stride64_b32 v[7:8], v3 offset1:1
+        ds_load_b32 v10, v6
+        v_add_nc_u32 v11, 1, v0
+        v_mov_b32 v12, 0
+        v_mov_b32 v13, 0
+        global_atomic_cmpswap_b32 v14, v13, v[11:12], s[4:5] offset:1020 glc
+        v_mov_b32 v20, v0
+        v_add_nc_u32 v21, 1000, v0
+        v_dual_mov_b32 v20, v21 :: v_dual_mov_b32 v21, v20
+        global_store_b32 v3, v5, s[4:5]
+        global_store_b32 v3, v7, s[4:5] offset:128
+        global_store_b32 v3, v8, s[4:5] offset:256
+        global_store_b32 v3, v10, s[4:5] offset:384
+        global_store_b32 v3, v14, s[4:5] offset:512
+        global_store_b32 v3, v20, s[4:5] offset:640
+        global_store_b32 v3, v21, s[4:5] offset:768
+    """, lds=512)
+    lane = np.arange(32)
+    assert np.array_equal(out[0:32], lane)                   # ds_add_rtn returns in lane order
+    assert np.array_equal(out[32:64], np.r_[32, lane[1:]])   # lds[0] after the 32 adds
+    assert np.array_equal(out[64:96], lane + 100)             # stride64: second address + 256 bytes
+    assert np.all(out[96:128] == 32)                          # 32 increments of lds[0]
+    assert out[128] == 0 and np.all(out[129:160] == 1)        # lane 0 swapped 0 -> 1, the rest saw 1
+    assert out[255] == 1
+    assert np.array_equal(out[160:192], lane + 1000) and np.array_equal(out[192:224], lane)   # VOPD swap
