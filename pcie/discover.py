@@ -87,6 +87,20 @@ def find_amd_gpus(root: Path = SYSFS) -> list[FunctionInfo]:
     return [f for f in list_functions(root) if f.vendor_id == AMD_VENDOR_ID and f.is_display]
 
 
+def pick_amd_gpu(root: Path = SYSFS) -> FunctionInfo:
+    """The first AMD GPU no kernel driver programs: unbound, or bound to vfio-pci (`driver` says which
+    provider fits: sysfs for unbound, vfio for vfio-pci)."""
+    gpus = find_amd_gpus(root)
+    for gpu in gpus:
+        if gpu.driver in (None, "vfio-pci"):
+            return gpu
+    if not gpus:
+        raise PCIError("no AMD GPU found (no display-class function with vendor 0x1002 in "
+                       f"{Path(root) / 'bus/pci/devices'})")
+    raise PCIError("every AMD GPU is driven by a kernel driver: " + "; ".join(
+        f"{g.address} by {g.driver} (unbind: `{unbind_command(g.address, g.driver)}`)" for g in gpus))
+
+
 def unbind_command(address: str, driver: str) -> str:
     return f"echo {address} > /sys/bus/pci/drivers/{driver}/unbind"
 

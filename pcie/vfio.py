@@ -301,6 +301,8 @@ class VFIOFunction(PCIFunction):
             data = os.pread(self._device, size, self._config.offset + offset)
         except OSError as e:
             raise PCIError(f"{self.address}: config read at {offset:#x} failed: {e.strerror}") from None
+        if len(data) != size:
+            raise PCIError(f"{self.address}: config read at {offset:#x} returned {len(data)} of {size} bytes")
         return int.from_bytes(data, "little")
 
     def config_write(self, offset: int, size: int, value: int) -> None:

@@ -3,7 +3,7 @@ import pytest
 
 from pcie import PCIError
 from pcie.discover import (FunctionInfo, check_not_bound, find_amd_gpus, list_functions, normalize_address,
-                           read_info)
+                           pick_amd_gpu, read_info)
 
 
 @pytest.fixture
@@ -72,3 +72,21 @@ def test_unreadable_attribute_names_the_file(machine):
     (machine / "bus/pci/devices/0000:03:00.0/vendor").write_text("garbage\n")
     with pytest.raises(PCIError, match="0000:03:00.0: cannot read .*/vendor"):
         read_info("0000:03:00.0", machine)
+
+
+def test_pick_amd_gpu(machine, fake_sysfs):
+    assert pick_amd_gpu(machine).address == "0000:03:00.0"
+    (machine / "bus/pci/devices/0000:03:00.0/driver").symlink_to(machine / "bus/pci/drivers/amdgpu")
+    with pytest.raises(PCIError) as e:
+        pick_amd_gpu(machine)
+    assert str(e.value) == ("every AMD GPU is driven by a kernel driver: 0000:03:00.0 by amdgpu (unbind: "
+                            "`echo 0000:03:00.0 > /sys/bus/pci/drivers/amdgpu/unbind`); 0000:0a:00.0 by amdgpu "
+                            "(unbind: `echo 0000:0a:00.0 > /sys/bus/pci/drivers/amdgpu/unbind`)")
+    fake_sysfs.add("0000:0c:00.0", class_code=0x030000, driver="vfio-pci")
+    assert pick_amd_gpu(machine).driver == "vfio-pci"
+
+
+def test_pick_amd_gpu_without_any(fake_sysfs):
+    fake_sysfs.add("0000:00:02.0", ids=(0x8086, 0x4680))
+    with pytest.raises(PCIError, match="no AMD GPU found"):
+        pick_amd_gpu(fake_sysfs.root)
