@@ -1028,16 +1028,11 @@ class DispatchResult:
 def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs: bytes,
              max_waves: int = 16384) -> DispatchResult:
     """Run one kernel of a code object over `grid` work-items (x, y, z) in `block`-sized
-    workgroups, with user SGPRs, workgroup-id SGPRs and work-item-id VGPRs set up as the kernel
-    descriptor asks. Partial workgroups at the grid's edges launch only their work-items."""
+    workgroups: writes the kernarg segment and a dispatch packet into `memory`, then `launch`es."""
     grid = tuple(grid) + (1,) * (3 - len(grid))
     block = tuple(block) + (1,) * (3 - len(block))
     kern = code_object.kernel(kernel_name)
     kd = kern.descriptor
-    if not kd.wave32:
-        raise ValueError(f"kernel {kern.name} is wave64; this executor runs wave32 only")
-    if np.prod(block) > 1024:
-        raise ValueError(f"workgroup of {np.prod(block)} work-items exceeds 1024")
     # Compilers load kernel arguments in wide s_load_b128/b256 chunks that may run past the last
     # argument; a real kernarg segment is allocated with room for that, so is this one.
     kernarg_len = (max(len(kernargs), kern.kernarg_size) + 63) // 64 * 64 + 256
@@ -1045,15 +1040,32 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     packet_addr = memory.upload(dispatch_packet(grid, block, kernarg_addr, kern.descriptor_address,
                                                 kd.group_segment_fixed_size, kd.private_segment_fixed_size), 64)
     queue_addr = memory.alloc(256, 64)
+    return launch(kd, kern.code, kern.code_address, memory, grid, block,
+                  {"dispatch_ptr": packet_addr, "queue_ptr": queue_addr, "kernarg_segment_ptr": kernarg_addr},
+                  kern.name, max_waves)
+
+
+def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values: dict,
+           name: str = "kernel", max_waves: int = 16384) -> DispatchResult:
+    """Run the code of a kernel described by `kd` (a KernelDescriptor) as the command processor
+    would: the user SGPRs the descriptor enables, in AMDGPUUsage order, take their values from
+    `user_values` (dispatch_ptr, queue_ptr, kernarg_segment_ptr, dispatch_id, ...; 0 when absent),
+    the enabled workgroup ids follow at RSRC2.USER_SGPR_COUNT, and v0 holds the work-item ids
+    packed x | y << 10 | z << 20 for the dimensions RSRC2 enables. Partial workgroups at the grid's
+    edges launch only their work-items."""
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    block = tuple(block) + (1,) * (3 - len(block))
+    if not kd.wave32:
+        raise ValueError(f"kernel {name} is wave64; this executor runs wave32 only")
+    if np.prod(block) > 1024:
+        raise ValueError(f"kernel {name}: workgroup of {np.prod(block)} work-items exceeds 1024")
     user = np.zeros(16, U32)
-    values = {"dispatch_ptr": packet_addr, "queue_ptr": queue_addr, "kernarg_segment_ptr": kernarg_addr}
-    for name, at, count in kd.user_sgpr_layout():
-        v = values.get(name, 0)
+    for uname, at, count in kd.user_sgpr_layout():
+        v = user_values.get(uname, 0)
         for j in range(count):
             user[at + j] = (v >> (32 * j)) & 0xFFFFFFFF if j < 2 else 0
     r2 = kd.rsrc2
-    n_user = r2["user_sgpr_count"]
-    wg_rows, row = [], n_user
+    wg_rows, row = [], r2["user_sgpr_count"]
     for d, axis in enumerate("xyz"):
         if r2[f"enable_sgpr_workgroup_id_{axis}"]:
             wg_rows.append((d, row))
@@ -1061,12 +1073,12 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     # The workgroup-info and private-segment-wave-offset SGPRs that may follow stay 0: private
     # memory here is addressed per work-item from 0 (see _scratch).
     if kd.properties["uses_dynamic_stack"]:
-        raise ValueError(f"kernel {kern.name} uses a dynamic stack, whose size only the caller knows; "
+        raise ValueError(f"kernel {name} uses a dynamic stack, whose size only the caller knows; "
                          "not supported by this executor")
     private_size = (kd.private_segment_fixed_size + 3) // 4 * 4
     id_dims = r2["enable_vgpr_workitem_id"] + 1
 
-    prog = Program(kern.code, kern.code_address, kd.vgpr_count, kern.name)
+    prog = Program(code, code_address, kd.vgpr_count, name)
     lds_size = (kd.group_segment_fixed_size + 3) // 4 * 4
     ngroups = [-(-grid[d] // block[d]) for d in range(3)]
     wgs = np.stack(np.meshgrid(*[np.arange(n) for n in ngroups], indexing="ij"), -1).reshape(-1, 3)
@@ -1079,7 +1091,7 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     total_insts = total_waves = 0
     for start in range(0, len(wgs), per_batch):
         batch = wgs[start:start + per_batch]
-        groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, kern)
+        groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, code_address)
         ex = Executor(prog, memory, len(batch), lds_size, len(batch) * waves_per_wg,
                       start * waves_per_wg, private_size)
         ex.run(groups)
@@ -1088,7 +1100,7 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     return DispatchResult(total_insts, total_waves)
 
 
-def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, kern):
+def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, pc):
     """One group of all waves of `batch` workgroups (the first being dispatch workgroup `first`);
     wave ids count waves in dispatch order, each workgroup holding as many as a full one."""
     full_waves = -(-int(np.prod(block)) // 32)
@@ -1128,4 +1140,4 @@ def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, kern):
         s, v = s_parts[0], v_parts[0]
     else:
         s, v = np.concatenate(s_parts, axis=1), np.concatenate(v_parts, axis=1)
-    return [Waves(kern.code_address, s, v, np.concatenate(slots), np.concatenate(ids))], s.shape[1]
+    return [Waves(pc, s, v, np.concatenate(slots), np.concatenate(ids))], s.shape[1]

@@ -462,6 +462,18 @@ def test_out_of_range_lds_is_reported(kernel_corpus):
         dispatch(co, None, mem, (512,), (512,), pack_kernargs(co.kernel(), [a, a, u32(512)]))
 
 
+def test_user_sgprs_follow_the_descriptor(kernel_corpus):
+    """The same code under a descriptor that omits the dispatch pointer: the kernarg pointer lands
+    in s[0:1] where the code expects the packet, s[2:3] stay 0, and the kernarg load faults."""
+    k = CodeObject.load(kernel_corpus["add_f32"]).kernel()
+    spec = KernelSpec("add_f32", k.code, args=k.args, user_sgprs=("kernarg_segment_ptr",), user_sgpr_count=15)
+    co = CodeObject(write_code_object([spec]))
+    mem = FlatMemory()
+    a = mem.upload(np.zeros(64, f32))
+    with pytest.raises(ExecError, match=r"s_load_b32 s1, s\[2:3\], 0x18: memory fault: read of 4 bytes at global address 0x18"):
+        dispatch(co, None, mem, (64,), (64,), pack_kernargs(co.kernel(), [a, a, a, u32(64)]))
+
+
 def test_illegal_instruction_is_reported(tmp_path):
     co = _raw_kernel(tmp_path, bytes([0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0xb0, 0xbf]))
     with pytest.raises(ExecError, match=r"PC 0x[0-9a-f]+ \(raw\+0x0\): <ffffffff0000b0bf>: illegal instruction"):
