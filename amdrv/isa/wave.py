@@ -179,7 +179,10 @@ def vreader(op: ins.Operand, t, hi: bool = False, nv: int = 256):
             c = _unpack(np.array([op.value & 0xFFFFFFFF], U32))
             return lambda g: c
         row = _srow(op)
-        return lambda g: _unpack(g.s[row])[:, :] if row != NULL else np.zeros((1, 32), bool)
+        if row == NULL:
+            z = np.zeros((1, 32), bool)
+            return lambda g: z
+        return lambda g: _unpack(g.s[row])
     size = np.dtype(t).itemsize
     if op.kind in ins.CONSTANT_KINDS:
         bits = _const_bits(op, t)
@@ -257,7 +260,8 @@ def swriter(op: ins.Operand, t):
 
 
 def vwriter(op: ins.Operand, t, hi: bool = False, nv: int = 256):
-    """fn(g, value, mask) storing a lane result of type t into VGPRs (or SGPRs for readlane)."""
+    """fn(g, value, mask) storing a lane result of type t into VGPRs, in the lanes of `mask`
+    (16-bit results go to the low or, with op_sel, the high half and keep the other)."""
     if op.kind != ins.VGPR:
         raise Unsupported(f"vector result into {op.kind}")
     r = op.index
@@ -266,7 +270,7 @@ def vwriter(op: ins.Operand, t, hi: bool = False, nv: int = 256):
         raise Unsupported(f"v{r} is beyond the kernel's {nv} VGPRs")
     if size == 8:
         def w(g, val, m):
-            val = np.asarray(val, t).view(U64) if np.asarray(val).dtype != t else np.asarray(val).view(U64)
+            val = np.asarray(val).astype(t, copy=False).view(U64)
             np.copyto(g.v[r], (val & U64(0xFFFFFFFF)).astype(U32), where=m)
             np.copyto(g.v[r + 1], (val >> U64(32)).astype(U32), where=m)
         return w
@@ -301,17 +305,6 @@ class Compiled:
     target: int = 0
 
 
-def _base_name(inst) -> str:
-    return inst.op
-
-
-def _text(inst) -> str:
-    try:
-        return str(inst)
-    except Exception:  # the disassembler is optional for execution
-        return f"{inst.op} ({inst.fmt})"
-
-
 class Program:
     """Decoded and compiled instructions of a code blob at a virtual address, compiled lazily."""
 
@@ -341,7 +334,7 @@ class Program:
             inst = decode(self.code, off)
         except Exception as e:
             raise ExecError(pc, f"<{raw.hex()}>", f"illegal instruction: {e}", where=self.where(pc)) from None
-        text = _text(inst)
+        text = str(inst)
         try:
             kind, fn, target = compile_instruction(inst, pc, self)
         except Unsupported as e:
@@ -352,7 +345,7 @@ class Program:
 
 
 def compile_instruction(inst, pc, prog: Program):
-    name = _base_name(inst)
+    name = inst.op
     fmt = inst.fmt
     if name in NOPS:
         return OP, None, 0
@@ -417,12 +410,10 @@ def _post(rtype, mods):
     return post
 
 
-def _valu_compute(name, dsts, srcs, mods, prog, implicit_vcc=False):
+def _valu_compute(name, dsts, srcs, mods, prog):
     """(compute(g) -> result(s), write(g, result, mask)) for a VALU instruction."""
     nv = prog.nv
     opsel = _mods_int(mods, "op_sel")
-    if name.endswith(("_e32", "_e64")):
-        name = name[:-4]
     cmp = ops.vopc(name)
     if cmp is not None:
         stypes, fn, to_exec = cmp
@@ -591,17 +582,13 @@ def _salu(name, inst, pc):
     if len(srcs) != len(stypes):
         raise Unsupported(f"{name} with {len(srcs)} sources, expected {len(stypes)}")
     rd = [sreader(o, t) for o, t in zip(srcs, stypes)]
-    rtype = stypes[0] if stypes[0] is not bool else U32
-    if name.startswith(("s_lshl", "s_lshr", "s_ashr")) and stypes[0] in (U64, ops.I64):
-        rtype = stypes[0]
-    if name in ("s_bcnt1_i32_b64",):
-        rtype = U32
+    rtype = U32 if name == "s_bcnt1_i32_b64" else stypes[0]
     w = swriter(dsts[0], rtype) if dsts else (lambda g, r: None)
 
     def run(g, x):
         r, scc = fn(*[f(g) for f in rd])
         if r is not None:
-            w(g, np.broadcast_to(np.asarray(r).astype(rtype) if np.asarray(r).dtype != rtype else r, (g.n,)))
+            w(g, np.broadcast_to(np.asarray(r).astype(rtype, copy=False), (g.n,)))
         if scc is not None:
             g.s[SCC] = np.broadcast_to(scc, (g.n,))
     return run

@@ -54,19 +54,21 @@ def fma_f32(a, b, c):
 
 
 def fma_f64(a, b, c):
-    """float64 fma, exact: split with Dekker's product into hi+lo and add with compensation.
-    Falls back to exact rational arithmetic only where the fast path could double round."""
+    """float64 fma with one rounding, from exact rational arithmetic per lane (numpy has no fma;
+    f64 kernels are rare and small in tests)."""
+    from fractions import Fraction
     a, b, c = np.broadcast_arrays(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64))
     out = np.empty(a.shape, F64)
-    flat = zip(a.ravel(), b.ravel(), c.ravel())
-    from fractions import Fraction
-    for i, (x, y, z) in enumerate(flat):
+    for i, (x, y, z) in enumerate(zip(a.ravel(), b.ravel(), c.ravel())):
         if np.isfinite(x) and np.isfinite(y) and np.isfinite(z):
             exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
-            r = float(exact) if exact != 0 else (x * y + z)
+            # a zero sum keeps IEEE's sign rules, which x * y + z already follows
+            try:
+                out.flat[i] = float(exact) if exact != 0 else x * y + z
+            except OverflowError:
+                out.flat[i] = np.inf if exact > 0 else -np.inf
         else:
-            r = x * y + z
-        out.flat[i] = r
+            out.flat[i] = x * y + z
     return out
 
 
