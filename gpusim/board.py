@@ -18,6 +18,7 @@ SMALL_BAR = REBAR_MIN                                 # 256 MiB, what a host wit
 BLOCKS = [
     ("gpusim.nbio", "NBIO"),
     ("gpusim.hdp", "HDP"),
+    ("gpusim.smu", "SMU"),
     ("gpusim.ih", "IH"),
     ("gpusim.gmc", "GMC"),
     ("gpusim.psp", "PSP"),

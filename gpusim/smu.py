@@ -1,0 +1,440 @@
+"""SMU 13.0.0 (MP1 power-management firmware): the message mailboxes and a model of clocks, power and
+temperature that follows activity, DPM limits and gating.
+
+Facts (drivers/gpu/drm/amd/pm/swsmu, message and table numbers from amdrv.autogen.smu_13_0_0):
+- smu_v13_0_0_set_smu_mailbox_registers: message MP1_SMN_C2PMSG_66, argument C2PMSG_82, response
+  C2PMSG_90; debug mailbox message C2PMSG_75, argument C2PMSG_53, response C2PMSG_54. smu_cmn.c: the
+  driver waits for a non-zero response, writes 0 to it, the argument, then the message, and polls the
+  response: 1 OK, 0xFF failed, 0xFE unknown command, 0xFD bad prerequisites, 0xFC busy; the output
+  argument is read back from C2PMSG_82. __smu_cmn_send_debug_msg writes argument, message, then 0 to the
+  debug response register, and does not wait.
+- A message to an SMU whose firmware is not running is never answered (the driver times out). Here the
+  firmware runs once the PSP model has loaded it (`firmware_loaded`, called by gpusim.psp) and stops at
+  power-on and mode1 reset.
+- GetSmuVersion returns the firmware's version (program << 24 | major << 16 | minor << 8 | debug); the
+  default is smu_13_0_0.bin / smu_13_0_7.bin of linux-firmware 20230210 (ucode_version 0x004E4B00,
+  0x00523C00). GetDriverIfVersion: SMU13_DRIVER_IF_VERSION_SMU_V13_0_0_0 / _V13_0_7 (0x37, smu_v13_0.h).
+- Feature masks are 64 bits in Low/High halves (SetAllowedFeaturesMask*, EnableSmuFeatures*,
+  GetRunningSmuFeatures*); EnableAllSmuFeatures enables the allowed mask (all features until the driver
+  narrows it; a real PMFW's default is not documented).
+- smu_v13_0.c: clock messages take PPCLK_e << 16 | value; GetDpmFreqByIndex with index 0xFF returns the
+  level count with bit 31 set for fine-grained DPM (smu_v13_0_get_fine_grained_status); frequencies in MHz.
+  GetPptLimit takes the power source << 16 (0 AC, 1 DC), SetPptLimit the limit in W.
+- smu_cmn_update_table: TransferTableSmu2Dram/Dram2Smu take table_id | argument << 16 and move the table
+  to/from the driver table at the MC address given by SetDriverDramAddrHigh/Low (reached through the GMC
+  model's MC address map). Table sizes are those of the driver_if structs (metrics: SmuMetricsExternal_t).
+- smu_v13_0_0_mode1_reset: Mode1Reset (13.0.10 uses the debug mailbox's DEBUGSMC_MSG_Mode1Reset = 2); the
+  response comes first, then the whole GPU resets (the driver stops MMIO for 500 ms).
+
+The DPM tables, power and thermal constants below are representative of an RX 7900 XTX and an RX 7600
+(from their public specifications: 355 W / 165 W board power, 2.5 GHz / 2.65 GHz boost, 20 / 18 Gbps GDDR6),
+not read from a PPTable.
+"""
+from __future__ import annotations
+
+import math
+
+from amdrv import structs
+from amdrv.autogen import smu_13_0_0 as S
+from gpusim.device import Block, DMAError
+
+DEBUGSMC_MSG_Mode1Reset = 2       # smu_v13_0_0_ppt.c
+FIRMWARE_VERSION = {"navi31": 0x004E4B00, "navi33": 0x00523C00}
+DRIVER_IF_VERSION = 0x37
+LATENCY = 2                       # clock steps from a message to its response
+
+# PPCLK -> DPM levels in MHz, and whether the clock is fine-grained (any value between min and max).
+DPM = {
+    "navi31": {S.PPCLK_GFXCLK: ([500, 2500], True), S.PPCLK_SOCCLK: ([500, 960, 1200], False),
+               S.PPCLK_UCLK: ([96, 456, 772, 1249], False), S.PPCLK_FCLK: ([400, 800, 1500, 1900], False),
+               S.PPCLK_VCLK_0: ([500, 1500], False), S.PPCLK_DCLK_0: ([500, 1500], False),
+               S.PPCLK_VCLK_1: ([500, 1500], False), S.PPCLK_DCLK_1: ([500, 1500], False)},
+    "navi33": {S.PPCLK_GFXCLK: ([500, 2655], True), S.PPCLK_SOCCLK: ([500, 960, 1200], False),
+               S.PPCLK_UCLK: ([96, 456, 772, 1124], False), S.PPCLK_FCLK: ([400, 800, 1400, 1800], False),
+               S.PPCLK_VCLK_0: ([500, 1500], False), S.PPCLK_DCLK_0: ([500, 1500], False),
+               S.PPCLK_VCLK_1: ([500, 1500], False), S.PPCLK_DCLK_1: ([500, 1500], False)},
+}
+PPT_LIMIT_W = {"navi31": 355, "navi33": 165}
+IDLE_W = {"navi31": 14.0, "navi33": 8.0}     # board power with GFX gated, memory at its lowest level
+GFX_W = {"navi31": 300.0, "navi33": 135.0}   # GFX at max clock, fully busy
+MEM_W = {"navi31": 30.0, "navi33": 15.0}     # memory at max clock, fully busy
+LEAK = 0.05                                  # GFX powered but idle, as a share of GFX_W
+AMBIENT_C, C_PER_W, THERMAL_TAU_S = 30.0, 0.16, 4.0
+
+TABLES = {S.TABLE_PPTABLE: "PPTable_t", S.TABLE_WATERMARKS: "WatermarksExternal_t",
+          S.TABLE_SMU_METRICS: "SmuMetricsExternal_t", S.TABLE_DRIVER_SMU_CONFIG: "DriverSmuConfigExternal_t",
+          S.TABLE_ACTIVITY_MONITOR_COEFF: "DpmActivityMonitorCoeffIntExternal_t",
+          S.TABLE_OVERDRIVE: "OverDriveTableExternal_t", S.TABLE_I2C_COMMANDS: "SwI2cRequestExternal_t",
+          S.TABLE_DRIVER_INFO: "DriverInfoTable_t", S.TABLE_ECCINFO: "EccInfoTable_t"}
+
+# Messages the firmware accepts whose effect nothing in the simulator observes.
+_ACKNOWLEDGED = {S.PPSMC_MSG_TestMessage, S.PPSMC_MSG_SetToolsDramAddrHigh, S.PPSMC_MSG_SetToolsDramAddrLow,
+                 S.PPSMC_MSG_UseDefaultPPTable, S.PPSMC_MSG_SetWorkloadMask, S.PPSMC_MSG_NotifyPowerSource,
+                 S.PPSMC_MSG_SetFwDstatesMask, S.PPSMC_MSG_SetExternalClientDfCstateAllow,
+                 S.PPSMC_MSG_SetMGpuFanBoostLimitRpm, S.PPSMC_MSG_SetTemperatureInputSelect,
+                 S.PPSMC_MSG_SetThrottlerMask, S.PPSMC_MSG_RunDcBtc, S.PPSMC_MSG_DramLogSetDramAddrHigh,
+                 S.PPSMC_MSG_DramLogSetDramAddrLow, S.PPSMC_MSG_DramLogSetDramSize,
+                 S.PPSMC_MSG_SetSystemVirtualDramAddrHigh, S.PPSMC_MSG_SetSystemVirtualDramAddrLow,
+                 S.PPSMC_MSG_AllowIHHostInterrupt, S.PPSMC_MSG_PowerUpVcn, S.PPSMC_MSG_PowerDownVcn,
+                 S.PPSMC_MSG_PowerUpJpeg, S.PPSMC_MSG_PowerDownJpeg}
+ALL_FEATURES = (1 << (S.FEATURE_EDC_PWRBRK_BIT + 1)) - 1
+_MSG_NAMES = {v: k for k, v in vars(S).items() if k.startswith("PPSMC_MSG_") and isinstance(v, int)}
+
+
+class SMU(Block):
+    name = "SMU"
+    IP = "MP1"
+
+    def attach(self) -> None:
+        self.on_write(self.IP, "MP1_SMN_C2PMSG_66", self._message)
+        self.on_write(self.IP, "MP1_SMN_C2PMSG_54", self._debug_message)
+
+    def reset(self) -> None:
+        chip = self.dev.chip
+        self.running = False
+        self.version = 0
+        self.messages = 0
+        self._queue: list[tuple[int, int]] = []
+        self.dpm = {clk: (list(levels), fine) for clk, (levels, fine) in DPM[chip].items()}
+        self.soft = {clk: [lv[0], lv[-1]] for clk, (lv, _) in self.dpm.items()}
+        self.hard = {clk: [lv[0], lv[-1]] for clk, (lv, _) in self.dpm.items()}
+        self.allowed = ALL_FEATURES
+        self.features = 0
+        self.driver_table = 0
+        self.tables: dict[int, bytes] = {}
+        self.ppt_limit = PPT_LIMIT_W[chip]
+        self.gfxoff_allowed = False
+        self.activity = {"gfx": 0.0, "mem": 0.0}
+        self.temperature = AMBIENT_C
+        self.energy_j = 0.0
+        self.metrics_counter = 0
+        self._last_ns = self.dev.now_ns
+
+    # -- what other models call ---------------------------------------------------------------------
+    def firmware_loaded(self, version: int | None = None) -> None:
+        """The PSP has loaded and started the SMU firmware: the mailbox answers from now on."""
+        self._integrate()
+        self.running = True
+        self.version = version if version is not None else FIRMWARE_VERSION[self.dev.chip]
+        self.features = 0
+        self.set(self.IP, "MP1_SMN_C2PMSG_90", S.PPSMC_Result_OK)   # ready for the first message
+
+    def set_activity(self, engine: str, busy: float) -> None:
+        """Engines report how busy they are, 0..1 ("gfx": CP/shaders/SDMA, "mem": memory traffic)."""
+        if engine not in self.activity:
+            raise KeyError(f"SMU activity: unknown engine {engine!r}; known: {', '.join(self.activity)}")
+        self._integrate()
+        self.activity[engine] = min(max(float(busy), 0.0), 1.0)
+
+    # -- the mailboxes --------------------------------------------------------------------------------
+    def _message(self, msg: int) -> None:
+        if not self.running:
+            return   # nobody reads the mailbox: no response is ever written
+        self._queue.append((msg, self.get(self.IP, "MP1_SMN_C2PMSG_82")))
+        if len(self._queue) == 1:
+            self.dev.schedule(LATENCY, self._process)
+
+    def _process(self) -> None:
+        if not self.running or not self._queue:
+            return
+        msg, param = self._queue.pop(0)
+        self.messages += 1
+        result, out = self._handle(msg, param)
+        if out is not None:
+            self.set(self.IP, "MP1_SMN_C2PMSG_82", out & 0xFFFFFFFF)
+        self.set(self.IP, "MP1_SMN_C2PMSG_90", result)
+        if msg == S.PPSMC_MSG_Mode1Reset and result == S.PPSMC_Result_OK:
+            self.dev.schedule(1, self._mode1_reset)
+        elif self._queue:
+            self.dev.schedule(LATENCY, self._process)
+
+    def _debug_message(self, value: int) -> None:
+        if self.running and value == 0 and self.get(self.IP, "MP1_SMN_C2PMSG_75") == DEBUGSMC_MSG_Mode1Reset:
+            self.dev.schedule(LATENCY, self._mode1_reset)
+
+    def _mode1_reset(self) -> None:
+        from gpusim import board
+        board.mode1_reset(self.dev)
+
+    def _handle(self, msg: int, p: int) -> tuple[int, int | None]:
+        m = getattr(self, "_msg_" + _MSG_NAMES.get(msg, "?")[len("PPSMC_MSG_"):], None)
+        if m is not None:
+            return m(p)
+        if msg in _ACKNOWLEDGED:
+            return S.PPSMC_Result_OK, None
+        if msg in _MSG_NAMES:
+            self.error(f"{_MSG_NAMES[msg]} ({msg:#x}) is a real SMU 13.0.0 message the simulator does "
+                       f"not model; answered failed")
+            return S.PPSMC_Result_Failed, None
+        return S.PPSMC_Result_UnknownCmd, None
+
+    def _msg_GetSmuVersion(self, p):
+        return S.PPSMC_Result_OK, self.version
+
+    def _msg_GetDriverIfVersion(self, p):
+        return S.PPSMC_Result_OK, DRIVER_IF_VERSION
+
+    # -- features --------------------------------------------------------------------------------------
+    def _msg_SetAllowedFeaturesMaskLow(self, p):
+        self.allowed = (self.allowed & ~0xFFFFFFFF) | p
+        return S.PPSMC_Result_OK, None
+
+    def _msg_SetAllowedFeaturesMaskHigh(self, p):
+        self.allowed = (self.allowed & 0xFFFFFFFF) | p << 32
+        return S.PPSMC_Result_OK, None
+
+    def _set_features(self, mask: int, on: bool):
+        self._integrate()
+        self.features = (self.features | mask) if on else (self.features & ~mask)
+        return S.PPSMC_Result_OK, None
+
+    def _msg_EnableAllSmuFeatures(self, p):
+        return self._set_features(self.allowed & ALL_FEATURES, True)
+
+    def _msg_DisableAllSmuFeatures(self, p):
+        return self._set_features(~0, False)
+
+    def _msg_EnableSmuFeaturesLow(self, p):
+        return self._set_features(p & self.allowed, True)
+
+    def _msg_EnableSmuFeaturesHigh(self, p):
+        return self._set_features((p << 32) & self.allowed, True)
+
+    def _msg_DisableSmuFeaturesLow(self, p):
+        return self._set_features(p, False)
+
+    def _msg_DisableSmuFeaturesHigh(self, p):
+        return self._set_features(p << 32, False)
+
+    def _msg_GetRunningSmuFeaturesLow(self, p):
+        return S.PPSMC_Result_OK, self.features & 0xFFFFFFFF
+
+    def _msg_GetRunningSmuFeaturesHigh(self, p):
+        return S.PPSMC_Result_OK, self.features >> 32
+
+    def feature(self, bit: int) -> bool:
+        return bool(self.features >> bit & 1)
+
+    # -- tables ----------------------------------------------------------------------------------------
+    def _msg_SetDriverDramAddrHigh(self, p):
+        self.driver_table = (self.driver_table & 0xFFFFFFFF) | p << 32
+        return S.PPSMC_Result_OK, None
+
+    def _msg_SetDriverDramAddrLow(self, p):
+        self.driver_table = (self.driver_table & ~0xFFFFFFFF) | p
+        return S.PPSMC_Result_OK, None
+
+    def _table(self, p: int) -> tuple[int, object]:
+        tid = p & 0xFFFF
+        name = TABLES.get(tid)
+        return tid, (structs.get(S, name) if name else None)
+
+    def _mc(self):
+        gmc = self.dev.blocks.get("GMC")
+        if gmc is None:
+            raise LookupError("no GMC model: the SMU cannot reach the driver table's MC address")
+        return gmc
+
+    def _msg_TransferTableSmu2Dram(self, p):
+        tid, st = self._table(p)
+        if st is None:
+            self.error(f"TransferTableSmu2Dram: table id {tid} is not one this SMU transfers")
+            return S.PPSMC_Result_Failed, None
+
+        def push():
+            data = self.metrics() if tid == S.TABLE_SMU_METRICS else self.tables.get(tid, bytes(st.size))
+            self._mc().mc_write(self.driver_table, data)
+        return self._transfer(push, "Smu2Dram", tid)
+
+    def _msg_TransferTableDram2Smu(self, p):
+        tid, st = self._table(p)
+        if st is None or tid == S.TABLE_SMU_METRICS:
+            self.error(f"TransferTableDram2Smu: table id {tid} cannot be written to this SMU")
+            return S.PPSMC_Result_Failed, None
+
+        def pull():
+            self.tables[tid] = self._mc().mc_read(self.driver_table, st.size)
+        return self._transfer(pull, "Dram2Smu", tid)
+
+    def _transfer(self, fn, what: str, tid: int):
+        if not self.driver_table:
+            self.error(f"TransferTable{what} (table {tid}) before SetDriverDramAddrHigh/Low")
+            return S.PPSMC_Result_CmdRejectedPrereq, None
+        try:
+            fn()
+        except (TypeError, AttributeError, NameError):
+            raise
+        except Exception as e:   # a GMC translation fault or a refused DMA: the transfer failed
+            self.error(f"TransferTable{what} (table {tid}) at MC address {self.driver_table:#x}: {e}")
+            return S.PPSMC_Result_Failed, None
+        return S.PPSMC_Result_OK, None
+
+    # -- DPM ---------------------------------------------------------------------------------------------
+    def _clk(self, p: int):
+        return self.dpm.get(p >> 16 & 0xFFFF)
+
+    def _msg_GetDpmFreqByIndex(self, p):
+        d = self._clk(p)
+        if d is None:
+            return S.PPSMC_Result_Failed, None
+        levels, fine = d
+        idx = p & 0xFFFF
+        if idx == 0xFF:
+            return S.PPSMC_Result_OK, len(levels) | (0x80000000 if fine else 0)
+        if idx >= len(levels):
+            return S.PPSMC_Result_Failed, None
+        return S.PPSMC_Result_OK, levels[idx]
+
+    def _msg_GetMinDpmFreq(self, p):
+        d = self._clk(p)
+        return (S.PPSMC_Result_OK, d[0][0]) if d else (S.PPSMC_Result_Failed, None)
+
+    def _msg_GetMaxDpmFreq(self, p):
+        d = self._clk(p)
+        return (S.PPSMC_Result_OK, d[0][-1]) if d else (S.PPSMC_Result_Failed, None)
+
+    def _limit(self, p, which: dict, idx: int):
+        clk = p >> 16 & 0xFFFF
+        if clk not in self.dpm:
+            return S.PPSMC_Result_Failed, None
+        self._integrate()
+        levels = self.dpm[clk][0]
+        which[clk][idx] = min(max(p & 0xFFFF, levels[0]), levels[-1])
+        return S.PPSMC_Result_OK, None
+
+    def _msg_SetSoftMinByFreq(self, p):
+        return self._limit(p, self.soft, 0)
+
+    def _msg_SetSoftMaxByFreq(self, p):
+        return self._limit(p, self.soft, 1)
+
+    def _msg_SetHardMinByFreq(self, p):
+        return self._limit(p, self.hard, 0)
+
+    def _msg_SetHardMaxByFreq(self, p):
+        return self._limit(p, self.hard, 1)
+
+    # -- power --------------------------------------------------------------------------------------
+    def _msg_GetPptLimit(self, p):
+        if p >> 16 > 1:
+            return S.PPSMC_Result_Failed, None
+        return S.PPSMC_Result_OK, self.ppt_limit
+
+    def _msg_SetPptLimit(self, p):
+        if not 1 <= p <= PPT_LIMIT_W[self.dev.chip] * 2:
+            return S.PPSMC_Result_Failed, None
+        self._integrate()
+        self.ppt_limit = p
+        return S.PPSMC_Result_OK, None
+
+    def _msg_AllowGfxOff(self, p):
+        self._integrate()
+        self.gfxoff_allowed = True
+        return S.PPSMC_Result_OK, None
+
+    def _msg_DisallowGfxOff(self, p):
+        self._integrate()
+        self.gfxoff_allowed = False
+        return S.PPSMC_Result_OK, None
+
+    def _msg_PrepareMp1ForUnload(self, p):
+        return S.PPSMC_Result_OK, None
+
+    def _msg_Mode1Reset(self, p):
+        return S.PPSMC_Result_OK, None
+
+    # -- the model ----------------------------------------------------------------------------------------
+    def _bounds(self, clk: int) -> tuple[int, int]:
+        lo = max(self.soft[clk][0], self.hard[clk][0])
+        hi = min(self.soft[clk][1], self.hard[clk][1])
+        return lo, max(lo, hi)
+
+    def _pick(self, clk: int, busy: float, dpm_bit: int) -> int:
+        """A clock's current frequency: its lowest level without DPM (the boot clock), else the lowest
+        allowed level when idle and the highest when busy; fine-grained clocks scale in between."""
+        levels, fine = self.dpm[clk]
+        if not self.feature(dpm_bit):
+            return levels[0]
+        lo, hi = self._bounds(clk)
+        if fine:
+            return round(lo + (hi - lo) * min(1.0, busy * 2))
+        allowed = [lv for lv in levels if lo <= lv <= hi] or [lo]
+        return allowed[-1] if busy > 0 else allowed[0]
+
+    def gfx_gated(self) -> bool:
+        return (self.gfxoff_allowed and self.feature(S.FEATURE_GFXOFF_BIT) and self.activity["gfx"] == 0)
+
+    def clocks(self) -> dict[int, int]:
+        """Current frequency per PPCLK in MHz (GFXCLK 0 while GFX is powered off)."""
+        gfx, mem = self.activity["gfx"], self.activity["mem"]
+        out = {
+            S.PPCLK_GFXCLK: 0 if self.gfx_gated() else self._gfx_throttled(),
+            S.PPCLK_SOCCLK: self._pick(S.PPCLK_SOCCLK, max(gfx, mem), S.FEATURE_DPM_SOCCLK_BIT),
+            S.PPCLK_UCLK: self._pick(S.PPCLK_UCLK, mem, S.FEATURE_DPM_UCLK_BIT),
+            S.PPCLK_FCLK: self._pick(S.PPCLK_FCLK, mem, S.FEATURE_DPM_FCLK_BIT),
+        }
+        for clk in (S.PPCLK_VCLK_0, S.PPCLK_DCLK_0, S.PPCLK_VCLK_1, S.PPCLK_DCLK_1):
+            out[clk] = 0   # no multimedia engine is modeled: VCN stays powered down
+        return out
+
+    def _gfx_power(self, mhz: int) -> float:
+        top = self.dpm[S.PPCLK_GFXCLK][0][-1]
+        return GFX_W[self.dev.chip] * self.activity["gfx"] * (mhz / top) ** 3
+
+    def _gfx_throttled(self) -> int:
+        """GFXCLK lowered until the board power fits the PPT limit (the throttlers feature's job)."""
+        mhz = self._pick(S.PPCLK_GFXCLK, self.activity["gfx"], S.FEATURE_DPM_GFXCLK_BIT)
+        if self.feature(S.FEATURE_THROTTLERS_BIT):
+            budget = self.ppt_limit - IDLE_W[self.dev.chip] - LEAK * GFX_W[self.dev.chip] - self._mem_power()
+            full = self._gfx_power(mhz)
+            if full > budget > 0:
+                mhz = max(self._bounds(S.PPCLK_GFXCLK)[0], int(mhz * (budget / full) ** (1 / 3)))
+        return mhz
+
+    def _mem_power(self) -> float:
+        uclk_top = self.dpm[S.PPCLK_UCLK][0][-1]
+        levels = self.dpm[S.PPCLK_UCLK][0]
+        u = self._pick(S.PPCLK_UCLK, self.activity["mem"], S.FEATURE_DPM_UCLK_BIT)
+        return MEM_W[self.dev.chip] * (0.2 + 0.8 * self.activity["mem"]) * (u - levels[0]) / (uclk_top - levels[0])
+
+    def power(self) -> float:
+        """Board power in W: idle floor, GFX (0 while gated; leakage 5% of its peak when ungated and idle),
+        memory."""
+        chip = self.dev.chip
+        gfx = 0.0 if self.gfx_gated() else LEAK * GFX_W[chip] + self._gfx_power(self.clocks()[S.PPCLK_GFXCLK])
+        return IDLE_W[chip] + gfx + self._mem_power()
+
+    def _integrate(self) -> None:
+        """Advances temperature and energy to now with the state that held since the last change."""
+        now = self.dev.now_ns
+        dt = (now - self._last_ns) * 1e-9
+        self._last_ns = now
+        if dt <= 0:
+            return
+        p = self.power()
+        target = AMBIENT_C + C_PER_W * p
+        self.temperature = target + (self.temperature - target) * math.exp(-dt / THERMAL_TAU_S)
+        self.energy_j += p * dt
+
+    def metrics(self) -> bytes:
+        """SmuMetricsExternal_t as the firmware fills it."""
+        self._integrate()
+        self.metrics_counter += 1
+        clk = self.clocks()
+        cur = [clk.get(i, 0) for i in range(S.PPCLK_COUNT)]
+        temps = [0] * S.TEMP_COUNT
+        edge = round(self.temperature)
+        temps[S.TEMP_EDGE], temps[S.TEMP_HOTSPOT], temps[S.TEMP_MEM] = edge, edge + 8, edge + 4
+        power = round(self.power())
+        gfx_act = round(100 * self.activity["gfx"])
+        inner = dict(
+            CurrClock=cur, AverageGfxclkFrequencyTarget=clk[S.PPCLK_GFXCLK],
+            AverageGfxclkFrequencyPreDs=clk[S.PPCLK_GFXCLK], AverageGfxclkFrequencyPostDs=clk[S.PPCLK_GFXCLK],
+            AverageFclkFrequencyPreDs=clk[S.PPCLK_FCLK], AverageFclkFrequencyPostDs=clk[S.PPCLK_FCLK],
+            AverageMemclkFrequencyPreDs=clk[S.PPCLK_UCLK], AverageMemclkFrequencyPostDs=clk[S.PPCLK_UCLK],
+            MetricsCounter=self.metrics_counter & 0xFFFFFFFF, AverageGfxActivity=gfx_act,
+            AverageUclkActivity=round(100 * self.activity["mem"]), AverageSocketPower=power,
+            AverageTotalBoardPower=power, EnergyAccumulator=int(self.energy_j) & 0xFFFFFFFF,
+            AvgTemperature=temps,
+        )
+        return structs.get(S, "SmuMetricsExternal_t").pack(SmuMetrics=inner)
