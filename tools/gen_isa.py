@@ -233,6 +233,17 @@ def discover() -> dict:
     return found
 
 
+def cleared_fields(kind: str, fields: dict) -> tuple:
+    """Fields a probe had to clear before LLVM decoded it: LLVM rejects the opcode with them non-zero."""
+    if kind in PROBES:
+        base, zero = PROBES[kind][1], PROBES[kind][2]
+    elif kind.startswith(("FLAT", "GLOBAL", "SCRATCH")):
+        base, zero = FLAT_PROBE, FLAT_ZERO
+    else:
+        return ()
+    return tuple(sorted(k for k in zero if base[k] and fields[k] == 0))
+
+
 SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
 LIT_PROBE = 0x12345678
 
@@ -246,7 +257,7 @@ def imm_spec(fmt: str, name: str, tok: str) -> list:
             return ["simm16", "label", 1, ""]
         return ["simm16", "imm", 1, "hex" if tok.startswith("0x") else "dec"]
     if fmt == "SMEM":
-        return ["sdata", "imm", 1, "dec"] if tok == "16" else ["offset", "imm", 1, "hex"]
+        return ["sdata", "imm", 1, "small"] if tok == "16" else ["offset", "imm", 1, "hex"]
     return ["literal", "i", 1, "32"]             # v_fmamk_f32 and friends
 
 
@@ -290,6 +301,9 @@ def spec_of(kind: str, fields: dict, text: str, pf: str):
     return out
 
 
+MUST_BE_ZERO: dict = {}
+
+
 def build_tables() -> dict:
     """kind -> {opcode: (mnemonic, specs, mods)}, kinds being formats plus FLAT variants and VOPDX/Y."""
     found = discover()
@@ -302,13 +316,25 @@ def build_tables() -> dict:
                 continue
             mn, specs, mods = parsed[1] if kind == "VOPDY" else parsed[0]
             tables.setdefault(kind, {})[op] = (mn, specs, mods)
+            zero = cleared_fields(kind, fields)
+            if zero:
+                MUST_BE_ZERO.setdefault(kind, {})[op] = zero
             has_lit = any(s[0] == "literal" for s in specs)
             for i, sp in enumerate(specs):
                 if sp[0] in SRC_FIELDS:
                     probes.append((kind, op, i, encode(pf, dict(fields, **{sp[0]: 248})), "inv2pi"))
-                    if not has_lit:
-                        blob = encode(pf, dict(fields, **{sp[0]: 255})) + LIT_PROBE.to_bytes(4, "little")
-                        probes.append((kind, op, i, blob, "lit"))
+                    probes.append((kind, op, i, encode(pf, dict(fields, **{sp[0]: 20})), "sgpr"))
+                    probes.append((kind, op, i, encode(pf, dict(fields, **{sp[0]: 129})), "one"))
+                    # (an opcode with its own literal, v_fmamk_f32, shares it with the source)
+                    blob = encode(pf, dict(fields, **{sp[0]: 255})) + LIT_PROBE.to_bytes(4, "little")
+                    probes.append((kind, op, i, blob, "lit"))
+    # VOP3 modifier bits: LLVM refuses some opcodes with them set, and ignores them on others.
+    for op, (fields, text, pf) in found["VOP3"].items():
+        if op not in tables["VOP3"]:
+            continue
+        sd = any(sp[0] == "sdst" for sp in tables["VOP3"][op][1])
+        for bit in ("neg", "omod", "clamp") + (() if sd else ("abs",)):
+            probes.append(("VOP3", op, 0, encode(pf, dict(fields, **{bit: 1})), "bit_" + bit))
     # SOPP/SOPK immediates: LLVM prints some in hex always, some in decimal, some in decimal up to 64.
     for kind in ("SOPP", "SOPK"):
         for op, (fields, text, pf) in found[kind].items():
@@ -338,6 +364,10 @@ def build_tables() -> dict:
         _, ops, _ = split_text(half)
         if i < len(ops):
             seen.setdefault((kind, op, i), {})[which] = ops[i]
+    for (kind, op, i, _, which), text in zip(probes, texts):
+        if which.startswith("bit_") and text is None:
+            zero = MUST_BE_ZERO.setdefault(kind, {}).get(op, ())
+            MUST_BE_ZERO[kind][op] = tuple(sorted(zero + (which[4:],)))
     for kind, ops in tables.items():
         for op, (mn, specs, mods) in ops.items():
             for i, sp in enumerate(specs):
@@ -346,6 +376,10 @@ def build_tables() -> dict:
                 if sp[0] not in SRC_FIELDS:
                     continue
                 got = seen.get((kind, op, i), {})
+                if got.get("sgpr", "").lstrip("v[").startswith("20"):
+                    sp[1] = "V"        # a VGPR-only source (v_swap_b32): LLVM reads the field's low 8 bits
+                elif got.get("one", "").startswith("/*invalid"):
+                    sp[1] = "R"        # a register-only source (s_movrels_b32, v_readfirstlane_b32)
                 inv, lit = got.get("inv2pi", ""), got.get("lit", "")
                 if inv == "0.15915494309189532" or sp[2] == 2:
                     sp[3] = "64"
@@ -360,12 +394,30 @@ def build_tables() -> dict:
     return tables
 
 
+def symbolic_names() -> tuple[dict, dict]:
+    """The hwreg and sendmsg names LLVM knows for gfx11, by id."""
+    hw = [encode("SOPK", {"op": 17, "sdst": 3, "simm16": i | 31 << 11}) for i in range(64)]
+    msg = [encode("SOPP", {"op": 54, "simm16": i}) for i in range(256)]
+    texts = mc_disassemble(hw + msg)
+    hwreg, sendmsg = {}, {}
+    for i, t in enumerate(texts[:64]):
+        m = t and re.search(r"hwreg\((HW_REG_\w+)\)", t)
+        if m:
+            hwreg[i] = m.group(1)
+    for i, t in enumerate(texts[64:]):
+        m = t and re.search(r"sendmsg\((MSG_\w+)\)", t)
+        if m:
+            sendmsg[i] = m.group(1)
+    return hwreg, sendmsg
+
+
 def render_tables(tables: dict) -> str:
     lines = ['"""GENERATED by tools/gen_isa.py from llvm-mc-15 (-mcpu=gfx1100); do not edit.',
              "",
              "OPCODES[kind][opcode] = (mnemonic as LLVM prints it, operand specs, modifier names); for",
              "VOP3/VOP3P the modifier names include those llvm-mc accepts: clamp, omod, neg, abs, op_sel.",
-             "A spec is (field, class, registers, type): class s/v for register fields (as printed),",
+             "A spec is (field, class, registers, type): class s/v for register fields (as printed), V for a",
+             "source that only takes VGPRs, R for a source that takes no constants,",
              "label/imm/hwreg/waitcnt/delay_alu for SOPP/SOPK/SMEM immediates, i for a literal, fixed for",
              "text printed as is (field '=text'); type is 32/64/f16/i16/pk for sources, the print style",
              "(hex/dec) for immediates. Kinds are the formats, FLAT/GLOBAL/SCRATCH by addressing mode",
@@ -378,6 +430,14 @@ def render_tables(tables: dict) -> str:
             lines.append(f"        {op}: ({mn!r}, {sp!r}, {tuple(mods)!r}),")
         lines.append("    },")
     lines.append("}")
+    lines += ["", "# MUST_BE_ZERO[kind][opcode]: fields LLVM requires to be zero for that opcode", "MUST_BE_ZERO = {"]
+    for kind in sorted(MUST_BE_ZERO):
+        lines.append(f"    {kind!r}: {{" + ", ".join(f"{op}: {MUST_BE_ZERO[kind][op]!r}"
+                                                  for op in sorted(MUST_BE_ZERO[kind])) + "},")
+    lines.append("}")
+    hwreg, sendmsg = symbolic_names()
+    lines += ["", "# hwreg(...) and sendmsg(...) names llvm-mc-15 prints for gfx1100, by id",
+              f"HWREG = {hwreg!r}", f"SENDMSG = {sendmsg!r}"]
     return "\n".join(lines) + "\n"
 
 
@@ -430,7 +490,7 @@ def _default_operand(sp, kind: str) -> str:
     if cls == "imm":
         return "16" if field == "sdata" else "0x40" if field == "offset" else "3"
     if field in SRC_BASES:
-        return _reg("v" if cls == "v" else "s", SRC_BASES[field], count)
+        return _reg("v" if cls in ("v", "V", "R") else "s", SRC_BASES[field], count)
     if cls == "s":
         return _reg("s", SREG_BASES.get(field, 2), count)
     return _reg("v", VREG_BASES.get(field, 1), count)
@@ -473,6 +533,8 @@ def corpus_lines(tables: dict) -> tuple[list[str], dict]:
             for n, i in enumerate(srcs):
                 sp = specs[i]
                 choices = _src_choices(sp[3], sp[2], sp[0].startswith("src"))
+                if sp[1] in ("R", "V"):
+                    choices = [c for c in choices if not re.fullmatch(r"-?(0x[0-9a-f]+|[\d.e-]+)", c)]
                 if n:
                     choices = choices[1:4] + choices[-5:-3]
                 for c in choices:

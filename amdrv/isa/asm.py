@@ -50,6 +50,8 @@ def parse_arg(tok: str) -> Arg:
     neg = ab = False
     if t.startswith("-") and not _NUM.match(t) and not _FLOAT.match(t):
         neg, t = True, t[1:].strip()
+    if t.startswith("neg(") and t.endswith(")"):
+        neg, t = True, t[4:-1].strip()
     if t.startswith("|") and t.endswith("|") and len(t) > 2:
         ab, t = True, t[1:-1].strip()
     elif t.startswith("abs(") and t.endswith(")"):
@@ -366,11 +368,15 @@ def _fill_operand(enc: _Enc, kind: str, sp, arg: Arg, pos: int, mods: dict):
         if arg.abs:
             mods["abs"] = mods.get("abs", 0) | 1 << i
         wide = field.startswith("src")
-        if arg.kind in ("int", "float"):
+        if arg.kind in ("int", "float") and cls != "V":
             code, lit = encode_constant(arg, dtype, True, what)
             if lit is not None:
                 enc.set_literal(lit)
             enc.fields[field] = code
+        elif cls == "V" and arg.kind != "v":
+            raise AsmError(f"{what}: expected a VGPR, got {arg.text!r}")
+        elif cls == "R" and arg.kind in ("int", "float"):
+            raise AsmError(f"{what}: takes a register, not the constant {arg.text!r}")
         elif arg.kind == "v":
             if not wide:
                 raise AsmError(f"{what}: a VGPR cannot be a scalar source")
@@ -430,8 +436,11 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
     nsrc = sum(1 for sp in specs if sp[0] in ("src0", "src1", "src2"))
     what = enc.mn
     if fmt in ("VOP3", "VOP3SD", "VOP3P"):
+        if fmt == "VOP3P" and (srcmods.get("neg") or srcmods.get("abs")) and not enc.mn.startswith("v_fma_mix"):
+            raise AsmError(f"{what}: packed sources take neg_lo:[..]/neg_hi:[..], not -x or |x|")
         used = {"neg"} if srcmods.get("neg") else set()
-        used |= {"abs"} if srcmods.get("abs") else set()
+        # v_fma_mix* keep |x| in the neg_hi bits
+        used |= {("neg" if fmt == "VOP3P" else "abs")} if srcmods.get("abs") else set()
         for tok in modtoks:
             name = tok.split(":")[0]
             used.add({"mul": "omod", "div": "omod", "op_sel_hi": "op_sel", "neg_lo": "neg", "neg_hi": "neg"}

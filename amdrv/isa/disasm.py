@@ -9,8 +9,11 @@ from amdrv.isa.encoding import (FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, IN
                                 format_of, get_field)
 from amdrv.isa.errors import DecodeError
 from amdrv.isa.instruction import Instruction, Operand
-from amdrv.isa.opcodes_gfx11 import OPCODES
+from amdrv.isa.opcodes_gfx11 import HWREG as HWREG_NAMES
+from amdrv.isa.opcodes_gfx11 import MUST_BE_ZERO, OPCODES
+from amdrv.isa.opcodes_gfx11 import SENDMSG as SENDMSG_NAMES
 
+DPP_CODES = {233: "DPP8", 234: "DPP8 with fetch-inactive", 250: "DPP16"}
 SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")
 ARCHS = ("gfx1100", "gfx1101", "gfx1102")
 
@@ -19,14 +22,6 @@ DELAY_INSTID = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4"
                 "TRANS32_DEP_2", "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2",
                 "SALU_CYCLE_3"]
 DELAY_SKIP = ["SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4"]
-HWREG_NAMES = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS", 5: "HW_REG_GPR_ALLOC",
-               6: "HW_REG_LDS_ALLOC", 7: "HW_REG_IB_STS", 15: "HW_REG_SH_MEM_BASES", 20: "HW_REG_FLAT_SCR_LO",
-               21: "HW_REG_FLAT_SCR_HI", 23: "HW_REG_HW_ID1", 24: "HW_REG_HW_ID2", 25: "HW_REG_POPS_PACKER",
-               29: "HW_REG_SHADER_CYCLES"}
-SENDMSG_NAMES = {1: "MSG_INTERRUPT", 2: "MSG_HS_TESSFACTOR", 3: "MSG_DEALLOC_VGPRS", 5: "MSG_STALL_WAVE_GEN",
-                 6: "MSG_HALT_WAVES", 7: "MSG_ORDERED_PS_DONE", 9: "MSG_GS_ALLOC_REQ",
-                 128: "MSG_RTN_GET_DOORBELL", 129: "MSG_RTN_GET_DDID", 130: "MSG_RTN_GET_TMA",
-                 131: "MSG_RTN_GET_REALTIME", 132: "MSG_RTN_SAVE_WAVE", 133: "MSG_RTN_GET_TBA"}
 FLOAT_NAMES = {0.5: "0.5", -0.5: "-0.5", 1.0: "1.0", -1.0: "-1.0", 2.0: "2.0", -2.0: "-2.0", 4.0: "4.0",
                -4.0: "-4.0"}
 
@@ -57,14 +52,24 @@ def const_bits(code: int, dtype: str) -> int:
 
 def src_operand(code: int, count: int, dtype: str, name: str, literal: int | None) -> Operand:
     """Classifies a source/destination field value (0..511 with VGPRs at 256)."""
+    if count > 1 and (code <= 105 or TTMP_BASE <= code < TTMP_BASE + TTMP_COUNT):
+        code &= ~1 if count == 2 else ~3   # the hardware ignores the low bits of a scalar range, as LLVM shows
     if code >= VGPR_BASE:
+        if code - VGPR_BASE + count > 256:
+            raise DecodeError(f"{name}: v{code - VGPR_BASE} + {count} registers runs past v255")
         return Operand(I.VGPR, code - VGPR_BASE, count, name, code=code)
     if code <= 105:
+        if code + count > 106:
+            raise DecodeError(f"{name}: s{code} + {count} registers runs past s105")
         return Operand(I.SGPR, code, count, name, code=code)
     if TTMP_BASE <= code < TTMP_BASE + TTMP_COUNT:
+        if code + count > TTMP_BASE + TTMP_COUNT:
+            raise DecodeError(f"{name}: ttmp{code - TTMP_BASE} + {count} registers runs past ttmp15")
         return Operand(I.TTMP, code - TTMP_BASE, count, name, code=code)
+    if code in SPECIAL_REG and count >= 2 and code not in SPECIAL_REG64 and code != NULL:
+        raise DecodeError(f"{name}: {SPECIAL_REG[code]} cannot hold a {count}-register operand")
     if code in SPECIAL_REG:
-        reg = SPECIAL_REG64.get(code, SPECIAL_REG[code]) if count == 2 else SPECIAL_REG[code]
+        reg = SPECIAL_REG64.get(code, SPECIAL_REG[code]) if count >= 2 else SPECIAL_REG[code]
         return Operand(I.SPECIAL, code, count, name, reg=reg, code=code)
     if 128 <= code <= 208:
         return Operand(I.ICONST, code, 1, name, value=code - 128 if code <= 192 else 192 - code, code=code)
@@ -74,6 +79,8 @@ def src_operand(code: int, count: int, dtype: str, name: str, literal: int | Non
         return Operand(I.LITERAL, 0, 1, name, value=literal, code=code)
     if code in SPECIAL_SRC:
         return Operand(I.SPECIAL, code, count, name, reg=SPECIAL_SRC[code], code=code)
+    if code in DPP_CODES:
+        raise DecodeError(f"{DPP_CODES[code]} (source code {code} in {name}) is not supported")
     raise DecodeError(f"operand code {code} in field {name} is not a valid gfx11 source")
 
 
@@ -120,6 +127,10 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
             fmt = "VOP3SD"
             layout = FORMATS[fmt][2]
             fields = {k: get_field(word, lo, w) for k, (lo, w) in layout.items()}
+        for f in MUST_BE_ZERO.get(kind, {}).get(fields["op"], ()):
+            if fields[f]:
+                raise DecodeError(f"{entry[0]} at offset {offset:#x}: field {f} must be 0 for this opcode, "
+                                  f"is {fields[f]}")
     needs_lit = any(s[0] == "literal" or (s[0] in SRC_FIELDS and fields[s[0]] == LITERAL)
                     for e in entries for s in e[1])
     if needs_lit:
@@ -177,6 +188,8 @@ def _operand(sp, fields: dict, fmt: str) -> Operand:
     if name == "literal":
         return Operand(I.LITERAL, 0, 1, "literal", value=fields["literal"], code=LITERAL)
     v = fields[name]
+    if cls == "V":
+        return Operand(I.VGPR, v & 0xFF, count, name, code=VGPR_BASE + (v & 0xFF))
     if cls == "label":
         return Operand(I.LABEL, 0, 1, name, value=v - 0x10000 if v & 0x8000 else v)
     if cls in ("imm", "hwreg", "waitcnt", "delay_alu"):
@@ -184,11 +197,19 @@ def _operand(sp, fields: dict, fmt: str) -> Operand:
             v = v - (1 << 21) if v & (1 << 20) else v
         return Operand(I.IMM, 0, 1, name, value=v)
     if name in SRC_FIELDS:
-        return src_operand(v, count, dtype, name, fields.get("literal"))
+        o = src_operand(v, count, dtype, name, fields.get("literal"))
+        if cls == "R" and o.is_const:
+            raise DecodeError(f"{name} of this instruction takes registers only, not {o.kind} code {v}")
+        return o
     if name == "sbase":
-        return Operand(I.SGPR, 2 * v, count, name, code=2 * v)
+        return src_operand(2 * v, count, "32", name, None)
     if cls == "s" or name in ("sdst", "sdata", "saddr", "soffset", "ssrc0", "ssrc1"):
-        return src_operand(v, count, dtype, name, None)
+        o = src_operand(v, count, dtype, name, None)
+        if o.is_const:
+            raise DecodeError(f"{name} holds code {v}, a constant where a scalar register is required")
+        return o
+    if v + count > 256:
+        raise DecodeError(f"{name}: v{v} + {count} registers runs past v255")
     return Operand(I.VGPR, v, count, name, code=VGPR_BASE + v)
 
 
@@ -268,17 +289,42 @@ def operand_text(o: Operand, dtype: str = "32") -> str:
     if o.kind == I.ICONST:
         return str(o.value)
     if o.kind == I.FCONST:
-        if dtype == "i16":
+        if dtype in ("i16", "pki16"):
             return f"0x{o.value:x}"
         if o.code == INV_2PI:
             return "0.15915494309189532" if dtype == "64" else "0.15915494"
         return FLOAT_NAMES[FLOAT_CODES[o.code]]
     if o.kind == I.LITERAL:
-        v = o.value & 0xFFFF if dtype in ("f16", "i16") else o.value
-        return f"0x{v:x}"
+        return literal_text(o.value, dtype)
     if o.kind == I.LABEL:
         return str(o.value)
     return str(o.value)
+
+
+_F32_NAMES = {_f32_bits(f): FLOAT_NAMES[f] for f in FLOAT_CODES.values()}
+_F32_NAMES[INV_2PI_BITS[32]] = "0.15915494"
+_F16_NAMES = {_f16_bits(f): FLOAT_NAMES[f] for f in FLOAT_CODES.values()}
+_F16_NAMES[INV_2PI_BITS[16]] = "0.15915494"
+
+
+def literal_text(v: int, dtype: str) -> str:
+    """LLVM prints a literal by its value: one that equals an inline constant reads like it."""
+    if dtype in ("f16", "i16"):
+        v &= 0xFFFF
+        sv = v - 0x10000 if v & 0x8000 else v
+        if -16 <= sv <= 64:
+            return str(sv)
+        if dtype == "f16" and v in _F16_NAMES:
+            return _F16_NAMES[v]
+        return f"0x{v:x}"
+    sv = v - (1 << 32) if v & 0x80000000 else v
+    if dtype == "64":
+        return str(v) if v <= 64 else f"0x{v:x}"
+    if -16 <= sv <= 64:
+        return str(sv)
+    if dtype == "32" and v in _F32_NAMES:
+        return _F32_NAMES[v]
+    return f"0x{v:x}"
 
 
 def _imm_text(sp, o: Operand, inst: Instruction) -> str:
@@ -290,24 +336,24 @@ def _imm_text(sp, o: Operand, inst: Instruction) -> str:
         return " ".join(f"{k}({cnt[k]})" for k in show)
     if cls == "delay_alu":
         id0, skip, id1 = v & 15, v >> 4 & 7, v >> 7 & 15
-        if id0 >= len(DELAY_INSTID) or skip >= len(DELAY_SKIP) or id1 >= len(DELAY_INSTID) or v >> 11:
-            return f"0x{v:x}"
+        bad_id, bad_skip = "/* invalid instid value */", "/* invalid instskip value */"
         parts = []
         if id0:
-            parts.append(f"instid0({DELAY_INSTID[id0]})")
+            parts.append(f"instid0({DELAY_INSTID[id0] if id0 < len(DELAY_INSTID) else bad_id})")
         if skip:
-            parts.append(f"instskip({DELAY_SKIP[skip]})")
+            parts.append(f"instskip({DELAY_SKIP[skip] if skip < len(DELAY_SKIP) else bad_skip})")
         if id1:
-            parts.append(f"instid1({DELAY_INSTID[id1]})")
+            parts.append(f"instid1({DELAY_INSTID[id1] if id1 < len(DELAY_INSTID) else bad_id})")
         return " | ".join(parts) or "0"
     if cls == "hwreg":
         rid, off, size = v & 63, v >> 6 & 31, (v >> 11) + 1
         name = HWREG_NAMES.get(rid, str(rid))
         return f"hwreg({name})" if off == 0 and size == 32 else f"hwreg({name}, {off}, {size})"
     if o.name == "offset" and inst.fmt == "SMEM":
-        return f"0x{v & 0x1FFFFF:x}" if v >= 0 else f"-0x{-v:x}"
-    if inst.op in ("s_sendmsg", "s_sendmsghalt") and v >> 8 == 0:
-        return f"sendmsg({SENDMSG_NAMES[v]})" if v in SENDMSG_NAMES else f"sendmsg({v}, 0, 0)"
+        return f"0x{v:x}" if v >= 0 else f"-0x{-v:x}"
+    if inst.op in ("s_sendmsg", "s_sendmsghalt") and (v & 0xFF in SENDMSG_NAMES or v >> 8 == 0):
+        # LLVM names a known message whatever the upper (operation/stream) bits hold
+        return f"sendmsg({SENDMSG_NAMES[v & 0xFF]})" if v & 0xFF in SENDMSG_NAMES else f"sendmsg({v}, 0, 0)"
     if style == "hex" or (style == "small" and v > 64):
         return f"0x{v:x}"
     return str(v)
@@ -341,19 +387,24 @@ def _format_one(inst: Instruction, entry) -> str:
                 continue
             texts.append(_imm_text(sp, o, inst) if o.kind == I.IMM else str(o.value & 0xFFFF))
             continue
-        t = operand_text(o, sp[3])
-        if inst.fmt in ("VOP3", "VOP3SD", "VOP3P") and sp[0] in srcs:
+        # packed 16-bit integers print their literal whole, and inline floats as f16 bits
+        t = operand_text(o, "pki16" if inst.fmt == "VOP3P" and sp[3] == "i16" else sp[3])
+        if sp[0] in srcs and (inst.fmt in ("VOP3", "VOP3SD") or mn.startswith("v_fma_mix")):
             i = srcs.index(sp[0])
-            if inst.fmt != "VOP3P" and m.get("abs", 0) >> i & 1:
+            shown = inst.fmt == "VOP3P" or "neg" in modnames    # LLVM hides them on 16-bit integer ops
+            has_abs = shown and (m.get("neg_hi" if inst.fmt == "VOP3P" else "abs", 0) >> i) & 1
+            if has_abs:
                 t = f"|{t}|"
-            if inst.fmt != "VOP3P" and m.get("neg", 0) >> i & 1:
-                t = "-" + t
+            if shown and m.get("neg", 0) >> i & 1:
+                # a minus sign before a constant would read as a negative constant
+                t = f"neg({t})" if o.is_const and not has_abs else "-" + t
         texts.append(t)
     out = mn + (" " + ", ".join(texts) if texts else "")
     tail = []
     if inst.fmt == "SMEM":
-        if f["soffset"] != NULL and m["offset"]:
-            tail.append(f"offset:0x{m['offset'] & 0x1FFFFF:x}")
+        if f["soffset"] != NULL and m["offset"] and any(sp[0] == "offset" for sp in specs):
+            o = m["offset"]
+            tail.append(f"offset:0x{o:x}" if o >= 0 else f"offset:-0x{-o:x}")
         tail += [k for k in ("glc", "dlc") if m[k]]
     elif inst.fmt == "DS":
         if m["two_offsets"]:
@@ -368,7 +419,7 @@ def _format_one(inst: Instruction, entry) -> str:
         tail += [k for k in ("glc", "slc", "dlc") if m[k]]
     elif inst.fmt in ("VOP3", "VOP3SD"):
         n = len(srcs)
-        if m.get("op_sel"):
+        if m.get("op_sel") and "op_sel" in modnames:   # LLVM shows op_sel on 16-bit ops only
             tail.append("op_sel:" + _bits_list(m["op_sel"] & ((1 << n) - 1) | (m["op_sel"] >> 3 & 1) << n, n + 1))
         if m.get("clamp"):
             tail.append("clamp")
@@ -377,10 +428,13 @@ def _format_one(inst: Instruction, entry) -> str:
     elif inst.fmt == "VOP3P":
         n = len(srcs)
         mix = mn.startswith("v_fma_mix")
-        if m["op_sel"] & ((1 << n) - 1):
+        if mix:
+            m = dict(m, neg=0, neg_hi=0)     # printed on the operands
+        has_sel = "op_sel" in modnames or mix        # wmma has none
+        if has_sel and m["op_sel"] & ((1 << n) - 1):
             tail.append("op_sel:" + _bits_list(m["op_sel"], n))
         hi_default = 0 if mix else (1 << n) - 1
-        if (m["op_sel_hi"] & ((1 << n) - 1)) != hi_default:
+        if has_sel and (m["op_sel_hi"] & ((1 << n) - 1)) != hi_default:
             tail.append("op_sel_hi:" + _bits_list(m["op_sel_hi"], n))
         if m["neg"] & ((1 << n) - 1):
             tail.append("neg_lo:" + _bits_list(m["neg"], n))
