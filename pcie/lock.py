@@ -30,7 +30,7 @@ class DeviceLock:
         self.address = address
         self.path = Path(directory or default_lock_dir()) / f"driverless-{address}.lock"
         try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            self._fd = self._open()
         except OSError as e:
             raise PCIError(f"device {address}: cannot open the lock file {self.path}: {e.strerror}; "
                            f"if another user created it, remove it or make it writable (chmod 666)") from None
@@ -50,6 +50,19 @@ class DeviceLock:
             raise PCIError(f"device {address} busy, held by {who} (lock file {self.path})") from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _open(self) -> int:
+        # O_CREAT only when the file is missing: in a sticky world-writable directory (/run/lock, /tmp)
+        # fs.protected_regular refuses O_CREAT on another user's existing file, even a mode-666 one.
+        while True:
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                pass
+            try:
+                return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            except FileExistsError:
+                continue  # another process created it between our two opens
 
     def _holder(self) -> int | None:
         # The holder writes its pid right after taking the lock; give it a moment if we came between.

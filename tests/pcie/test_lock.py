@@ -1,9 +1,11 @@
 """The per-device lock across real processes."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +103,28 @@ def test_unwritable_lock_dir(tmp_path):
 def test_default_dir_is_writable():
     d = default_lock_dir()
     assert os.access(d, os.W_OK)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="needs root (to run a second process as nobody) and /usr/bin/python3")
+def test_another_user_takes_a_lock_root_left_behind(tmp_path):
+    # A sticky world-writable directory like /run/lock; root's lock file must serve the next user.
+    import tempfile
+    shared = Path(tempfile.mkdtemp(prefix="driverless-locktest-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)
+        with DeviceLock(ADDR, shared):
+            pass
+        code = ("import os; from pathlib import Path; from pcie.lock import DeviceLock\n"
+                f"l = DeviceLock({ADDR!r}, Path({str(shared)!r})); print(open(l.path).read().strip())\n")
+        out = subprocess.run([SYSTEM_PYTHON, "-c", code], capture_output=True, text=True, timeout=20, cwd="/",
+                             env={"PYTHONPATH": REPO, "PATH": "/usr/bin:/bin"}, user=65534, group=65534)
+        if "Permission denied" in out.stderr and "pcie" not in out.stderr:
+            pytest.skip(f"nobody cannot run python from {REPO}: {out.stderr.strip()[-200:]}")
+        assert out.returncode == 0, out.stderr
+        assert int(out.stdout) != os.getpid()
+    finally:
+        shutil.rmtree(shared)
