@@ -1,0 +1,77 @@
+"""AM device strings and the pcie provider each one opens through.
+
+    am                   the first AMD GPU no kernel driver programs (unbound, or bound to vfio-pci)
+    am:sim               a simulated Navi31
+    am:sim:navi33        a simulated Navi33 (any chip of amdrv.chips)
+    am:0000:03:00.0      the GPU at that PCI address (am:03:00.0 means domain 0000)
+
+A real device opens through "vfio" when it is bound to vfio-pci and through "sysfs" when it is unbound;
+one bound to another kernel driver (amdgpu) is refused with the command that unbinds it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from amdrv import chips
+from pcie import PCIError, PCIFunction, open_function
+from pcie import discover
+
+FORMS = "am, am:sim, am:sim:<chip>, am:<pci address> (e.g. am:0000:03:00.0 or am:03:00.0)"
+
+
+class DeviceSpecError(PCIError, ValueError):
+    """A device string that is not one of the AM forms."""
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A resolved device string: `open()` is `pcie.open_function(provider, *args)`."""
+    text: str
+    provider: str
+    args: tuple
+
+    def open(self) -> PCIFunction:
+        return open_function(self.provider, *self.args)
+
+    def __str__(self) -> str:
+        return f"{self.text} ({self.provider}: {', '.join(map(str, self.args))})"
+
+
+def parse(text: str, sysfs: Path = discover.SYSFS) -> DeviceSpec:
+    """Resolves an AM device string. Simulator strings need nothing from the machine; real devices are
+    looked up in sysfs (which kernel driver, if any, holds them)."""
+    spec = text.strip()
+    head, sep, rest = spec.partition(":")
+    if head.lower() != "am":
+        raise DeviceSpecError(f"{text!r} is not an AM device string; expected {FORMS}")
+    if not sep:
+        return _provider_for(spec, discover.pick_amd_gpu(sysfs), sysfs)
+    if not rest:
+        raise DeviceSpecError(f"{text!r}: nothing after 'am:'; expected {FORMS}")
+    kind, colon, chip = rest.partition(":")
+    if kind.lower() == "sim":
+        name = (chip if colon else chips.NAVI31.name).lower()
+        if name not in {c.name for c in chips.SUPPORTED}:
+            raise DeviceSpecError(f"{text!r}: no simulated chip {chip!r}; supported: "
+                                  f"{', '.join(c.name for c in chips.SUPPORTED)}")
+        return DeviceSpec(spec, "sim", (name,))
+    try:
+        address = discover.normalize_address(rest)
+    except PCIError as e:
+        raise DeviceSpecError(f"{text!r}: {e}; expected {FORMS}") from None
+    return _provider_for(spec, discover.read_info(address, sysfs), sysfs)
+
+
+def _provider_for(text: str, info: discover.FunctionInfo, sysfs: Path) -> DeviceSpec:
+    if info.vendor_id != chips.AMD_VENDOR_ID or not info.is_display:
+        raise PCIError(f"{info.address} is not an AMD GPU ({info}); `lspci -D -d 1002:` lists AMD's")
+    if chips.by_pci_id(info.device_id) is None:
+        supported = "; ".join(f"{c.name} ({', '.join(f'{d:04x}' for d in c.pci_device_ids)})"
+                              for c in chips.SUPPORTED)
+        raise PCIError(f"{info.address}: AMD GPU {info.vendor_id:04x}:{info.device_id:04x} is not one the AM "
+                       f"driver supports: {supported}")
+    if info.driver == "vfio-pci":
+        return DeviceSpec(text, "vfio", (info.address,))
+    discover.check_not_bound(info.address, sysfs)  # names the unbind command when a driver holds it
+    return DeviceSpec(text, "sysfs", (info.address,))
