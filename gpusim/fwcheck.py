@@ -29,6 +29,7 @@ class Piece:
     offset: int
     size: int
     data: bytes
+    version: int = 0     # the sos package descriptor's fw_version; 0 for other pieces
 
 
 def _u16(b: bytes, off: int) -> int:
@@ -126,11 +127,11 @@ class PinnedFirmware:
         return name, self._cache[name]
 
     @staticmethod
-    def _piece(kind: str, name: str, data: bytes, offset: int, size: int) -> Piece:
+    def _piece(kind: str, name: str, data: bytes, offset: int, size: int, version: int = 0) -> Piece:
         if offset + size > len(data):
             raise FirmwareLayoutError(f"gpusim firmware: {name}: {kind} at {offset:#x}+{size:#x} runs past the "
                                       f"end of the {len(data)}-byte file")
-        return Piece(kind, name, offset, size, bytes(data[offset:offset + size]))
+        return Piece(kind, name, offset, size, bytes(data[offset:offset + size]), version)
 
     def _ip_pieces(self) -> dict[int, Piece]:
         out: dict[int, Piece] = {}
@@ -180,10 +181,10 @@ class PinnedFirmware:
         out = {}
         for i in range(count):
             at = _SOS_DESCS + i * _SOS_DESC_SIZE
-            fw_type, offset, size = _u32(d, at), _u32(d, at + 8), _u32(d, at + 12)
+            fw_type, version, offset, size = (_u32(d, at + k) for k in (0, 4, 8, 12))
             if fw_type not in SOS_NAMES:
                 raise FirmwareLayoutError(f"gpusim firmware: {name} descriptor {i} has unknown type {fw_type}")
-            out[fw_type] = self._piece(SOS_NAMES[fw_type], name, d, base + offset, size)
+            out[fw_type] = self._piece(SOS_NAMES[fw_type], name, d, base + offset, size, version)
         return out
 
     def ip_fw_pieces(self) -> dict[int, Piece]:

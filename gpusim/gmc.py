@@ -215,7 +215,7 @@ class GMC(Block):
         the fault registers and posting the IV when enabled). `client` is the UTCL2 client id (CID)."""
         h = self.hubs[hub]
         if vmid == 0:
-            phys = self._aperture(h, va, system_aperture=True)
+            phys = self.aperture(h, va, system_aperture=True)
             if phys is not None:
                 return phys
         cntl_reg = f"{h.vm}CONTEXT{vmid}_CNTL"
@@ -282,7 +282,7 @@ class GMC(Block):
         h.tlb_shifts[vmid].add(shift)
         return block_base + (rel & ((1 << shift) - 1)), system, pte
 
-    def _aperture(self, h: Hub, addr: int, system_aperture: bool) -> Translation | None:
+    def aperture(self, h: Hub, addr: int, system_aperture: bool) -> Translation | None:
         """Physical reach of an MC address: the FB aperture (VRAM) or AGP (host); None for the VM."""
         fb_base = (self._reg(h, h.mc + "FB_LOCATION_BASE") & 0xFFFFFF) << 24
         fb_top = ((self._reg(h, h.mc + "FB_LOCATION_TOP") & 0xFFFFFF) << 24) | 0xFFFFFF
@@ -323,7 +323,7 @@ class GMC(Block):
     # -- MC addresses of physical clients (PSP, IH in MC_SPACE 4): the MMHUB, FB aperture first ------
     def mc_translate(self, addr: int, write: bool = False) -> Translation:
         h = self.hubs["MM"]
-        t = self._aperture(h, addr, system_aperture=False)
+        t = self.aperture(h, addr, system_aperture=False)
         return t if t is not None else self.translate(0, addr, write=write, hub="MM")
 
     def mc_read(self, addr: int, n: int) -> bytes:

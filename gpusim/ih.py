@@ -45,9 +45,6 @@ class IH(Block):
         self.on_read(self.IP, "IH_RB_WPTR", self._r_wptr)
         self.on_write(self.IP, "IH_RB_RPTR", self._w_rptr)
         self.dev.ih_sink = self.post
-        t = self.dev.table(self.IP)
-        self._cntl = t["IH_RB_CNTL"].fields
-        self._wptr_f = t["IH_RB_WPTR"].fields
 
     def reset(self) -> None:
         self.wptr = 0          # byte offset of the next entry
@@ -57,7 +54,7 @@ class IH(Block):
 
     # -- registers --------------------------------------------------------------------------------
     def _field(self, value: int, name: str) -> int:
-        f = self._cntl[name]
+        f = self.dev.table(self.IP)["IH_RB_CNTL"].fields[name]
         return (value >> f.shift) & ((1 << f.width) - 1)
 
     def _w_cntl(self, value: int):

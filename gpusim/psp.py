@@ -1,0 +1,377 @@
+"""PSP 13.0.0 (MP0): the bootloader mailbox, the KM (GPCOM) ring and the commands a Navi31 boot sends.
+
+Facts, from psp_v13_0.c, amdgpu_psp.c, psp_gfx_if.h and amdgpu_psp.h (registers from mp_13_0_0):
+- Bootloader: MP0_SMN_C2PMSG_35 reads 0x80000000 when the bootloader is ready (psp_v13_0_wait_for_bootloader);
+  the driver stages a component in its 1 MiB firmware buffer, writes that buffer's MC address >> 20 to
+  C2PMSG_36 and the command (PSP_BL__LOAD_*) to C2PMSG_35, then waits for 0x80000000 again. There is no
+  size: the bootloader knows its component, so the staged bytes are compared with the whole component.
+  PSP_BL__LOAD_SOSDRV starts the secure OS, which says it is alive in C2PMSG_81 (psp_v13_0_is_sos_alive).
+- Navi31's order (psp_hw_start, with the components psp_13_0_0_sos.bin carries: SYS_DRV, SOS, TOC, KDB, SPL,
+  RL): KEY_DATABASE (KDB), TOS_SPL_TABLE, SYSDRV, then SOSDRV. Upstream's psp_v13_0_bootloader_load_spl
+  stages the KDB bytes for the SPL command and works on hardware; the model accepts the KDB or the SPL
+  component there. soc/intf/dbg/ras drivers would go between SYSDRV and SOSDRV if the file had them.
+- KM ring: once sOS is up C2PMSG_64 reads 0x80000000 (ready for ring creation); the driver writes the ring's
+  MC address to C2PMSG_69/70, its size to C2PMSG_71 and PSP_RING_TYPE__KM << 16 (GFX_CTRL_CMD_ID_INIT_GPCOM_RING)
+  to C2PMSG_64, and waits for bit 31 with status 0 in bits 15:0. C2PMSG_67 is the write pointer in dwords;
+  each 64-byte psp_gfx_rb_frame names a 1 KiB psp_gfx_cmd_resp (MC address), a fence address and value.
+  The PSP executes the command, writes psp_gfx_resp (status, fw_addr, tmr_size) at +0x360 of the command
+  buffer, then the fence value (psp_cmd_submit_buf polls it). GFX_CTRL_CMD_ID_DESTROY_RINGS tears it down.
+- Commands of the boot (psp_hw_start, psp_load_non_psp_fw; MP0 13.0.0 has autoload_supported and
+  pmfw_centralized_cstate_management): LOAD_TOC (the TOC component; the response carries the TMR size,
+  0x1300000 as a 7900 XTX logs "reserve 0x1300000 ... for PSP TMR"), LOAD_IP_FW of SMU, SETUP_TMR (VRAM,
+  1 MiB aligned, at least that size; virt_phy_addr with the matching VRAM physical address), LOAD_IP_FW of
+  every other firmware in AMDGPU_UCODE_ID order, AUTOLOAD_RLC right after RLC_G.
+- Status codes: TEE_SUCCESS and TEE_ERROR_NOT_SUPPORTED (0xFFFF000A) are in psp_gfx_if.h, and that value is
+  GlobalPlatform's; the other TEE_ERROR_* used here are the GlobalPlatform TEE codes of the same family.
+  PSP_ERR_UNKNOWN_COMMAND (0x100) answers a command id the sOS does not know.
+
+Simulator choices (no public fact): a bootloader failure reads back 0x80000000 | code in C2PMSG_35 (the
+psp_v13_0.c comment for newer PSPs: "bits[7:0] will be set"); the codes are BL_ERR_*. A payload that is not
+byte-identical to the pinned component of its type fails signature verification: TEE_ERROR_SECURITY. A
+command out of order: TEE_ERROR_BAD_STATE. TAs (LOAD_TA, LOAD_ASD, INVOKE_CMD) and BOOT_CFG are answered
+TEE_ERROR_NOT_SUPPORTED: no TA is modeled and upstream only warns. Every refusal is also recorded in
+dev.errors with the firmware named.
+"""
+import functools
+import struct
+
+from amdrv.autogen import psp as P
+from amdrv.autogen import ucode as U
+from amdrv.chips import by_name
+from gpusim import fwcheck
+from gpusim.device import Block, DMAError
+from gpusim.gmc import VMFault
+
+MP0 = "MP0"
+READY = 0x80000000
+TMR_SIZE = 0x1300000
+TMR_ALIGN = P.PSP_TMR_ALIGNMENT
+BL_STEPS = 3       # clock steps a bootloader command takes
+RING_STEPS = 1     # clock steps per KM ring command
+AUTOLOAD_STEPS = 10
+MEM_ERRORS = (DMAError, IndexError, VMFault)   # an access the memory path refused
+
+TEE_SUCCESS = P.TEE_SUCCESS
+TEE_ERROR_BAD_PARAMETERS = 0xFFFF0006
+TEE_ERROR_BAD_STATE = 0xFFFF0007
+TEE_ERROR_NOT_SUPPORTED = P.TEE_ERROR_NOT_SUPPORTED
+TEE_ERROR_SECURITY = 0xFFFF000F
+PSP_ERR_UNKNOWN_COMMAND = P.PSP_ERR_UNKNOWN_COMMAND
+
+BL_ERR_PAYLOAD, BL_ERR_ORDER, BL_ERR_COMMAND, BL_ERR_BUSY = 1, 2, 3, 4
+
+# bootloader command -> the sos components it accepts, in the order they must come
+BOOT_ORDER = (
+    (P.PSP_BL__LOAD_KEY_DATABASE, (U.PSP_FW_TYPE_PSP_KDB,)),
+    (P.PSP_BL__LOAD_TOS_SPL_TABLE, (U.PSP_FW_TYPE_PSP_SPL, U.PSP_FW_TYPE_PSP_KDB)),
+    (P.PSP_BL__LOAD_SYSDRV, (U.PSP_FW_TYPE_PSP_SYS_DRV,)),
+    (P.PSP_BL__LOAD_SOCDRV, (U.PSP_FW_TYPE_PSP_SOC_DRV,)),
+    (P.PSP_BL__LOAD_INTFDRV, (U.PSP_FW_TYPE_PSP_INTF_DRV,)),
+    (P.PSP_BL__LOAD_DBGDRV, (U.PSP_FW_TYPE_PSP_DBG_DRV,)),
+    (P.PSP_BL__LOAD_RASDRV, (U.PSP_FW_TYPE_PSP_RAS_DRV,)),
+    (P.PSP_BL__LOAD_SOSDRV, (U.PSP_FW_TYPE_PSP_SOS,)),
+)
+BL_NAMES = {v: k for k in P.ENUMS["psp_bootloader_cmd"] for v in [getattr(P, k)]}
+CMD_NAMES = {getattr(P, k): k for k in P.ENUMS["psp_gfx_cmd_id"]}
+
+CMD_BUF_SIZE = 1024
+RESP_OFFSET = 0x360           # psp_gfx_cmd_resp.resp
+CMD_OFFSET = 28               # psp_gfx_cmd_resp.cmd
+FRAME_SIZE = 64               # psp_gfx_rb_frame
+
+
+class PSP(Block):
+    name = "PSP"
+
+    def __init__(self, dev, firmware: fwcheck.PinnedFirmware | None = None):
+        super().__init__(dev)
+        self._fw = firmware
+
+    @property
+    def firmware(self) -> fwcheck.PinnedFirmware:
+        """The pinned firmware the payloads are checked against (found through the firmware store)."""
+        if self._fw is None:
+            self._fw = fwcheck.PinnedFirmware(by_name(self.dev.chip))
+        return self._fw
+
+    @firmware.setter
+    def firmware(self, fw: fwcheck.PinnedFirmware) -> None:
+        self._fw = fw
+
+    def __getstate__(self):
+        s = dict(self.__dict__)
+        s["_fw"] = None     # holds a reader function; found again through the store after loading
+        return s
+
+    def attach(self) -> None:
+        self.on_write(MP0, "MP0_SMN_C2PMSG_35", self._w_bootloader)
+        self.on_write(MP0, "MP0_SMN_C2PMSG_64", self._w_ring_ctrl)
+        self.on_write(MP0, "MP0_SMN_C2PMSG_67", self._w_wptr)
+
+    def reset(self) -> None:
+        self.bl_done: list[int] = []          # bootloader commands completed, in order
+        self.sos_alive = False
+        self.ring: tuple[int, int] | None = None   # (MC address, size in bytes)
+        self.rptr = 0                          # dwords
+        self.toc_loaded = False
+        self.tmr: tuple[int, int] | None = None    # (MC address, size)
+        self._tmr_next = 0
+        self.loaded: dict[int, int] = {}       # GFX_FW_TYPE_* -> times loaded
+        self.autoload_started = False
+        self.rlc_autoload_complete = False
+        self.log: list[tuple[int, int, int]] = []   # (cmd id, fw type or 0, status) of every ring command
+        self.set(MP0, "MP0_SMN_C2PMSG_35", READY)
+
+    # -- state for the other models -----------------------------------------------------------------
+    def is_loaded(self, fw_type: int) -> bool:
+        return fw_type in self.loaded
+
+    def autoload_required(self) -> set[int]:
+        """The firmware AUTOLOAD_RLC needs: every GFX-side piece the chip's firmware has (all but SMU),
+        as upstream loads them all before it."""
+        return set(self.firmware.ip_fw_pieces()) - {P.GFX_FW_TYPE_SMU}
+
+    # -- bootloader ---------------------------------------------------------------------------------
+    def _w_bootloader(self, value: int):
+        if not self.get(MP0, "MP0_SMN_C2PMSG_35") & READY:
+            self.error(f"bootloader command {value:#x} written while the previous one is still running")
+            self.dev.schedule(BL_STEPS, functools.partial(self._bl_finish, BL_ERR_BUSY))
+            return value
+        self.dev.schedule(BL_STEPS, functools.partial(self._bl_run, value))
+        return value
+
+    def _bl_finish(self, err: int) -> None:
+        self.set(MP0, "MP0_SMN_C2PMSG_35", READY | err)
+
+    def _bl_run(self, cmd: int) -> None:
+        self._bl_finish(self._bl_execute(cmd))
+
+    def _bl_execute(self, cmd: int) -> int:
+        name = BL_NAMES.get(cmd, f"{cmd:#x}")
+        if self.sos_alive:
+            self.error(f"bootloader command {name} after the secure OS started: the bootloader is gone")
+            return BL_ERR_ORDER
+        order = [c for c, _ in BOOT_ORDER]
+        if cmd not in order:
+            self.error(f"bootloader command {name} is not one PSP 13.0.0 takes at boot")
+            return BL_ERR_COMMAND
+        present = self.firmware.sos_pieces()
+        expected = [c for c, types in BOOT_ORDER if types[0] in present]
+        pos = len(self.bl_done)
+        if pos >= len(expected) or expected[pos] != cmd:
+            want = BL_NAMES[expected[pos]] if pos < len(expected) else "nothing more"
+            self.error(f"bootloader command {name} out of order: after "
+                       f"{[BL_NAMES[c] for c in self.bl_done]} it expects {want}")
+            return BL_ERR_ORDER
+        accepted = dict(BOOT_ORDER)[cmd]
+        addr = self.get(MP0, "MP0_SMN_C2PMSG_36") << 20
+        for fw_type in accepted:
+            want = present.get(fw_type)
+            if want is None:
+                continue
+            try:
+                staged = self.dev.blocks["GMC"].mc_read(addr, want.size)
+            except MEM_ERRORS as e:
+                self.error(f"bootloader {name}: staged component at MC {addr:#x} unreadable: {e}")
+                return BL_ERR_PAYLOAD
+            if staged == want.data:
+                break
+        else:
+            comps = " or ".join(present[t].name for t in accepted if t in present)
+            self.error(f"bootloader {name}: the {comps} staged at MC {addr:#x} is not the pinned "
+                       f"{self.firmware.files['sos']} component (signature check fails)")
+            return BL_ERR_PAYLOAD
+        self.bl_done.append(cmd)
+        if cmd == P.PSP_BL__LOAD_SOSDRV:
+            self.sos_alive = True
+            # C2PMSG_81 only has to be non-zero; the sOS version of the package is what it plausibly holds
+            self.set(MP0, "MP0_SMN_C2PMSG_81", present[U.PSP_FW_TYPE_PSP_SOS].version or 1)
+            self.set(MP0, "MP0_SMN_C2PMSG_64", READY)
+        return 0
+
+    # -- KM ring ------------------------------------------------------------------------------------
+    def _w_ring_ctrl(self, value: int):
+        if not self.sos_alive:
+            self.error(f"C2PMSG_64 command {value:#x} with no secure OS running: nothing answers")
+            return value
+        self.dev.schedule(RING_STEPS, functools.partial(self._ring_ctrl, value))
+        return value
+
+    def _ring_ctrl(self, value: int) -> None:
+        cmd = value & P.GFX_CMD_ID_MASK
+        status = 0
+        if cmd == P.GFX_CTRL_CMD_ID_INIT_GPCOM_RING:
+            addr = self.get(MP0, "MP0_SMN_C2PMSG_69") | self.get(MP0, "MP0_SMN_C2PMSG_70") << 32
+            size = self.get(MP0, "MP0_SMN_C2PMSG_71")
+            if self.ring is not None:
+                self.error("KM ring created twice without DESTROY_RINGS")
+                status = TEE_ERROR_BAD_STATE & 0xFFFF
+            elif not size or size % FRAME_SIZE or addr % FRAME_SIZE:
+                self.error(f"KM ring at MC {addr:#x} of {size:#x} bytes: size and address must be whole frames")
+                status = TEE_ERROR_BAD_PARAMETERS & 0xFFFF
+            else:
+                self.ring, self.rptr = (addr, size), 0
+        elif cmd == P.GFX_CTRL_CMD_ID_DESTROY_RINGS:
+            self.ring = None
+        else:
+            self.error(f"C2PMSG_64 command {value:#x} is not modeled")
+            status = PSP_ERR_UNKNOWN_COMMAND
+        self.set(MP0, "MP0_SMN_C2PMSG_64", READY | status)
+
+    def _w_wptr(self, value: int):
+        if self.ring is None:
+            self.error(f"KM ring write pointer {value:#x} written with no ring created: ignored")
+        else:
+            self.dev.schedule(RING_STEPS, self._ring_run)
+        return value
+
+    def _ring_run(self) -> None:
+        if self.ring is None:
+            return
+        base, size = self.ring
+        size_dw = size // 4
+        wptr = self.get(MP0, "MP0_SMN_C2PMSG_67") % size_dw
+        gmc = self.dev.blocks["GMC"]
+        while self.rptr != wptr:
+            try:
+                frame = gmc.mc_read(base + self.rptr * 4, FRAME_SIZE)
+            except MEM_ERRORS as e:
+                self.error(f"KM ring frame at MC {base + self.rptr * 4:#x} unreadable: {e}")
+                return
+            self.rptr = (self.rptr + FRAME_SIZE // 4) % size_dw
+            cmd_lo, cmd_hi, _, fence_lo, fence_hi, fence_value = struct.unpack_from("<6I", frame)
+            self._submit(cmd_lo | cmd_hi << 32, fence_lo | fence_hi << 32, fence_value)
+
+    def _submit(self, cmd_addr: int, fence_addr: int, fence_value: int) -> None:
+        gmc = self.dev.blocks["GMC"]
+        try:
+            buf = gmc.mc_read(cmd_addr, CMD_BUF_SIZE)
+        except MEM_ERRORS as e:
+            self.error(f"KM ring command buffer at MC {cmd_addr:#x} unreadable: {e}")
+            return
+        cmd_id = struct.unpack_from("<I", buf, 8)[0]
+        status, fw_addr, tmr_size, fw_type = self._execute(cmd_id, buf)
+        self.log.append((cmd_id, fw_type, status))
+        resp = struct.pack("<5I", status, 0, fw_addr & 0xFFFFFFFF, fw_addr >> 32, tmr_size)
+        try:
+            gmc.mc_write(cmd_addr + RESP_OFFSET, resp)
+            gmc.mc_write(fence_addr, struct.pack("<I", fence_value))
+        except MEM_ERRORS as e:
+            self.error(f"KM ring response/fence write failed: {e}")
+
+    # -- commands -----------------------------------------------------------------------------------
+    def _execute(self, cmd_id: int, buf: bytes) -> tuple[int, int, int, int]:
+        """(status, fw_addr, tmr_size, fw_type) of one command."""
+        c = CMD_OFFSET
+        if cmd_id == P.GFX_CMD_ID_LOAD_TOC:
+            lo, hi, size = struct.unpack_from("<3I", buf, c)
+            return self._load_toc(lo | hi << 32, size), 0, TMR_SIZE, 0
+        if cmd_id == P.GFX_CMD_ID_SETUP_TMR:
+            lo, hi, size, flags, plo, phi = struct.unpack_from("<6I", buf, c)
+            return self._setup_tmr(lo | hi << 32, size, flags, plo | phi << 32), 0, 0, 0
+        if cmd_id == P.GFX_CMD_ID_LOAD_IP_FW:
+            lo, hi, size, fw_type = struct.unpack_from("<4I", buf, c)
+            status, at = self._load_ip_fw(lo | hi << 32, size, fw_type)
+            return status, at, 0, fw_type
+        if cmd_id == P.GFX_CMD_ID_AUTOLOAD_RLC:
+            return self._autoload_rlc(), 0, 0, 0
+        if cmd_id == P.GFX_CMD_ID_DESTROY_TMR:
+            self.tmr = None
+            return TEE_SUCCESS, 0, 0, 0
+        if cmd_id in CMD_NAMES:
+            self.error(f"{CMD_NAMES[cmd_id]} is not modeled (no trusted applications): TEE_ERROR_NOT_SUPPORTED")
+            return TEE_ERROR_NOT_SUPPORTED, 0, 0, 0
+        self.error(f"unknown command id {cmd_id:#x}")
+        return PSP_ERR_UNKNOWN_COMMAND, 0, 0, 0
+
+    def _payload(self, what: str, addr: int, size: int, want: fwcheck.Piece) -> int:
+        if size != want.size:
+            self.error(f"{what}: {size} bytes, the pinned {want.file} {want.name} is {want.size} bytes "
+                       f"(signature check fails)")
+            return TEE_ERROR_SECURITY
+        try:
+            got = self.dev.blocks["GMC"].mc_read(addr, size)
+        except MEM_ERRORS as e:
+            self.error(f"{what}: payload at MC {addr:#x} unreadable: {e}")
+            return TEE_ERROR_BAD_PARAMETERS
+        if got != want.data:
+            at = next(i for i in range(size) if got[i] != want.data[i])
+            self.error(f"{what}: payload differs from the pinned {want.file} {want.name} at byte {at:#x} "
+                       f"(offset {want.offset + at:#x} in the file; signature check fails)")
+            return TEE_ERROR_SECURITY
+        return TEE_SUCCESS
+
+    def _load_toc(self, addr: int, size: int) -> int:
+        toc = self.firmware.sos_pieces().get(U.PSP_FW_TYPE_PSP_TOC)
+        if toc is None:
+            self.error(f"LOAD_TOC: {self.firmware.files['sos']} carries no TOC")
+            return TEE_ERROR_NOT_SUPPORTED
+        status = self._payload("LOAD_TOC", addr, size, toc)
+        if status == TEE_SUCCESS:
+            self.toc_loaded = True
+        return status
+
+    def _setup_tmr(self, mc: int, size: int, flags: int, phys: int) -> int:
+        if not self.toc_loaded:
+            self.error("SETUP_TMR before LOAD_TOC: the TMR size is not known yet")
+            return TEE_ERROR_BAD_STATE
+        gmc = self.dev.blocks["GMC"]
+        t = gmc.aperture(gmc.hubs["MM"], mc, system_aperture=False)
+        problem = None
+        if size < TMR_SIZE:
+            problem = f"{size:#x} bytes, the TOC needs {TMR_SIZE:#x}"
+        elif mc % TMR_ALIGN:
+            problem = f"MC address {mc:#x} is not {TMR_ALIGN:#x}-aligned"
+        elif t is None or t.system or t.addr + size > self.dev.vram.size:
+            problem = f"MC {mc:#x}+{size:#x} is not VRAM"
+        elif flags & 2 and phys != t.addr:
+            problem = f"system_phy_addr {phys:#x} is not the VRAM address {t.addr:#x} of MC {mc:#x}"
+        if problem:
+            self.error(f"SETUP_TMR: {problem}")
+            return TEE_ERROR_BAD_PARAMETERS
+        self.tmr, self._tmr_next = (mc, size), 0
+        return TEE_SUCCESS
+
+    def _load_ip_fw(self, addr: int, size: int, fw_type: int) -> tuple[int, int]:
+        name = fwcheck.fw_type_name(fw_type)
+        want = self.firmware.ip_fw_pieces().get(fw_type)
+        if want is None:
+            self.error(f"LOAD_IP_FW {name}: no such firmware on {self.dev.chip}")
+            return TEE_ERROR_NOT_SUPPORTED, 0
+        if not self.toc_loaded:
+            self.error(f"LOAD_IP_FW {name} before LOAD_TOC")
+            return TEE_ERROR_BAD_STATE, 0
+        if self.tmr is None and fw_type != P.GFX_FW_TYPE_SMU:
+            self.error(f"LOAD_IP_FW {name} before SETUP_TMR: nowhere to put it")
+            return TEE_ERROR_BAD_STATE, 0
+        status = self._payload(f"LOAD_IP_FW {name}", addr, size, want)
+        if status != TEE_SUCCESS:
+            return status, 0
+        self.loaded[fw_type] = self.loaded.get(fw_type, 0) + 1
+        at = 0
+        if self.tmr is not None:
+            at = self.tmr[0] + self._tmr_next
+            self._tmr_next = (self._tmr_next + size + 0xFFF) & ~0xFFF
+        if fw_type == P.GFX_FW_TYPE_SMU:
+            smu = self.dev.blocks.get("SMU")
+            if smu is not None and hasattr(smu, "firmware_loaded"):
+                smu.firmware_loaded()
+        return TEE_SUCCESS, at
+
+    def _autoload_rlc(self) -> int:
+        missing = self.autoload_required() - set(self.loaded)
+        if missing:
+            names = ", ".join(sorted(fwcheck.fw_type_name(t) for t in missing))
+            self.error(f"AUTOLOAD_RLC with GFX firmware not loaded: {names}; the RLC does not start")
+            return TEE_ERROR_BAD_STATE
+        if not self.autoload_started:
+            self.autoload_started = True
+            self.dev.schedule(AUTOLOAD_STEPS, self._autoload_done)
+        return TEE_SUCCESS
+
+    def _autoload_done(self) -> None:
+        self.rlc_autoload_complete = True
+        reg = self.dev.table("GC")["RLC_RLCS_BOOTLOAD_STATUS"]
+        self.set("GC", "RLC_RLCS_BOOTLOAD_STATUS",
+                 self.get("GC", "RLC_RLCS_BOOTLOAD_STATUS") | reg.encode(BOOTLOAD_COMPLETE=1))
+

@@ -1,0 +1,269 @@
+"""PSP 13.0.0: the upstream boot sequence with the real payloads, and what the PSP refuses."""
+import pickle
+import struct
+
+import pytest
+
+from amdrv.autogen import psp as P
+from amdrv.autogen import ucode as U
+from amdrv.chips import NAVI31
+from gpusim import board, fwcheck, psp as PSPM
+from gpusim.device import Block
+from gpusim.gmc import FB_BASE
+
+FW_BUF, RING, CMD, FENCE, TMR, STAGE = 0x100000, 0x200000, 0x201000, 0x202000, 0x1000000, 0x400000
+
+
+@pytest.fixture(scope="module")
+def firmware(debian_firmware):
+    return fwcheck.PinnedFirmware(NAVI31, lambda n: (debian_firmware / n).read_bytes())
+
+
+class FakeSMU(Block):
+    name = "SMU"
+
+    def reset(self):
+        self.loads = 0
+
+    def firmware_loaded(self):
+        self.loads += 1
+
+
+class Driver:
+    """Upstream's sequence (psp_v13_0.c, amdgpu_psp.c) by hand, with every buffer in VRAM (FB aperture)."""
+
+    def __init__(self, dev):
+        self.dev, self.fence = dev, 0
+
+    def w(self, reg, v):
+        self.dev.regs.write(self.dev.reg_addr("MP0", reg), v)
+
+    def r(self, reg):
+        self.dev.step()    # a BAR read in the stepped mode
+        return self.dev.regs.read(self.dev.reg_addr("MP0", reg))
+
+    def wait(self, reg, mask, value, tries=50):
+        for _ in range(tries):
+            v = self.r(reg)
+            if v & mask == value:
+                return v
+        return None
+
+    def bootloader(self, cmd, data):
+        assert self.wait("MP0_SMN_C2PMSG_35", 0x80000000, 0x80000000) is not None
+        self.dev.vram.write(FW_BUF, bytes(1 << 20))            # psp_copy_fw: memset then memcpy
+        self.dev.vram.write(FW_BUF, data)
+        self.w("MP0_SMN_C2PMSG_36", (FB_BASE + FW_BUF) >> 20)
+        self.w("MP0_SMN_C2PMSG_35", cmd)
+        for _ in range(50):
+            v = self.r("MP0_SMN_C2PMSG_35")
+            if v & 0x80000000:
+                return v
+        raise AssertionError("bootloader never answered")
+
+    def boot_sos(self, fw, spl=U.PSP_FW_TYPE_PSP_KDB):
+        c = fw.sos_component
+        for cmd, comp in ((P.PSP_BL__LOAD_KEY_DATABASE, c(U.PSP_FW_TYPE_PSP_KDB)),
+                          (P.PSP_BL__LOAD_TOS_SPL_TABLE, c(spl)),
+                          (P.PSP_BL__LOAD_SYSDRV, c(U.PSP_FW_TYPE_PSP_SYS_DRV)),
+                          (P.PSP_BL__LOAD_SOSDRV, c(U.PSP_FW_TYPE_PSP_SOS))):
+            assert self.bootloader(cmd, comp) == 0x80000000, cmd
+        assert self.wait("MP0_SMN_C2PMSG_81", 0xFFFFFFFF, 0, tries=1) is None   # alive: non-zero
+
+    def ring_create(self):
+        if self.wait("MP0_SMN_C2PMSG_64", 0x80000000, 0x80000000) is None:
+            return None
+        self.w("MP0_SMN_C2PMSG_69", (FB_BASE + RING) & 0xFFFFFFFF)
+        self.w("MP0_SMN_C2PMSG_70", (FB_BASE + RING) >> 32)
+        self.w("MP0_SMN_C2PMSG_71", 0x1000)
+        self.w("MP0_SMN_C2PMSG_64", P.PSP_RING_TYPE__KM << 16)
+        return self.wait("MP0_SMN_C2PMSG_64", 0x8000FFFF, 0x80000000)
+
+    def submit(self, cmd_id, *fields):
+        buf = bytearray(1024)
+        struct.pack_into("<I", buf, 8, cmd_id)
+        struct.pack_into(f"<{len(fields)}I", buf, 28, *fields)
+        self.dev.vram.write(CMD, bytes(buf))
+        self.fence += 1
+        wptr = self.r("MP0_SMN_C2PMSG_67")
+        frame = struct.pack("<6I", (FB_BASE + CMD) & 0xFFFFFFFF, (FB_BASE + CMD) >> 32, 0,
+                            (FB_BASE + FENCE) & 0xFFFFFFFF, (FB_BASE + FENCE) >> 32, self.fence)
+        self.dev.vram.write(RING + (wptr % 1024) * 4, frame.ljust(64, b"\0"))
+        self.w("MP0_SMN_C2PMSG_67", (wptr + 16) % 1024)
+        for _ in range(50):
+            self.dev.step()
+            if self.dev.vram.read32(FENCE) == self.fence:
+                break
+        else:
+            raise AssertionError("no fence")
+        status, _, lo, hi, tmr_size = struct.unpack("<5I", self.dev.vram.read(CMD + 0x360, 20))
+        return status, tmr_size
+
+    def load(self, fw_type, data, declared_size=None):
+        self.dev.vram.write(STAGE, data)
+        mc = FB_BASE + STAGE
+        return self.submit(P.GFX_CMD_ID_LOAD_IP_FW, mc & 0xFFFFFFFF, mc >> 32,
+                           len(data) if declared_size is None else declared_size, fw_type)[0]
+
+    def toc_and_tmr(self, fw):
+        toc = fw.sos_component(U.PSP_FW_TYPE_PSP_TOC)
+        self.dev.vram.write(STAGE, toc)
+        status, tmr_size = self.submit(P.GFX_CMD_ID_LOAD_TOC, (FB_BASE + STAGE) & 0xFFFFFFFF,
+                                       (FB_BASE + STAGE) >> 32, len(toc))
+        assert (status, tmr_size) == (0, 0x1300000)
+        assert self.load(P.GFX_FW_TYPE_SMU, fw.ip_fw(P.GFX_FW_TYPE_SMU)) == 0   # pmfw-centralized: before TMR
+        assert self.setup_tmr(TMR, tmr_size) == 0
+
+    def setup_tmr(self, vram_off, size):
+        mc = FB_BASE + vram_off
+        return self.submit(P.GFX_CMD_ID_SETUP_TMR, mc & 0xFFFFFFFF, mc >> 32, size, 2, vram_off, 0)[0]
+
+
+# AMDGPU_UCODE_ID order, as psp_load_non_psp_fw walks adev->firmware.ucode[]
+UPSTREAM_ORDER = [getattr(P, "GFX_FW_TYPE_" + n) for n in (
+    "SDMA_UCODE_TH0", "SDMA_UCODE_TH1", "RS64_PFP", "RS64_ME", "RS64_MEC", "RS64_PFP_P0_STACK",
+    "RS64_PFP_P1_STACK", "RS64_ME_P0_STACK", "RS64_ME_P1_STACK", "RS64_MEC_P0_STACK", "RS64_MEC_P1_STACK",
+    "RS64_MEC_P2_STACK", "RS64_MEC_P3_STACK", "CP_MES", "MES_STACK", "CP_MES_KIQ", "MES_KIQ_STACK", "IMU_I",
+    "IMU_D", "RLC_RESTORE_LIST_GPM_MEM", "RLC_RESTORE_LIST_SRM_MEM", "RLC_IRAM", "RLC_DRAM_BOOT", "RLC_P",
+    "RLC_V", "RLC_G")]
+
+
+@pytest.fixture
+def sim(firmware):
+    dev = board.build("navi31", vram_size=512 << 20)
+    dev.add(FakeSMU(dev))
+    dev.blocks["PSP"].firmware = firmware
+    return dev, Driver(dev), firmware
+
+
+def test_full_upstream_boot(sim):
+    dev, drv, fw = sim
+    psp = dev.blocks["PSP"]
+    assert drv.r("MP0_SMN_C2PMSG_81") == 0 and not psp.sos_alive
+    drv.boot_sos(fw)
+    assert drv.ring_create() == 0x80000000
+    drv.toc_and_tmr(fw)
+    assert dev.blocks["SMU"].loads == 1
+    assert set(UPSTREAM_ORDER) == psp.autoload_required()
+    for t in UPSTREAM_ORDER:
+        assert drv.load(t, fw.ip_fw(t)) == 0, fwcheck.fw_type_name(t)
+    assert drv.submit(P.GFX_CMD_ID_AUTOLOAD_RLC)[0] == 0
+    assert not psp.rlc_autoload_complete            # takes some clock steps
+    dev.step(PSPM.AUTOLOAD_STEPS)
+    assert psp.rlc_autoload_complete and psp.is_loaded(P.GFX_FW_TYPE_RLC_G)
+    assert dev.field("GC", "RLC_RLCS_BOOTLOAD_STATUS", "BOOTLOAD_COMPLETE") == 1
+    assert dev.errors == []
+    # TAs are not modeled: answered, not executed
+    assert drv.submit(P.GFX_CMD_ID_LOAD_ASD)[0] == PSPM.TEE_ERROR_NOT_SUPPORTED
+    # the state survives a save/restore of the device (firmware is found again through the store)
+    again = pickle.loads(pickle.dumps(dev))
+    assert again.blocks["PSP"].sos_alive and again.blocks["PSP"].rlc_autoload_complete
+
+
+def test_spl_command_takes_the_spl_component_too(sim):
+    dev, drv, fw = sim
+    drv.boot_sos(fw, spl=U.PSP_FW_TYPE_PSP_SPL)
+    assert dev.blocks["PSP"].sos_alive
+
+
+def test_bootloader_refuses_a_flipped_byte(sim):
+    dev, drv, fw = sim
+    assert drv.bootloader(P.PSP_BL__LOAD_KEY_DATABASE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == 0x80000000
+    assert drv.bootloader(P.PSP_BL__LOAD_TOS_SPL_TABLE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == 0x80000000
+    sys_drv = bytearray(fw.sos_component(U.PSP_FW_TYPE_PSP_SYS_DRV))
+    sys_drv[1000] ^= 0x40
+    assert drv.bootloader(P.PSP_BL__LOAD_SYSDRV, bytes(sys_drv)) == 0x80000000 | PSPM.BL_ERR_PAYLOAD
+    assert "SYS_DRV" in str(dev.errors[-1])
+    truncated = fw.sos_component(U.PSP_FW_TYPE_PSP_SYS_DRV)[:-16]
+    assert drv.bootloader(P.PSP_BL__LOAD_SYSDRV, truncated) == 0x80000000 | PSPM.BL_ERR_PAYLOAD
+    assert not dev.blocks["PSP"].sos_alive
+
+
+def test_bootloader_order(sim):
+    dev, drv, fw = sim
+    sys_drv = fw.sos_component(U.PSP_FW_TYPE_PSP_SYS_DRV)
+    assert drv.bootloader(P.PSP_BL__LOAD_SYSDRV, sys_drv) == 0x80000000 | PSPM.BL_ERR_ORDER
+    assert "expects PSP_BL__LOAD_KEY_DATABASE" in str(dev.errors[-1])
+    assert drv.bootloader(0x770000, b"") == 0x80000000 | PSPM.BL_ERR_COMMAND
+    drv_ok = Driver(dev)
+    assert drv_ok.bootloader(P.PSP_BL__LOAD_KEY_DATABASE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == 0x80000000
+    # sOS without the SPL table and sys driver
+    assert drv.bootloader(P.PSP_BL__LOAD_SOSDRV, fw.sos_component(U.PSP_FW_TYPE_PSP_SOS)) == \
+        0x80000000 | PSPM.BL_ERR_ORDER
+    assert not dev.blocks["PSP"].sos_alive
+
+
+def test_no_ring_before_sos(sim):
+    dev, drv, fw = sim
+    assert drv.ring_create() is None                # C2PMSG_64 never says ready
+    drv.w("MP0_SMN_C2PMSG_64", P.PSP_RING_TYPE__KM << 16)
+    assert drv.wait("MP0_SMN_C2PMSG_64", 0x80000000, 0x80000000) is None
+    assert any("no secure OS" in str(e) for e in dev.errors)
+
+
+def test_load_ip_fw_refusals(sim):
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    drv.ring_create()
+    mec = fw.ip_fw(P.GFX_FW_TYPE_RS64_MEC)
+    toc = fw.sos_component(U.PSP_FW_TYPE_PSP_TOC)
+    assert drv.load(P.GFX_FW_TYPE_RS64_MEC, mec) == PSPM.TEE_ERROR_BAD_STATE          # before LOAD_TOC
+    assert drv.setup_tmr(TMR, 0x1300000) == PSPM.TEE_ERROR_BAD_STATE                  # before LOAD_TOC
+    bad_toc = bytearray(toc)
+    bad_toc[5] ^= 1
+    dev.vram.write(STAGE, bytes(bad_toc))
+    assert drv.submit(P.GFX_CMD_ID_LOAD_TOC, (FB_BASE + STAGE) & 0xFFFFFFFF, (FB_BASE + STAGE) >> 32,
+                      len(toc))[0] == PSPM.TEE_ERROR_SECURITY
+    dev.vram.write(STAGE, toc)
+    assert drv.submit(P.GFX_CMD_ID_LOAD_TOC, (FB_BASE + STAGE) & 0xFFFFFFFF, (FB_BASE + STAGE) >> 32,
+                      len(toc))[0] == 0
+    assert drv.load(P.GFX_FW_TYPE_RS64_MEC, mec) == PSPM.TEE_ERROR_BAD_STATE          # before SETUP_TMR
+    assert drv.setup_tmr(TMR, 0x100000) == PSPM.TEE_ERROR_BAD_PARAMETERS              # too small
+    assert drv.setup_tmr(TMR + 0x1000, 0x1300000) == PSPM.TEE_ERROR_BAD_PARAMETERS    # misaligned
+    assert drv.setup_tmr(TMR, 0x1300000) == 0
+    flipped = bytearray(mec)
+    flipped[len(mec) // 2] ^= 0xFF
+    assert drv.load(P.GFX_FW_TYPE_RS64_MEC, bytes(flipped)) == PSPM.TEE_ERROR_SECURITY
+    assert "RS64_MEC" in str(dev.errors[-1]) and "gc_11_0_0_mec.bin" in str(dev.errors[-1])
+    assert drv.load(P.GFX_FW_TYPE_RS64_MEC, mec[:-4]) == PSPM.TEE_ERROR_SECURITY      # truncated
+    assert drv.load(P.GFX_FW_TYPE_RS64_MEC, mec, declared_size=len(mec) - 4) == PSPM.TEE_ERROR_SECURITY
+    me = fw.ip_fw(P.GFX_FW_TYPE_RS64_ME)
+    assert drv.load(P.GFX_FW_TYPE_RS64_PFP, me) == PSPM.TEE_ERROR_SECURITY            # wrong fw type
+    assert drv.load(P.GFX_FW_TYPE_VCN, me) == PSPM.TEE_ERROR_NOT_SUPPORTED            # none on this chip
+    assert drv.load(P.GFX_FW_TYPE_RS64_MEC, mec) == 0
+    assert dev.blocks["PSP"].loaded == {P.GFX_FW_TYPE_RS64_MEC: 1}
+
+
+def test_autoload_needs_every_gfx_firmware(sim):
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    drv.ring_create()
+    drv.toc_and_tmr(fw)
+    for t in UPSTREAM_ORDER:
+        if t != P.GFX_FW_TYPE_IMU_D:
+            assert drv.load(t, fw.ip_fw(t)) == 0
+    assert drv.submit(P.GFX_CMD_ID_AUTOLOAD_RLC)[0] == PSPM.TEE_ERROR_BAD_STATE
+    assert "IMU_D" in str(dev.errors[-1])
+    dev.step(2 * PSPM.AUTOLOAD_STEPS)
+    assert not dev.blocks["PSP"].rlc_autoload_complete
+    assert drv.load(P.GFX_FW_TYPE_IMU_D, fw.ip_fw(P.GFX_FW_TYPE_IMU_D)) == 0
+    assert drv.submit(P.GFX_CMD_ID_AUTOLOAD_RLC)[0] == 0
+    dev.step(PSPM.AUTOLOAD_STEPS)
+    assert dev.blocks["PSP"].rlc_autoload_complete
+
+
+def test_mode1_reset_returns_to_the_bootloader(sim):
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    board.mode1_reset(dev)
+    psp = dev.blocks["PSP"]
+    assert not psp.sos_alive and drv.r("MP0_SMN_C2PMSG_81") == 0
+    assert drv.r("MP0_SMN_C2PMSG_35") == 0x80000000
+
+
+def test_firmware_found_through_the_store(monkeypatch, debian_firmware):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    dev = board.build("navi31", vram_size=512 << 20)
+    drv = Driver(dev)
+    fw = dev.blocks["PSP"].firmware
+    assert drv.bootloader(P.PSP_BL__LOAD_KEY_DATABASE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == 0x80000000
