@@ -6,7 +6,8 @@
 spec or chip is "navi31" or "navi33". Devices live on one simulated bus per process, one per slot, and
 outlive the functions opened on them: opening a slot again gives a new driver instance the same device,
 as it left it (fresh=True powers a new one on instead). With `state`, a file path, the device is loaded
-from that file when it exists and saved to it on close, so a new process finds it as the last left it.
+from that file when it exists (the file wins over the device in memory) and saved to it on close, so a new
+process finds it as the last left it. vram_size and small_bar apply when a device is powered on.
 """
 from __future__ import annotations
 
@@ -197,17 +198,17 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
     state = Path(state) if state else None
     dev = None if fresh else _SLOTS.get(slot)
-    if dev is None and state is not None and state.exists() and not fresh:
-        dev = persist.load(state)
+    if state is not None and state.exists() and not fresh:
+        dev = persist.load(state)    # the file is what the last user (maybe another process) left
     if dev is not None and dev.chip != chip:
         raise PCIError(f"sim: slot {slot} holds a {dev.chip}, not a {chip}; pass fresh=True or another slot")
     if dev is None:
         dev = board.build(chip, vram_size, small_bar, slot)
-    if dev.bus is not BUS:
-        old = _SLOTS.get(slot)
-        if old is not None and old is not dev:
-            BUS.unplug(old)
-        BUS.plug(dev)
+    old = _SLOTS.get(slot)
+    if old is not None and old is not dev:
+        old.stop_async()
+        BUS.unplug(old)
+    BUS.plug(dev)
     _SLOTS[slot] = dev
     if async_clock:
         dev.start_async()

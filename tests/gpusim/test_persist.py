@@ -1,0 +1,63 @@
+"""A device outlives its driver: reopened in the same process, or saved to a file for the next process."""
+import subprocess
+import sys
+import textwrap
+
+from amdrv.autogen import smu_13_0_0 as S
+from gpusim import provider
+
+CHILD = textwrap.dedent("""
+    import sys
+    from gpusim import provider
+    f = provider.open_function("navi31", state=sys.argv[1], slot=11)
+    dev, bar = f.dev, f.bar(5)
+    scratch = dev.reg_addr("NBIO", "BIF_BX0_BIOS_SCRATCH_3") * 4
+    assert bar.read32(scratch) == 0xA11CE, hex(bar.read32(scratch))
+    assert f.bar(0).read(123 << 20, 5) == b"hello"
+    assert dev.blocks["SMU"].running and dev.blocks["SMU"].features
+    bar.write32(scratch, 0xB0B)
+    f.bar(0).write(123 << 20, b"world")
+    f.close()
+""")
+
+
+def test_reopen_in_process_keeps_the_device():
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=10)
+    scratch = f.dev.reg_addr("GC", "SCRATCH_REG5") * 4
+    f.bar(5).write32(scratch, 0x5EED)
+    f.bar(0).write32(0x1000, 0xFEED)
+    f.close()                                        # the driver goes away, the GPU stays powered
+    g = provider.open_function("navi31", slot=10)
+    assert g.dev is f.dev and g.bar(5).read32(scratch) == 0x5EED and g.bar(0).read32(0x1000) == 0xFEED
+    h = provider.open_function("navi31", vram_size=1 << 30, slot=10, fresh=True)
+    assert h.bar(5).read32(scratch) == 0                # a new power-on
+    h.close()
+
+
+def test_save_and_restore_across_processes(tmp_path):
+    state = tmp_path / "gpu.state"
+    f = provider.open_function("navi31", state=state, fresh=True, slot=11)   # full 24 GiB, sparse
+    dev = f.dev
+    f.bar(5).write32(dev.reg_addr("NBIO", "BIF_BX0_BIOS_SCRATCH_3") * 4, 0xA11CE)
+    f.bar(0).write(123 << 20, b"hello")
+    dev.blocks["SMU"].firmware_loaded()
+    bar = f.bar(5)
+    bar.write32(0x1629A * 4, 0)
+    bar.write32(0x16282 * 4, S.PPSMC_MSG_EnableAllSmuFeatures)
+    dev.step(5)
+    f.close()
+    assert state.stat().st_size < 8 << 20             # touched chunks only
+    r = subprocess.run([sys.executable, "-c", CHILD, str(state)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    g = provider.open_function("navi31", state=state, slot=11)
+    assert g.bar(5).read32(g.dev.reg_addr("NBIO", "BIF_BX0_BIOS_SCRATCH_3") * 4) == 0xB0B
+    assert g.bar(0).read(123 << 20, 5) == b"world"
+    g.close()
+
+
+def test_state_file_of_another_kind_is_refused(tmp_path):
+    bad = tmp_path / "x.state"
+    bad.write_bytes(b"not a state")
+    import pytest
+    with pytest.raises(ValueError, match="not a gpusim device state"):
+        provider.open_function("navi31", state=bad, slot=12)
