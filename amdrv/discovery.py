@@ -41,9 +41,11 @@ _VCN_HEADER = structs.get(D, "vcn_info_header")
 _SUMMED_FROM = _BINARY_HEADER.offset("binary_checksum") + 2
 _IP_ENTRY_SIZE = _IP.size  # struct_size(ip, base_address, n) = 8 + 4 * n
 _GC_INFO = {(1, 0): "gc_info_v1_0", (1, 1): "gc_info_v1_1", (1, 2): "gc_info_v1_2", (2, 0): "gc_info_v2_0"}
-# the register table family each block's registers come from (gfx11 SDMA registers are in gc's header)
-_REG_FAMILY = {"GC": "gc", "SDMA0": "gc", "SDMA1": "gc", "SDMA2": "gc", "SDMA3": "gc", "MMHUB": "mmhub",
-               "MP0": "mp", "MP1": "mp", "NBIF": "nbio", "OSSSYS": "osssys", "HDP": "hdp"}
+# the generated register table family of each block
+_REG_FAMILY = {"GC": "gc", "MMHUB": "mmhub", "MP0": "mp", "MP1": "mp", "NBIF": "nbio", "OSSSYS": "osssys",
+               "HDP": "hdp"}
+# gfx11 SDMA registers are in gc's header and sdma_v6_0.c addresses them with GC's bases
+_IN_GC = {"SDMA0", "SDMA1", "SDMA2", "SDMA3"}
 
 
 class DiscoveryError(Exception):
@@ -97,6 +99,9 @@ class Discovery:
         revision of the same major.minor (upstream uses gc_11_0_0 headers for gc 11.0.2, mp_13_0_0 for
         13.0.7)."""
         ip = self._get(name, instance)
+        if name in _IN_GC:
+            raise DiscoveryError(f"{name} registers are GC registers on gfx11 (sdma_v6_0.c reaches them "
+                                 "through GC's bases): use the GC block")
         family = _REG_FAMILY.get(name)
         if family is None:
             raise DiscoveryError(f"no register table family is known for IP block {name}")
