@@ -97,12 +97,15 @@ class HugepageMemory:
         for off in range(0, self.size, HUGEPAGE_SIZE):
             self.map[off] = 0  # fault every page in; pagemap reports untouched pages as not present
         self.vaddr = mapping_address(self.map)
-        self.page_addresses = physical_pages(self.vaddr, pages, HUGEPAGE_SIZE, pagemap)
-        for va, pa in zip(range(self.vaddr, self.vaddr + self.size, HUGEPAGE_SIZE), self.page_addresses):
-            if pa % HUGEPAGE_SIZE:
-                self.map.close()
-                raise PCIError(f"pagemap: {va:#x} maps to {pa:#x}, which is not 2 MiB aligned: the memory "
-                               f"is not backed by a hugepage")
+        try:
+            self.page_addresses = physical_pages(self.vaddr, pages, HUGEPAGE_SIZE, pagemap)
+            for va, pa in zip(range(self.vaddr, self.vaddr + self.size, HUGEPAGE_SIZE), self.page_addresses):
+                if pa % HUGEPAGE_SIZE:
+                    raise PCIError(f"pagemap: {va:#x} maps to {pa:#x}, which is not 2 MiB aligned: the "
+                                   f"memory is not backed by a hugepage")
+        except PCIError:
+            self.map.close()
+            raise
 
     def physical_address(self, offset: int) -> int:
         return self.page_addresses[offset // HUGEPAGE_SIZE] + offset % HUGEPAGE_SIZE

@@ -35,6 +35,7 @@ class MappedBAR(HostBAR):
         # A mapping whose size is not a multiple of 8 only happens for tiny test BARs.
         self._u64 = self._bytes.cast("Q") if self.size % 8 == 0 else None
         self._counters = counters
+        self._closed = False
 
     def read32(self, offset: int) -> int:
         self._check(offset, 4, 4)
@@ -70,7 +71,7 @@ class MappedBAR(HostBAR):
         return self._bytes
 
     def _check(self, offset: int, size: int, align: int = 1) -> None:
-        if self._map.closed:
+        if self._closed:
             raise PCIError(f"{self.name} BAR{self.index}: used after the function was closed")
         if align == 8 and self._u64 is None:
             raise PCIError(f"{self.name} BAR{self.index}: 64-bit access to a {self.size}-byte BAR")
@@ -79,6 +80,7 @@ class MappedBAR(HostBAR):
     def close(self) -> None:
         """Unmaps the BAR. Views obtained from `direct()` must be released first, or the mapping
         stays until they are (the kernel keeps the pages mapped; nothing is lost)."""
+        self._closed = True
         for view in (self._u64, self._u32, self._bytes):
             if view is not None:
                 view.release()

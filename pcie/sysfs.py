@@ -172,7 +172,11 @@ class SysfsFunction(PCIFunction):
 
     def alloc_dma(self, size: int) -> DMABuffer:
         self._check_dma_untranslated()
-        buf = HugepageBuffer(HugepageMemory(size, self._pagemap), size, self)
+        try:
+            memory = HugepageMemory(size, self._pagemap)
+        except PCIError as e:
+            raise PCIError(f"{self.address}: {e}") from None
+        buf = HugepageBuffer(memory, size, self)
         self._dma.add(buf)
         return buf
 

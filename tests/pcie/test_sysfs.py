@@ -191,6 +191,11 @@ def test_dma_refused_when_the_iommu_translates(fake_sysfs, lock_dir):
             f.alloc_dma(4096)
 
 
+def test_empty_dma_allocation(fn):
+    with pytest.raises(pcie.PCIError, match=f"{ADDR}: DMA allocation of 0 bytes"):
+        fn.alloc_dma(0)
+
+
 def _hugepages_free() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("HugePages_Free:"):
@@ -202,7 +207,7 @@ def _hugepages_free() -> int:
 def test_dma_without_hugepages_says_how_to_reserve(fake_sysfs, lock_dir):
     fake_sysfs.add(ADDR, iommu=(7, "identity"))
     with SysfsFunction(ADDR, root=fake_sysfs.root, lock_dir=lock_dir) as f:
-        with pytest.raises(pcie.PCIError, match=r"cannot get 2 free 2 MiB hugepages.*/proc/sys/vm/nr_hugepages"):
+        with pytest.raises(pcie.PCIError, match=f"{ADDR}: "r"cannot get 2 free 2 MiB hugepages.*/proc/sys/vm/nr_hugepages"):
             f.alloc_dma(HUGEPAGE_SIZE + 1)
 
 
@@ -258,3 +263,15 @@ def test_pagemap_of_this_process():
     addrs = physical_pages(mapping_address(m), 2)  # PFNs read as 0 without root: then it must say so
     assert all(a % 4096 == 0 and a > 0 for a in addrs)
     m.close()  # the address lookup left no export behind
+
+
+def test_close_while_direct_views_are_held(fn):
+    bar = fn.bar(0)
+    view, piece = bar.direct(), bar.direct()[16:32]
+    fn.close()  # the slice keeps the pages mapped, but the BAR and the view it handed out are closed
+    with pytest.raises(pcie.PCIError, match=f"{ADDR} BAR0: used after the function was closed"):
+        bar.read32(0)
+    with pytest.raises(ValueError, match="released"):
+        view[0] = 1
+    piece[0] = 1
+    piece.release()

@@ -317,6 +317,8 @@ def test_open_config_bars_dma_reset_close(fake_kernel, fake_sysfs, lock_dir):
     assert size == 8192
     buf.view[:4] = b"dma!"
     assert ctypes.string_at(vaddr, 4) == b"dma!"  # the kernel was given the buffer's real address
+    with pytest.raises(pcie.PCIError, match=f"{ADDR}: DMA allocation of 0 bytes"):
+        f.alloc_dma(0)
     other = f.alloc_dma(1)
     assert other.bus_address() == 2 * DMA_ALIGN
     buf.free()
