@@ -47,7 +47,7 @@ READY = 0x80000000
 TMR_SIZE = 0x1300000
 TMR_ALIGN = P.PSP_TMR_ALIGNMENT
 BL_STEPS = 3       # clock steps a bootloader command takes
-RING_STEPS = 1     # clock steps per KM ring command
+RING_STEPS = 1     # clock steps a C2PMSG_64 ring control command takes (the driver polls the register)
 AUTOLOAD_STEPS = 10
 MEM_ERRORS = (DMAError, IndexError, VMFault)   # an access the memory path refused
 
@@ -219,18 +219,18 @@ class PSP(Block):
         self.set(MP0, "MP0_SMN_C2PMSG_64", READY | status)
 
     def _w_wptr(self, value: int):
+        # Commands complete at the write: the driver then polls a fence in memory, which (unlike a register
+        # read) does not advance the stepped clock, so a delayed completion would never come.
         if self.ring is None:
             self.error(f"KM ring write pointer {value:#x} written with no ring created: ignored")
         else:
-            self.dev.schedule(RING_STEPS, self._ring_run)
+            self._ring_run(value)
         return value
 
-    def _ring_run(self) -> None:
-        if self.ring is None:
-            return
+    def _ring_run(self, wptr: int) -> None:
         base, size = self.ring
         size_dw = size // 4
-        wptr = self.get(MP0, "MP0_SMN_C2PMSG_67") % size_dw
+        wptr %= size_dw
         gmc = self.dev.blocks["GMC"]
         while self.rptr != wptr:
             try:
