@@ -37,7 +37,14 @@ storage: a read returns the last write, 0 after power-on.
   register makes progress exactly as it would on hardware. `dev.start_async()` steps from a thread instead;
   every access takes `dev.lock`.
 - `dev.error(block, message)`: records a hardware-visible failure (what a real GPU would log or drop).
-- `dev.blocks[name]`: the attached blocks.
+- `dev.blocks[name]`: the attached blocks. Cross-block hooks: `blocks["NBIO"].on_doorbell(first, last, fn)`
+  routes BAR2 doorbell dwords to an engine (fn(index, value); only while the driver has enabled the
+  doorbell aperture); `blocks["SMU"].firmware_loaded(version)` starts the SMU firmware (the PSP calls it);
+  `blocks["SMU"].set_activity("gfx" | "mem", 0..1)` feeds the power model; `blocks["HDP"].unflushed_writes`
+  counts BAR0 writes since the last HDP flush; `blocks["GMC"].mc_read/mc_write` reach MC addresses.
+- Block state must pickle: keep bound methods, plain data and RegisterDef lookups, not lambdas or locks.
+- gpusim.board.build assembles a board (BLOCKS lists the block modules); gpusim.board.mode1_reset puts it
+  back to power-on.
 """
 from __future__ import annotations
 
@@ -366,7 +373,7 @@ class Device:
     def now_ns(self) -> int:
         return self.steps * self.STEP_NS
 
-    def start_async(self, period_s: float = 0.0) -> None:
+    def start_async(self, period_s: float = 20e-6) -> None:
         """Steps from a background thread, like a device running on its own clock, so that races
         between the driver and the hardware show up. BAR accesses no longer step."""
         if self._thread:

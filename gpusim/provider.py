@@ -160,6 +160,7 @@ class SimFunction(PCIFunction):
         self.dev, self.slot, self.state = dev, slot, state
         self._bars = {0: VRAMBAR(self, 0), 2: DoorbellBAR(self, 2), 5: RegisterBAR(self, 5)}
         self._dma: set[SimDMABuffer] = set()
+        self.async_clock = False
 
     def config_read(self, offset: int, size: int) -> int:
         self.counters.config_reads += 1
@@ -167,7 +168,8 @@ class SimFunction(PCIFunction):
 
     def config_write(self, offset: int, size: int, value: int) -> None:
         self.counters.config_writes += 1
-        complaint = self.dev.pci.write(offset, size, value)
+        with self.dev.lock:
+            complaint = self.dev.pci.write(offset, size, value)
         if complaint:
             self.dev.error("PCI", complaint)
 
@@ -185,8 +187,9 @@ class SimFunction(PCIFunction):
     def close(self) -> None:
         for buf in list(self._dma):
             buf.free()
+        if self.async_clock or self.state is not None:
+            self.dev.stop_async()   # the device keeps its state; its clock waits for the next user
         if self.state is not None:
-            self.dev.stop_async()
             persist.save(self.dev, self.state)
 
 
@@ -210,6 +213,8 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
         BUS.unplug(old)
     BUS.plug(dev)
     _SLOTS[slot] = dev
+    fn = SimFunction(dev, slot, state)
     if async_clock:
         dev.start_async()
-    return SimFunction(dev, slot, state)
+        fn.async_clock = True
+    return fn
