@@ -321,3 +321,113 @@ def test_random_map_unmap_against_the_raw_bytes(seed):
     for va, (size, _, _) in list(intent.items()):
         r.pt.unmap(va, size)
     assert r.pt.tables() == 1 and r.mem.in_use() == 4096 and r.leaves() == ([], 1)
+
+
+# ---------------------------------------------------------------- against the simulator's GMC walk
+
+class SimVM:
+    """A simulated Navi31 with GC hub VMID 1 on the driver's page tables: VRAM written through BAR0,
+    registers found through IP discovery, TLB flushes through invalidation engine 17 as gmc_v11 does."""
+    VMID, ENG = 1, 17
+
+    def __init__(self, invalidate=True):
+        import pcie
+        from amdrv import discovery
+
+        self.fn = pcie.open_function("sim", "navi31", fresh=True)
+        self.fn.set_bus_master(True)
+        regs, vram = self.fn.bar(5), self.fn.bar(0)
+        size = discovery.vram_size(regs)
+        self.gc = discovery.read_discovery(vram.read, size).ip_block("GC", 0, regs)
+        self.mem = VRAMAllocator(size)
+        self.flushes = 0
+        self.pt = PageTable(self.mem, vram.write, self.flush if invalidate else lambda: None)
+        vm = f"GCVM_CONTEXT{self.VMID}_"
+        root = self.pt.root_address | B_VALID
+        self.gc.reg(vm + "PAGE_TABLE_BASE_ADDR_LO32").write(root & 0xFFFFFFFF)
+        self.gc.reg(vm + "PAGE_TABLE_BASE_ADDR_HI32").write(root >> 32)
+        self.gc.reg(vm + "PAGE_TABLE_START_ADDR_LO32").write(0)
+        self.gc.reg(vm + "PAGE_TABLE_START_ADDR_HI32").write(0)
+        self.gc.reg(vm + "PAGE_TABLE_END_ADDR_LO32").write(0xFFFFFFFF)
+        self.gc.reg(vm + "PAGE_TABLE_END_ADDR_HI32").write(0xF)
+        self.gc.reg(vm + "CNTL").write(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=3, PAGE_TABLE_BLOCK_SIZE=0)
+        self.gmc = self.fn.dev.blocks["GMC"]
+
+    def flush(self):
+        self.flushes += 1
+        eng = f"GCVM_INVALIDATE_ENG{self.ENG}_"
+        self.gc.reg(eng + "REQ").write(PER_VMID_INVALIDATE_REQ=1 << self.VMID, INVALIDATE_L2_PTES=1,
+                                       INVALIDATE_L2_PDE0=1, INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1,
+                                       INVALIDATE_L1_PTES=1)
+        for _ in range(100):
+            if self.gc.reg(eng + "ACK").read() & (1 << self.VMID):
+                return
+        raise AssertionError("invalidation not acknowledged")
+
+    def sim(self, va):
+        from gpusim.gmc import VMFault
+        try:
+            t = self.gmc.translate(self.VMID, va)
+        except VMFault:
+            return None
+        return t.addr, t.system
+
+
+def test_simulator_walk_equals_the_drivers_intent():
+    rng = random.Random(7)
+    vm = SimVM()
+    dma = vm.fn.alloc_dma(8 * MiB)
+    intent = {}
+
+    def expect(va):
+        for mv, (ms, pa, system) in intent.items():
+            if mv <= va < mv + ms:
+                return (pa[(va - mv) // 4096] + va % 4096 if isinstance(pa, tuple) else pa + va - mv), system
+        return None
+
+    vram_pas = [0, 2 * MiB, 64 * MiB + 4096, GiB, 3 * GiB + 64 * KiB]
+    ops = 0
+    for step in range(60):
+        ops += 1
+        if intent and rng.random() < 0.35:
+            va = rng.choice(list(intent))
+            vm.pt.unmap(va, intent.pop(va)[0])
+        else:
+            size = rng.choice([4096, 5 * 4096, 2 * MiB, 2 * MiB + 8192, 6 * MiB, GiB])
+            va = rng.choice([4096, 2 * MiB, GiB]) * rng.randrange(1, 40)
+            if any(mv < va + size and va < mv + ms for mv, (ms, _, _) in intent.items()):
+                ops -= 1
+                continue
+            if size <= 64 * KiB and rng.random() < 0.5:  # system pages of the DMA buffer, in any order
+                pages = tuple(dma.bus_address(rng.randrange(0, 8 * MiB // 4096) * 4096)
+                              for _ in range(size // 4096))
+                vm.pt.map(va, pages, size, system=True)
+                intent[va] = (size, pages, True)
+            else:
+                pa = rng.choice(vram_pas)
+                vm.pt.map(va, pa, size)
+                intent[va] = (size, pa, False)
+        probes = [rng.randrange(0, 40 * GiB) & ~7 for _ in range(5)]
+        for mv, (ms, _, _) in intent.items():
+            probes += [mv, mv + ms - 8, mv + rng.randrange(ms) & ~7]
+        for va in probes:
+            assert vm.sim(va) == expect(va), f"step {step}: va {va:#x}"
+    assert vm.flushes == ops  # one TLB flush per map or unmap
+    for va, (size, _, _) in list(intent.items()):
+        vm.pt.unmap(va, size)
+    assert vm.pt.tables() == 1 and vm.mem.in_use() == 4096
+    vm.fn.close()
+
+
+def test_a_missing_invalidation_leaves_the_old_translation_in_use():
+    for flush in (False, True):
+        vm = SimVM(invalidate=flush)
+        vm.pt.map(GiB, 16 * MiB, 2 * MiB)
+        if not flush:
+            vm.flush()  # the first translation must be seen at all
+        assert vm.sim(GiB + 0x1234) == (16 * MiB + 0x1234, False)
+        vm.pt.unmap(GiB, 2 * MiB)
+        vm.pt.map(GiB, 32 * MiB, 2 * MiB)
+        # without the TLB flush the simulated hub keeps translating through the stale entry
+        assert vm.sim(GiB + 0x1234) == ((32 if flush else 16) * MiB + 0x1234, False)
+        vm.fn.close()
