@@ -29,7 +29,7 @@ class Piece:
     offset: int
     size: int
     data: bytes
-    version: int = 0     # the sos package descriptor's fw_version; 0 for other pieces
+    version: int = 0     # sos components: the package descriptor's fw_version; others: the file's ucode_version
 
 
 def _u16(b: bytes, off: int) -> int:
@@ -43,7 +43,7 @@ def _u32(b: bytes, off: int) -> int:
 # struct common_firmware_header (32 bytes): size_bytes +0, header_size_bytes +4, header_version_major +8 (u16),
 # header_version_minor +10 (u16), ip_version_major +12, ip_version_minor +14, ucode_version +16,
 # ucode_size_bytes +20, ucode_array_offset_bytes +24, crc32 +28.
-_HDR_SIZE_BYTES, _HDR_VER_MAJOR, _HDR_VER_MINOR, _UCODE_SIZE, _UCODE_OFFSET = 0, 8, 10, 20, 24
+_HDR_SIZE_BYTES, _HDR_VER_MAJOR, _HDR_VER_MINOR, _UCODE_VERSION, _UCODE_SIZE, _UCODE_OFFSET = 0, 8, 10, 16, 20, 24
 
 # What each LOAD_IP_FW type is cut from: (file part, how). Offsets are those of the header structs:
 #  gfx_firmware_header_v2_0 (RS64 PFP/ME/MEC): ucode_size_bytes +36, data_size_bytes +44, data_offset_bytes +48;
@@ -138,7 +138,8 @@ class PinnedFirmware:
 
         def add(kind, name, data, offset, size):
             if size:   # upstream skips zero-sized loads (fw_load_skip_check)
-                out[getattr(P, "GFX_FW_TYPE_" + kind)] = self._piece(kind, name, data, offset, size)
+                out[getattr(P, "GFX_FW_TYPE_" + kind)] = self._piece(kind, name, data, offset, size,
+                                                                     _u32(data, _UCODE_VERSION))
 
         for part, (code, stacks) in _RS64.items():
             name, d = self._file(part)

@@ -19,8 +19,9 @@ names and fields from the generated gc_11_0_0 and mmhub_3_0_x tables):
   (so bus mastering must be on).
 - The fragment field promises that the 4 KiB << FRAG aligned block around the page is contiguous: the
   translation cache keeps one entry per such block, as the hardware's does, so a wrong FRAG is visible.
-- Cached translations stay in use until the invalidation engine is asked: VM_INVALIDATE_ENGn_REQ
-  (PER_VMID_INVALIDATE_REQ bitmap, INVALIDATE_L1/L2_PTES, L2_PDE0..2) drops the VMIDs' entries and sets
+- Cached translations and directory entries stay in use until the invalidation engine is asked:
+  VM_INVALIDATE_ENGn_REQ (PER_VMID_INVALIDATE_REQ bitmap) drops the VMIDs' translations with
+  INVALIDATE_L1_PTES or INVALIDATE_L2_PTES and their cached PDB0/PDB1/PDB2 entries with INVALIDATE_L2_PDE0/1/2, and sets
   VM_INVALIDATE_ENGn_ACK.PER_VMID_INVALIDATE_ACK one clock step later; VM_INVALIDATE_ENGn_SEM reads 1 when
   it grants the semaphore (0 while held) and a write of 0 releases it (gmc_v11_0_flush_vm_hub).
 - Faults latch VM_L2_PROTECTION_FAULT_STATUS (VMID, RW, CID, PERMISSION_FAULTS, MAPPING_ERROR, MORE_FAULTS)
@@ -79,6 +80,8 @@ class Hub:
         # vmid -> {(shift, block number): (phys base of block, system, pte)}
         self.tlb: dict[int, dict[tuple[int, int], tuple[int, bool, int]]] = {v: {} for v in range(N_VMIDS)}
         self.tlb_shifts: dict[int, set[int]] = {v: set() for v in range(N_VMIDS)}
+        # vmid -> {(level above the PTB, page >> level shift): directory entry}
+        self.pde_cache: dict[int, dict[tuple[int, int], int]] = {v: {} for v in range(N_VMIDS)}
         self.sem_held = [False] * N_ENGINES
         self.walks = 0      # page-table walks done (cache misses), for tests and benchmarks
 
@@ -133,13 +136,11 @@ class GMC(Block):
         hub = self.hubs[hub_name]
         reg = f"{hub.vm}INVALIDATE_ENG{eng}_REQ"
         vmids = self._fld(hub, reg, "PER_VMID_INVALIDATE_REQ", value)
-        what = sum(self._fld(hub, reg, f, value) for f in ("INVALIDATE_L2_PTES", "INVALIDATE_L2_PDE0",
-                                                            "INVALIDATE_L2_PDE1", "INVALIDATE_L2_PDE2",
-                                                            "INVALIDATE_L1_PTES"))
-        if what:
-            for v in range(N_VMIDS):
-                if vmids >> v & 1:
-                    self.invalidate(hub_name, v)
+        ptes = self._fld(hub, reg, "INVALIDATE_L2_PTES", value) or self._fld(hub, reg, "INVALIDATE_L1_PTES", value)
+        pde_levels = [n + 1 for n in range(3) if self._fld(hub, reg, f"INVALIDATE_L2_PDE{n}", value)]
+        for v in range(N_VMIDS):
+            if vmids >> v & 1:
+                self.invalidate(hub_name, v, ptes=bool(ptes), pde_levels=pde_levels)
         if self._fld(hub, reg, "CLEAR_PROTECTION_FAULT_STATUS_ADDR", value):
             self._clear_fault(hub)
         self.set(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_ACK", vmids)
@@ -156,10 +157,16 @@ class GMC(Block):
             self.hubs[hub_name].sem_held[eng] = False
         return None
 
-    def invalidate(self, hub_name: str, vmid: int) -> None:
+    def invalidate(self, hub_name: str, vmid: int, ptes: bool = True, pde_levels=(1, 2, 3)) -> None:
+        """Drops cached translations (ptes) and cached directory entries of the given levels (1 = PDB0)."""
         hub = self.hubs[hub_name]
-        hub.tlb[vmid].clear()
-        hub.tlb_shifts[vmid].clear()
+        if ptes:
+            hub.tlb[vmid].clear()
+            hub.tlb_shifts[vmid].clear()
+        if pde_levels:
+            cache = hub.pde_cache[vmid]
+            for key in [k for k in cache if k[0] in pde_levels]:
+                del cache[key]
 
     # -- faults -------------------------------------------------------------------------------------
     def _w_fault_cntl(self, hub_name: str, value: int):
@@ -256,21 +263,28 @@ class GMC(Block):
         bs = self._fld(h, cntl_reg, "PAGE_TABLE_BLOCK_SIZE")
         entry = self._u64(h, f"{h.vm}CONTEXT{vmid}_PAGE_TABLE_BASE_ADDR")
         page = rel >> 12
-        # index shift of each level, root first: PTB has 9 + bs bits, every directory above it 9; the root
-        # takes all the bits that are left
-        shifts = [9 * lvl + bs if lvl else 0 for lvl in range(depth, -1, -1)]
+        # Level n above the PTB (1 = PDB0, 2 = PDB1, 3 = PDB2) indexes 9 bits at shift 9 * n + bs; the PTB has
+        # 9 + bs bits; the root takes all the bits that are left.
+        pde_cache = h.pde_cache[vmid]
         page_shift = 12
-        for i, shift in enumerate(shifts):
-            idx = page >> shift if i == 0 else (page >> shift) & 0x1FF
+        for lvl in range(depth, -1, -1):
+            shift = 9 * lvl + bs if lvl else 0
+            key = (lvl, page >> shift)
+            cached = pde_cache.get(key) if lvl else None
+            if cached is not None:
+                entry = cached
+                continue
+            idx = page >> shift if lvl == depth else (page >> shift) & 0x1FF
             table = entry & PDE_ADDR_MASK
             entry = struct.unpack("<Q", self._phys_read(bool(entry & G.AMDGPU_PTE_SYSTEM), table + idx * 8, 8))[0]
-            if shift == 0:
+            if not lvl:
                 break
             if not entry & G.AMDGPU_PTE_VALID:
                 self._fault(h, vmid, va, "pde", write, client)
             if entry & G.AMDGPU_PDE_PTE:   # a huge page: this directory entry is the PTE
                 page_shift = 12 + shift
                 break
+            pde_cache[key] = entry   # the L2 PDE cache: kept until INVALIDATE_L2_PDE<lvl - 1>
         pte = entry
         if not pte & G.AMDGPU_PTE_VALID or pte & G.AMDGPU_PTE_PRT:
             self._fault(h, vmid, va, "valid", write, client, PERM_VALID)

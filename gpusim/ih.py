@@ -15,8 +15,9 @@ Facts, from ih_v6_0.c and amdgpu_ih.c (register fields from the generated osssys
 - IV entry (amdgpu_ih_decode_iv_helper): dw0 = client_id | src_id << 8 | ring_id << 16 | vmid << 24 |
   vmid_src << 31; dw1 = timestamp[31:0]; dw2 = timestamp[47:32] (| timestamp_src << 31); dw3 = pasid
   (| pasid_src << 31); dw4..7 = src_data[0..3]. The pasid of a VMID-tagged entry comes from IH_VMID_n_LUT.
-- IH_DOORBELL_RPTR.ENABLE/OFFSET: the driver may move rptr through a doorbell; the doorbell model calls
-  `doorbell(index, value)`.
+- IH_DOORBELL_RPTR.ENABLE/OFFSET (a dword doorbell index: ih_v6_0 uses doorbell_index.ih << 1): the driver
+  may move rptr through that doorbell; the IH listens to every BAR2 doorbell dword NBIO routes and takes the
+  one IH_DOORBELL_RPTR names while it is enabled.
 """
 import struct
 
@@ -45,6 +46,9 @@ class IH(Block):
         self.on_read(self.IP, "IH_RB_WPTR", self._r_wptr)
         self.on_write(self.IP, "IH_RB_RPTR", self._w_rptr)
         self.dev.ih_sink = self.post
+        nbio = self.dev.blocks.get("NBIO")
+        if nbio is not None:
+            nbio.on_doorbell(0, (1 << 26) - 1, self.doorbell)   # IH_DOORBELL_RPTR.OFFSET is 26 bits
 
     def reset(self) -> None:
         self.wptr = 0          # byte offset of the next entry

@@ -354,8 +354,8 @@ class PSP(Block):
             self._tmr_next = (self._tmr_next + size + 0xFFF) & ~0xFFF
         if fw_type == P.GFX_FW_TYPE_SMU:
             smu = self.dev.blocks.get("SMU")
-            if smu is not None and hasattr(smu, "firmware_loaded"):
-                smu.firmware_loaded()
+            if smu is not None:
+                smu.firmware_loaded(want.version)   # the header's ucode_version, what GetSmuVersion reports
         return TEE_SUCCESS, at
 
     def _autoload_rlc(self) -> int:

@@ -135,6 +135,27 @@ def test_stale_translation_until_invalidated(sim):
     assert gmc.translate(1, 0x3000).addr == 0x600000
 
 
+def test_stale_directory_entry_until_pde_invalidation(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev)
+    four_levels(dev)
+    pte(dev, PTB, 0, 0x500000 | RW)
+    assert gmc.translate(1, 0).addr == 0x500000
+    new_ptb = 0x104000
+    pte(dev, new_ptb, 1, 0x700000 | RW)
+    pte(dev, PDB0, 0, new_ptb | V)          # point PDB0[0] at a new PTB
+    pte(dev, PTB, 1, 0x600000 | RW)         # the old PTB still maps page 1 elsewhere
+    assert gmc.translate(1, 0x1000).addr == 0x600000      # the cached PDB0 entry still names the old PTB
+    ptes_only = dev.table("GC")["GCVM_INVALIDATE_ENG3_REQ"].encode(PER_VMID_INVALIDATE_REQ=2, INVALIDATE_L2_PTES=1,
+                                                                  INVALIDATE_L1_PTES=1)
+    reg(dev, "GC", "GCVM_INVALIDATE_ENG3_REQ", ptes_only)
+    dev.step()
+    assert gmc.translate(1, 0x1000).addr == 0x600000      # PTEs dropped, the PDE cache kept
+    invalidate(dev, 1, eng=3)
+    assert gmc.translate(1, 0x1000).addr == 0x700000
+
+
 def test_ack_needs_a_clock_step_and_mmhub_semaphore(sim):
     dev, _, _ = sim
     ack = dev.reg_addr("GC", "GCVM_INVALIDATE_ENG17_ACK")
@@ -297,3 +318,11 @@ def test_power_on_fb_location(sim):
     for ip, p in (("GC", "GCMC_VM_"), ("MMHUB", "MMMC_VM_")):
         assert reg(dev, ip, p + "FB_LOCATION_BASE") << 24 == FB_BASE
         assert (reg(dev, ip, p + "FB_LOCATION_TOP") + 1) << 24 == FB_BASE + (512 << 20)
+
+
+def test_two_levels_with_block_size(sim):
+    dev, _, _ = sim
+    setup_vmid(dev, vmid=7, depth=1, bs=1, base=PDB0)   # PDB0 -> PTB of 1024 entries (PAGE_TABLE_BLOCK_SIZE 1)
+    pte(dev, PDB0, 1, PTB | V)
+    pte(dev, PTB, 1000, 0x900000 | RW)
+    assert dev.blocks["GMC"].translate(7, (1024 + 1000) << 12 | 0x88).addr == 0x900088

@@ -130,3 +130,10 @@ def test_doorbell_rptr(sim):
     ih = dev.blocks["IH"]
     assert not ih.doorbell(0x10, 64)
     assert ih.doorbell(0x88, 64) and r(dev, "IH_RB_RPTR") == 64
+    # through BAR2, once the driver has opened the doorbell aperture
+    nbio = dev.blocks["NBIO"]
+    dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
+    nbio.doorbell_write(0x88 * 4, 96)
+    assert r(dev, "IH_RB_RPTR") == 96
+    nbio.doorbell_write(0x89 * 4, 128)
+    assert r(dev, "IH_RB_RPTR") == 96

@@ -25,8 +25,9 @@ class FakeSMU(Block):
     def reset(self):
         self.loads = 0
 
-    def firmware_loaded(self):
+    def firmware_loaded(self, version=None):
         self.loads += 1
+        self.version = version
 
 
 class Driver:
@@ -139,6 +140,7 @@ def test_full_upstream_boot(sim):
     assert drv.ring_create() == 0x80000000
     drv.toc_and_tmr(fw)
     assert dev.blocks["SMU"].loads == 1
+    assert dev.blocks["SMU"].version == 0x4E4B00    # smu_13_0_0.bin 78.75.0, as amdgpu logs it
     assert set(UPSTREAM_ORDER) == psp.autoload_required()
     for t in UPSTREAM_ORDER:
         assert drv.load(t, fw.ip_fw(t)) == 0, fwcheck.fw_type_name(t)
