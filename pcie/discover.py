@@ -114,5 +114,8 @@ def check_not_bound(address: str, root: Path = SYSFS) -> None:
     if info.driver == "amdgpu":
         raise PCIError(f"{info.address} is bound to amdgpu; unbind it first (as root): `{hint}`, or "
                        f"unload amdgpu for every GPU with `modprobe -r amdgpu`")
+    if info.driver == "vfio-pci":
+        raise PCIError(f"{info.address} is bound to vfio-pci: open it through the vfio provider, or "
+                       f"unbind it first (as root): `{hint}`")
     raise PCIError(f"{info.address} is bound to the kernel driver {info.driver}; unbind it first "
                    f"(as root): `{hint}`")

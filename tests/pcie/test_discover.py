@@ -44,7 +44,7 @@ def test_missing_sysfs(tmp_path):
         list_functions(tmp_path)
 
 
-def test_check_not_bound(machine):
+def test_check_not_bound(machine, fake_sysfs):
     check_not_bound("03:00.0", machine)
     with pytest.raises(PCIError) as e:
         check_not_bound("0000:0a:00.0", machine)
@@ -54,6 +54,11 @@ def test_check_not_bound(machine):
     with pytest.raises(PCIError, match="bound to the kernel driver i915; .*`echo 0000:00:02.0 > "
                                        "/sys/bus/pci/drivers/i915/unbind`"):
         check_not_bound("00:02.0", machine)
+    fake_sysfs.add("0000:0c:00.0", driver="vfio-pci")
+    with pytest.raises(PCIError, match="0000:0c:00.0 is bound to vfio-pci: open it through the vfio provider, "
+                                       "or unbind it first \\(as root\\): `echo 0000:0c:00.0 > "
+                                       "/sys/bus/pci/drivers/vfio-pci/unbind`"):
+        check_not_bound("0c:00.0", machine)
 
 
 @pytest.mark.parametrize("given,expected", [("03:00.0", "0000:03:00.0"), ("0000:0A:1f.7", "0000:0a:1f.7"),

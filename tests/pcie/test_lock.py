@@ -40,8 +40,7 @@ def test_second_process_is_told_the_holders_pid(lock_dir):
         assert f"device {ADDR} busy, held by pid {p.pid} " in str(e.value)
         assert str(lock_dir / f"driverless-{ADDR}.lock") in str(e.value)
     finally:
-        p.stdin.close()
-        p.wait(5)
+        p.communicate(timeout=5)
     # A clean exit released it.
     with DeviceLock(ADDR, lock_dir) as lock:
         assert lock.held
@@ -52,7 +51,7 @@ def test_second_process_is_told_the_holders_pid(lock_dir):
 def test_killed_holder_releases_and_its_stale_pid_is_no_obstacle(lock_dir):
     p = holder(lock_dir)
     p.send_signal(signal.SIGKILL)
-    p.wait(5)
+    p.communicate(timeout=5)
     path = lock_dir / f"driverless-{ADDR}.lock"
     assert path.read_text() == f"{p.pid}\n"  # the dead process's pid is still written there
     lock = DeviceLock(ADDR, lock_dir)
