@@ -274,7 +274,8 @@ class GMC(Block):
             if cached is not None:
                 entry = cached
                 continue
-            idx = page >> shift if lvl == depth else (page >> shift) & 0x1FF
+            width = 9 if lvl else 9 + bs
+            idx = page >> shift if lvl == depth else (page >> shift) & ((1 << width) - 1)
             table = entry & PDE_ADDR_MASK
             entry = struct.unpack("<Q", self._phys_read(bool(entry & G.AMDGPU_PTE_SYSTEM), table + idx * 8, 8))[0]
             if not lvl:
