@@ -155,8 +155,8 @@ class VFIODMABuffer(DMABuffer):
         except OSError as e:
             owner._iovas.free(self.iova, self._mapped)
             self._map.close()
-            hint = (f"; pinning counts against RLIMIT_MEMLOCK (`ulimit -l`), raise it for this user "
-                    f"(docs/hardware.md)" if e.errno in (errno.ENOMEM, errno.EPERM) else "")
+            hint = ("; pinning counts against RLIMIT_MEMLOCK (`ulimit -l`), raise it for this user "
+                    "(docs/hardware.md)" if e.errno in (errno.ENOMEM, errno.EPERM) else "")
             raise PCIError(f"{owner.address}: VFIO_IOMMU_MAP_DMA of {self._mapped:#x} bytes at IOVA "
                            f"{self.iova:#x} failed: {e.strerror}{hint}") from None
         self._view = memoryview(self._map)[:size]

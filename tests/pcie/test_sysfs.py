@@ -207,7 +207,8 @@ def _hugepages_free() -> int:
 def test_dma_without_hugepages_says_how_to_reserve(fake_sysfs, lock_dir):
     fake_sysfs.add(ADDR, iommu=(7, "identity"))
     with SysfsFunction(ADDR, root=fake_sysfs.root, lock_dir=lock_dir) as f:
-        with pytest.raises(pcie.PCIError, match=f"{ADDR}: "r"cannot get 2 free 2 MiB hugepages.*/proc/sys/vm/nr_hugepages"):
+        with pytest.raises(pcie.PCIError,
+                           match=f"{ADDR}: cannot get 2 free 2 MiB hugepages.*/proc/sys/vm/nr_hugepages"):
             f.alloc_dma(HUGEPAGE_SIZE + 1)
 
 
