@@ -319,7 +319,7 @@ class PageTable:
             self._dirty.add(t)
 
     def _flush(self) -> None:
-        for t in sorted(self._dirty, key=lambda t: -t.level):
+        for t in sorted(self._dirty, key=lambda t: (-t.level, t.block.addr)):
             n = t.hi - t.lo
             self._write(t.block.addr + 8 * t.lo, struct.pack(f"<{n}Q", *t.entries[t.lo:t.hi]))
             self.writes += 1
