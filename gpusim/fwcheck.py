@@ -168,6 +168,10 @@ class PinnedFirmware:
                 add(kind, name, d, _u32(d, off_at), _u32(d, size_at))
         name, d = self._file("smu")
         add("SMU", name, d, _u32(d, _UCODE_OFFSET), _u32(d, _UCODE_SIZE))
+        # psp_rl_load sends the sos package's RL component as LOAD_IP_FW of type REG_LIST
+        rl = self.sos_pieces().get(U.PSP_FW_TYPE_PSP_RL)
+        if rl is not None:
+            out[P.GFX_FW_TYPE_REG_LIST] = rl
         return out
 
     def _sos_pieces(self) -> dict[int, Piece]:

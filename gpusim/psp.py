@@ -20,7 +20,8 @@ Facts, from psp_v13_0.c, amdgpu_psp.c, psp_gfx_if.h and amdgpu_psp.h (registers 
   pmfw_centralized_cstate_management): LOAD_TOC (the TOC component; the response carries the TMR size,
   0x1300000 as a 7900 XTX logs "reserve 0x1300000 ... for PSP TMR"), LOAD_IP_FW of SMU, SETUP_TMR (VRAM,
   1 MiB aligned, at least that size; virt_phy_addr with the matching VRAM physical address), LOAD_IP_FW of
-  every other firmware in AMDGPU_UCODE_ID order, AUTOLOAD_RLC right after RLC_G.
+  every other firmware in AMDGPU_UCODE_ID order, AUTOLOAD_RLC right after RLC_G, then (psp_rl_load) the sos
+  package's RL component as LOAD_IP_FW of type REG_LIST.
 - Status codes: TEE_SUCCESS and TEE_ERROR_NOT_SUPPORTED (0xFFFF000A) are in psp_gfx_if.h, and that value is
   GlobalPlatform's; the other TEE_ERROR_* used here are the GlobalPlatform TEE codes of the same family.
   PSP_ERR_UNKNOWN_COMMAND (0x100) answers a command id the sOS does not know.
@@ -127,9 +128,9 @@ class PSP(Block):
         return fw_type in self.loaded
 
     def autoload_required(self) -> set[int]:
-        """The firmware AUTOLOAD_RLC needs: every GFX-side piece the chip's firmware has (all but SMU),
-        as upstream loads them all before it."""
-        return set(self.firmware.ip_fw_pieces()) - {P.GFX_FW_TYPE_SMU}
+        """The firmware AUTOLOAD_RLC needs: every GFX-side piece the chip's firmware has (all but SMU and the
+        sos package's register list), as upstream loads them all before it."""
+        return set(self.firmware.ip_fw_pieces()) - {P.GFX_FW_TYPE_SMU, P.GFX_FW_TYPE_REG_LIST}
 
     # -- bootloader ---------------------------------------------------------------------------------
     def _w_bootloader(self, value: int):

@@ -24,7 +24,7 @@ NAVI31_IP_TYPES = {
     "RS64_MEC", "RS64_MEC_P0_STACK", "RS64_MEC_P1_STACK", "RS64_MEC_P2_STACK", "RS64_MEC_P3_STACK",
     "CP_MES", "MES_STACK", "CP_MES_KIQ", "MES_KIQ_STACK", "IMU_I", "IMU_D", "SDMA_UCODE_TH0", "SDMA_UCODE_TH1",
     "RLC_G", "RLC_RESTORE_LIST_GPM_MEM", "RLC_RESTORE_LIST_SRM_MEM", "RLC_IRAM", "RLC_DRAM_BOOT", "RLC_P",
-    "RLC_V", "SMU"}
+    "RLC_V", "SMU", "REG_LIST"}
 
 
 def test_navi31_ip_fw_types_and_known_sizes(navi31):
@@ -53,7 +53,7 @@ def test_navi31_sos_components(navi31, debian_firmware):
 
 def test_navi33_reads_too(debian_firmware):
     fw = fwcheck.PinnedFirmware(NAVI33, reader(debian_firmware))
-    assert len(fw.ip_fw_pieces()) == len(NAVI31_IP_TYPES)
+    assert {fwcheck.fw_type_name(t) for t in fw.ip_fw_pieces()} == NAVI31_IP_TYPES - {"REG_LIST"}  # no RL
     assert fw.files["rlc"] == "gc_11_0_2_rlc.bin"
 
 
@@ -103,7 +103,9 @@ def test_same_bytes_as_the_drivers_parser(navi31, debian_firmware):
             assert (ours.offset, ours.size) == (comp.offset, comp.size), comp.name
             assert ours.data == comp.data, comp.name
             seen.add((part, comp.name))
-    assert len(seen) == len(navi31.ip_fw_pieces()) + len(navi31.sos_pieces())
+    # REG_LIST is the sos package's RL component, loaded with LOAD_IP_FW (psp_rl_load)
+    assert navi31.ip_fw_pieces()[P.GFX_FW_TYPE_REG_LIST] == navi31.sos_pieces()[U.PSP_FW_TYPE_PSP_RL]
+    assert len(seen) == len(navi31.ip_fw_pieces()) - 1 + len(navi31.sos_pieces())
 
 
 def test_damaged_file_is_refused(debian_firmware):

@@ -148,6 +148,8 @@ def test_full_upstream_boot(sim):
     assert not psp.rlc_autoload_complete            # takes some clock steps
     dev.step(PSPM.AUTOLOAD_STEPS)
     assert psp.rlc_autoload_complete and psp.is_loaded(P.GFX_FW_TYPE_RLC_G)
+    # psp_rl_load: the register list from the sos package
+    assert drv.load(P.GFX_FW_TYPE_REG_LIST, fw.sos_component(U.PSP_FW_TYPE_PSP_RL)) == 0
     assert dev.field("GC", "RLC_RLCS_BOOTLOAD_STATUS", "BOOTLOAD_COMPLETE") == 1
     assert dev.errors == []
     # TAs are not modeled: answered, not executed
