@@ -261,8 +261,10 @@ def _parse_ips(data: bytes, ihdr: structs.StructValue, where: str) -> tuple[dict
                 continue
             extra = (dict(sub_revision=e.sub_revision, variant=e.variant) if entry is _IP_V3
                      else dict(harvest=e.harvest))
+            # VCN's revision bits 7:6 say which of encode/decode is disabled; upstream masks them off
+            revision = e.revision & 0x3F if e.hw_id == D.VCN_HWID else e.revision
             # a later entry for the same block and instance replaces the earlier one, as in reg_offset[]
-            ips[name, instance] = IPInfo(name, e.hw_id, instance, (e.major, e.minor, e.revision),
+            ips[name, instance] = IPInfo(name, e.hw_id, instance, (e.major, e.minor, revision),
                                          tuple(bases), die, **extra)
     return ips, skipped
 

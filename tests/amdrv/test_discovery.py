@@ -177,6 +177,11 @@ def test_table_version_3_reads_byte7_as_sub_revision_and_variant():
     assert (v3.harvest, v3.sub_revision, v3.variant) == (0, 1, 2)
 
 
+def test_vcn_capability_bits_are_not_part_of_its_revision():
+    disc = parse(build([(D.VCN_HWID, 0, (4, 0, 0x82), (0x7800,)), (D.GC_HWID, 0, (11, 0, 0x82), (1,))]))
+    assert disc.version_of("UVD") == (4, 0, 2) and disc.version_of("GC") == (11, 0, 0x82)
+
+
 def test_out_of_range_entries_are_skipped_like_upstream():
     disc = parse(build(IPS + [(D.GC_HWID, D.HWIP_MAX_INSTANCE, (11, 0, 0), (1, 2)),
                               (D.HW_ID_MAX, 0, (1, 0, 0), (3,))]))
