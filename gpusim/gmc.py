@@ -125,6 +125,10 @@ class GMC(Block):
     def _u64(self, hub: Hub, stem: str) -> int:
         return self._reg(hub, stem + "_LO32") | (self._reg(hub, stem + "_HI32") << 32)
 
+    def _page_number(self, hub: Hub, stem: str) -> int:
+        # LOGICAL_PAGE_NUMBER_LO32 and LOGICAL_PAGE_NUMBER_HI4: a 36-bit page number (48-bit addresses)
+        return self._reg(hub, stem + "_LO32") | (self._reg(hub, stem + "_HI32") & 0xF) << 32
+
     # -- invalidation engine ------------------------------------------------------------------------
     def _w_req(self, hub_name: str, eng: int, value: int):
         hub = self.hubs[hub_name]
@@ -227,8 +231,8 @@ class GMC(Block):
                 return phys
         cntl_reg = f"{h.vm}CONTEXT{vmid}_CNTL"
         cntl = self._reg(h, cntl_reg)
-        start = self._u64(h, f"{h.vm}CONTEXT{vmid}_PAGE_TABLE_START_ADDR")
-        end = self._u64(h, f"{h.vm}CONTEXT{vmid}_PAGE_TABLE_END_ADDR")
+        start = self._page_number(h, f"{h.vm}CONTEXT{vmid}_PAGE_TABLE_START_ADDR")
+        end = self._page_number(h, f"{h.vm}CONTEXT{vmid}_PAGE_TABLE_END_ADDR")
         page = va >> 12
         if not cntl & 1 or page < start or page > end:
             self._fault(h, vmid, va, "range", write, client)
