@@ -183,13 +183,18 @@ class PageTable:
                 frag = _frag(vpfn, ppfn, npages)
                 if _level(frag) != level:
                     break
-                count = (1 << frag) // step
+                per = (1 << frag) // step  # entries per fragment
+                count = per
+                if frag == _ctz(vpfn ^ ppfn):
+                    # va and pa differ at this bit, so every later fragment has this same size: fill the
+                    # rest of the table at once (a 4 KiB-misaligned GiB is 262144 one-page fragments)
+                    count = min(ENTRIES - i, (npages >> frag) * per)
                 entry = bits | (frag << FRAG_SHIFT) | (PDE_PTE if level != PTB else 0)
                 t.entries[i:i + count] = [entry | ((ppfn + k * step) << 12) for k in range(count)]
                 i += count
-                vpfn += 1 << frag
-                ppfn += 1 << frag
-                npages -= 1 << frag
+                vpfn += count * step
+                ppfn += count * step
+                npages -= count * step
             t.used += i - first
             self._touch(t, first, i)
 
