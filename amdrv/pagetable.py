@@ -95,15 +95,21 @@ class _Table:
 
 class PageTable:
     """One GPU virtual address space (a VMID's context). `root_address` is what the hub's
-    PAGE_TABLE_BASE takes."""
+    PAGE_TABLE_BASE takes. `root` places the root directory in a block the caller owns (boot memory,
+    so that the context's registers stay valid across a warm boot); it is cleared, never freed."""
 
     def __init__(self, memory: TableMemory, write: Callable[[int, bytes], None],
-                 invalidate: Callable[[], None], *, vram_base_offset: int = 0, name: str = "vm"):
+                 invalidate: Callable[[], None], *, vram_base_offset: int = 0, name: str = "vm",
+                 root: Block | None = None):
         self.memory, self._write, self._invalidate = memory, write, invalidate
         self.vram_base_offset = vram_base_offset  # gmc_v11_0: vm_manager.vram_base_offset (MC FB offset)
         self.name = name
         self._dirty: set[_Table] = set()
-        self.root = self._new_table(PDB2)
+        if root is not None and (root.addr % PAGE or root.size < PAGE):
+            raise PageTableError(f"{name}: the root directory needs a 4 KiB-aligned block of 4 KiB, got {root}")
+        self._own_root = root is None
+        self.root = self._new_table(PDB2) if root is None else _Table(root, PDB2)
+        self._dirty.add(self.root)
         self._starts: list[int] = []       # mapping starts, sorted
         self._maps: dict[int, Mapping] = {}
         self.writes = 0                     # bulk writes issued, for tests and benchmarks
@@ -277,12 +283,13 @@ class PageTable:
             self._touch(t, cleared[0], cleared[-1] + 1)
 
     def close(self) -> None:
-        """Returns every table, the root included, to the allocator (the mappings are forgotten, nothing
-        is written: the VM context must already be disabled)."""
+        """Returns every table to the allocator, the root too unless the caller gave it (the mappings
+        are forgotten, nothing is written: the VM context must already be disabled)."""
         def free(t):
             for c in t.children.values():
                 free(c)
-            self.memory.free(t.block)
+            if t is not self.root or self._own_root:
+                self.memory.free(t.block)
         free(self.root)
         self._dirty.clear()
         self._starts.clear()

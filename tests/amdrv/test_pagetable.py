@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from amdrv import pagetable as P
-from amdrv.memory import VRAMAllocator, VRAMExhausted
+from amdrv.memory import Block, VRAMAllocator, VRAMExhausted
 from amdrv.pagetable import PageTable, PageTableError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -191,6 +191,20 @@ def test_unmap_frees_empty_tables_and_nothing_leaks():
     assert r.leaves() == ([], 1)
     r.pt.close()
     assert r.mem.in_use() == 0
+
+
+def test_root_in_a_caller_block_is_cleared_and_kept():
+    vram, mem = SparseVRAM(), VRAMAllocator(4 * GiB)
+    boot = mem.alloc_boot(4096, tag="root PD")
+    vram.write(boot.addr, b"\xff" * 4096)  # what a previous run left there
+    pt = PageTable(mem, vram.write, lambda: None, root=boot)
+    assert pt.root_address == boot.addr and vram.writes[-1] == (boot.addr, 4096)
+    assert set(vram.table(boot.addr)) == {B_PDE_PTE}
+    pt.map(0, 0, 4096)
+    pt.close()
+    assert mem.in_use() == 0  # the tables below it went back; the boot block is not freed
+    with pytest.raises(PageTableError, match="4 KiB-aligned block"):
+        PageTable(mem, vram.write, lambda: None, root=Block(boot.addr + 8, 4096))
 
 
 def test_unmap_must_cover_whole_mappings():
