@@ -94,8 +94,8 @@ class _Table:
 
 
 class PageTable:
-    """One GPU virtual address space (a VMID's context). `root_address` is what the hub's
-    PAGE_TABLE_BASE takes. `root` places the root directory in a block the caller owns (boot memory,
+    """One GPU virtual address space (a VMID's context); `page_table_base` is what the context's
+    PAGE_TABLE_BASE_ADDR registers take. `root` places the root directory in a block the caller owns (boot memory,
     so that the context's registers stay valid across a warm boot); it is cleared, never freed."""
 
     def __init__(self, memory: TableMemory, write: Callable[[int, bytes], None],
@@ -118,6 +118,11 @@ class PageTable:
     @property
     def root_address(self) -> int:
         return self.root.block.addr + self.vram_base_offset
+
+    @property
+    def page_table_base(self) -> int:
+        """The PAGE_TABLE_BASE_ADDR value: the root as a PDE (amdgpu_gmc_pd_addr), address | VALID."""
+        return self.root_address | VALID
 
     def tables(self) -> int:
         """Tables allocated now, the root included."""

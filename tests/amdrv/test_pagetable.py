@@ -357,7 +357,8 @@ class SimVM:
         self.flushes = 0
         self.pt = PageTable(self.mem, vram.write, self.flush if invalidate else lambda: None)
         vm = f"GCVM_CONTEXT{self.VMID}_"
-        root = self.pt.root_address | B_VALID
+        root = self.pt.page_table_base
+        assert root == self.pt.root_address | B_VALID
         self.gc.reg(vm + "PAGE_TABLE_BASE_ADDR_LO32").write(root & 0xFFFFFFFF)
         self.gc.reg(vm + "PAGE_TABLE_BASE_ADDR_HI32").write(root >> 32)
         self.gc.reg(vm + "PAGE_TABLE_START_ADDR_LO32").write(0)
