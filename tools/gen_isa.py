@@ -106,14 +106,15 @@ def mc_disassemble(blobs: list[bytes]) -> list[str | None]:
     return [None if i in bad else first.get(i) for i in range(len(blobs))]
 
 
-def mc_assemble(lines: list[str]) -> list[bytes | None]:
-    """Assembles each line separately (one process); None where llvm-mc reports an error."""
+def mc_assemble(lines: list[str], with_text: bool = False) -> list:
+    """Assembles each line separately (one process); None where llvm-mc reports an error. With
+    with_text, each accepted line gives (bytes, the text llvm-mc prints back)."""
     r = subprocess.run([LLVM_MC, "-arch=amdgcn", f"-mcpu={MCPU}", "-show-encoding"],
                        input="".join(s + "\n" for s in lines), capture_output=True, text=True, check=False)
     bad = {int(m.group(1)) - 1 for m in re.finditer(r"^<stdin>:(\d+):\d+: error", r.stderr, re.M)}
-    encs = [bytes(int(x, 16) for x in m.group(1).split(","))
-            for m in re.finditer(r"; encoding: \[([^\]]*)\]", r.stdout)]
-    it = iter(encs)
+    encs = [(bytes(int(x, 16) for x in m.group(2).split(",")), " ".join(m.group(1).split()))
+            for m in re.finditer(r"^\s+(.*?)\s*; encoding: \[([^\]]*)\]", r.stdout, re.M)]
+    it = iter(encs if with_text else [e[0] for e in encs])
     out = [None if i in bad else next(it) for i in range(len(lines))]
     if next(it, None) is not None:
         raise RuntimeError("llvm-mc output does not line up with its input")
@@ -302,6 +303,10 @@ def spec_of(kind: str, fields: dict, text: str, pf: str):
 
 
 MUST_BE_ZERO: dict = {}
+DPP_NAMES: dict = {}
+# DPP words of the probes: src0 = v20; quad_perm:[0,1,2,3] with all rows and banks; dpp8:[0,1,...,7]
+DPP16_PROBE = (20 | 0xE4 << 8 | 0xFF << 24).to_bytes(4, "little")
+DPP8_PROBE = (20 | sum(i << (8 + 3 * i) for i in range(8))).to_bytes(4, "little")
 
 
 def build_tables() -> dict:
@@ -335,6 +340,15 @@ def build_tables() -> dict:
         sd = any(sp[0] == "sdst" for sp in tables["VOP3"][op][1])
         for bit in ("neg", "omod", "clamp") + (() if sd else ("abs",)):
             probes.append(("VOP3", op, 0, encode(pf, dict(fields, **{bit: 1})), "bit_" + bit))
+    # DPP: which VALU opcodes LLVM decodes with src0 = DPP16 (250) or DPP8 (233), and the name it prints.
+    for kind in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3P"):
+        for op, (fields, text, pf) in found[kind].items():
+            if op not in tables[kind] or any(sp[0] == "literal" for sp in tables[kind][op][1]):
+                continue
+            if not any(sp[0] == "src0" for sp in tables[kind][op][1]):
+                continue
+            probes.append((kind, op, 0, encode(pf, dict(fields, src0=250)) + DPP16_PROBE, "dpp16"))
+            probes.append((kind, op, 0, encode(pf, dict(fields, src0=233)) + DPP8_PROBE, "dpp8"))
     # SOPP/SOPK immediates: LLVM prints some in hex always, some in decimal, some in decimal up to 64.
     for kind in ("SOPP", "SOPK"):
         for op, (fields, text, pf) in found[kind].items():
@@ -365,6 +379,10 @@ def build_tables() -> dict:
         if i < len(ops):
             seen.setdefault((kind, op, i), {})[which] = ops[i]
     for (kind, op, i, _, which), text in zip(probes, texts):
+        # (LLVM 15 prints the VOP3 DPP forms of v_movrel*_b32 without their destination: left out)
+        if which in ("dpp16", "dpp8") and text and ("quad_perm" in text or "dpp8:" in text) \
+                and not text.split()[0].endswith(","):
+            DPP_NAMES.setdefault(kind, {}).setdefault(op, {})[which] = text.split()[0]
         if which.startswith("bit_") and text is None:
             zero = MUST_BE_ZERO.setdefault(kind, {}).get(op, ())
             MUST_BE_ZERO[kind][op] = tuple(sorted(zero + (which[4:],)))
@@ -434,6 +452,14 @@ def render_tables(tables: dict) -> str:
     for kind in sorted(MUST_BE_ZERO):
         lines.append(f"    {kind!r}: {{" + ", ".join(f"{op}: {MUST_BE_ZERO[kind][op]!r}"
                                                   for op in sorted(MUST_BE_ZERO[kind])) + "},")
+    lines.append("}")
+    lines += ["", "# DPP_NAMES[kind][opcode]: the mnemonic LLVM prints for the dpp16/dpp8 forms an opcode has",
+              "DPP_NAMES = {"]
+    for kind in sorted(DPP_NAMES):
+        lines.append(f"    {kind!r}: {{")
+        for op in sorted(DPP_NAMES[kind]):
+            lines.append(f"        {op}: {DPP_NAMES[kind][op]!r},")
+        lines.append("    },")
     lines.append("}")
     hwreg, sendmsg = symbolic_names()
     lines += ["", "# hwreg(...) and sendmsg(...) names llvm-mc-15 prints for gfx1100, by id",
@@ -591,6 +617,7 @@ def corpus_lines(tables: dict) -> tuple[list[str], dict]:
                     elif sp[1] == "label":
                         for v in ("0", "-1", "0x7fff", "-32768"):
                             emit(base[:i] + [v] + base[i + 1:])
+    lines += _dpp_lines(tables)
     lines += _special_lines(tables)
     seen, out = set(), []
     for ln in lines:
@@ -598,6 +625,34 @@ def corpus_lines(tables: dict) -> tuple[list[str], dict]:
             seen.add(ln)
             out.append(ln)
     return out, probe_of
+
+
+DPP16_CHOICES = ["quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf", "row_shl:1 row_mask:0xa bank_mask:0x5 bound_ctrl:1 fi:1",
+                 "row_shr:15", "row_ror:3", "row_mirror", "row_half_mirror", "row_share:5", "row_xmask:7"]
+DPP8_CHOICES = ["dpp8:[7,6,5,4,3,2,1,0]", "dpp8:[0,0,1,1,2,2,3,3] fi:1"]
+
+
+def _dpp_lines(tables: dict) -> list[str]:
+    """Every opcode's DPP16 and DPP8 forms; the full set of controls on the first opcode of a kind."""
+    out = []
+    for kind in sorted(DPP_NAMES):
+        for n, op in enumerate(sorted(DPP_NAMES[kind])):
+            mn, specs, mods = tables[kind][op]
+            ops = [_default_operand(sp, mn) for sp in specs]
+            for form, choices in (("dpp16", DPP16_CHOICES), ("dpp8", DPP8_CHOICES)):
+                if form not in DPP_NAMES[kind][op]:
+                    continue
+                name = DPP_NAMES[kind][op][form]
+                last = max(i for i, sp in enumerate(specs) if sp[0] in ("src0", "src1", "src2"))
+                scal = [("s" + o[1:] if i == last and i and o.startswith("v") else o) for i, o in enumerate(ops)]
+                for t in (choices if n == 0 else choices[:1]):
+                    out.append(f"{name} {', '.join(ops)} {t}")
+                    out.append(f"{name} {', '.join(scal)} {t}")      # v_cndmask_b32_e64_dpp
+            if n == 0 and kind in ("VOP1", "VOP2") and "dpp16" in DPP_NAMES[kind][op]:
+                i = [sp[0] for sp in specs].index("src0")
+                neg = ops[:i] + ["-|" + ops[i] + "|"] + ops[i + 1:]
+                out.append(f"{DPP_NAMES[kind][op]['dpp16']} {', '.join(neg)} {DPP16_CHOICES[0]}")
+    return out
 
 
 def _special_lines(tables: dict) -> list[str]:
@@ -642,7 +697,8 @@ def _special_lines(tables: dict) -> list[str]:
 
 def build_corpus(tables: dict) -> str:
     lines, probe_of = corpus_lines(tables)
-    encs = mc_assemble(lines)
+    results = mc_assemble(lines, with_text=True)
+    encs = [r[0] if r else None for r in results]
     # The VOP3/VOP3P modifiers llvm-mc accepted for an opcode are the ones the assembler allows.
     allowed: dict = {}
     for ln, enc in zip(lines, encs):
@@ -652,22 +708,13 @@ def build_corpus(tables: dict) -> str:
     for kind in ("VOP3", "VOP3P"):
         for op, (mn, specs, mods) in tables[kind].items():
             tables[kind][op] = (mn, specs, list(mods) + sorted(allowed.get((kind, op), ())))
-    canon = _mc_texts(lines, encs)
+    canon = [r[1] if r else None for r in results]
     rows = ["# GENERATED by tools/gen_isa.py: gfx1100 assembly accepted by llvm-mc-15, the text it prints",
             "# back, and its encoding. Columns are tab-separated: input, llvm-mc's text, hex bytes."]
     for ln, enc, c in zip(lines, encs, canon):
         if enc is not None:
             rows.append(f"{ln}\t{c}\t{enc.hex()}")
     return "\n".join(rows) + "\n"
-
-
-def _mc_texts(lines: list[str], encs: list) -> list[str | None]:
-    """llvm-mc's own printing of each accepted line (from the same assembler run)."""
-    ok = [ln for ln, e in zip(lines, encs) if e is not None]
-    r = subprocess.run([LLVM_MC, "-arch=amdgcn", f"-mcpu={MCPU}", "-show-encoding"],
-                       input="".join(s + "\n" for s in ok), capture_output=True, text=True, check=False)
-    texts = iter([" ".join(m.group(1).split()) for m in re.finditer(r"^\s+(.*?)\s*; encoding:", r.stdout, re.M)])
-    return [next(texts) if e is not None else None for e in encs]
 
 
 def build() -> tuple[str, str]:

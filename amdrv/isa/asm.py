@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amdrv.isa.disasm import ARCHS, DELAY_INSTID, DELAY_SKIP, HWREG_NAMES, SENDMSG_NAMES, SRC_FIELDS
 from amdrv.isa.encoding import (EXEC_LO, FLOAT_CODES, FORMATS, INV_2PI_BITS, LITERAL, NULL, SPECIAL_SRC, TTMP_BASE,
                                 VGPR_BASE, put_field)
 from amdrv.isa.errors import AsmError
-from amdrv.isa.opcodes_gfx11 import OPCODES
+from amdrv.isa.opcodes_gfx11 import DPP_NAMES, OPCODES
 
 SCALAR_NAMES = {"vcc_lo": (106, 1), "vcc_hi": (107, 1), "vcc": (106, 2), "exec_lo": (126, 1),
                 "exec_hi": (127, 1), "exec": (126, 2), "m0": (125, 1), "null": (NULL, 0)}
@@ -291,9 +291,11 @@ INDEX = _build_index()
 
 def candidates(mn: str) -> list:
     """Table entries a mnemonic may mean, preferred first."""
+    if mn.endswith("_dpp"):
+        return candidates(mn[:-4])
     if mn.endswith(("_e32", "_e64")):
         # VOP3 forms LLVM prints without a suffix (v_nop) still take an explicit _e64
-        extra = [c for c in INDEX.get(mn[:-4], []) if c[0] == "VOP3"] if mn.endswith("_e64") else []
+        extra = [c for c in INDEX.get(mn[:-4], []) if c[0] in ("VOP3", "VOP3P")] if mn.endswith("_e64") else []
         return INDEX.get(mn, []) + extra
     return INDEX.get(mn, []) + INDEX.get(mn + "_e32", []) + INDEX.get(mn + "_e64", [])
 
@@ -306,6 +308,7 @@ class _Enc:
         self.fields: dict = {}
         self.literal: int | None = None
         self.labels: list = []   # (field, label name)
+        self.dpp = False
 
     def set_literal(self, lit: int):
         if self.literal is not None and self.literal != lit:
@@ -448,7 +451,7 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
         for tag in sorted(used & {"clamp", "omod", "neg", "abs", "op_sel"} - set(mnmods)):
             raise AsmError(f"{what}: does not take the {tag} modifier")
     if fmt in ("VOP3", "VOP3SD") or fmt == "VOP3P":
-        mix = enc.mn.startswith("v_fma_mix")
+        mix = enc.mn.startswith("v_fma_mix") or enc.dpp   # op_sel_hi defaults to 0 (DPP: as LLVM 15 does)
         if fmt == "VOP3P":
             f["op_sel_hi"], f["op_sel_hi2"] = (0, 0) if mix else (3, 1)
         if srcmods.get("neg"):
@@ -514,6 +517,50 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
         raise AsmError(f"{what}: glc selects the returning form")
 
 
+DPP_TOKENS = ("quad_perm", "row_shl", "row_shr", "row_ror", "row_mirror", "row_half_mirror", "row_share",
+              "row_xmask", "row_mask", "bank_mask", "bound_ctrl", "fi", "dpp8")
+
+
+def _dpp_word(mn: str, toks: list[str], src0: int) -> tuple[int, int]:
+    """(src0 code, DPP dword) from DPP modifiers; src0 is the VGPR number."""
+    vals = {}
+    for t in toks:
+        name, _, val = t.partition(":")
+        vals[name] = val
+    what = f"{mn}: DPP"
+    try:
+        if "dpp8" in vals:
+            sel = [int(x) for x in vals["dpp8"].strip("[]").split(",")]
+            if len(sel) != 8 or not all(0 <= x < 8 for x in sel) or set(vals) - {"dpp8", "fi"}:
+                raise AsmError(f"{what}: dpp8 takes eight lane numbers 0..7 (and fi:1)")
+            word = src0 | sum(x << (8 + 3 * i) for i, x in enumerate(sel))
+            return (234 if vals.get("fi") == "1" else 233), word
+        ctrl = None
+        for name, base, lo, hi in (("row_shl", 0x100, 1, 15), ("row_shr", 0x110, 1, 15), ("row_ror", 0x120, 1, 15),
+                                   ("row_share", 0x150, 0, 15), ("row_xmask", 0x160, 0, 15)):
+            if name in vals:
+                n = int(vals[name], 0)
+                if not lo <= n <= hi:
+                    raise AsmError(f"{what}: {name}:{n} is outside {lo}..{hi}")
+                ctrl = base + n
+        if "quad_perm" in vals:
+            q = [int(x) for x in vals["quad_perm"].strip("[]").split(",")]
+            if len(q) != 4 or not all(0 <= x < 4 for x in q):
+                raise AsmError(f"{what}: quad_perm takes four lane numbers 0..3")
+            ctrl = sum(x << (2 * i) for i, x in enumerate(q))
+        if "row_mirror" in vals:
+            ctrl = 0x140
+        if "row_half_mirror" in vals:
+            ctrl = 0x141
+        if ctrl is None:
+            raise AsmError(f"{what}: needs a control (quad_perm, row_shl, ..., or dpp8)")
+        word = (src0 | ctrl << 8 | int(vals.get("fi", "0"), 0) << 18 | int("bound_ctrl" in vals) << 19
+                | int(vals.get("bank_mask", "0xf"), 0) << 24 | int(vals.get("row_mask", "0xf"), 0) << 28)
+        return 250, word
+    except ValueError as e:
+        raise AsmError(f"{what}: cannot parse {' '.join(toks)!r}") from e
+
+
 def _try_entry(kind: str, op: int, entry, args: list[Arg], modtoks: list[str], mn: str) -> _Enc:
     emn, specs, mnmods = entry
     enc = _Enc(mn)
@@ -521,6 +568,21 @@ def _try_entry(kind: str, op: int, entry, args: list[Arg], modtoks: list[str], m
     fmt = _layout_fmt(kind, specs)
     specs = list(specs)
     args = list(args)
+    dpp_toks = [t for t in modtoks if t.split(":")[0] in DPP_TOKENS]
+    dpp_neg = dpp_abs = 0
+    enc.dpp = bool(dpp_toks or mn.endswith("_dpp"))
+    if enc.dpp:
+        form = "dpp8" if any(t.startswith("dpp8") for t in dpp_toks) else "dpp16"
+        if form not in DPP_NAMES.get(kind, {}).get(op, {}):
+            raise AsmError(f"{mn}: {emn} has no {form.upper()} form")
+        modtoks = [t for t in modtoks if t not in dpp_toks]
+        if kind in ("VOP1", "VOP2", "VOPC"):   # their DPP word holds the neg/abs of src0 and src1
+            for i, sp in enumerate(specs):
+                if sp[0] in ("src0", "vsrc1") and (args[i].neg or args[i].abs) if i < len(args) else False:
+                    bit = 0 if sp[0] == "src0" else 1
+                    dpp_neg |= args[i].neg << bit
+                    dpp_abs |= args[i].abs << bit
+                    args[i] = replace(args[i], neg=False, abs=False)
     if emn == "s_endpgm" and not args:
         args = [Arg("int", value=0, text="0")]
     if len(specs) == 1 and specs[0][1] in ("waitcnt", "delay_alu") and len(args) > 1:
@@ -548,6 +610,20 @@ def _try_entry(kind: str, op: int, entry, args: list[Arg], modtoks: list[str], m
         e.stage = stage    # how far this candidate got: the furthest one has the most telling error
         raise
     enc.fields["op"] = op
+    if dpp_toks or mn.endswith("_dpp"):
+        src0 = enc.fields.get("src0", 0)
+        if src0 < VGPR_BASE:
+            raise AsmError(f"{mn}: the DPP source (src0) must be a VGPR")
+        if enc.literal is not None:
+            raise AsmError(f"{mn}: DPP takes no literal")
+        if enc.fields.get("src1", VGPR_BASE) < VGPR_BASE and kind == "VOP3":
+            raise AsmError(f"{mn}: src1 of a VOP3 DPP instruction must be a VGPR")
+        enc.fields["src0"], word = _dpp_word(mn, dpp_toks, src0 - VGPR_BASE)
+        if enc.fields["src0"] == 250:
+            word |= (dpp_neg & 1) << 20 | (dpp_abs & 1) << 21 | (dpp_neg >> 1) << 22 | (dpp_abs >> 1) << 23
+        elif dpp_neg or dpp_abs:
+            raise AsmError(f"{mn}: dpp8 sources take no neg/abs in this encoding")
+        enc.literal = word      # packed after the base word like a literal
     if kind == "VOP3" and emn.startswith("v_cmpx"):
         enc.fields["vdst"] = EXEC_LO   # v_cmpx writes EXEC; LLVM encodes it as the destination
     if fmt == "FLAT":

@@ -10,7 +10,7 @@ from amdrv.isa.encoding import (FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, IN
 from amdrv.isa.errors import DecodeError
 from amdrv.isa.instruction import Instruction, Operand
 from amdrv.isa.opcodes_gfx11 import HWREG as HWREG_NAMES
-from amdrv.isa.opcodes_gfx11 import MUST_BE_ZERO, OPCODES
+from amdrv.isa.opcodes_gfx11 import DPP_NAMES, MUST_BE_ZERO, OPCODES
 from amdrv.isa.opcodes_gfx11 import SENDMSG as SENDMSG_NAMES
 
 DPP_CODES = {233: "DPP8", 234: "DPP8 with fetch-inactive", 250: "DPP16"}
@@ -131,6 +131,15 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
             if fields[f]:
                 raise DecodeError(f"{entry[0]} at offset {offset:#x}: field {f} must be 0 for this opcode, "
                                   f"is {fields[f]}")
+    dpp = None
+    if fmt in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3SD", "VOP3P") and fields["src0"] in DPP_CODES:
+        dpp = "dpp8" if fields["src0"] != 250 else "dpp16"
+        if dpp not in DPP_NAMES.get(kind, {}).get(fields["op"], {}):
+            raise DecodeError(f"{entries[0][0]} at offset {offset:#x} has no {dpp.upper()} form")
+        if offset + size + 4 > len(code):
+            raise DecodeError(f"missing DPP dword after instruction at offset {offset:#x}")
+        fields["dpp"] = int.from_bytes(code[offset + size:offset + size + 4], "little")
+        size += 4
     needs_lit = any(s[0] == "literal" or (s[0] in SRC_FIELDS and fields[s[0]] == LITERAL)
                     for e in entries for s in e[1])
     if needs_lit:
@@ -150,6 +159,10 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
         for sfx in ("_e32", "_e64"):
             if mn.endswith(sfx):
                 base, suffix = mn[:-len(sfx)], sfx
+        if dpp:
+            m.update(_dpp_mods(dpp, fields, fmt))
+            name = DPP_NAMES[kind][fields["op"]][dpp]
+            suffix = name[len(base):]
         opfield = fields["opy" if half else "opx"] if fmt == "VOPD" else fields["op"]
         fmt_name = kind.split("_")[0] if fmt == "FLAT" else fmt
         insts.append(Instruction(base, fmt_name, opfield, size, fields, tuple(operands), ndst, m, suffix,
@@ -159,6 +172,36 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
         return Instruction(x.op, x.fmt, x.opcode, size, fields, x.operands, x.ndst, x.mods, "",
                            vopd_y=insts[1], offset=offset)
     return insts[0]
+
+
+def _dpp_mods(dpp: str, fields: dict, fmt: str) -> dict:
+    """DPP controls; for VOP1/VOP2/VOPC the DPP word also holds the neg/abs bits of src0 and src1."""
+    w = fields["dpp"]
+    if dpp == "dpp8":
+        return {"dpp8": tuple(w >> (8 + 3 * i) & 7 for i in range(8)), "fi": int(fields["src0"] == 234)}
+    m = {"dpp_ctrl": w >> 8 & 0x1FF, "fi": w >> 18 & 1, "bound_ctrl": w >> 19 & 1, "bank_mask": w >> 24 & 15,
+         "row_mask": w >> 28 & 15}
+    if fmt in ("VOP1", "VOP2", "VOPC"):
+        m["neg"] = (w >> 20 & 1) | (w >> 22 & 1) << 1
+        m["abs"] = (w >> 21 & 1) | (w >> 23 & 1) << 1
+    return m
+
+
+def dpp_ctrl_text(c: int) -> str:
+    if c < 0x100:
+        return "quad_perm:[" + ",".join(str(c >> (2 * i) & 3) for i in range(4)) + "]"
+    for base, name in ((0x100, "row_shl"), (0x110, "row_shr"), (0x120, "row_ror")):
+        if base < c <= base + 15:
+            return f"{name}:{c - base}"
+    if c == 0x140:
+        return "row_mirror"
+    if c == 0x141:
+        return "row_half_mirror"
+    if 0x150 <= c <= 0x15F:
+        return f"row_share:{c - 0x150}"
+    if 0x160 <= c <= 0x16F:
+        return f"row_xmask:{c - 0x160}"
+    raise DecodeError(f"DPP control {c:#x} is reserved")
 
 
 def _count_dsts(fmt: str, mn: str, specs) -> int:
@@ -196,6 +239,10 @@ def _operand(sp, fields: dict, fmt: str) -> Operand:
         if name == "offset" and fmt == "SMEM":
             v = v - (1 << 21) if v & (1 << 20) else v
         return Operand(I.IMM, 0, 1, name, value=v)
+    if name == "src0" and "dpp" in fields:     # DPP: src0 is the VGPR in the DPP word
+        return Operand(I.VGPR, fields["dpp"] & 0xFF, count, name, code=VGPR_BASE + (fields["dpp"] & 0xFF))
+    if name == "src1" and "dpp" in fields and fmt in ("VOP3", "VOP3SD"):   # VOP3 DPP: src1 is a VGPR
+        return Operand(I.VGPR, v & 0xFF, count, name, code=VGPR_BASE + (v & 0xFF))
     if name in SRC_FIELDS:
         o = src_operand(v, count, dtype, name, fields.get("literal"))
         if cls == "R" and o.is_const:
@@ -375,6 +422,9 @@ def format_instruction(inst: Instruction) -> str:
 def _format_one(inst: Instruction, entry) -> str:
     mn, specs, modnames = entry
     f, m = inst.fields, inst.mods
+    dpp = "dpp" in f and inst.fmt != "VOPD"
+    if dpp:
+        mn = inst.op + inst.enc_suffix
     texts = []
     srcs = [sp[0] for sp in specs if sp[0] in ("src0", "src1", "src2")]
     for sp, o in zip(specs, inst.operands):
@@ -389,9 +439,11 @@ def _format_one(inst: Instruction, entry) -> str:
             continue
         # packed 16-bit integers print their literal whole, and inline floats as f16 bits
         t = operand_text(o, "pki16" if inst.fmt == "VOP3P" and sp[3] == "i16" else sp[3])
-        if sp[0] in srcs and (inst.fmt in ("VOP3", "VOP3SD") or mn.startswith("v_fma_mix")):
-            i = srcs.index(sp[0])
-            shown = inst.fmt == "VOP3P" or "neg" in modnames    # LLVM hides them on 16-bit integer ops
+        if sp[0] in srcs and (inst.fmt in ("VOP3", "VOP3SD") or mn.startswith("v_fma_mix")) or \
+                dpp and sp[0] in ("src0", "vsrc1"):
+            i = srcs.index(sp[0]) if sp[0] in srcs else 1
+            # LLVM hides them on 16-bit integer ops
+            shown = inst.fmt == "VOP3P" or "neg" in modnames or dpp and inst.fmt in ("VOP1", "VOP2", "VOPC")
             has_abs = shown and (m.get("neg_hi" if inst.fmt == "VOP3P" else "abs", 0) >> i) & 1
             if has_abs:
                 t = f"|{t}|"
@@ -433,7 +485,7 @@ def _format_one(inst: Instruction, entry) -> str:
         has_sel = "op_sel" in modnames or mix        # wmma has none
         if has_sel and m["op_sel"] & ((1 << n) - 1):
             tail.append("op_sel:" + _bits_list(m["op_sel"], n))
-        hi_default = 0 if mix else (1 << n) - 1
+        hi_default = 0 if mix or dpp else (1 << n) - 1    # LLVM 15: DPP forms default op_sel_hi to 0
         if has_sel and (m["op_sel_hi"] & ((1 << n) - 1)) != hi_default:
             tail.append("op_sel_hi:" + _bits_list(m["op_sel_hi"], n))
         if m["neg"] & ((1 << n) - 1):
@@ -442,6 +494,15 @@ def _format_one(inst: Instruction, entry) -> str:
             tail.append("neg_hi:" + _bits_list(m["neg_hi"], n))
         if m.get("clamp"):
             tail.append("clamp")
+    if dpp:
+        if "dpp8" in m:
+            tail.append("dpp8:[" + ",".join(map(str, m["dpp8"])) + "]")
+        else:
+            tail += [dpp_ctrl_text(m["dpp_ctrl"]), f"row_mask:0x{m['row_mask']:x}", f"bank_mask:0x{m['bank_mask']:x}"]
+            if m["bound_ctrl"]:
+                tail.append("bound_ctrl:1")
+        if m["fi"]:
+            tail.append("fi:1")
     return out + (" " + " ".join(tail) if tail else "")
 
 
