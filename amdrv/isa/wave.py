@@ -80,12 +80,13 @@ def _unpack(bits: np.ndarray) -> np.ndarray:
 class Waves:
     """W waves in lockstep at one PC."""
 
-    __slots__ = ("pc", "s", "v", "slot", "ids", "_exec", "_full", "waiting")
+    __slots__ = ("pc", "s", "v", "slot", "ids", "_exec", "_full", "waiting", "turn")
 
     def __init__(self, pc, s, v, slot, ids):
         self.pc, self.s, self.v, self.slot, self.ids = pc, s, v, slot, ids
         self._exec = None
         self.waiting = False
+        self.turn = -1          # scheduler step at which this group last ran
 
     @property
     def n(self):
@@ -896,23 +897,51 @@ class Executor:
         # private (scratch) memory: private_size bytes per work-item, indexed by wave id - first_wave
         self.private_size, self.first_wave = private_size, first_wave
         self.scratch = ByteSpace(max(1, n_waves * 32 * private_size), "private")
+        self.n_slots = n_slots
         self.instructions = 0      # wave instructions executed
 
-    def run(self, groups: list[Waves], max_steps: int = 10**8):
+    def _release_barriers(self, groups: list[Waves], live: np.ndarray):
+        """Release the waves of every workgroup whose live waves are all parked at s_barrier."""
+        parked = [g for g in groups if g.waiting]
+        if not parked:
+            return
+        count = np.bincount(np.concatenate([g.slot for g in parked]), minlength=self.n_slots)
+        ready = (count == live) & (live > 0)
+        for g in parked:
+            sel = ready[g.slot]
+            if not sel.any():
+                continue
+            if not sel.all():          # waves of a workgroup still on its way stay parked
+                rest = g.take(~sel)
+                rest.waiting = True
+                groups.append(rest)
+                keep = g.take(sel)
+                g.s, g.v, g.slot, g.ids, g._exec = keep.s, keep.v, keep.slot, keep.ids, None
+            g.waiting = False
+            g.pc += 4
+
+    def run(self, groups: list[Waves], max_steps: int = 10**7):
         prog, steps = self.prog, 0
+        live = np.bincount(np.concatenate([g.slot for g in groups]), minlength=self.n_slots)
+        prev, streak = None, 0
         with np.errstate(all="ignore"):
             while groups:
+                self._release_barriers(groups, live)
                 runnable = [g for g in groups if not g.waiting]
-                if not runnable:
-                    for g in groups:        # every live wave is parked: release the barrier
-                        g.waiting = False
-                        g.pc += 4
-                    runnable = groups
                 g = min(runnable, key=lambda w: w.pc)
+                streak = streak + 1 if g is prev else 0
+                if streak >= 16 and len(runnable) > 1:
+                    # A group that keeps looping at the lowest PC may be waiting for another one
+                    # (a spin on a flag): give the longest-waiting group a turn.
+                    g = min((o for o in runnable if o is not prev), key=lambda w: w.turn)
+                    streak = 0
+                prev, g.turn = g, steps
                 for other in [o for o in runnable if o is not g and o.pc == g.pc]:
                     g.absorb(other)
                     groups.remove(other)
                 steps += self._run_group(g, groups, prog)
+                if not any(o is g for o in groups):   # it ended: its waves no longer count at barriers
+                    live -= np.bincount(g.slot, minlength=self.n_slots)
                 if steps > max_steps:
                     raise ExecError(g.pc, prog.at(g.pc).text, f"still running after {max_steps} instructions",
                                     g.ids, prog.where(g.pc))

@@ -397,6 +397,13 @@ def test_cross_lane(kernel_corpus, size):
         assert np.array_equal(o[w0:w0 + act, 3], rot)     # inactive source lanes read as 0
 
 
+@pytest.mark.parametrize("n", [256, 203], ids=["even", "awkward"])
+def test_handoff(kernel_corpus, n):
+    # workgroup 0 spins on a flag that the last workgroup sets: the scheduler must be fair
+    out, _ = run(kernel_corpus["handoff"], (n,), (64,), [np.zeros(1, i32), np.zeros(2, i32), u32(n)], [0, 1])
+    assert out[0][0] == 1 and out[1].tolist() == [43, 42]
+
+
 def test_corpus_is_covered(kernel_corpus):
     tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
     assert len(kernel_corpus) >= 20
