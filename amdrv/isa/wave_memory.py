@@ -28,6 +28,13 @@ class MemoryFault(Exception):
                          f"{addr:#x}: {why}")
 
 
+# atomics whose effect on one address over several lanes is an accumulate (None: swap, where each
+# lane's old value is the previous lane's data)
+SEGMENT_UFUNCS = {"add": np.add, "sub": np.subtract, "and": np.bitwise_and, "or": np.bitwise_or,
+                  "xor": np.bitwise_xor, "min": np.minimum, "max": np.maximum, "add_f32": np.add,
+                  "swap": None}
+
+
 class ByteSpace:
     """A bounded, byte-addressed array with vectorized access (one memory region, or LDS)."""
 
@@ -65,21 +72,39 @@ class ByteSpace:
         self.u8[off[:, None] + np.arange(size)] = data.view(U8)[:, :size]
 
     def atomic(self, op: str, off: np.ndarray, data: np.ndarray, dtype, cmp=None) -> np.ndarray:
+        """Apply an atomic per lane, in lane order where lanes share an address; returns the old
+        values. Lanes are processed in rounds: round r takes every address's r-th lane, so each
+        round touches distinct addresses and is one vectorized step."""
         k = np.dtype(dtype).itemsize // 4
-        old = self.load(off, 4 * k)
+        out = np.empty((len(off), k), U32)
+        order = np.argsort(off, kind="stable")
+        so = off[order]
+        first = np.r_[True, so[1:] != so[:-1]]
+        start = np.maximum.accumulate(np.where(first, np.arange(len(so)), 0))
+        rank = np.empty(len(off), np.int64)
+        rank[order] = np.arange(len(so)) - start
         cast = lambda a: np.ascontiguousarray(a).view(dtype).reshape(-1)
-        uniq = len(np.unique(off)) == len(off)
-        if uniq:
-            new = self._apply(op, cast(old), cast(data), None if cmp is None else cast(cmp))
-            self.store(off, np.ascontiguousarray(new).view(U32).reshape(-1, k), 4 * k)
-            return old
-        # Lanes that hit the same address see each other's results: apply in lane order.
-        out = np.empty_like(old)
-        for i in range(len(off)):
-            o = self.load(off[i:i + 1], 4 * k)
-            out[i] = o[0]
-            new = self._apply(op, cast(o), cast(data[i:i + 1]), None if cmp is None else cast(cmp[i:i + 1]))
-            self.store(off[i:i + 1], np.ascontiguousarray(new).view(U32).reshape(1, k), 4 * k)
+        bounds = np.r_[np.nonzero(first)[0], len(so)]
+        rounds = int(rank.max()) + 1 if len(off) else 0
+        if op in SEGMENT_UFUNCS and rounds > len(bounds) - 1:
+            # Few addresses hit by many lanes (a histogram): one accumulate per address instead.
+            f = SEGMENT_UFUNCS[op]
+            sdata = cast(data)[order]
+            olds = np.empty(len(so), dtype)
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                o = cast(self.load(so[a:a + 1], 4 * k))
+                seq = np.concatenate([o, sdata[a:b]])
+                seq = seq if f is None else f.accumulate(seq, dtype=seq.dtype)   # no upcast: wrap
+                olds[a:b] = seq[:-1]
+                self.store(so[a:a + 1], np.ascontiguousarray(seq[-1:]).view(U32).reshape(1, k), 4 * k)
+            out[order] = olds.view(U32).reshape(-1, k)
+            return out
+        for r in range(rounds):
+            sel = np.nonzero(rank == r)[0] if r or rank.any() else slice(None)
+            o = self.load(off[sel], 4 * k)
+            out[sel] = o
+            new = self._apply(op, cast(o), cast(data[sel]), None if cmp is None else cast(cmp[sel]))
+            self.store(off[sel], np.ascontiguousarray(new).view(U32).reshape(-1, k), 4 * k)
         return out
 
     @staticmethod

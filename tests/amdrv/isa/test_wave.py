@@ -494,6 +494,37 @@ def test_running_off_the_end_is_reported(tmp_path):
         dispatch(co, None, FlatMemory(), (32,), (32,), b"")
 
 
+@pytest.mark.parametrize("op,dtype", [("add", u32), ("max", i32), ("swap", u32), ("sub", u32), ("add_f32", f32),
+                                      ("cmpswap", u32), ("inc", u32), ("add", u64)])
+@pytest.mark.parametrize("addresses", [3, 200])
+def test_atomics_apply_in_lane_order(op, dtype, addresses):
+    """Vectorized atomics (rounds of distinct addresses, or one accumulate per address) equal a
+    lane-by-lane sequential application."""
+    from amdrv.isa.wave_memory import ByteSpace
+    r = np.random.default_rng(addresses)
+    k = np.dtype(dtype).itemsize // 4
+    init = r.integers(0, 2**32, 2048, dtype=u64).astype(u32)
+    n = 300
+    off = (r.integers(0, addresses, n) * 4 * k).astype(np.int64)
+    data = r.integers(0, 2**32, (n, k), dtype=u64).astype(u32)
+    if dtype == f32:
+        data = r.random((n, 1)).astype(f32).view(u32)
+    cmp = data[r.permutation(n)] if op == "cmpswap" else None
+    space = ByteSpace(8192)
+    space.u32[:] = init
+    old = space.atomic(op, off, data, dtype, cmp)
+    ref = init.copy()
+    want_old = []
+    for i in range(n):
+        w = off[i] // 4
+        o = ref[w:w + k].copy()
+        want_old.append(o)
+        ref[w:w + k] = np.asarray(ByteSpace._apply(op, o.view(dtype), data[i].view(dtype),
+                                                   None if cmp is None else cmp[i].view(dtype))).view(u32)
+    assert np.array_equal(old, np.array(want_old, u32))
+    assert np.array_equal(space.u32, ref)
+
+
 def test_flat_memory_faults():
     mem = FlatMemory()
     a = mem.alloc(16)
