@@ -114,16 +114,18 @@ class NBIO(Block):
         return bool(self.dev.field("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", "BIF_DOORBELL_APER_EN"))
 
     def on_doorbell(self, first: int, last: int, fn) -> None:
-        """Routes doorbell dword indices first..last (inclusive) to fn(index, value) (engine models)."""
+        """Routes doorbell dword indices first..last (inclusive) to fn(index, value) (engine models).
+        A 64-bit doorbell write arrives as one call with the 64-bit value, as one PCIe write would."""
         self.doorbell_handlers.append((first, last, fn))
 
-    def doorbell_write(self, offset: int, value: int) -> None:
+    def doorbell_write(self, offset: int, value: int, size: int = 4) -> None:
         if not self.doorbell_enabled:
             self.error(f"doorbell write {value:#x} at BAR2 offset {offset:#x} with the doorbell aperture "
                        f"disabled (RCC_DOORBELL_APER_EN): dropped")
             return
         index = offset >> 2
-        self.doorbells[index] = value
+        for k in range(size // 4):
+            self.doorbells[index + k] = (value >> (32 * k)) & 0xFFFFFFFF
         for first, last, fn in self.doorbell_handlers:
             if first <= index <= last:
                 fn(index, value)

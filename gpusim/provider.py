@@ -118,9 +118,11 @@ class DoorbellBAR(_SimBAR):
                 self.dev.blocks["NBIO"].doorbell_write(offset, value & 0xFFFFFFFF)
 
     def write64(self, offset: int, value: int) -> None:
-        # A 64-bit doorbell is one posted write; the engine sees the low dword's index with both halves.
-        self.write32(offset + 4, value >> 32)
-        self.write32(offset, value & 0xFFFFFFFF)
+        # One posted 64-bit write: the engine sees both halves at once (64-bit queue write pointers).
+        self.fn.counters.mmio_writes += 1
+        if self._decode(offset, 8, 8):
+            with self.dev.lock:
+                self.dev.blocks["NBIO"].doorbell_write(offset, value & ((1 << 64) - 1), 8)
 
     def read(self, offset: int, size: int) -> bytes:
         return b"".join(self.read32(offset + i).to_bytes(4, "little") for i in range(0, size, 4))
@@ -162,11 +164,18 @@ class SimFunction(PCIFunction):
         self._dma: set[SimDMABuffer] = set()
         self.async_clock = False
 
+    def _config_check(self, offset: int, size: int) -> None:
+        if size not in (1, 2, 4) or offset % size or not 0 <= offset <= 4096 - size:
+            raise PCIError(f"{self.address}: config access of {size} bytes at {offset:#x} must be 1, 2 or 4 "
+                           f"bytes, naturally aligned, inside the 4 KiB config space")
+
     def config_read(self, offset: int, size: int) -> int:
+        self._config_check(offset, size)
         self.counters.config_reads += 1
         return self.dev.pci.read(offset, size)
 
     def config_write(self, offset: int, size: int, value: int) -> None:
+        self._config_check(offset, size)
         self.counters.config_writes += 1
         with self.dev.lock:
             complaint = self.dev.pci.write(offset, size, value)

@@ -1,6 +1,9 @@
 """NBIO/HDP behaviour a driver relies on: doorbell aperture, HDP flushes, access counters, async clock."""
 import time
 
+import pytest
+
+import pcie
 from amdrv.autogen import smu_13_0_0 as S
 from gpusim import provider
 
@@ -21,6 +24,9 @@ def test_doorbells_need_the_aperture_enabled():
     f.bar(2).write32(0x10 * 4, 7)
     f.bar(2).write32(0x40 * 4, 9)               # outside every routed range: stored, nobody rings
     assert rung == [(0x10, 7)] and f.bar(2).read32(0x40 * 4) == 9
+    f.bar(2).write64(0x12 * 4, 0x1_0000_0002)   # a 64-bit write pointer: one ring, both halves
+    assert rung[-1] == (0x12, 0x1_0000_0002) and len(rung) == 2
+    assert f.bar(2).read64(0x12 * 4) == 0x1_0000_0002
     f.close()
 
 
@@ -51,6 +57,8 @@ def test_counters_count_every_access():
     f.config_read(0, 2)
     d = f.counters - before
     assert (d.mmio_reads, d.mmio_writes, d.bulk_read_bytes, d.config_reads) == (1, 1, 64, 1)
+    with pytest.raises(pcie.PCIError, match="naturally aligned"):
+        f.config_read(0x11, 2)
     f.close()
 
 
