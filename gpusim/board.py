@@ -9,7 +9,7 @@ import importlib
 
 from gpusim import discovery
 from gpusim.device import Block, Device
-from gpusim.pci import REBAR_MIN, ConfigSpace, pow2_at_least
+from gpusim.pci import DOORBELL_BAR_MAX, DOORBELL_BAR_SIZE, REBAR_MIN, ConfigSpace, pow2_at_least
 
 VRAM_SIZE = {"navi31": 24 << 30, "navi33": 8 << 30}   # RX 7900 XTX, RX 7600
 SMALL_BAR = REBAR_MIN                                 # 256 MiB, what a host without resizable BAR maps
@@ -41,9 +41,10 @@ def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = 
     if vram_size % (1 << 20) or vram_size < 2 * SMALL_BAR:
         raise ValueError(f"{chip}: VRAM size {vram_size:#x} must be a multiple of 1 MiB and at least "
                          f"{2 * SMALL_BAR >> 20} MiB")
-    bar0 = SMALL_BAR if small_bar else pow2_at_least(vram_size)
+    # A host with resizable BAR grows both (the BIOS's choice); without, the reset sizes stay.
+    bar0, bar2 = (SMALL_BAR, DOORBELL_BAR_SIZE) if small_bar else (pow2_at_least(vram_size), DOORBELL_BAR_MAX)
     dev = Device(chip, vram_size)
-    dev.pci = ConfigSpace(chip, vram_size, bar0, slot)
+    dev.pci = ConfigSpace(chip, vram_size, bar0, slot, bar2)
     dev.add(DiscoveryTMR(dev))
     for mod, cls in BLOCKS:
         try:

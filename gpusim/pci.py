@@ -4,10 +4,12 @@ modeled).
 Facts: ids from amdrv.chips (0x1002:0x744C Navi31, 0x1002:0x7480 Navi33); class 0x030000 as the
 products enumerate; BAR layout of an RX 7900 XTX / RX 7600 as lspci shows it: BAR0 64-bit prefetchable
 VRAM aperture (256 MiB, or the whole VRAM rounded up to a power of two with resizable BAR), BAR2 64-bit
-prefetchable doorbells (256 MiB), BAR4 I/O (256 bytes), BAR5 32-bit registers (1 MiB). Register layout
-of the header, capabilities and the resizable-BAR extended capability from include/uapi/linux/pci_regs.h
-(PCI_COMMAND 0x04, PCI_EXT_CAP_ID_REBAR 0x15, PCI_REBAR_CAP 4 with sizes in bits 4.., PCI_REBAR_CTRL 8
-with BAR index bits 0-2, NBAR bits 5-7 and BAR size bits 8-13, sizes as log2(MiB)).
+prefetchable doorbells (2 MiB, 256 MiB with resizable BAR), BAR4 I/O (256 bytes), BAR5 32-bit registers
+(1 MiB); the Physical Resizable BAR capability at 0x200 with entries for BAR0 (256 MiB up) and BAR2 (2 MiB
+to 256 MiB), behind a vendor-specific capability at 0x100. Register layout of the header, capabilities and
+the resizable-BAR capability from include/uapi/linux/pci_regs.h (PCI_COMMAND 0x04, PCI_EXT_CAP_ID_REBAR
+0x15; per BAR an 8-byte entry: PCI_REBAR_CAP with sizes in bits 4.., PCI_REBAR_CTRL with BAR index bits
+0-2, NBAR bits 5-7 in the first entry, BAR size bits 8-13, sizes as log2(MiB)).
 """
 from __future__ import annotations
 
@@ -21,13 +23,15 @@ CMD_BUS_MASTER = 1 << 2
 _CMD_WRITABLE = 0x0547      # IO, MEM, BME, PERR, SERR, INTx disable
 
 BAR_OFFSETS = {0: 0x10, 2: 0x18, 4: 0x20, 5: 0x24}
-DOORBELL_BAR_SIZE = 256 << 20
+DOORBELL_BAR_SIZE = 2 << 20         # 256 MiB once resized
+DOORBELL_BAR_MAX = 256 << 20
 REG_BAR_SIZE = 1 << 20
 IO_BAR_SIZE = 256
 
 CAP_PM, CAP_EXP, CAP_MSI = 0x50, 0x64, 0xA0
-EXT_REBAR = 0x200
+EXT_VSEC, EXT_REBAR = 0x100, 0x200
 REBAR_MIN = 256 << 20
+REBAR_BARS = (0, 2)                 # entry order in the capability
 
 REVISION = {"navi31": 0xC8, "navi33": 0xC7}  # RX 7900 XTX, RX 7600
 
@@ -39,12 +43,13 @@ def pow2_at_least(n: int) -> int:
 class ConfigSpace:
     """4 KiB of config space with the read-only, writable and sizing behaviour of the real registers."""
 
-    def __init__(self, chip: str, vram_size: int, bar0_size: int, slot: int = 0):
+    def __init__(self, chip: str, vram_size: int, bar0_size: int, slot: int = 0, bar2_size: int = DOORBELL_BAR_SIZE):
         c = chips.by_name(chip)
         self.chip = chip
         self.vram_size = vram_size
         self.rebar_max = pow2_at_least(vram_size)
-        self.sizes = {0: bar0_size, 2: DOORBELL_BAR_SIZE, 4: IO_BAR_SIZE, 5: REG_BAR_SIZE}
+        self.sizes = {0: bar0_size, 2: bar2_size, 4: IO_BAR_SIZE, 5: REG_BAR_SIZE}
+        self.rebar_range = {0: (REBAR_MIN, self.rebar_max), 2: (DOORBELL_BAR_SIZE, DOORBELL_BAR_MAX)}
         # Host addresses as a BIOS would assign them, distinct per slot on the simulated bus.
         self.addrs = {0: (0x8 + slot) << 40, 2: ((0x8 + slot) << 40) + (1 << 39), 4: 0x1000 + slot * IO_BAR_SIZE,
                       5: 0xF0000000 + slot * REG_BAR_SIZE}
@@ -70,23 +75,28 @@ class ConfigSpace:
         struct.pack_into("<I", s, CAP_EXP + 0x0C, 4 | (16 << 4))         # link cap: 16 GT/s x16
         struct.pack_into("<H", s, CAP_EXP + 0x12, 4 | (16 << 4))         # link status
         s[CAP_MSI:CAP_MSI + 4] = bytes((0x05, 0x00, 0x80, 0x00))         # MSI, 64-bit
-        # Extended capabilities: resizable BAR for BAR0 only, first in the list.
-        struct.pack_into("<I", s, 0x100, 0x15 | (1 << 16) | (0 << 20))
-        struct.pack_into("<I", s, 0x104, self._rebar_sizes())
-        self._write_rebar_ctrl()
+        # Extended capabilities: vendor-specific -> Physical Resizable BAR (BAR0, BAR2).
+        struct.pack_into("<II", s, EXT_VSEC, 0x000B | (1 << 16) | (EXT_REBAR << 20), 0x01 | (1 << 16) | (0x10 << 20))
+        struct.pack_into("<I", s, EXT_REBAR, 0x15 | (1 << 16))
+        for i, bar in enumerate(REBAR_BARS):
+            struct.pack_into("<I", s, EXT_REBAR + 4 + 8 * i, self._rebar_sizes(bar))
+            self._write_rebar_ctrl(i)
         for i in BAR_OFFSETS:
             self._store_bar(i)
 
-    def _rebar_sizes(self) -> int:
-        bits, size = 0, REBAR_MIN
-        while size <= self.rebar_max:
+    def _rebar_sizes(self, bar: int) -> int:
+        lo, hi = self.rebar_range[bar]
+        bits, size = 0, lo
+        while size <= hi:
             bits |= 1 << ((size >> 20).bit_length() - 1 + 4)
             size <<= 1
         return bits
 
-    def _write_rebar_ctrl(self) -> None:
-        log = (self.sizes[0] >> 20).bit_length() - 1
-        struct.pack_into("<I", self.space, 0x108, 0 | (1 << 5) | (log << 8))
+    def _write_rebar_ctrl(self, i: int) -> None:
+        bar = REBAR_BARS[i]
+        log = (self.sizes[bar] >> 20).bit_length() - 1
+        nbar = len(REBAR_BARS) << 5 if i == 0 else 0
+        struct.pack_into("<I", self.space, EXT_REBAR + 8 + 8 * i, bar | nbar | (log << 8))
 
     def _store_bar(self, i: int) -> None:
         off, a = BAR_OFFSETS[i], self.addrs[i]
@@ -116,8 +126,10 @@ class ConfigSpace:
         """Applies a write; returns a complaint for writes hardware ignores (the caller records it)."""
         for k in range(size):
             self._write_byte(offset + k, (value >> (8 * k)) & 0xFF)
-        if offset <= 0x108 < offset + size or offset <= 0x109 < offset + size:
-            return self._apply_rebar()
+        for i in range(len(REBAR_BARS)):
+            at = EXT_REBAR + 9 + 8 * i      # the size byte of entry i's control register
+            if offset <= at < offset + size:
+                return self._apply_rebar(i)
         return None
 
     def _write_byte(self, at: int, b: int) -> None:
@@ -127,8 +139,8 @@ class ConfigSpace:
             s[at] = (s[at] & ~mask) | (b & mask)
         elif 0x10 <= at < 0x28:
             self._write_bar_byte(at, b)
-        elif at in (0x3C, 0x109):   # interrupt line; rebar control's size field (validated after)
-            s[at] = b
+        elif at == 0x3C or at in (EXT_REBAR + 9 + 8 * i for i in range(len(REBAR_BARS))):
+            s[at] = b                 # interrupt line; a rebar size field (validated after)
 
     def _write_bar_byte(self, at: int, b: int) -> None:
         for i, off in BAR_OFFSETS.items():
@@ -144,17 +156,18 @@ class ConfigSpace:
                 self.addrs[i] = v & ~0xF
                 return
 
-    def _apply_rebar(self) -> str | None:
-        log = (self.space[0x109] & 0x3F)
+    def _apply_rebar(self, i: int) -> str | None:
+        bar = REBAR_BARS[i]
+        log = self.space[EXT_REBAR + 9 + 8 * i] & 0x3F
         size = 1 << (log + 20)
-        ok = self._rebar_sizes() >> (log + 4) & 1
-        if not ok:
-            self._write_rebar_ctrl()
-            return f"resizable BAR: BAR0 size {size >> 20} MiB is not supported (see PCI_REBAR_CAP)"
+        if not self._rebar_sizes(bar) >> (log + 4) & 1:
+            self._write_rebar_ctrl(i)
+            return f"resizable BAR: BAR{bar} size {size >> 20} MiB is not supported (see PCI_REBAR_CAP)"
         if self.memory_enabled:
-            self._write_rebar_ctrl()
-            return "resizable BAR: BAR0 resized while memory decode is on; clear PCI_COMMAND_MEMORY first"
-        self.sizes[0] = size
-        self._write_rebar_ctrl()
-        self._store_bar(0)
+            self._write_rebar_ctrl(i)
+            return (f"resizable BAR: BAR{bar} resized while memory decode is on; clear PCI_COMMAND_MEMORY "
+                    f"first")
+        self.sizes[bar] = size
+        self._write_rebar_ctrl(i)
+        self._store_bar(bar)
         return None

@@ -58,20 +58,25 @@ def _find_ext_cap(fn, cap_id):
 def test_resizable_bar_capability():
     f = provider.open_function("navi31", small_bar=True, fresh=True, slot=5)   # 24 GiB VRAM, 256 MiB BAR
     at = _find_ext_cap(f, 0x15)
-    assert at is not None
+    assert at == 0x200
     sizes = f.config_read(at + 4, 4) >> 4
-    assert sizes & 1 << 8 and sizes & 1 << 15 and not sizes >> 16     # 256 MiB .. 32 GiB
+    assert sizes & 1 << 8 and sizes & 1 << 15 and not sizes >> 16 and not sizes & 0xFF   # 256 MiB .. 32 GiB
     ctrl = f.config_read(at + 8, 4)
-    assert ctrl & 7 == 0 and (ctrl >> 8) & 0x3F == 8                  # BAR0, 256 MiB now
-    assert f.bar(0).size == 256 << 20
+    assert ctrl & 7 == 0 and (ctrl >> 5) & 7 == 2 and (ctrl >> 8) & 0x3F == 8   # BAR0 of 2 entries, 256 MiB
+    assert f.config_read(at + 16, 4) & 7 == 2 and (f.config_read(at + 16, 4) >> 8) & 0x3F == 1   # BAR2, 2 MiB
+    assert f.config_read(at + 12, 4) >> 4 == 0x1FE                   # BAR2: 2 MiB .. 256 MiB
+    assert f.bar(0).size == 256 << 20 and f.bar(2).size == 2 << 20
     # Resizing with memory decode on is refused, as the spec requires.
     f.config_write(at + 8, 4, (ctrl & ~0x3F00) | 15 << 8)
     assert f.bar(0).size == 256 << 20 and "memory decode" in str(f.dev.errors[-1])
     cmd = f.config_read(4, 2)
     f.config_write(4, 2, cmd & ~2)
     f.config_write(at + 8, 4, (ctrl & ~0x3F00) | 15 << 8)
+    f.config_write(at + 16, 4, (f.config_read(at + 16, 4) & ~0x3F00) | 8 << 8)
     f.config_write(4, 2, cmd)
-    assert f.bar(0).size == 32 << 30
+    assert f.bar(0).size == 32 << 30 and f.bar(2).size == 256 << 20
+    f.config_write(at + 8, 4, (ctrl & ~0x3F00) | 20 << 8)      # 1 TiB: not offered
+    assert "not supported" in str(f.dev.errors[-1]) and f.bar(0).size == 32 << 30
     f.close()
 
 
