@@ -486,7 +486,7 @@ def _valu_compute(name, dsts, srcs, mods, prog):
         raise Unsupported(f"no semantics for {name}")
     rtype, stypes, fn = ops.VALU[name]
     srcs = list(srcs)
-    if name in ("v_fmac_f32", "v_fmac_f64"):
+    if name in ("v_fmac_f32", "v_fmac_f64", "v_fmac_f16"):
         srcs.append(dsts[0])
     if name == "v_cndmask_b32" and len(srcs) == 2:
         srcs.append(ins.Operand(ins.SPECIAL, VCC, 1, reg="vcc_lo"))

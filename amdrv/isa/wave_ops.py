@@ -53,6 +53,20 @@ def fma_f32(a, b, c):
     return np.asarray(s).astype(F32)
 
 
+def fma_f16(a, b, c):
+    """Single-rounded float16 fma: exact product in float64, the sum rounded to odd in float64
+    (53 >= 11 + 2 bits), then one rounding to float16."""
+    p = np.asarray(a, F64) * np.asarray(b, F64)
+    c = np.asarray(c, F64)
+    s = np.array(p + c, F64)
+    bb = s - p
+    err = (p - (s - bb)) + (c - bb)
+    bits = s.view(U64)
+    fix = (err != 0) & ((bits & U64(1)) == 0) & np.isfinite(s)
+    toward = np.where(np.signbit(err) == np.signbit(s), U64(1), U64(2**64 - 1))
+    return np.where(fix, bits + toward, bits).view(F64).astype(F16)
+
+
 def fma_f64(a, b, c):
     """float64 fma with one rounding, from exact rational arithmetic per lane (numpy has no fma;
     f64 kernels are rare and small in tests)."""
@@ -198,6 +212,15 @@ def perm_b32(s0, s1, sel):
             np.where(b == 12, U32(0), U32(0xFF)))))))
         out |= r.astype(U32) << U32(8 * k)
     return out
+
+
+def _pk_rtz(x):
+    """float32 -> float16 bits, rounding toward zero (v_cvt_pk_rtz_f16_f32)."""
+    x = np.asarray(x, F32)
+    h = x.astype(F16)
+    over = np.isfinite(x) & (np.abs(h.astype(F64)) > np.abs(x.astype(F64)))
+    h = np.where(over, np.nextafter(h, F16(0)), h).astype(F16)
+    return h.view(U16).astype(U32)
 
 
 def med3(a, b, c):
@@ -413,10 +436,36 @@ _v("v_frexp_exp_i32_f64", I32, d1, frexp_exp)
 _v("v_frexp_mant_f64", F64, d1, lambda a: np.where(np.isfinite(a), np.frexp(a)[0], a))
 _v("v_div_fmas_f64", F64, d3, fma_f64)
 _v("v_div_fixup_f64", F64, d3, div_fixup)
-# f16 basics (compute in f32, round once)
-_v("v_add_f16", F16, (F16, F16), np.add)
-_v("v_mul_f16", F16, (F16, F16), np.multiply)
-_v("v_sub_f16", F16, (F16, F16), np.subtract)
+# f16: numpy computes f16 add/sub/mul in float32 and rounds once, which is exact (24 >= 2*11 + 2)
+h1, h2, h3 = (F16,), (F16, F16), (F16, F16, F16)
+_v("v_add_f16", F16, h2, np.add)
+_v("v_sub_f16", F16, h2, np.subtract)
+_v("v_subrev_f16", F16, h2, lambda a, b: b - a)
+_v("v_mul_f16", F16, h2, np.multiply)
+_v("v_fma_f16 v_fmac_f16 v_fmamk_f16 v_fmaak_f16", F16, h3, fma_f16)
+_v("v_min_f16", F16, h2, np.fmin)
+_v("v_max_f16", F16, h2, np.fmax)
+_v("v_min3_f16", F16, h3, lambda a, b, c: np.fmin(np.fmin(a, b), c))
+_v("v_max3_f16", F16, h3, lambda a, b, c: np.fmax(np.fmax(a, b), c))
+_v("v_med3_f16", F16, h3, med3_f)
+_v("v_ldexp_f16", F16, (F16, I16), lambda a, e: np.ldexp(a.astype(F64), e).astype(F16))
+_v("v_floor_f16", F16, h1, np.floor)
+_v("v_ceil_f16", F16, h1, np.ceil)
+_v("v_trunc_f16", F16, h1, np.trunc)
+_v("v_rndne_f16", F16, h1, np.rint)
+_v("v_sqrt_f16", F16, h1, lambda a: np.sqrt(a.astype(F64)).astype(F16))
+_v("v_rcp_f16", F16, h1, lambda a: (1.0 / a.astype(F64)).astype(F16))
+_v("v_rsq_f16", F16, h1, lambda a: (1.0 / np.sqrt(a.astype(F64))).astype(F16))
+_v("v_exp_f16", F16, h1, lambda a: np.exp2(a.astype(F64)).astype(F16))
+_v("v_log_f16", F16, h1, lambda a: np.log2(a.astype(F64)).astype(F16))
+_v("v_sin_f16", F16, h1, lambda a: sin_rev(a).astype(F16))
+_v("v_cos_f16", F16, h1, lambda a: cos_rev(a).astype(F16))
+_v("v_cvt_f16_i16", F16, (I16,), lambda a: a.astype(F16))
+_v("v_cvt_f16_u16", F16, (U16,), lambda a: a.astype(F16))
+_v("v_cvt_i16_f16", I16, h1, lambda a: cvt_f32_to_int(a, -2**15, 2**15 - 1, I16))
+_v("v_cvt_u16_f16", U16, h1, lambda a: cvt_f32_to_int(a, 0, 2**16 - 1, U16))
+_v("v_pack_b32_f16", U32, h2, lambda a, b: a.view(U16).astype(U32) | (b.view(U16).astype(U32) << U32(16)))
+_v("v_cvt_pk_rtz_f16_f32", U32, f2, lambda a, b: _pk_rtz(a) | (_pk_rtz(b) << U32(16)))
 
 
 # ------------------------------------------------------------------------------------------------

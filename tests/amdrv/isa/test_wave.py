@@ -404,6 +404,22 @@ def test_handoff(kernel_corpus, n):
     assert out[0][0] == 1 and out[1].tolist() == [43, 42]
 
 
+def test_half_math(kernel_corpus, size):
+    n, wg = size
+    f16 = np.float16
+    a, b, c = (rng.uniform(0.5, 4, n).astype(f16) for _ in range(3))
+    args = [np.zeros(4 * n, f16), np.zeros(n, f32), a, b, c, u32(n)]
+    out, _ = run(kernel_corpus["half_math"], (n,), (wg,), args, [0, 1])
+    o = out[0].reshape(n, 4)
+    exact = [float(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))) for x, y, z in zip(a, b, c)]
+    assert np.array_equal(o[:, 0], np.array(exact).astype(f16))        # one rounding (fma)
+    assert np.array_equal(o[:, 1], np.fmax(a, b) - np.fmin(b, c))
+    sq = np.sqrt(a.astype(f64))
+    assert np.all(np.abs(o[:, 2].astype(f64) - sq) <= np.spacing(sq.astype(f16)).astype(f64))  # 1 ulp
+    assert np.array_equal(o[:, 3], (a.astype(f64) * 3).astype(f16))
+    assert np.array_equal(out[1], b.astype(f32) + c.astype(f32))
+
+
 def test_corpus_is_covered(kernel_corpus):
     tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
     assert len(kernel_corpus) >= 20
