@@ -1042,9 +1042,11 @@ class DispatchResult:
 
 
 def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs: bytes,
-             max_waves: int = 16384) -> DispatchResult:
+             dynamic_lds: int = 0, max_waves: int = 16384) -> DispatchResult:
     """Run one kernel of a code object over `grid` work-items (x, y, z) in `block`-sized
-    workgroups: writes the kernarg segment and a dispatch packet into `memory`, then `launch`es."""
+    workgroups: writes the kernarg segment and a dispatch packet into `memory`, then `launch`es.
+    `dynamic_lds` bytes of LDS follow the kernel's fixed LDS (for `__local` pointer arguments,
+    whose kernarg value is their byte offset in the group segment)."""
     grid = tuple(grid) + (1,) * (3 - len(grid))
     block = tuple(block) + (1,) * (3 - len(block))
     kern = code_object.kernel(kernel_name)
@@ -1053,22 +1055,24 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     # argument; a real kernarg segment is allocated with room for that, so is this one.
     kernarg_len = (max(len(kernargs), kern.kernarg_size) + 63) // 64 * 64 + 256
     kernarg_addr = memory.upload(kernargs.ljust(kernarg_len, b"\0"), 64)
+    group_segment = kd.group_segment_fixed_size + dynamic_lds
     packet_addr = memory.upload(dispatch_packet(grid, block, kernarg_addr, kern.descriptor_address,
-                                                kd.group_segment_fixed_size, kd.private_segment_fixed_size), 64)
+                                                group_segment, kd.private_segment_fixed_size), 64)
     queue_addr = memory.alloc(256, 64)
     return launch(kd, kern.code, kern.code_address, memory, grid, block,
                   {"dispatch_ptr": packet_addr, "queue_ptr": queue_addr, "kernarg_segment_ptr": kernarg_addr},
-                  kern.name, max_waves)
+                  kern.name, group_segment, max_waves)
 
 
 def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values: dict,
-           name: str = "kernel", max_waves: int = 16384) -> DispatchResult:
+           name: str = "kernel", group_segment_size: int | None = None, max_waves: int = 16384) -> DispatchResult:
     """Run the code of a kernel described by `kd` (a KernelDescriptor) as the command processor
     would: the user SGPRs the descriptor enables, in AMDGPUUsage order, take their values from
     `user_values` (dispatch_ptr, queue_ptr, kernarg_segment_ptr, dispatch_id, ...; 0 when absent),
     the enabled workgroup ids follow at RSRC2.USER_SGPR_COUNT, and v0 holds the work-item ids
     packed x | y << 10 | z << 20 for the dimensions RSRC2 enables. Partial workgroups at the grid's
-    edges launch only their work-items."""
+    edges launch only their work-items. LDS per workgroup is `group_segment_size` (the packet's;
+    at least the descriptor's fixed size)."""
     grid = tuple(grid) + (1,) * (3 - len(grid))
     block = tuple(block) + (1,) * (3 - len(block))
     if not kd.wave32:
@@ -1095,7 +1099,10 @@ def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values:
     id_dims = r2["enable_vgpr_workitem_id"] + 1
 
     prog = Program(code, code_address, kd.vgpr_count, name)
-    lds_size = (kd.group_segment_fixed_size + 3) // 4 * 4
+    lds_size = max(kd.group_segment_fixed_size, group_segment_size or 0)
+    if lds_size > 65536:
+        raise ValueError(f"kernel {name}: {lds_size} bytes of LDS per workgroup exceeds 64 KiB")
+    lds_size = (lds_size + 3) // 4 * 4
     ngroups = [-(-grid[d] // block[d]) for d in range(3)]
     wgs = np.stack(np.meshgrid(*[np.arange(n) for n in ngroups], indexing="ij"), -1).reshape(-1, 3)
     # z-major then y then x, the order the hardware dispatches in

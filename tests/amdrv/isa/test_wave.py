@@ -420,6 +420,25 @@ def test_half_math(kernel_corpus, size):
     assert np.array_equal(out[1], b.astype(f32) + c.astype(f32))
 
 
+def test_dynamic_local(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-100, 100, n).astype(i32)
+    co = CodeObject.load(kernel_corpus["dynamic_local"])
+    kern = co.kernel()
+    assert [x.value_kind for x in kern.args][2] == "dynamic_shared_pointer"
+    mem = FlatMemory()
+    po, pa = mem.upload(np.zeros(n, i32)), mem.upload(a)
+    lds_offset = kern.descriptor.group_segment_fixed_size      # the dynamic part follows the fixed one
+    dispatch(co, None, mem, (n,), (wg,), pack_kernargs(kern, [po, pa, lds_offset, u32(n)]), dynamic_lds=4 * wg)
+    want = []
+    for g in range(0, n, wg):
+        part = a[g:g + wg].astype(np.int64)
+        want += list(np.cumsum(part * np.arange(1, len(part) + 1)) + len(part))
+    assert np.array_equal(mem.array(po, i32, n), want)
+    with pytest.raises(ExecError, match="LDS"):               # without the dynamic LDS it overruns
+        dispatch(co, None, mem, (n,), (wg,), pack_kernargs(kern, [po, pa, lds_offset, u32(n)]))
+
+
 def test_corpus_is_covered(kernel_corpus):
     tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
     assert len(kernel_corpus) >= 20
