@@ -11,6 +11,7 @@ process finds it as the last left it. vram_size and small_bar apply when a devic
 """
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
@@ -20,6 +21,18 @@ from gpusim.device import Device
 
 BUS = Bus()
 _SLOTS: dict[int, Device] = {}
+_STATE: dict[int, Path] = {}     # slots opened with a state file
+
+
+@atexit.register
+def _save_on_exit() -> None:
+    """A driver that dies without close() (an exception, sys.exit) leaves the GPU as it was, as hardware
+    would: the state file gets it. Only SIGKILL loses what happened since the last save."""
+    for slot, path in list(_STATE.items()):
+        dev = _SLOTS.get(slot)
+        if dev is not None and path.parent.is_dir():
+            dev.stop_async()
+            persist.save(dev, path)
 
 
 class _SimBAR(BAR):
@@ -200,6 +213,8 @@ class SimFunction(PCIFunction):
             self.dev.stop_async()   # the device keeps its state; its clock waits for the next user
         if self.state is not None:
             persist.save(self.dev, self.state)
+            if _STATE.get(self.slot) == self.state:
+                del _STATE[self.slot]
 
 
 def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
@@ -222,6 +237,10 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
         BUS.unplug(old)
     BUS.plug(dev)
     _SLOTS[slot] = dev
+    if state is not None:
+        _STATE[slot] = state
+    else:
+        _STATE.pop(slot, None)
     fn = SimFunction(dev, slot, state)
     if async_clock:
         dev.start_async()

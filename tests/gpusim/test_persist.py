@@ -61,3 +61,19 @@ def test_state_file_of_another_kind_is_refused(tmp_path):
     import pytest
     with pytest.raises(ValueError, match="not a gpusim device state"):
         provider.open_function("navi31", state=bad, slot=12)
+
+
+def test_a_driver_dying_without_close_still_leaves_its_state(tmp_path):
+    state = tmp_path / "crash.state"
+    code = textwrap.dedent("""
+        import sys
+        from gpusim import provider
+        f = provider.open_function("navi33", vram_size=1 << 30, state=sys.argv[1], fresh=True, slot=0)
+        f.bar(5).write32(f.dev.reg_addr("GC", "SCRATCH_REG1") * 4, 0xDEAD)
+        raise SystemExit(3)          # no close()
+    """)
+    r = subprocess.run([sys.executable, "-c", code, str(state)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, r.stderr
+    f = provider.open_function("navi33", state=state, slot=12)
+    assert f.bar(5).read32(f.dev.reg_addr("GC", "SCRATCH_REG1") * 4) == 0xDEAD
+    f.close()
