@@ -148,10 +148,6 @@ class VRAM:
             if np.frombuffer(mv, dtype=np.uint8).any():
                 yield i, bytes(mv)
 
-    def clear(self) -> None:
-        """Drops every page (madvise DONTNEED on a private anonymous mapping reads back zeros)."""
-        self._map.madvise(mmap.MADV_DONTNEED)
-
     def __getstate__(self):
         return {"size": self.size, "chunks": dict(self.chunks())}
 
@@ -228,12 +224,11 @@ class Device:
 
     STEP_NS = 1000  # simulated time per clock step
 
-    def __init__(self, chip: str = "navi31", vram_size: int = 1 << 30, bar0_size: int | None = None):
+    def __init__(self, chip: str = "navi31", vram_size: int = 1 << 30):
         self.chip = chip
         self.layout = discovery.layout(chip)
         self.vram = VRAM(vram_size)
         self.regs = RegisterSpace()
-        self.bar0_size = bar0_size or vram_size
         self.blocks: dict[str, Block] = {}
         self.errors: list[SimError] = []
         self.interrupts_dropped = 0

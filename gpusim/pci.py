@@ -43,7 +43,8 @@ def pow2_at_least(n: int) -> int:
 class ConfigSpace:
     """4 KiB of config space with the read-only, writable and sizing behaviour of the real registers."""
 
-    def __init__(self, chip: str, vram_size: int, bar0_size: int, slot: int = 0, bar2_size: int = DOORBELL_BAR_SIZE):
+    def __init__(self, chip: str, vram_size: int, bar0_size: int, slot: int = 0,
+                 bar2_size: int = DOORBELL_BAR_SIZE):
         c = chips.by_name(chip)
         self.chip = chip
         self.vram_size = vram_size
