@@ -365,7 +365,9 @@ def compile_instruction(inst, pc, prog: Program):
         return CBR, (lambda g: g.s[row] != 0), pc + 4 + 4 * _label(inst)
     if fmt == "VOPD":
         return OP, _vopd(inst, prog), 0
-    if fmt in ("VOP1", "VOP2", "VOP3", "VOP3SD", "VOPC", "VOP3P"):
+    if fmt == "VOP3P":
+        return OP, _packed(name, inst, prog), 0
+    if fmt in ("VOP1", "VOP2", "VOP3", "VOP3SD", "VOPC"):
         return OP, _valu(name, inst.dsts, inst.srcs, inst.mods, prog, inst), 0
     if fmt in ("SOP1", "SOP2", "SOPK", "SOPC"):
         return OP, _salu(name, inst, pc), 0
@@ -519,6 +521,47 @@ def _valu(name, dsts, srcs, mods, prog, inst):
 
     def run(g, x):
         write(g, compute(g), g.mask())
+    return run
+
+
+def _packed(name, inst, prog):
+    """VOP3P: the op runs on the low and the high 16-bit halves; op_sel picks which half of each
+    source feeds the low result, op_sel_hi which feeds the high one, neg/neg_hi negate (floats).
+    Inline constants apply to both halves."""
+    if name not in ops.PACKED:
+        raise Unsupported(f"no semantics for {name}")
+    t, fn = ops.PACKED[name]
+    mods = inst.mods
+    if _mods_int(mods, "clamp"):
+        raise Unsupported("clamp on packed math")
+    srcs = inst.srcs
+    sel_lo, sel_hi = _mods_int(mods, "op_sel"), _mods_int(mods, "op_sel_hi")
+    neg_lo, neg_hi = _mods_int(mods, "neg"), _mods_int(mods, "neg_hi")
+    if (neg_lo or neg_hi) and t != ops.F16:
+        raise Unsupported("neg on integer packed math")
+    raw = []
+    for o in srcs:
+        if o.kind in (ins.ICONST, ins.FCONST):
+            lo = o.value & 0xFFFF
+            raw.append((lambda c: lambda g: c)(np.array(lo | lo << 16, U32)))
+        else:
+            raw.append(vreader(o, U32, False, prog.nv))
+    w = vwriter(inst.dsts[0], U32, False, prog.nv)
+
+    def half(r, hi, negate):
+        h = ((r >> U32(16 if hi else 0)) & U32(0xFFFF)).astype(U16).view(t)
+        return -h if negate else h
+
+    def compute(g):
+        vals = [f(g) for f in raw]
+        out = []
+        for sel, neg in ((sel_lo, neg_lo), (sel_hi, neg_hi)):
+            r = fn(*[half(v, sel >> i & 1, neg >> i & 1) for i, v in enumerate(vals)])
+            out.append(np.asarray(r).astype(t, copy=False).view(U16).astype(U32))
+        return out[0] | (out[1] << U32(16))
+
+    def run(g, x):
+        w(g, compute(g), g.mask())
     return run
 
 

@@ -468,6 +468,22 @@ _v("v_pack_b32_f16", U32, h2, lambda a, b: a.view(U16).astype(U32) | (b.view(U16
 _v("v_cvt_pk_rtz_f16_f32", U32, f2, lambda a, b: _pk_rtz(a) | (_pk_rtz(b) << U32(16)))
 
 
+# VOP3P packed math: mnemonic -> (half type, fn on one half)
+PACKED = {
+    "v_pk_add_f16": (F16, np.add), "v_pk_mul_f16": (F16, np.multiply), "v_pk_fma_f16": (F16, fma_f16),
+    "v_pk_max_f16": (F16, np.fmax), "v_pk_min_f16": (F16, np.fmin),
+    "v_pk_add_u16": (U16, np.add), "v_pk_sub_u16": (U16, np.subtract),
+    "v_pk_add_i16": (I16, np.add), "v_pk_sub_i16": (I16, np.subtract),
+    "v_pk_mul_lo_u16": (U16, np.multiply), "v_pk_mad_u16": (U16, lambda a, b, c: a * b + c),
+    "v_pk_mad_i16": (I16, lambda a, b, c: a * b + c),
+    "v_pk_max_u16": (U16, np.maximum), "v_pk_min_u16": (U16, np.minimum),
+    "v_pk_max_i16": (I16, np.maximum), "v_pk_min_i16": (I16, np.minimum),
+    "v_pk_lshlrev_b16": (U16, lambda s, a: a << (s & U16(15))),
+    "v_pk_lshrrev_b16": (U16, lambda s, a: a >> (s & U16(15))),
+    "v_pk_ashrrev_i16": (I16, lambda s, a: a >> (s & I16(15))),
+}
+
+
 # ------------------------------------------------------------------------------------------------
 # VOPC: v_cmp[x]_<cond>_<type>
 
