@@ -36,14 +36,16 @@ class DiscoveryTMR(Block):
 
 
 def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = False,
-          slot: int = 0) -> Device:
+          slot: int = 0, harvest: tuple = ()) -> Device:
+    """harvest: (hw_id, instance) pairs the discovery harvest table lists as fused off (a cut-down
+    product, e.g. one VCN instance)."""
     vram_size = vram_size or VRAM_SIZE[chip]
     if vram_size % (1 << 20) or vram_size < 2 * SMALL_BAR:
         raise ValueError(f"{chip}: VRAM size {vram_size:#x} must be a multiple of 1 MiB and at least "
                          f"{2 * SMALL_BAR >> 20} MiB")
     # A host with resizable BAR grows both (the BIOS's choice); without, the reset sizes stay.
     bar0, bar2 = (SMALL_BAR, DOORBELL_BAR_SIZE) if small_bar else (pow2_at_least(vram_size), DOORBELL_BAR_MAX)
-    dev = Device(chip, vram_size)
+    dev = Device(chip, vram_size, tuple(harvest))
     dev.pci = ConfigSpace(chip, vram_size, bar0, slot, bar2)
     dev.add(DiscoveryTMR(dev))
     for mod, cls in BLOCKS:

@@ -224,9 +224,9 @@ class Device:
 
     STEP_NS = 1000  # simulated time per clock step
 
-    def __init__(self, chip: str = "navi31", vram_size: int = 1 << 30):
+    def __init__(self, chip: str = "navi31", vram_size: int = 1 << 30, harvest: tuple = ()):
         self.chip = chip
-        self.layout = discovery.layout(chip)
+        self.layout = discovery.layout(chip, harvest)
         self.vram = VRAM(vram_size)
         self.regs = RegisterSpace()
         self.blocks: dict[str, Block] = {}

@@ -21,7 +21,7 @@ Facts and their sources:
   Navi2x's NBIO lacks: 0x04040000, the sixth NBIF base public ip_discovery dumps of RDNA3/RDNA4 boards show.
 - GC info: shader-engine/SA/WGP counts of the products (Navi31: 6 SE x 2 SA x 4 WGP = 96 CU; Navi33:
   2 x 2 x 4 = 32 CU); the cache and depth fields are representative values, not from a dump.
-- Harvest: none (a full Navi31/Navi33).
+- Harvest: none (a full Navi31/Navi33) unless a board is built with `harvest`.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class Layout:
         return t
 
 
-def layout(chip: str) -> Layout:
+def layout(chip: str, harvest: tuple = ()) -> Layout:
     c = chips.by_name(chip)
     v = c.ip
     navi31 = chip == "navi31"
@@ -105,7 +105,9 @@ def layout(chip: str) -> Layout:
         gc_num_sqc_per_wgp=1, gc_l1_instruction_cache_size_per_sqc=32, gc_l1_data_cache_size_per_sqc=16,
         gc_gl1c_per_sa=1, gc_gl1c_size_per_instance=256, gc_gl2c_per_gpu=6144 if navi31 else 2048,
     )
-    return Layout(chip, tuple(ips), gc_info)
+    if len(harvest) > 32:
+        raise ValueError(f"{chip}: the harvest table holds 32 entries, not {len(harvest)}")
+    return Layout(chip, tuple(ips), gc_info, tuple(harvest))
 
 
 def checksum(data) -> int:

@@ -108,3 +108,10 @@ def test_corrupt_checksum_is_detectable():
     with pytest.raises(AssertionError):
         parse(read_discovery(f))
     f.close()
+
+
+def test_harvest_table_lists_fused_off_blocks():
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=9, harvest=((12, 1), (150, 3)))
+    _, _, harvested = parse(read_discovery(f))
+    assert harvested == [(12, 1), (150, 3)]          # VCN instance 1, UMC instance 3
+    f.close()
