@@ -527,7 +527,8 @@ def _valu(name, dsts, srcs, mods, prog, inst):
 def _packed(name, inst, prog):
     """VOP3P: the op runs on the low and the high 16-bit halves; op_sel picks which half of each
     source feeds the low result, op_sel_hi which feeds the high one, neg/neg_hi negate (floats).
-    Inline constants apply to both halves."""
+    An inline constant is its 16-bit value in the low half and 0 in the high half (which is how
+    LLVM decides what a v2f16/v2i16 constant can inline: splats come from op_sel_hi)."""
     if name not in ops.PACKED:
         raise Unsupported(f"no semantics for {name}")
     t, fn = ops.PACKED[name]
@@ -542,8 +543,7 @@ def _packed(name, inst, prog):
     raw = []
     for o in srcs:
         if o.kind in (ins.ICONST, ins.FCONST):
-            lo = o.value & 0xFFFF
-            raw.append((lambda c: lambda g: c)(np.array(lo | lo << 16, U32)))
+            raw.append((lambda c: lambda g: c)(np.array(o.value & 0xFFFF, U32)))
         else:
             raw.append(vreader(o, U32, False, prog.nv))
     w = vwriter(inst.dsts[0], U32, False, prog.nv)

@@ -444,15 +444,17 @@ def test_packed_math(kernel_corpus, size):
     f16, i16 = np.float16, np.int16
     a, b = (rng.uniform(-4, 4, 2 * n).astype(f16) for _ in range(2))
     sa = rng.integers(-2**15, 2**15, 2 * n).astype(i16)
-    args = [np.zeros(6 * n, f16), a, b, np.zeros(4 * n, i16), sa, u32(n)]
+    args = [np.zeros(10 * n, f16), a, b, np.zeros(4 * n, i16), sa, u32(n)]
     out, _ = run(kernel_corpus["packed_math"], (n,), (wg,), args, [0, 3])
-    o, so = out[0].reshape(n, 3, 2), out[3].reshape(n, 2, 2)
+    o, so = out[0].reshape(n, 5, 2), out[3].reshape(n, 2, 2)
     x, y, s2 = a.reshape(n, 2), b.reshape(n, 2), sa.reshape(n, 2)
     exact = np.array([float(Fraction(float(p)) * Fraction(float(q)) + Fraction(float(p)))
                       for p, q in zip(x.ravel(), y.ravel())]).astype(f16).reshape(n, 2)
     assert np.array_equal(o[:, 0], exact)                      # v_pk_fma_f16, one rounding per half
     assert np.array_equal(o[:, 1], x - y[:, ::-1])             # op_sel swizzle and neg
     assert np.array_equal(o[:, 2], np.fmax(x, y))
+    assert np.array_equal(o[:, 3], x + np.array([0, 1], f16))
+    assert np.array_equal(o[:, 4], x * np.array([0.5, 0], f16))
     with np.errstate(over="ignore"):
         assert np.array_equal(so[:, 0], s2 + s2[:, ::-1])
         assert np.array_equal(so[:, 1], s2 * np.array([3, -2], i16))
