@@ -4,7 +4,7 @@ Hand-written from the header layouts of amdgpu_ucode.h (every offset below is re
 from how upstream amdgpu cuts each file into PSP loads: amdgpu_ucode.c amdgpu_ucode_init_single_fw (which
 header field gives each load's offset and size), amdgpu_rlc.c amdgpu_gfx_rlc_init_microcode_v2_* (the RLC
 pieces) and amdgpu_psp.c parse_sos_bin_descriptor (the sos package). It deliberately shares no code with
-the driver's parser (amdrv/firmware/parse.py): if that parser takes a wrong offset or size, the payload it
+the driver's parser (amdrv/firmware/headers.py): if that parser takes a wrong offset or size, the payload it
 hands the PSP differs from the bytes here and the simulated PSP rejects it. The pinned files are located
 through the driver's firmware store (the cache), which verifies size and sha256 and nothing else.
 """

@@ -3,15 +3,12 @@
     from amdrv.firmware import FirmwareStore, parse
     img = parse("gc_11_0_0_mec.bin", FirmwareStore().read("gc_11_0_0_mec.bin"))
 """
+from amdrv.firmware.headers import Component, FirmwareImage, parse
 from amdrv.firmware.pins import PINS, TAG, files_for
 from amdrv.firmware.store import FirmwareError, FirmwareStore
 
-__all__ = ["PINS", "TAG", "FirmwareError", "FirmwareStore", "files_for", "parse", "load"]
-
-
-def parse(fname: str, data: bytes):
-    from amdrv.firmware.parse import parse as _parse  # the header readers need the generated tables
-    return _parse(fname, data)
+__all__ = ["PINS", "TAG", "Component", "FirmwareError", "FirmwareImage", "FirmwareStore", "files_for", "parse",
+           "load"]
 
 
 def load(name: str, store: FirmwareStore | None = None):

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from amdrv import chips
-from amdrv.firmware import pins
+from amdrv.firmware import parse, pins
 from amdrv.firmware.store import FirmwareError, FirmwareStore, check, pin_of
 
 
@@ -58,7 +58,6 @@ def _seed(store: FirmwareStore, directory: Path) -> int:
 
 
 def _inspect(path: Path) -> int:
-    from amdrv.firmware.parse import parse
     data = path.read_bytes()
     pin = pins.PINS.get(path.name)
     if pin:
