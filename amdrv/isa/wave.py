@@ -44,6 +44,12 @@ NOPS = {"s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_l
 CBRANCH = {"s_cbranch_scc0": (SCC, True), "s_cbranch_scc1": (SCC, False),
            "s_cbranch_vccz": (VCC, True), "s_cbranch_vccnz": (VCC, False),
            "s_cbranch_execz": (EXEC, True), "s_cbranch_execnz": (EXEC, False)}
+# Flat-address apertures (the high dword of a 64-bit flat address) for LDS and private memory, as
+# SH_MEM_BASES reports them: shared base in bits 31:16, private base in bits 15:0.
+SHARED_HI, PRIVATE_HI = 0x1000_0000, 0x2000_0000
+SH_MEM_BASES = (SHARED_HI >> 16) << 16 | (PRIVATE_HI >> 16)
+HW_REGS = {15: SH_MEM_BASES}          # hwreg ids s_getreg_b32 may read: HW_REG_SH_MEM_BASES
+APERTURE_REGS = {"src_shared_base": SHARED_HI, "src_private_base": PRIVATE_HI}
 SEXT_LOADS = {"i8": (1, 8), "i16": (2, 16)}
 LOAD_SIZES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2,
               "b8": 1, "b16": 2}
@@ -173,8 +179,16 @@ def _fmods(t, op: ins.Operand, f):
     return lambda g: -f(g)
 
 
+def _aperture(op: ins.Operand) -> ins.Operand:
+    """src_shared_base/src_private_base read as the constant high dword of their aperture."""
+    if op.kind == ins.SPECIAL and op.reg in APERTURE_REGS:
+        return ins.Operand(ins.LITERAL, value=APERTURE_REGS[op.reg], name=op.name)
+    return op
+
+
 def vreader(op: ins.Operand, t, hi: bool = False, nv: int = 256):
     """fn(g) -> array of type t broadcastable to [W, 32] (scalars come as [W, 1])."""
+    op = _aperture(op)
     if t is bool:
         if op.kind in ins.CONSTANT_KINDS:
             c = _unpack(np.array([op.value & 0xFFFFFFFF], U32))
@@ -220,6 +234,7 @@ def vreader(op: ins.Operand, t, hi: bool = False, nv: int = 256):
 
 def sreader(op: ins.Operand, t):
     """fn(g) -> array of type t, shape [W] (constants as 0-d arrays)."""
+    op = _aperture(op)
     if t is bool:
         row = _srow(op)
         return lambda g: g.s[row] != 0
@@ -600,6 +615,14 @@ def _salu(name, inst, pc):
             g.s[SCC] = new != 0
             g._exec = None
         return run
+    if name == "s_getreg_b32":
+        v = inst.srcs[0].value
+        hwid, lo, width = v & 0x3F, (v >> 6) & 0x1F, ((v >> 11) & 0x1F) + 1
+        if hwid not in HW_REGS:
+            raise Unsupported(f"s_getreg_b32 of hardware register {hwid}")
+        val = np.array((HW_REGS[hwid] >> lo) & ((1 << width) - 1), U32)
+        w = swriter(dsts[0], U32)
+        return lambda g, x: w(g, np.broadcast_to(val, (g.n,)))
     if name == "s_getpc_b64":
         w = swriter(dsts[0], U64)
         return lambda g, x: w(g, np.full(g.n, pc + 4, U64))
@@ -699,8 +722,14 @@ def _global(name, inst, prog):
             a += U64(offset & (2**64 - 1))
         return a
 
-    op, _, t = rest.rpartition("_")
-    if op == "load" or rest.startswith("load_"):
+    if kind == "flat":
+        load, store, atomic = _flat_load, _flat_store, _flat_atomic
+    else:
+        load = lambda g, m, full, x, a, size: x.memory.load(a, size)
+        store = lambda g, m, full, x, a, vals, size: x.memory.store(a, vals, size)
+        atomic = lambda g, m, full, x, op, a, new, dtype, cmp: x.memory.atomic(op, a, new, dtype, cmp)
+
+    if rest.startswith("load_"):
         t = rest[len("load_"):]
         size = LOAD_SIZES[t]
         k = max(1, size // 4)
@@ -711,7 +740,7 @@ def _global(name, inst, prog):
 
         def run(g, x):
             m, full = g.active()
-            vals = x.memory.load(address(g, m, full), size)
+            vals = load(g, m, full, x, address(g, m, full), size)
             if sext:
                 sh = U32(32 - sext[1])
                 vals = ((vals << sh).view(I32) >> I32(32 - sext[1])).view(U32)
@@ -728,7 +757,7 @@ def _global(name, inst, prog):
             vals = np.stack([_gather(g.v[data + j], m, full) for j in range(k)], axis=1)
             if size < 4:
                 vals &= U32((1 << (8 * size)) - 1)
-            x.memory.store(address(g, m, full), vals, size)
+            store(g, m, full, x, address(g, m, full), vals, size)
         return run
     if rest.startswith("atomic_"):
         aop, dtype, k = ops.atomic_type(rest[len("atomic_"):])
@@ -739,13 +768,80 @@ def _global(name, inst, prog):
             m, full = g.active()
             vals = np.stack([_gather(g.v[data + j], m, full) for j in range(k * (2 if aop == "cmpswap" else 1))], axis=1)
             new, cmp = (vals[:, :k], vals[:, k:]) if aop == "cmpswap" else (vals, None)
-            old = x.memory.atomic(aop, address(g, m, full), np.ascontiguousarray(new), dtype,
-                                  None if cmp is None else np.ascontiguousarray(cmp))
+            old = atomic(g, m, full, x, aop, address(g, m, full), np.ascontiguousarray(new), dtype,
+                         None if cmp is None else np.ascontiguousarray(cmp))
             if ret is not None:
                 for j in range(k):
                     g.v[ret + j][m] = old[:, j]
         return run
     raise Unsupported(f"memory op {name}")
+
+
+def _lane_values(g, m, full, per_lane):
+    """A [W, 32] (or [W, 1]) array of per-lane values, gathered for the active lanes."""
+    return _gather(np.broadcast_to(per_lane, m.shape), m, full)
+
+
+def _private_base(g, m, full, x):
+    """Byte offset of each active lane's private segment in the executor's scratch space."""
+    lane = (g.ids - x.first_wave)[:, None] * 32 + np.arange(32, dtype=np.int64)
+    return _lane_values(g, m, full, lane * x.private_size)
+
+
+def _check(off, size, limit, space, write, what):
+    if off.size and (off.min() < 0 or off.max() + size > limit):
+        bad = int(off[(off < 0) | (off + size > limit)][0])
+        raise MemoryFault(space, bad, size, write, f"outside the {what}'s {limit} bytes")
+
+
+def _flat_parts(g, m, full, x, a, size, write):
+    """Route flat addresses: the LDS and private apertures to those spaces (offset = the low
+    dword), everything else to global memory. None when every lane is global."""
+    hi = (a >> U64(32)).astype(U32)
+    lds, prv = hi == SHARED_HI, hi == PRIVATE_HI
+    if not (lds.any() or prv.any()):
+        return None
+    parts = []
+    glob = ~(lds | prv)
+    if glob.any():
+        parts.append((glob, x.memory, a[glob]))
+    if lds.any():
+        off = (a[lds] & U64(0xFFFFFFFF)).astype(np.int64)
+        _check(off, size, x.lds_size, "LDS", write, "workgroup's LDS")
+        parts.append((lds, x.lds, off + _lane_values(g, m, full, (g.slot * x.lds_size)[:, None])[lds]))
+    if prv.any():
+        off = (a[prv] & U64(0xFFFFFFFF)).astype(np.int64)
+        _check(off, size, x.private_size, "private", write, "work-item's private memory")
+        parts.append((prv, x.scratch, off + _private_base(g, m, full, x)[prv]))
+    return parts
+
+
+def _flat_load(g, m, full, x, a, size):
+    parts = _flat_parts(g, m, full, x, a, size, False)
+    if parts is None:
+        return x.memory.load(a, size)
+    out = np.zeros((len(a), max(1, size // 4)), U32)
+    for sel, space, off in parts:
+        out[sel] = space.load(off, size)
+    return out
+
+
+def _flat_store(g, m, full, x, a, vals, size):
+    parts = _flat_parts(g, m, full, x, a, size, True)
+    if parts is None:
+        return x.memory.store(a, vals, size)
+    for sel, space, off in parts:
+        space.store(off, vals[sel], size)
+
+
+def _flat_atomic(g, m, full, x, op, a, new, dtype, cmp):
+    parts = _flat_parts(g, m, full, x, a, np.dtype(dtype).itemsize, True)
+    if parts is None:
+        return x.memory.atomic(op, a, new, dtype, cmp)
+    out = np.zeros((len(a), np.dtype(dtype).itemsize // 4), U32)
+    for sel, space, off in parts:
+        out[sel] = space.atomic(op, off, new[sel], dtype, None if cmp is None else cmp[sel])
+    return out
 
 
 def _scratch(name, inst, prog):
@@ -759,7 +855,6 @@ def _scratch(name, inst, prog):
     offset = _mods_int(inst.mods, "offset")
     if offset >= 1 << 12:
         offset -= 1 << 13
-    lanes = np.arange(32, dtype=np.int64)
 
     def offsets(g, m, x, size):
         full = g._full
@@ -768,12 +863,8 @@ def _scratch(name, inst, prog):
             a += _gather(g.v[vaddr], m, full)
         if srow is not None:
             a += _gather(np.broadcast_to(g.s[srow][:, None], m.shape), m, full)
-        if a.size and (a.min() < 0 or a.max() + size > x.private_size):
-            bad = int(a[(a < 0) | (a + size > x.private_size)][0])
-            raise MemoryFault("private", bad, size, False,
-                              f"outside the work-item's {x.private_size} bytes of private memory")
-        lane = (g.ids - x.first_wave)[:, None] * 32 + lanes
-        return a + _gather(np.broadcast_to(lane * x.private_size, m.shape), m, full)
+        _check(a, size, x.private_size, "private", False, "work-item's private memory")
+        return a + _private_base(g, m, full, x)
 
     rest = name[len("scratch_"):]
     if rest.startswith("load_"):

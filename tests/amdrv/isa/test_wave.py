@@ -460,6 +460,16 @@ def test_packed_math(kernel_corpus, size):
         assert np.array_equal(so[:, 1], s2 * np.array([3, -2], i16))
 
 
+def test_generic_ptr(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-1000, 1000, n).astype(i32)
+    out, _ = run(kernel_corpus["generic_ptr"], (n,), (wg,), [np.zeros(n, i32), a.copy(), u32(n)], [0, 1])
+    i = np.arange(n)
+    l = i % wg
+    assert np.array_equal(out[0], np.where(i & 1, 2001 + 2 * l, a + 1000 + l))
+    assert np.array_equal(out[1], np.where(i & 1, a, a + 1))      # the global half was incremented
+
+
 def test_corpus_is_covered(kernel_corpus):
     tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
     assert len(kernel_corpus) >= 20
