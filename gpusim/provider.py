@@ -1,9 +1,10 @@
 """The simulator as a pcie provider: `pcie.open_function("sim", "navi31", ...)` lands here.
 
-    open_function(spec="navi31", *, chip=None, vram_size=None, small_bar=False, state=None, slot=0,
+    open_function(spec="navi31", *, chip=None, vram_size=None, small_bar=False, state=None, slot=None,
                   fresh=False, async_clock=False, harvest=()) -> SimFunction
 
-spec or chip is "navi31" or "navi33". Devices live on one simulated bus per process, one per slot, and
+spec or chip is "navi31" or "navi33". Devices live on one simulated bus per process, one per slot (by
+default the slot already holding that chip, else the first free one), and
 outlive the functions opened on them: opening a slot again gives a new driver instance the same device,
 as it left it (fresh=True powers a new one on instead). With `state`, a file path, the device is loaded
 from that file when it exists (the file wins over the device in memory) and saved to it on close, so a new
@@ -219,12 +220,15 @@ class SimFunction(PCIFunction):
 
 
 def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
-                  small_bar: bool = False, state=None, slot: int = 0, fresh: bool = False,
+                  small_bar: bool = False, state=None, slot: int | None = None, fresh: bool = False,
                   async_clock: bool = False, harvest: tuple = ()) -> SimFunction:
     chip = chip or spec or "navi31"
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
     state = Path(state) if state else None
+    if slot is None:  # the slot already holding this chip, else the first free one
+        slot = next((s for s, d in sorted(_SLOTS.items()) if d.chip == chip),
+                    next(i for i in range(len(_SLOTS) + 1) if i not in _SLOTS))
     dev = None if fresh else _SLOTS.get(slot)
     if state is not None and state.exists() and not fresh:
         dev = persist.load(state)    # the file is what the last user (maybe another process) left

@@ -1,0 +1,138 @@
+"""An AM device attached through pcie: the context every IP block of amdrv/ip works in.
+
+`AMDevice.attach(spec)` opens the PCI function, reads the VRAM size and the IP discovery table, binds
+register blocks per IP instance and sets up the VRAM allocator — it touches no engine, so it is what
+every boot path starts from. IP blocks take the device and use:
+
+    dev.reg("GC")           # amdrv.regs.IPBlock bound to GC instance 0 (dev.reg("SDMA0") -> GC's bases)
+    dev.vram.read/write     # VRAM bytes at an offset, through BAR0 or indirectly (small BAR)
+    dev.mm                  # the VRAMAllocator (boot region + heap)
+    dev.mc_address(offset)  # the GPU's MC address of a VRAM offset, once the GMC has set the FB location
+    dev.firmware            # the FirmwareStore; dev.chip the chips.Chip; dev.disc the Discovery
+"""
+from __future__ import annotations
+
+from amdrv import chips, device_spec, discovery, regs
+from amdrv.firmware import FirmwareStore
+from amdrv.memory import VRAMAllocator
+from pcie.interface import BAR, PCIError, PCIFunction
+
+# amdgpu_device.c amdgpu_device_mm_access: dword register addresses in the fixed aperture
+MM_INDEX, MM_DATA, MM_INDEX_HI = 0x0, 0x1, 0x6
+MM_APER = 0x80000000  # MM_INDEX bit 31 selects the VRAM aperture
+
+
+class VRAM:
+    """VRAM bytes by offset: BAR0 where it reaches, MM_INDEX/MM_DATA beyond it (small BAR)."""
+
+    def __init__(self, bar0: BAR, mmio: BAR, size: int):
+        self.bar0, self.mmio, self.size = bar0, mmio, size
+        self.visible = min(bar0.size, size)  # the CPU-visible part through BAR0
+        self.direct = bar0.direct()
+
+    def _check(self, offset: int, n: int) -> None:
+        if offset < 0 or offset + n > self.size:
+            raise PCIError(f"VRAM access of {n} bytes at {offset:#x} is outside the {self.size:#x}-byte VRAM")
+
+    def read(self, offset: int, n: int) -> bytes:
+        self._check(offset, n)
+        if offset + n <= self.visible:
+            return bytes(self.direct[offset:offset + n]) if self.direct is not None else self.bar0.read(offset, n)
+        head = max(0, self.visible - offset)
+        out = bytearray(self.read(offset, head) if head else b"")
+        pos, end = offset + head, offset + n
+        start = pos & ~3
+        for a in range(start, end, 4):
+            out += self._indirect_read32(a).to_bytes(4, "little")
+        return bytes(out[pos - start:][:n - head]) if start != pos else bytes(out[:n])
+
+    def write(self, offset: int, data: bytes) -> None:
+        n = len(data)
+        self._check(offset, n)
+        if offset + n <= self.visible:
+            if self.direct is not None:
+                self.direct[offset:offset + n] = data
+            else:
+                self.bar0.write(offset, data)
+            return
+        head = max(0, self.visible - offset)
+        if head:
+            self.write(offset, data[:head])
+        pos, rest = offset + head, memoryview(data)[head:]
+        if pos % 4 or len(rest) % 4:  # read-modify-write the partial dwords at either end
+            start, end = pos & ~3, (pos + len(rest) + 3) & ~3
+            buf = bytearray(self.read(start, end - start))
+            buf[pos - start:pos - start + len(rest)] = rest
+            pos, rest = start, memoryview(buf)
+        for i in range(0, len(rest), 4):
+            self._indirect_write32(pos + i, int.from_bytes(rest[i:i + 4], "little"))
+
+    def read32(self, offset: int) -> int:
+        return int.from_bytes(self.read(offset, 4), "little")
+
+    def write32(self, offset: int, value: int) -> None:
+        self.write(offset, value.to_bytes(4, "little"))
+
+    def _indirect_read32(self, addr: int) -> int:
+        self.mmio.write32(MM_INDEX * 4, (addr & 0x7FFFFFFF) | MM_APER)
+        self.mmio.write32(MM_INDEX_HI * 4, addr >> 31)
+        return self.mmio.read32(MM_DATA * 4)
+
+    def _indirect_write32(self, addr: int, value: int) -> None:
+        self.mmio.write32(MM_INDEX * 4, (addr & 0x7FFFFFFF) | MM_APER)
+        self.mmio.write32(MM_INDEX_HI * 4, addr >> 31)
+        self.mmio.write32(MM_DATA * 4, value)
+
+
+class AMDevice:
+    """A GPU the AM driver holds: PCI function, registers, VRAM, discovery, allocator, firmware."""
+
+    def __init__(self, name: str, pci: PCIFunction, firmware: FirmwareStore | None = None):
+        self.name, self.pci = name, pci
+        self.mmio = pci.bar(5)
+        vram_size = discovery.vram_size(self.mmio)
+        self.vram = VRAM(pci.bar(0), self.mmio, vram_size)
+        self.disc = discovery.read_discovery(self.vram.read, vram_size)
+        self.chip = self._identify()
+        self.mm = VRAMAllocator(vram_size)
+        self.firmware = firmware or FirmwareStore()
+        self.fb_base: int | None = None  # MC address of VRAM offset 0, set by the GMC block
+        self._blocks: dict[tuple[str, int], regs.IPBlock] = {}
+
+    @classmethod
+    def attach(cls, spec: str = "am:sim", firmware: FirmwareStore | None = None) -> AMDevice:
+        pci = device_spec.parse(spec).open()
+        try:
+            return cls(spec, pci, firmware)
+        except BaseException:
+            pci.close()
+            raise
+
+    def _identify(self) -> chips.Chip:
+        gc = self.disc.version_of("GC")
+        for chip in chips.SUPPORTED:
+            if chip.ip["gc"] == gc:
+                return chip
+        known = ", ".join(f"{c.name} GC {'.'.join(map(str, c.ip['gc']))}" for c in chips.SUPPORTED)
+        raise PCIError(f"{self.name}: GC {'.'.join(map(str, gc))} is not a supported GPU (supported: {known})")
+
+    def reg(self, block: str, instance: int = 0) -> regs.IPBlock:
+        key = (block, instance)
+        if key not in self._blocks:
+            name = "GC" if block.startswith("SDMA") else block  # gfx11 SDMA registers sit in GC's space
+            self._blocks[key] = self.disc.ip_block(name, instance if name == block else 0, self.mmio)
+        return self._blocks[key]
+
+    def mc_address(self, vram_offset: int) -> int:
+        if self.fb_base is None:
+            raise PCIError(f"{self.name}: MC address asked before the GMC set the framebuffer location")
+        return self.fb_base + vram_offset
+
+    def close(self) -> None:
+        self.pci.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,2 @@
+"""The AM driver's IP blocks, one module each (nbio, gmc, ih, psp, smu, gfx, sdma), all working on an
+`amdrv.device.AMDevice`."""
