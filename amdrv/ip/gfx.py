@@ -1,0 +1,184 @@
+"""GFX 11 (gfx_v11_0.c) brought up for compute, with firmware loaded by the PSP (front door).
+
+With AMDGPU_FW_LOAD_PSP the PSP has placed every CP/RLC/IMU/MES image and started the RLC autoload;
+gfx_v11_0_hw_init then:
+  1. waits for the autoload: CP_STAT == 0 and RLC_RLCS_BOOTLOAD_STATUS.BOOTLOAD_COMPLETE
+     (gfx_v11_0_wait_for_rlc_autoload_complete);
+  2. reads GB_ADDR_CONFIG (get_gb_addr_config);
+  3. points the RS64 MEC pipes at the firmware's start address and pulses their reset
+     (the MEC part of gfx_v11_0_config_gfx_rs64: the PFP/ME graphics pipes are not used here);
+  4. golden settings (golden_settings_gc_11_0, plus golden_settings_gc_11_0_1 on GC 11.0.1/11.0.4);
+  5. constants: GRBM_CNTL.READ_TIMEOUT, SH_MEM_CONFIG/SH_MEM_BASES per VMID, no GDS/GWS/OA for
+     VMIDs 1..15 (gfx_v11_0_constants_init, _init_compute_vmid, _init_gds_vmid);
+  6. RLC: the Save Restore Machine on (gfx_v11_0_rlc_resume's PSP branch); RLC_ENABLE_F32 is set by
+     the autoload and set again here if it is not (gfx_v11_0_rlc_start), as the RLC must run for the CP;
+  7. the MEC unhalted with its four pipes active (gfx_v11_0_cp_compute_enable).
+The clear-state buffer (gfx_v11_0_init_csb) only serves the graphics ring, and the doorbell ranges and
+queues belong to the queue code, so neither is done here. `fini` halts the MEC as gfx_v11_0_hw_fini does.
+"""
+from __future__ import annotations
+
+import time
+
+from amdrv.firmware import files_for, parse
+
+# gfx_v11_0.c: DEFAULT_SH_MEM_CONFIG = ADDRESS_MODE 64, ALIGNMENT_MODE UNALIGNED, INITIAL_INST_PREFETCH 3
+SH_MEM_ADDRESS_MODE_64, SH_MEM_ALIGNMENT_MODE_UNALIGNED = 0, 3
+# gmc_v11_0.c: the flat apertures the shaders of VMIDs 1..7 see (bits 63:48 go into SH_MEM_BASES)
+SHARED_APERTURE_START, PRIVATE_APERTURE_START = 0x2000000000000000, 0x1000000000000000
+# gfx_v11_0_init_compute_vmid: LDS_APP_BASE / SCRATCH_APP_BASE for the KFD (compute) VMIDs
+LDS_APP_BASE, SCRATCH_APP_BASE = 0x1, 0x2
+FIRST_COMPUTE_VMID, NUM_VMID = 8, 16  # amdgpu's vm_manager.first_kfd_vmid on gfx11, AMDGPU_NUM_VMID
+MEC_PIPES = 4
+# golden_settings_gc_11_0 / _11_0_1: (register, and_mask, or_value) as soc15_program_register_sequence
+GOLDEN_GC_11_0 = (("TCP_CNTL", 0x20000000, 0x20000000),)
+GOLDEN_GC_11_0_1 = (
+    ("CGTT_GS_NGG_CLK_CTRL", 0x9FFF8FFF, 0x00000010), ("CGTT_WD_CLK_CTRL", 0xFFFF8FFF, 0x00000010),
+    ("CPF_GCR_CNTL", 0x0007FFFF, 0x0000C200), ("GL2C_CTRL3", 0xFFFF001B, 0x00F01988),
+    ("PA_CL_ENHANCE", 0xF0FFFFFF, 0x00880007), ("PA_SC_ENHANCE_3", 0xFFFFFFFD, 0x00000008),
+    ("PA_SC_VRS_SURFACE_CNTL_1", 0xFFF891FF, 0x55480100), ("TA_CNTL_AUX", 0xF7F7FFFF, 0x01030000),
+    ("TCP_CNTL2", 0xFCFFFFFF, 0x0000000A))
+AUTOLOAD_TIMEOUT_S = 0.1  # adev->usec_timeout (AMDGPU_MAX_USEC_TIMEOUT, 100 ms)
+
+
+class GFXError(RuntimeError):
+    """GFX bring-up failed: names the device, the register and what was read."""
+
+
+def poll(read, done, timeout_s: float, min_reads: int = 100_000):
+    """Reads until done(value): gives up once both timeout_s of wall time and min_reads reads have
+    passed (a simulator steps its clock per read, hardware takes wall time). Returns (ok, last value)."""
+    t0, n = time.perf_counter(), 0
+    while True:
+        v = read()
+        n += 1
+        if done(v):
+            return True, v
+        if n >= min_reads and time.perf_counter() - t0 >= timeout_s:
+            return False, v
+
+
+def program_golden(gc, sequence) -> None:
+    """soc15_program_register_sequence: and_mask 0xffffffff writes or_value, else read-modify-write."""
+    for name, and_mask, or_value in sequence:
+        reg = gc.reg(name)
+        if and_mask == 0xFFFFFFFF:
+            reg.write(or_value)
+        else:
+            reg.write((reg.read() & ~and_mask) | or_value)
+
+
+class GFX:
+    """GC 11.0.x compute bring-up. `init()` is hw_init, `fini()` hw_fini; `mec_ready()` tells whether
+    the MEC runs (firmware autoloaded, unhalted, pipes active and out of reset)."""
+
+    def __init__(self, dev):
+        self.dev, self.gc = dev, dev.reg("GC")
+        self.version = dev.disc.version_of("GC")
+        mec = next(n for n in files_for(dev.chip) if n.endswith("_mec.bin"))
+        hdr = parse(mec, dev.firmware.read(mec)).header
+        self.mec_firmware = mec
+        self.mec_start = (hdr["ucode_start_addr_lo"], hdr["ucode_start_addr_hi"])
+        self.gb_addr_config = 0
+
+    def _fail(self, what: str) -> GFXError:
+        v = ".".join(map(str, self.version))
+        return GFXError(f"{self.dev.name}: GFX (GC {v}): {what}")
+
+    # ---------------------------------------------------------------- hw_init
+    def init(self) -> None:
+        self.wait_for_rlc_autoload()
+        self.gb_addr_config = self.gc.GB_ADDR_CONFIG.read()
+        self.config_mec_rs64()
+        golden = GOLDEN_GC_11_0_1 + GOLDEN_GC_11_0 if self.version in ((11, 0, 1), (11, 0, 4)) else GOLDEN_GC_11_0
+        program_golden(self.gc, golden)
+        self.constants_init()
+        self.rlc_resume()
+        self.cp_compute_enable(True)
+        if not self.mec_ready():
+            raise self._fail(f"the MEC did not start: CP_MEC_RS64_CNTL reads "
+                             f"{self.gc.CP_MEC_RS64_CNTL.read():#010x} after unhalting it")
+        self.wait_idle()
+
+    def wait_for_rlc_autoload(self, timeout_s: float = AUTOLOAD_TIMEOUT_S) -> None:
+        gc = self.gc
+        complete = gc.RLC_RLCS_BOOTLOAD_STATUS.defn.fields["BOOTLOAD_COMPLETE"].mask
+
+        def read():
+            return gc.CP_STAT.read(), gc.RLC_RLCS_BOOTLOAD_STATUS.read()
+
+        ok, (cp_stat, status) = poll(read, lambda v: v[0] == 0 and v[1] & complete, timeout_s, 1000)
+        if not ok:
+            raise self._fail(f"RLC autoload did not complete: CP_STAT {cp_stat:#010x} (must be 0), "
+                             f"RLC_RLCS_BOOTLOAD_STATUS {status:#010x} (BOOTLOAD_COMPLETE clear); the PSP "
+                             "must have loaded every GFX firmware and run AUTOLOAD_RLC (cold boot again)")
+
+    def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0) -> None:
+        self.gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=me, VMID=vmid, QUEUEID=queue)
+
+    def config_mec_rs64(self) -> None:
+        lo, hi = self.mec_start
+        for pipe in range(MEC_PIPES):
+            self.grbm_select(me=1, pipe=pipe)
+            self.gc.CP_MEC_RS64_PRGRM_CNTR_START.write(((lo >> 2) | (hi << 30)) & 0xFFFFFFFF)
+            self.gc.CP_MEC_RS64_PRGRM_CNTR_START_HI.write(hi >> 2)
+        self.grbm_select()
+        resets = {f"MEC_PIPE{p}_RESET": 1 for p in range(MEC_PIPES)}
+        cntl = self.gc.CP_MEC_RS64_CNTL
+        value = cntl.update(**resets)
+        cntl.write(value, **{k: 0 for k in resets})
+
+    def constants_init(self) -> None:
+        gc = self.gc
+        gc.GRBM_CNTL.update(READ_TIMEOUT=0xFF)
+        config = gc.SH_MEM_CONFIG.encode(ADDRESS_MODE=SH_MEM_ADDRESS_MODE_64,
+                                         ALIGNMENT_MODE=SH_MEM_ALIGNMENT_MODE_UNALIGNED, INITIAL_INST_PREFETCH=3)
+        bases = gc.SH_MEM_BASES.encode(PRIVATE_BASE=PRIVATE_APERTURE_START >> 48,
+                                       SHARED_BASE=SHARED_APERTURE_START >> 48)
+        compute_bases = gc.SH_MEM_BASES.encode(SHARED_BASE=LDS_APP_BASE, PRIVATE_BASE=SCRATCH_APP_BASE)
+        for vmid in range(NUM_VMID):
+            self.grbm_select(vmid=vmid)
+            gc.SH_MEM_CONFIG.write(config)
+            if vmid:
+                gc.SH_MEM_BASES.write(compute_bases if vmid >= FIRST_COMPUTE_VMID else bases)
+        self.grbm_select()
+        for vmid in range(1, NUM_VMID):  # firmware grants GDS/GWS/OA to the VMIDs that use them
+            for name in (f"GDS_VMID{vmid}_BASE", f"GDS_VMID{vmid}_SIZE", f"GDS_GWS_VMID{vmid}",
+                         f"GDS_OA_VMID{vmid}"):
+                gc.reg(name).write(0)
+
+    def rlc_resume(self) -> None:
+        self.gc.RLC_SRM_CNTL.update(SRM_ENABLE=1, AUTO_INCR_ADDR=1)
+        if not self.gc.RLC_CNTL.decode()["RLC_ENABLE_F32"]:
+            self.gc.RLC_CNTL.update(RLC_ENABLE_F32=1)
+
+    def cp_compute_enable(self, enable: bool) -> None:
+        on, off = int(enable), int(not enable)
+        fields = {"MEC_INVALIDATE_ICACHE": off, "MEC_HALT": off}
+        for p in range(MEC_PIPES):
+            fields[f"MEC_PIPE{p}_RESET"] = off
+            fields[f"MEC_PIPE{p}_ACTIVE"] = on
+        self.gc.CP_MEC_RS64_CNTL.update(**fields)
+
+    # ---------------------------------------------------------------- state
+    def mec_ready(self) -> bool:
+        f = self.gc.CP_MEC_RS64_CNTL.decode()
+        if f["MEC_HALT"] or f["MEC_INVALIDATE_ICACHE"]:
+            return False
+        if any(f[f"MEC_PIPE{p}_RESET"] or not f[f"MEC_PIPE{p}_ACTIVE"] for p in range(MEC_PIPES)):
+            return False
+        return bool(self.gc.RLC_RLCS_BOOTLOAD_STATUS.decode()["BOOTLOAD_COMPLETE"])
+
+    def is_idle(self) -> bool:
+        return not self.gc.GRBM_STATUS.decode()["GUI_ACTIVE"]
+
+    def wait_idle(self, timeout_s: float = AUTOLOAD_TIMEOUT_S) -> None:
+        gui_active = self.gc.GRBM_STATUS.defn.fields["GUI_ACTIVE"].mask
+        ok, v = poll(self.gc.GRBM_STATUS.read, lambda v: not v & gui_active, timeout_s, 1000)
+        if not ok:
+            raise self._fail(f"GFX did not go idle: GRBM_STATUS {v:#010x} has GUI_ACTIVE set "
+                             f"({timeout_s * 1e3:.0f} ms); a queue may be hung: boot cold (DRIVERLESS_COLD_BOOT=1)")
+
+    # ---------------------------------------------------------------- hw_fini
+    def fini(self) -> None:
+        self.cp_compute_enable(False)
