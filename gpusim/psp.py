@@ -211,7 +211,11 @@ class PSP(Block):
                 self.error(f"KM ring at MC {addr:#x} of {size:#x} bytes: size and address must be whole frames")
                 status = TEE_ERROR_BAD_PARAMETERS & 0xFFFF
             else:
-                self.ring, self.rptr = (addr, size), 0
+                # The driver writes its first frame at the write pointer it reads from C2PMSG_67
+                # (psp_ring_cmd_submit), also after DESTROY_RINGS and a new INIT (psp_suspend/psp_resume):
+                # a new ring is read from where that register stands.
+                self.ring = (addr, size)
+                self.rptr = self.get(MP0, "MP0_SMN_C2PMSG_67") % (size // 4)
         elif cmd == P.GFX_CTRL_CMD_ID_DESTROY_RINGS:
             self.ring = None
         else:

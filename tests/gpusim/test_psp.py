@@ -233,6 +233,21 @@ def test_load_ip_fw_refusals(sim):
     assert dev.blocks["PSP"].loaded == {P.GFX_FW_TYPE_RS64_MEC: 1}
 
 
+def test_a_new_ring_continues_at_the_write_pointer(sim):
+    # psp_ring_cmd_submit takes the frame slot from C2PMSG_67; after DESTROY_RINGS and a new INIT (upstream's
+    # suspend/resume) the register still holds the old write pointer, so the new ring is read from there.
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    drv.ring_create()
+    drv.toc_and_tmr(fw)                              # three commands: C2PMSG_67 = 48
+    drv.w("MP0_SMN_C2PMSG_64", P.GFX_CTRL_CMD_ID_DESTROY_RINGS)
+    assert drv.wait("MP0_SMN_C2PMSG_64", 0x8000FFFF, 0x80000000) is not None
+    dev.vram.write(RING, bytes(0x1000))              # a new ring with nothing in the slots before 48
+    assert drv.ring_create() == 0x80000000
+    assert drv.load(P.GFX_FW_TYPE_RLC_G, fw.ip_fw(P.GFX_FW_TYPE_RLC_G)) == 0
+    assert dev.errors == []                          # the empty slots before the write pointer were not run
+
+
 def test_autoload_needs_every_gfx_firmware(sim):
     dev, drv, fw = sim
     drv.boot_sos(fw)
