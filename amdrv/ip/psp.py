@@ -1,0 +1,387 @@
+"""PSP 13.0.x (MP0): the bootloader, the KM ring and the firmware loads of a Navi31/Navi33 boot.
+
+Upstream's front-door load (amdgpu_psp.c psp_load_fw/psp_hw_start/psp_load_non_psp_fw, psp_v13_0.c), which
+`PSP.load()` follows:
+
+1. Bootloader (skipped when the secure OS already runs: C2PMSG_81 non-zero, psp_v13_0_is_sos_alive): the sos
+   package's KDB, SPL, SYS_DRV (then SOC/INTF/DBG/RAS drivers if the package has them) and SOS, each staged in
+   a 1 MiB-aligned buffer whose MC address >> 20 goes to C2PMSG_36, the PSP_BL__LOAD_* command to C2PMSG_35;
+   C2PMSG_35 reads 0x80000000 when the bootloader is ready (psp_v13_0_wait_for_bootloader). After SOS,
+   C2PMSG_81 turns non-zero.
+2. KM ring (psp_v13_0_ring_create): wait for bit 31 of C2PMSG_64, ring MC address in C2PMSG_69/70, size in
+   C2PMSG_71, PSP_RING_TYPE__KM << 16 in C2PMSG_64, then bit 31 with status 0 in bits 15:0.
+3. Commands (psp_cmd_submit_buf, psp_ring_cmd_submit): a psp_gfx_cmd_resp in the command buffer, a
+   psp_gfx_rb_frame at the write pointer (C2PMSG_67, in dwords) naming it and a fence; the PSP answers in
+   resp and writes the fence value, which is polled in memory (not a register: over USB every register read
+   is a round trip).
+4. LOAD_TOC (the answer carries the TMR size), LOAD_IP_FW of SMU (MP0 13.0.0/13.0.7 have
+   pmfw_centralized_cstate_management: SMU before the TMR), SETUP_TMR, LOAD_IP_FW of every GFX/SDMA/MES/IMU/RLC
+   component in AMDGPU_UCODE_ID order with AUTOLOAD_RLC right after RLC_G (autoload_supported), then the
+   sos package's register list as GFX_FW_TYPE_REG_LIST (psp_rl_load). TAs (ASD, RAS, HDCP, ...) are not
+   loaded: compute needs none.
+
+Differences from upstream, and why:
+- Every buffer is VRAM (upstream puts the 1 MiB staging buffer in GTT, which needs the GART first). The
+  staging buffer comes from the heap (low VRAM, reachable through a 256 MiB BAR0) and is freed after the
+  load; the ring, fence, command buffer and TMR are boot memory, found again by a warm boot.
+- Components are staged one at a time in the 1 MiB buffer (upstream keeps every ucode in its own BO), and a
+  stage identical to what the buffer already holds is not written again (the RS64 stacks of one file are the
+  same bytes): fewer bytes over a slow link.
+- 6.1's psp_v13_0_bootloader_load_spl stages the KDB for PSP_BL__LOAD_TOS_SPL_TABLE; the package's SPL
+  component is what the command names, and what is sent here.
+- A response status other than 0 is an error (upstream only warns outside SR-IOV): a refused firmware load
+  leaves the GPU unusable, so the boot stops with the firmware, command and status named.
+- A bootloader or ring-control answer with the ready bit and a non-zero status fails at once instead of
+  waiting for the timeout (psp_v13_0.c: "If there is an error in processing command, bits[7:0] will be set").
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+import time
+
+from amdrv import structs
+from amdrv.autogen import psp as P
+from amdrv.firmware import Component, FirmwareImage, files_for, parse
+from amdrv.firmware.headers import kind_of
+
+READY = 0x80000000
+RING_SIZE = 0x1000                   # psp_v13_0_ring_init: one 4 KiB page
+FRAME_SIZE = 64                      # sizeof(struct psp_gfx_rb_frame)
+HDP_FLUSH_ADDR = 0x80000 - 0x1000    # soc21.c MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL (0)
+
+CMD = structs.get(P, "psp_gfx_cmd_resp")
+RESP_OFFSET = CMD.offset("resp")
+FRAME = structs.get(P, "psp_gfx_rb_frame")
+
+# AMDGPU_UCODE_ID order (amdgpu_ucode.h) of the components the PSP loads, by the firmware parser's names;
+# psp_load_non_psp_fw walks adev->firmware.ucode[] in this order.
+UCODE_ORDER = (
+    "SDMA_UCODE_TH0", "SDMA_UCODE_TH1",
+    "RS64_PFP", "RS64_ME", "RS64_MEC",
+    "RS64_PFP_P0_STACK", "RS64_PFP_P1_STACK", "RS64_ME_P0_STACK", "RS64_ME_P1_STACK",
+    "RS64_MEC_P0_STACK", "RS64_MEC_P1_STACK", "RS64_MEC_P2_STACK", "RS64_MEC_P3_STACK",
+    "CP_MES", "MES_STACK", "CP_MES_KIQ", "MES_KIQ_STACK",
+    "IMU_I", "IMU_D",
+    "GLOBAL_TAP_DELAYS", "SE0_TAP_DELAYS", "SE1_TAP_DELAYS", "SE2_TAP_DELAYS", "SE3_TAP_DELAYS",
+    "RLC_RESTORE_LIST_SRM_CNTL", "RLC_RESTORE_LIST_GPM_MEM", "RLC_RESTORE_LIST_SRM_MEM",
+    "RLC_IRAM", "RLC_DRAM_BOOT", "RLC_P", "RLC_V", "RLC_G",
+)
+AUTOLOAD_AFTER = "RLC_G"
+
+# psp_hw_start: bootloader commands and the sos package component each stages, in order.
+BOOTLOADER = (
+    ("KDB", P.PSP_BL__LOAD_KEY_DATABASE), ("SPL", P.PSP_BL__LOAD_TOS_SPL_TABLE),
+    ("SYS_DRV", P.PSP_BL__LOAD_SYSDRV), ("SOC_DRV", P.PSP_BL__LOAD_SOCDRV), ("INTF_DRV", P.PSP_BL__LOAD_INTFDRV),
+    ("DBG_DRV", P.PSP_BL__LOAD_DBGDRV), ("RAS_DRV", P.PSP_BL__LOAD_RASDRV), ("SOS", P.PSP_BL__LOAD_SOSDRV),
+)
+
+# psp_gfx_if.h has TEE_SUCCESS and TEE_ERROR_NOT_SUPPORTED of the GlobalPlatform TEE error codes; the others
+# are the same family (GlobalPlatform TEE Internal Core API), with what each means for a firmware load.
+STATUS = {
+    0xFFFF0000: ("TEE_ERROR_GENERIC", "the PSP failed the command"),
+    0xFFFF0001: ("TEE_ERROR_ACCESS_DENIED", "the PSP refused access"),
+    0xFFFF0005: ("TEE_ERROR_BAD_FORMAT", "the payload is not in the format the PSP expects"),
+    0xFFFF0006: ("TEE_ERROR_BAD_PARAMETERS", "an address or size in the command is wrong"),
+    0xFFFF0007: ("TEE_ERROR_BAD_STATE", "the command came out of order (a firmware it depends on is not loaded)"),
+    0xFFFF0008: ("TEE_ERROR_ITEM_NOT_FOUND", "the PSP does not know that item"),
+    0xFFFF0009: ("TEE_ERROR_NOT_IMPLEMENTED", "this PSP firmware does not implement the command"),
+    P.TEE_ERROR_NOT_SUPPORTED: ("TEE_ERROR_NOT_SUPPORTED", "this PSP does not support it on this GPU"),
+    0xFFFF000C: ("TEE_ERROR_OUT_OF_MEMORY", "the PSP ran out of memory (TMR too small?)"),
+    0xFFFF000D: ("TEE_ERROR_BUSY", "the PSP is busy"),
+    0xFFFF000F: ("TEE_ERROR_SECURITY", "the signature check refused the payload: the firmware bytes are not "
+                 "the signed file (corrupt, wrongly cut out of its file, or another version than the pinned "
+                 "linux-firmware)"),
+    P.PSP_ERR_UNKNOWN_COMMAND: ("PSP_ERR_UNKNOWN_COMMAND", "the secure OS does not know the command"),
+}
+CMD_NAMES = {getattr(P, n): n.removeprefix("GFX_CMD_ID_") for n in P.ENUMS["psp_gfx_cmd_id"]}
+BL_NAMES = {getattr(P, n): n.removeprefix("PSP_BL__") for n in P.ENUMS["psp_bootloader_cmd"]}
+
+
+class PSPError(Exception):
+    """The PSP refused or failed a command; the message names the device, the command, the firmware and
+    the status."""
+
+
+class PSPTimeout(PSPError):
+    """The PSP did not answer in time; the message names the register or fence and what was awaited."""
+
+
+def describe_status(status: int) -> str:
+    name, meaning = STATUS.get(status, ("unknown status", "see psp_gfx_if.h"))
+    return f"{status:#010x} ({name}: {meaning})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """One LOAD_IP_FW: the file, its component and the psp_gfx_fw_type it is loaded as."""
+    file: str
+    component: Component
+    fw_type: int
+
+    @property
+    def what(self) -> str:
+        return f"{self.file} {self.component.name}"
+
+
+class PSP:
+    """The PSP of one AMDevice. `load()` brings it from power-on (or a running sOS) to RLC autoload started.
+
+    `images` caches the parsed firmware files by name; a test may replace one to feed the PSP other bytes.
+    `timeout_s` bounds every wait. `flush_hdp` is called after the CPU wrote VRAM the PSP will read; the
+    default writes the HDP flush register through the remap page NBIO sets up (hdp_v6_0_flush_hdp), which
+    upstream programs before the PSP starts (soc21_common_hw_init).
+    """
+
+    def __init__(self, dev, flush_hdp=None, timeout_s: float = 2.0):
+        self.dev = dev
+        self.timeout_s = timeout_s
+        self.flush_hdp = flush_hdp or (lambda: dev.mmio.write32(HDP_FLUSH_ADDR, 0))
+        mp0 = dev.reg("MP0")
+        self.c2pmsg = {n: mp0.reg(f"MP0_SMN_C2PMSG_{n}") for n in (35, 36, 64, 67, 69, 70, 71, 81)}
+        self.images: dict[str, FirmwareImage] = {}
+        self.files = {kind_of(f): f for f in files_for(dev.chip)}
+        self._ring = None        # boot Block: ring page, fence page, command buffer page
+        self.tmr = None          # boot Block of the TMR
+        self._stage_block = None
+        self._staged = b""       # what the staging buffer holds now
+        self._wptr = 0           # KM ring write pointer, dwords
+        self._fence = 0
+        self.log: list[tuple[str, str, int]] = []   # (command, firmware, status) of every ring command
+
+    # -- firmware ---------------------------------------------------------------------------------------
+    def image(self, name: str) -> FirmwareImage:
+        if name not in self.images:
+            self.images[name] = parse(name, self.dev.firmware.read(name))
+        return self.images[name]
+
+    def sos(self) -> FirmwareImage:
+        return self.image(self.files["sos"])
+
+    def ip_fw_loads(self) -> list[Load]:
+        """The LOAD_IP_FW commands of a boot after the SMU's, in upstream's order (AUTOLOAD_RLC goes after
+        the RLC_G one, the register list last)."""
+        by_name = {}
+        for kind in ("sdma", "pfp", "me", "mec", "mes", "mes1", "imu", "rlc"):
+            img = self.image(self.files[kind])
+            for c in img.components:
+                if c.name not in UCODE_ORDER:
+                    raise PSPError(f"{self.dev.name}: {img.name} component {c.name} has no place in the "
+                                   f"PSP load order (amdrv.ip.psp.UCODE_ORDER)")
+                by_name[c.name] = Load(img.name, c, c.psp_fw_type)
+        loads = [by_name[n] for n in UCODE_ORDER if n in by_name]
+        sos = self.sos()
+        rl = [c for c in sos.components if c.name == "RL"]
+        return loads + [Load(sos.name, c, P.GFX_FW_TYPE_REG_LIST) for c in rl]
+
+    def smu_load(self) -> Load:
+        img = self.image(self.files["smu"])
+        c = img.component("SMU")
+        return Load(img.name, c, c.psp_fw_type)
+
+    # -- the whole load ---------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Bootloader (unless sOS runs), KM ring, TOC, SMU, TMR, every GFX firmware, RLC autoload, RL."""
+        self._alloc()
+        try:
+            alive = self.sos_alive()
+            if not alive:
+                self.bootloader()
+            self.ring_create(destroy_first=alive)
+            tmr_size = self.load_toc()
+            if self.tmr is None:
+                self.tmr = self.dev.mm.alloc_boot(tmr_size, align=P.PSP_TMR_ALIGNMENT, tag="PSP TMR")
+            elif self.tmr.size < tmr_size:
+                raise PSPError(f"{self.dev.name}: PSP LOAD_TOC asks for a {tmr_size:#x}-byte TMR, the one set "
+                               f"up before is {self.tmr.size:#x}")
+            self.load_ip_fw(self.smu_load())
+            self.setup_tmr()
+            for ld in self.ip_fw_loads():
+                self.load_ip_fw(ld)
+                if ld.component.name == AUTOLOAD_AFTER:
+                    self.autoload_rlc()
+        finally:
+            self._free_stage()
+
+    def _alloc(self) -> None:
+        mm = self.dev.mm
+        if self._ring is None:
+            self._ring = mm.alloc_boot(3 * 0x1000, align=0x1000, tag="PSP ring, fence, command buffer")
+        if self._stage_block is None:
+            self._stage_block = mm.alloc(P.PSP_1_MEG, align=P.PSP_1_MEG, tag="PSP firmware staging")
+            self._staged = None   # unknown contents: the first stage clears the whole buffer
+
+    def _free_stage(self) -> None:
+        if self._stage_block is not None:
+            self.dev.mm.free(self._stage_block)
+            self._stage_block = None
+
+    @property
+    def ring_addr(self) -> int:
+        return self._ring.addr
+
+    @property
+    def fence_addr(self) -> int:
+        return self._ring.addr + 0x1000
+
+    @property
+    def cmd_addr(self) -> int:
+        return self._ring.addr + 0x2000
+
+    def _stage(self, data: bytes) -> int:
+        """psp_copy_fw: data at the start of the zeroed staging buffer; returns its MC address."""
+        if not data or len(data) > P.PSP_1_MEG:
+            raise PSPError(f"{self.dev.name}: PSP firmware stage of {len(data)} bytes does not fit the 1 MiB buffer")
+        addr = self._stage_block.addr
+        if self._staged is None:
+            self.dev.vram.write(addr, data + bytes(P.PSP_1_MEG - len(data)))
+        elif self._staged != data:
+            # only what differs from a zeroed buffer holding data: the tail the last stage left
+            self.dev.vram.write(addr, data + bytes(max(0, len(self._staged) - len(data))))
+        self._staged = data
+        self.flush_hdp()
+        return self.dev.mc_address(addr)
+
+    # -- waiting ----------------------------------------------------------------------------------------
+    def _wait(self, n: int, done, what: str, fail=None) -> int:
+        """Polls C2PMSG_n until done(value); fail(value) -> message raises at once."""
+        reg, deadline = self.c2pmsg[n], time.monotonic() + self.timeout_s
+        while True:
+            v = reg.read()
+            if done(v):
+                return v
+            if fail is not None and (msg := fail(v)):
+                raise PSPError(f"{self.dev.name}: PSP {msg}")
+            if time.monotonic() > deadline:
+                raise PSPTimeout(f"{self.dev.name}: PSP timeout after {self.timeout_s:g} s waiting for {what} "
+                                 f"(MP0_SMN_C2PMSG_{n} = {v:#010x})")
+
+    def sos_alive(self) -> bool:
+        return self.c2pmsg[81].read() != 0
+
+    # -- bootloader ---------------------------------------------------------------------------------------
+    def bootloader(self) -> None:
+        """KDB, SPL, SYS_DRV (, SOC/INTF/DBG/RAS drivers), SOS."""
+        sos = self.sos()
+        comps = {c.name: c for c in sos.components}
+        for name, cmd in BOOTLOADER:
+            if name in comps:
+                self._bootloader_load(sos.name, comps[name], cmd)
+
+    def _bootloader_load(self, file: str, comp: Component, cmd: int) -> None:
+        what = f"bootloader {BL_NAMES[cmd]} of {file} {comp.name}"
+        self._wait(35, lambda v: v == READY, f"the bootloader to be ready (0x80000000) before {what}")
+        mc = self._stage(comp.data)
+        self.c2pmsg[36].write(mc >> 20)
+        self.c2pmsg[35].write(cmd)
+
+        def refused(v):
+            if v & READY and v != READY:
+                return f"{what} failed: C2PMSG_35 = {v:#010x} (the bootloader refused the component: corrupt or " \
+                       f"not the pinned {file})"
+        if cmd != P.PSP_BL__LOAD_SOSDRV:
+            self._wait(35, lambda v: v == READY, f"{what} to finish (C2PMSG_35 = 0x80000000)", refused)
+            return
+        # psp_v13_0_bootloader_load_sos: the secure OS says it runs in C2PMSG_81
+        reg35 = self.c2pmsg[35]
+        self._wait(81, lambda v: v != 0, f"the secure OS to start after {what} (C2PMSG_81 non-zero)",
+                   lambda v: refused(reg35.read()))
+
+    # -- KM ring ---------------------------------------------------------------------------------------
+    def ring_create(self, destroy_first: bool = False) -> None:
+        """A fresh KM ring; destroy_first when the secure OS was left running by an earlier boot, whose ring
+        it may still hold."""
+        if destroy_first:
+            self.ring_stop()
+        self._wait(64, lambda v: v & READY, "the secure OS to be ready for ring creation (C2PMSG_64 bit 31)")
+        self.dev.vram.write(self.ring_addr, bytes(RING_SIZE + 0x1000))   # ring and fence page cleared
+        self.flush_hdp()
+        mc = self.dev.mc_address(self.ring_addr)
+        self.c2pmsg[69].write(mc & 0xFFFFFFFF)
+        self.c2pmsg[70].write(mc >> 32)
+        self.c2pmsg[71].write(RING_SIZE)
+        self._ring_ctrl(P.PSP_RING_TYPE__KM << 16, "KM ring creation")
+        self._wptr, self._fence = self.c2pmsg[67].read(), 0
+
+    def ring_stop(self) -> None:
+        """GFX_CTRL_CMD_ID_DESTROY_RINGS (psp_v13_0_ring_stop)."""
+        self._ring_ctrl(P.GFX_CTRL_CMD_ID_DESTROY_RINGS, "DESTROY_RINGS")
+
+    def _ring_ctrl(self, value: int, what: str) -> None:
+        self.c2pmsg[64].write(value)
+
+        def refused(v):
+            if v & READY and v & 0xFFFF:
+                return f"{what} failed: C2PMSG_64 status {v & 0xFFFF:#06x}"
+        self._wait(64, lambda v: v & 0x8000FFFF == READY, f"{what} (C2PMSG_64 bit 31, status 0)", refused)
+
+    # -- commands ---------------------------------------------------------------------------------------
+    def submit(self, cmd_id: int, what: str = "", **cmd) -> dict:
+        """One ring command (psp_cmd_submit_buf); returns psp_gfx_resp as a dict, raises on a non-zero status."""
+        name = CMD_NAMES.get(cmd_id, f"command {cmd_id:#x}")
+        buf = CMD.pack(cmd_id=cmd_id, cmd=cmd)   # resp zeroed: a stale status is never read back
+        self.dev.vram.write(self.cmd_addr, buf)
+        self._fence += 1
+        slot = self._wptr % (RING_SIZE // 4)
+        cmd_mc, fence_mc = self.dev.mc_address(self.cmd_addr), self.dev.mc_address(self.fence_addr)
+        frame = FRAME.pack(cmd_buf_addr_lo=cmd_mc & 0xFFFFFFFF, cmd_buf_addr_hi=cmd_mc >> 32,
+                           fence_addr_lo=fence_mc & 0xFFFFFFFF, fence_addr_hi=fence_mc >> 32,
+                           fence_value=self._fence)
+        self.dev.vram.write(self.ring_addr + slot * 4, frame)
+        self.flush_hdp()
+        self._wptr = (slot + FRAME_SIZE // 4) % (RING_SIZE // 4)
+        self.c2pmsg[67].write(self._wptr)
+        self._wait_fence(f"{name}{' of ' + what if what else ''}")
+        r = self.dev.vram.read(self.cmd_addr + RESP_OFFSET, 20)
+        status, _, fw_lo, fw_hi, tmr_size = struct.unpack("<5I", r)
+        self.log.append((name, what, status))
+        if status:
+            raise PSPError(f"{self.dev.name}: PSP {name}{' of ' + what if what else ''} failed: status "
+                           f"{describe_status(status)}")
+        return {"status": status, "fw_addr": fw_lo | fw_hi << 32, "tmr_size": tmr_size}
+
+    def _wait_fence(self, what: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while self.dev.vram.read32(self.fence_addr) != self._fence:
+            if time.monotonic() > deadline:
+                got = self.dev.vram.read32(self.fence_addr)
+                raise PSPTimeout(f"{self.dev.name}: PSP timeout after {self.timeout_s:g} s waiting for {what}: "
+                                 f"the fence at VRAM {self.fence_addr:#x} holds {got}, expected {self._fence} "
+                                 f"(the secure OS did not process the KM ring; write pointer C2PMSG_67 = "
+                                 f"{self._wptr:#x})")
+            time.sleep(50e-6)
+
+    def load_toc(self) -> int:
+        """LOAD_TOC (psp_load_toc); returns the TMR size the PSP asks for."""
+        sos = self.sos()
+        toc = sos.component("TOC")
+        mc = self._stage(toc.data)
+        r = self.submit(P.GFX_CMD_ID_LOAD_TOC, f"{sos.name} TOC",
+                        cmd_load_toc=dict(toc_phy_addr_lo=mc & 0xFFFFFFFF, toc_phy_addr_hi=mc >> 32,
+                                          toc_size=toc.size))
+        if not r["tmr_size"]:
+            raise PSPError(f"{self.dev.name}: PSP LOAD_TOC of {sos.name} TOC answered a TMR size of 0")
+        return r["tmr_size"]
+
+    def setup_tmr(self) -> None:
+        """SETUP_TMR (psp_prep_tmr_cmd_buf): MC address, size, and the VRAM physical address (the VRAM
+        offset: a dGPU's MC_VM_FB_OFFSET is 0, which amdgpu_gmc_vram_pa would add)."""
+        mc = self.dev.mc_address(self.tmr.addr)
+        self.submit(P.GFX_CMD_ID_SETUP_TMR, f"{self.tmr.size:#x} bytes at VRAM {self.tmr.addr:#x}",
+                    cmd_setup_tmr=dict(buf_phy_addr_lo=mc & 0xFFFFFFFF, buf_phy_addr_hi=mc >> 32,
+                                       buf_size=self.tmr.size, bitfield=dict(virt_phy_addr=1),
+                                       system_phy_addr_lo=self.tmr.addr & 0xFFFFFFFF,
+                                       system_phy_addr_hi=self.tmr.addr >> 32))
+
+    def load_ip_fw(self, ld: Load) -> dict:
+        """LOAD_IP_FW of one component (psp_prep_load_ip_fw_cmd_buf)."""
+        mc = self._stage(ld.component.data)
+        return self.submit(P.GFX_CMD_ID_LOAD_IP_FW, ld.what,
+                           cmd_load_ip_fw=dict(fw_phy_addr_lo=mc & 0xFFFFFFFF, fw_phy_addr_hi=mc >> 32,
+                                               fw_size=ld.component.size, fw_type=ld.fw_type))
+
+    def autoload_rlc(self) -> None:
+        """AUTOLOAD_RLC (psp_rlc_autoload_start): the RLC boots GFX from what the PSP loaded. Completion
+        shows in GC's RLC_RLCS_BOOTLOAD_STATUS.BOOTLOAD_COMPLETE (the GFX block waits for it)."""
+        self.submit(P.GFX_CMD_ID_AUTOLOAD_RLC)
+

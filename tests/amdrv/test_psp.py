@@ -1,0 +1,159 @@
+"""amdrv.ip.psp against the simulated PSP: the whole front-door load, a running sOS, corrupt payloads, timeouts."""
+import dataclasses
+import time
+
+import pytest
+
+import pcie
+from amdrv.autogen import psp as P
+from amdrv.device import AMDevice
+from amdrv.ip.psp import PSP, PSPError, PSPTimeout
+from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
+
+SLOT = 30
+
+
+@pytest.fixture(autouse=True)
+def _firmware(monkeypatch, debian_firmware):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+
+
+def open_dev(chip="navi31", fresh=True, **kw) -> AMDevice:
+    dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=fresh, slot=SLOT, **kw))
+    # Stand-in for the GMC block: the FB location the VBIOS left (mmhub_v3_0_get_fb_location).
+    dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    return dev
+
+
+def wait_autoload(dev, timeout=1.0) -> bool:
+    """What the GFX block does after the PSP: wait for RLC_RLCS_BOOTLOAD_STATUS.BOOTLOAD_COMPLETE."""
+    reg, end = dev.reg("GC").RLC_RLCS_BOOTLOAD_STATUS, time.monotonic() + timeout
+    while time.monotonic() < end:
+        if reg.decode()["BOOTLOAD_COMPLETE"]:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("chip", ["navi31", "navi33"])
+def test_full_load_reaches_rlc_autoload_complete(chip):
+    dev = open_dev(chip)
+    before = dev.pci.counters.snapshot()
+    psp = PSP(dev)
+    psp.load()
+    reads = (dev.pci.counters - before).mmio_reads
+    assert wait_autoload(dev)
+    gpu = sim._SLOTS[SLOT]
+    assert gpu.errors == []
+    assert gpu.blocks["SMU"].running
+    assert set(gpu.blocks["PSP"].loaded) >= gpu.blocks["PSP"].autoload_required()
+    # upstream's order: TOC, SMU (pmfw-centralized) before the TMR, GFX firmware, autoload after RLC_G, RL last
+    cmds = [(c, w.split(" ")[-1]) for c, w, _ in psp.log]
+    assert cmds[:3] == [("LOAD_TOC", "TOC"), ("LOAD_IP_FW", "SMU"), ("SETUP_TMR", f"{psp.tmr.addr:#x}")]
+    assert cmds[3] == ("LOAD_IP_FW", "SDMA_UCODE_TH0")
+    rlc_g = cmds.index(("LOAD_IP_FW", "RLC_G"))
+    assert cmds[rlc_g + 1] == ("AUTOLOAD_RLC", "")
+    assert cmds[rlc_g + 2:] == ([("LOAD_IP_FW", "RL")] if chip == "navi31" else [])   # Navi33's package has no RL
+    assert all(status == 0 for *_, status in psp.log)
+    assert psp.tmr.size == 0x1300000 and psp.tmr.addr % (1 << 20) == 0
+    # Ring commands are waited for on the fence in memory: register reads are the bootloader's and the ring's.
+    assert reads < 40, reads
+    assert dev.mm.in_use() == 0   # the staging buffer went back to the heap
+    dev.close()
+
+
+def test_load_with_the_secure_os_already_running():
+    first = open_dev()
+    PSP(first).load()
+    first.close()
+    gpu = sim._SLOTS[SLOT]
+    bootloader_cmds = list(gpu.blocks["PSP"].bl_done)
+    dev = open_dev(fresh=False)            # a new driver instance finds the sOS running
+    psp = PSP(dev)
+    assert psp.sos_alive()
+    psp.load()                             # no bootloader; the old ring is destroyed and a new one made
+    assert gpu.blocks["PSP"].bl_done == bootloader_cmds
+    assert gpu.errors == []
+    assert wait_autoload(dev)
+    dev.close()
+
+
+def test_small_bar_load():
+    dev = open_dev(small_bar=True)
+    assert dev.vram.visible < dev.vram.size
+    psp = PSP(dev)
+    psp.load()
+    assert sim._SLOTS[SLOT].errors == [] and wait_autoload(dev)
+    dev.close()
+
+
+NAVI31_PIECES = (
+    [("psp_13_0_0_sos.bin", n) for n in ("KDB", "SPL", "SYS_DRV", "SOS", "TOC", "RL")]
+    + [("smu_13_0_0.bin", "SMU"), ("sdma_6_0_0.bin", "SDMA_UCODE_TH0"), ("sdma_6_0_0.bin", "SDMA_UCODE_TH1")]
+    + [(f"gc_11_0_0_{k}.bin", f"RS64_{k.upper()}{s}") for k, n in (("pfp", 2), ("me", 2), ("mec", 4))
+       for s in ["", *(f"_P{i}_STACK" for i in range(n))]]
+    + [("gc_11_0_0_mes.bin", "CP_MES"), ("gc_11_0_0_mes.bin", "MES_STACK"),
+       ("gc_11_0_0_mes1.bin", "CP_MES_KIQ"), ("gc_11_0_0_mes1.bin", "MES_KIQ_STACK"),
+       ("gc_11_0_0_imu.bin", "IMU_I"), ("gc_11_0_0_imu.bin", "IMU_D")]
+    + [("gc_11_0_0_rlc.bin", n) for n in ("RLC_G", "RLC_RESTORE_LIST_GPM_MEM", "RLC_RESTORE_LIST_SRM_MEM",
+                                           "RLC_IRAM", "RLC_DRAM_BOOT", "RLC_P", "RLC_V")]
+)
+
+
+def corrupt(psp: PSP, file: str, name: str) -> None:
+    """A flipped byte in one component of the parsed image the PSP loads from (the store's pins stop a
+    corrupt file before it is parsed, so the test changes the parsed component)."""
+    img = psp.image(file)
+    comp = img.component(name)
+    data = bytearray(comp.data)
+    data[len(data) // 2] ^= 0x5A
+    bad = dataclasses.replace(comp, data=bytes(data))
+    psp.images[file] = dataclasses.replace(img, components=tuple(bad if c is comp else c for c in img.components))
+
+
+@pytest.mark.parametrize("file,name", NAVI31_PIECES, ids=[f"{f.split('.')[0]}:{n}" for f, n in NAVI31_PIECES])
+def test_each_corrupt_payload_gives_an_error_naming_the_firmware(file, name):
+    dev = open_dev()
+    psp = PSP(dev, timeout_s=0.5)
+    corrupt(psp, file, name)
+    with pytest.raises(PSPError) as e:
+        psp.load()
+    msg = str(e.value)
+    assert not isinstance(e.value, PSPTimeout), msg
+    assert msg.startswith("am:sim:navi31: PSP ") and f"{file} {name} failed" in msg, msg
+    if name in ("KDB", "SPL", "SYS_DRV", "SOS"):
+        assert "bootloader" in msg and "C2PMSG_35 = 0x8000000" in msg, msg
+    else:
+        cmd = "LOAD_TOC" if name == "TOC" else "LOAD_IP_FW"
+        assert f"{cmd} of {file} {name} failed: status 0xffff000f (TEE_ERROR_SECURITY" in msg, msg
+    dev.close()
+
+
+def test_the_error_for_the_briefs_example():
+    dev = open_dev()
+    psp = PSP(dev)
+    corrupt(psp, "gc_11_0_0_mec.bin", "RS64_MEC_P0_STACK")
+    with pytest.raises(PSPError, match=r"^am:sim:navi31: PSP LOAD_IP_FW of gc_11_0_0_mec\.bin RS64_MEC_P0_STACK "
+                                       r"failed: status 0xffff000f \(TEE_ERROR_SECURITY: the signature check"):
+        psp.load()
+    # the loads before it went through; the stacks after it were never sent
+    assert ("LOAD_IP_FW", "gc_11_0_0_mec.bin RS64_MEC", 0) in psp.log
+    assert not sim._SLOTS[SLOT].blocks["PSP"].is_loaded(P.GFX_FW_TYPE_RS64_MEC_P1_STACK)
+    assert dev.mm.in_use() == 0
+    dev.close()
+
+
+def test_timeouts_name_the_register_and_what_was_awaited():
+    dev = open_dev()
+    psp = PSP(dev, timeout_s=0.05)
+    psp._alloc()
+    with pytest.raises(PSPTimeout, match=r"waiting for the secure OS to be ready for ring creation \(C2PMSG_64 "
+                                         r"bit 31\) \(MP0_SMN_C2PMSG_64 = 0x00000000\)"):
+        psp.ring_create()                  # no sOS: nobody answers C2PMSG_64
+    psp.bootloader()
+    psp.ring_create()
+    # a command whose fence never comes: the ring is destroyed behind the driver's back
+    psp.ring_stop()
+    with pytest.raises(PSPTimeout, match=r"waiting for LOAD_TOC of psp_13_0_0_sos.bin TOC: the fence at VRAM "
+                                         r"0x[0-9a-f]+ holds 0, expected 1"):
+        psp.load_toc()
+    dev.close()
