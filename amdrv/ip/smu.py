@@ -1,0 +1,293 @@
+"""SMU 13.0.x (MP1, the power-management firmware): the message mailbox and what the driver asks of it.
+
+Facts (drivers/gpu/drm/amd/pm/swsmu):
+- Mailbox (smu_v13_0_0_set_smu_mailbox_registers, smu_cmn.c): message MP1_SMN_C2PMSG_66, argument C2PMSG_82,
+  response C2PMSG_90. smu_cmn_send_smc_msg_with_param waits for a non-zero response (the previous message
+  done), writes 0 to the response, the argument, then the message, polls the response and reads the output
+  argument back from C2PMSG_82. Responses: PPSMC_Result_OK 1, Failed 0xFF, UnknownCmd 0xFE,
+  CmdRejectedPrereq 0xFD, CmdRejectedBusy 0xFC; 0 is "still busy". Timeout usec_timeout * 20 (2 s).
+- The firmware is loaded by the PSP (amdrv.ip.psp); before that nothing answers the mailbox.
+- smu_v13_0_check_fw_version: GetSmuVersion (program << 24 | major << 16 | minor << 8 | debug) and
+  GetDriverIfVersion, expected SMU13_DRIVER_IF_VERSION_SMU_V13_0_0_0 / _V13_0_7 = 0x37; a mismatch is only a
+  warning upstream (the firmware is backward compatible).
+- Driver table (smu_v13_0_set_driver_table_location, smu_cmn_update_table): one VRAM buffer as large as the
+  largest table, its MC address given by SetDriverDramAddrHigh/Low; TransferTableSmu2Dram/Dram2Smu take the
+  table id (TABLE_*). The metrics table is SmuMetricsExternal_t (smu13_driver_if_v13_0_0.h), read as
+  smu_v13_0_0_get_smu_metrics_data does (average clocks pre/post deep sleep by a 15% busy threshold).
+- Features (smu_v13_0_set_allowed_mask, smu_v13_0_system_features_control): SetAllowedFeaturesMaskHigh/Low,
+  then EnableAllSmuFeatures; the enabled mask from GetRunningSmuFeaturesLow/High.
+- DPM (smu_v13_0.c): clock messages take PPCLK_e << 16 | value; GetDpmFreqByIndex with index 0xFF answers the
+  level count, bit 31 set for fine-grained DPM; frequencies in MHz. Soft limits: SetSoftMaxByFreq, then
+  SetSoftMinByFreq (smu_v13_0_set_soft_freq_limited_range).
+- Power limit (smu_v13_0_get_current_power_limit/set_power_limit): GetPptLimit with the power source << 16
+  (0 AC), SetPptLimit in W.
+- Mode1 reset (smu_v13_0_0_mode1_reset, amdgpu_device_mode1_reset): bus mastering off, Mode1Reset, no
+  register access for SMU13_MODE1_RESET_WAIT_TIME_IN_MS (500 ms), PCI state back, then wait until the memory
+  size register reads something other than all ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from amdrv import structs
+from amdrv.autogen import smu_13_0_0 as S
+
+log = logging.getLogger("amdrv.smu")
+
+DRIVER_IF_VERSION = {(13, 0, 0): 0x37, (13, 0, 7): 0x37}    # smu_v13_0.h
+MODE1_RESET_WAIT_S = 0.5                                    # SMU13_MODE1_RESET_WAIT_TIME_IN_MS
+BUSY_THRESHOLD = 15                                         # SMU_13_0_0_BUSY_THRESHOLD
+MEMSIZE_DWORD = 0xDE3                                       # RCC_CONFIG_MEMSIZE (nbio get_memsize)
+PCI_COMMAND, BUS_MASTER = 0x04, 0x04
+
+MSG_NAMES = {v: k.removeprefix("PPSMC_MSG_") for k, v in vars(S).items()
+             if k.startswith("PPSMC_MSG_") and isinstance(v, int) and k != "PPSMC_MSG_Count"}
+RESULTS = {
+    S.PPSMC_Result_OK: ("OK", ""),
+    S.PPSMC_Result_Failed: ("Failed", "the SMU executed the message and it failed (a value out of range, or a "
+                                      "feature it needs is off)"),
+    S.PPSMC_Result_UnknownCmd: ("UnknownCmd", "this SMU firmware does not know the message"),
+    S.PPSMC_Result_CmdRejectedPrereq: ("CmdRejectedPrereq", "valid message, but its prerequisites are not met "
+                                                            "(e.g. a table transfer before the driver table "
+                                                            "address was set)"),
+    S.PPSMC_Result_CmdRejectedBusy: ("CmdRejectedBusy", "the SMU is busy with other work; retry"),
+}
+CLOCKS = {"gfxclk": S.PPCLK_GFXCLK, "socclk": S.PPCLK_SOCCLK, "uclk": S.PPCLK_UCLK, "fclk": S.PPCLK_FCLK,
+          "vclk": S.PPCLK_VCLK_0, "dclk": S.PPCLK_DCLK_0, "vclk1": S.PPCLK_VCLK_1, "dclk1": S.PPCLK_DCLK_1}
+LOW_CLOCKS = ("gfxclk", "socclk", "uclk", "fclk")   # what low_clocks() pins to the lowest level
+# the tables smu_v13_0_0_tables_init declares that go through the driver table (the tool table is separate)
+DRIVER_TABLES = ("PPTable_t", "WatermarksExternal_t", "SmuMetricsExternal_t", "SwI2cRequestExternal_t",
+                 "OverDriveTableExternal_t", "DpmActivityMonitorCoeffIntExternal_t")
+METRICS = structs.get(S, "SmuMetricsExternal_t")
+
+
+class SMUError(Exception):
+    """The SMU answered a message with an error; `result` is the PPSMC_Result_* code."""
+
+    def __init__(self, message: str, msg: int | None = None, result: int | None = None):
+        super().__init__(message)
+        self.msg, self.result = msg, result
+
+
+class SMUTimeout(SMUError):
+    """The SMU did not answer: its firmware is not running (not loaded by the PSP, or reset) or it hangs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DPMLevels:
+    clock: str
+    mhz: tuple[int, ...]
+    fine_grained: bool      # any frequency between the first and the last level can be chosen
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """What an operator looks at, from SmuMetricsExternal_t."""
+    edge_c: int
+    hotspot_c: int
+    mem_c: int
+    socket_power_w: int
+    board_power_w: int
+    gfxclk_mhz: int             # current (0 while GFX is powered off)
+    socclk_mhz: int
+    uclk_mhz: int
+    fclk_mhz: int
+    average_gfxclk_mhz: int     # as upstream reports it: before deep sleep when busy, after it when idle
+    average_uclk_mhz: int
+    gfx_activity: int           # percent
+    mem_activity: int
+    energy_accumulator: int
+    counter: int
+    raw: structs.StructValue = dataclasses.field(repr=False, compare=False)
+
+
+def clock_id(clock: str | int) -> int:
+    if isinstance(clock, int):
+        return clock
+    try:
+        return CLOCKS[clock.lower()]
+    except KeyError:
+        raise SMUError(f"unknown clock {clock!r}; known: {', '.join(CLOCKS)}") from None
+
+
+def msg_name(msg: int) -> str:
+    return MSG_NAMES.get(msg, f"message {msg:#x}")
+
+
+class SMU:
+    """The SMU of one AMDevice. Messages by number (`amdrv.autogen.smu_13_0_0.PPSMC_MSG_*`)."""
+
+    def __init__(self, dev, timeout_s: float = 2.0, reset_wait_s: float = MODE1_RESET_WAIT_S):
+        self.dev = dev
+        self.timeout_s, self.reset_wait_s = timeout_s, reset_wait_s
+        mp1 = dev.reg("MP1")
+        self.msg_reg, self.arg_reg, self.resp_reg = (mp1.reg(f"MP1_SMN_C2PMSG_{n}") for n in (66, 82, 90))
+        self._idle = False       # the last response we read was non-zero: no need to poll before the next
+        self.table = None        # boot Block of the driver table
+        self.version = self.if_version = None
+
+    # -- the mailbox ------------------------------------------------------------------------------------
+    def _poll(self) -> int | None:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            v = self.resp_reg.read()
+            if v:
+                return v
+            if time.monotonic() > deadline:
+                return None
+
+    def send(self, msg: int, arg: int = 0, read_arg: bool = False) -> int | None:
+        """One message (smu_cmn_send_smc_msg_with_param); returns C2PMSG_82 if read_arg."""
+        name = msg_name(msg)
+        where = f"{self.dev.name}: SMU {name}({arg:#x})"
+        if not self._idle and self._poll() is None:
+            raise SMUTimeout(
+                f"{where}: timeout: the mailbox never became ready (MP1_SMN_C2PMSG_90 stayed 0 for "
+                f"{self.timeout_s:g} s, so no firmware answered since power-on or reset, or the previous message "
+                f"never finished): the SMU firmware is not running — not loaded yet (the PSP loads it) or "
+                f"stopped by a mode1 reset — or it hangs (a mode1 reset or power cycle recovers it)", msg)
+        self._idle = False
+        self.resp_reg.write(0)
+        self.arg_reg.write(arg & 0xFFFFFFFF)
+        self.msg_reg.write(msg)
+        resp = self._poll()
+        if resp is None:
+            raise SMUTimeout(
+                f"{where}: no response in MP1_SMN_C2PMSG_90 within {self.timeout_s:g} s: the SMU firmware is "
+                f"not running or hangs (a mode1 reset or power cycle recovers it)", msg)
+        self._idle = True
+        if resp != S.PPSMC_Result_OK:
+            rname, meaning = RESULTS.get(resp, ("unexpected response", "not a PPSMC_Result code"))
+            raise SMUError(f"{where} failed: {rname} ({resp:#x}): {meaning}", msg, resp)
+        return self.arg_reg.read() if read_arg else None
+
+    def query(self, msg: int, arg: int = 0) -> int:
+        return self.send(msg, arg, read_arg=True)
+
+    # -- bring-up ---------------------------------------------------------------------------------------
+    def init(self) -> None:
+        """After the PSP loaded the SMU firmware: versions, driver table, every feature enabled."""
+        self.check_versions()
+        self.set_driver_table()
+        self.enable_features()
+
+    def check_versions(self) -> tuple[int, int]:
+        self.version = self.query(S.PPSMC_MSG_GetSmuVersion)
+        self.if_version = self.query(S.PPSMC_MSG_GetDriverIfVersion)
+        want = DRIVER_IF_VERSION.get(self.dev.disc.version_of("MP1"))
+        if want is not None and self.if_version != want:
+            log.warning("%s: SMU firmware %s speaks driver interface %#x, this driver %#x (the firmware is "
+                        "backward compatible; tables may differ)", self.dev.name, self.version_str(),
+                        self.if_version, want)
+        return self.version, self.if_version
+
+    def version_str(self) -> str:
+        v = self.version or 0
+        return f"{v >> 16 & 0xFF}.{v >> 8 & 0xFF}.{v & 0xFF} (program {v >> 24})"
+
+    def set_driver_table(self) -> None:
+        if self.table is None:
+            size = max(structs.get(S, t).size for t in DRIVER_TABLES)
+            self.table = self.dev.mm.alloc_boot((size + 0xFFF) & ~0xFFF, align=0x1000, tag="SMU driver table")
+        mc = self.dev.mc_address(self.table.addr)
+        self.send(S.PPSMC_MSG_SetDriverDramAddrHigh, mc >> 32)
+        self.send(S.PPSMC_MSG_SetDriverDramAddrLow, mc & 0xFFFFFFFF)
+
+    def enable_features(self, allowed: int = (1 << S.NUM_FEATURES) - 1) -> int:
+        """SetAllowedFeaturesMaskHigh/Low, EnableAllSmuFeatures; returns the enabled mask."""
+        self.send(S.PPSMC_MSG_SetAllowedFeaturesMaskHigh, allowed >> 32)
+        self.send(S.PPSMC_MSG_SetAllowedFeaturesMaskLow, allowed & 0xFFFFFFFF)
+        self.send(S.PPSMC_MSG_EnableAllSmuFeatures)
+        return self.enabled_features()
+
+    def enabled_features(self) -> int:
+        return (self.query(S.PPSMC_MSG_GetRunningSmuFeaturesHigh) << 32
+                | self.query(S.PPSMC_MSG_GetRunningSmuFeaturesLow))
+
+    # -- tables -----------------------------------------------------------------------------------------
+    def read_table(self, table_id: int, size: int) -> bytes:
+        """TransferTableSmu2Dram into the driver table, then its bytes (smu_cmn_update_table)."""
+        if self.table is None:
+            raise SMUError(f"{self.dev.name}: SMU table {table_id} read before the driver table was set up "
+                           f"(call init() or set_driver_table() first)")
+        self.send(S.PPSMC_MSG_TransferTableSmu2Dram, table_id)
+        return self.dev.vram.read(self.table.addr, size)
+
+    def metrics(self) -> Metrics:
+        raw = METRICS.unpack(self.read_table(S.TABLE_SMU_METRICS, METRICS.size)).SmuMetrics
+        t = raw.AvgTemperature
+        busy_gfx, busy_mem = raw.AverageGfxActivity > BUSY_THRESHOLD, raw.AverageUclkActivity > BUSY_THRESHOLD
+        return Metrics(
+            edge_c=t[S.TEMP_EDGE], hotspot_c=t[S.TEMP_HOTSPOT], mem_c=t[S.TEMP_MEM],
+            socket_power_w=raw.AverageSocketPower, board_power_w=raw.AverageTotalBoardPower,
+            gfxclk_mhz=raw.CurrClock[S.PPCLK_GFXCLK], socclk_mhz=raw.CurrClock[S.PPCLK_SOCCLK],
+            uclk_mhz=raw.CurrClock[S.PPCLK_UCLK], fclk_mhz=raw.CurrClock[S.PPCLK_FCLK],
+            average_gfxclk_mhz=raw.AverageGfxclkFrequencyPreDs if busy_gfx else raw.AverageGfxclkFrequencyPostDs,
+            average_uclk_mhz=raw.AverageMemclkFrequencyPreDs if busy_mem else raw.AverageMemclkFrequencyPostDs,
+            gfx_activity=raw.AverageGfxActivity, mem_activity=raw.AverageUclkActivity,
+            energy_accumulator=raw.EnergyAccumulator, counter=raw.MetricsCounter, raw=raw)
+
+    # -- clocks ------------------------------------------------------------------------------------------
+    def dpm_levels(self, clock: str | int) -> DPMLevels:
+        """The DPM frequency table of a clock (GetDpmFreqByIndex, index 0xFF for the count)."""
+        cid = clock_id(clock)
+        count = self.query(S.PPSMC_MSG_GetDpmFreqByIndex, cid << 16 | 0xFF)
+        fine, n = bool(count & 0x80000000), count & 0x7FFFFFFF
+        mhz = tuple(self.query(S.PPSMC_MSG_GetDpmFreqByIndex, cid << 16 | i) & 0x7FFFFFFF for i in range(n))
+        name = clock if isinstance(clock, str) else next((k for k, v in CLOCKS.items() if v == cid), str(cid))
+        return DPMLevels(name, mhz, fine)
+
+    def dpm_range(self, clock: str | int) -> tuple[int, int]:
+        cid = clock_id(clock)
+        return (self.query(S.PPSMC_MSG_GetMinDpmFreq, cid << 16), self.query(S.PPSMC_MSG_GetMaxDpmFreq, cid << 16))
+
+    def set_soft_limits(self, clock: str | int, min_mhz: int | None = None, max_mhz: int | None = None) -> None:
+        """Soft max, then soft min, as smu_v13_0_set_soft_freq_limited_range sends them."""
+        cid = clock_id(clock)
+        for msg, mhz in ((S.PPSMC_MSG_SetSoftMaxByFreq, max_mhz), (S.PPSMC_MSG_SetSoftMinByFreq, min_mhz)):
+            if mhz is not None:
+                if not 0 < mhz <= 0xFFFF:
+                    raise SMUError(f"{self.dev.name}: SMU {msg_name(msg)}: {mhz} MHz does not fit 16 bits")
+                self.send(msg, cid << 16 | mhz)
+
+    def low_clocks(self) -> None:
+        """Every main clock pinned to its lowest DPM level (fini: the GPU is left idle and cool)."""
+        for clk in LOW_CLOCKS:
+            lowest = self.dpm_levels(clk).mhz[0]
+            self.set_soft_limits(clk, lowest, lowest)
+
+    def auto_clocks(self) -> None:
+        """Soft limits back to the whole DPM range (undoes low_clocks; a warm boot starts here)."""
+        for clk in LOW_CLOCKS:
+            lv = self.dpm_levels(clk).mhz
+            self.set_soft_limits(clk, lv[0], lv[-1])
+
+    # -- power -------------------------------------------------------------------------------------------
+    def power_limit(self) -> int:
+        """The package power limit (PPT) in W, for AC power."""
+        return self.query(S.PPSMC_MSG_GetPptLimit, 0 << 16)
+
+    def set_power_limit(self, watts: int) -> None:
+        self.send(S.PPSMC_MSG_SetPptLimit, watts)
+
+    # -- reset -------------------------------------------------------------------------------------------
+    def mode1_reset(self) -> None:
+        """The whole GPU back to its power-on state (amdgpu_device_mode1_reset through the SMU): PSP back to
+        its bootloader, SMU firmware stopped, every engine reset. Afterwards the firmware must be loaded again."""
+        was = self.dev.pci.config_read(PCI_COMMAND, 2) & BUS_MASTER
+        self.dev.pci.set_bus_master(False)
+        self.send(S.PPSMC_MSG_Mode1Reset)
+        self._idle = False
+        time.sleep(self.reset_wait_s)    # upstream touches no register meanwhile
+        self.dev.pci.set_bus_master(bool(was))
+        deadline = time.monotonic() + self.timeout_s
+        while self.dev.mmio.read32(MEMSIZE_DWORD * 4) == 0xFFFFFFFF:
+            if time.monotonic() > deadline:
+                raise SMUTimeout(f"{self.dev.name}: after Mode1Reset the GPU did not come back within "
+                                 f"{self.timeout_s:g} s (RCC_CONFIG_MEMSIZE reads all ones): power-cycle it")
+        # A reset that finished only after the restore above (a shorter wait than the reset took) cleared
+        # bus mastering again; the GPU answers now, so restoring once more is final.
+        if was:
+            self.dev.pci.set_bus_master(True)

@@ -1,0 +1,141 @@
+"""amdrv.ip.smu against the simulated SMU: mailbox results and timeouts, versions, metrics, DPM, power, reset."""
+import pytest
+
+import pcie
+from amdrv.autogen import smu_13_0_0 as S
+from amdrv.device import AMDevice
+from amdrv.ip.psp import PSP
+from amdrv.ip.smu import SMU, SMUError, SMUTimeout
+from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
+
+SLOT = 31
+
+
+@pytest.fixture(autouse=True)
+def _firmware(monkeypatch, debian_firmware):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+
+
+def open_dev(chip="navi31") -> AMDevice:
+    dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=True, slot=SLOT))
+    # Stand-in for the GMC block: the FB location the VBIOS left (mmhub_v3_0_get_fb_location).
+    dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    return dev
+
+
+@pytest.fixture
+def booted():
+    dev = open_dev()
+    PSP(dev).load()
+    smu = SMU(dev, timeout_s=0.2, reset_wait_s=0)
+    yield dev, smu, sim._SLOTS[SLOT].blocks["SMU"]
+    dev.close()
+
+
+def test_message_before_the_firmware_times_out():
+    dev = open_dev()
+    smu = SMU(dev, timeout_s=0.05)
+    with pytest.raises(SMUTimeout) as e:
+        smu.query(S.PPSMC_MSG_GetSmuVersion)
+    msg = str(e.value)
+    assert msg.startswith("am:sim:navi31: SMU GetSmuVersion(0x0): timeout") and "MP1_SMN_C2PMSG_90" in msg
+    assert "not running" in msg and "PSP" in msg
+    assert e.value.msg == S.PPSMC_MSG_GetSmuVersion
+    dev.close()
+
+
+@pytest.mark.parametrize("chip,version", [("navi31", 0x004E4B00), ("navi33", 0x00523C00)])
+def test_init_reads_versions_and_enables_features(chip, version):
+    dev = open_dev(chip)
+    psp = PSP(dev)
+    psp.load()
+    smu = SMU(dev)
+    before = dev.pci.counters.snapshot()
+    smu.init()
+    assert (smu.version, smu.if_version) == (version, 0x37)
+    assert smu.version == psp.image(psp.files["smu"]).ucode_version   # what the PSP loaded is what runs
+    assert smu.version_str().startswith(f"{version >> 16 & 0xFF}.{version >> 8 & 0xFF}.0")
+    model = sim._SLOTS[SLOT].blocks["SMU"]
+    assert model.driver_table == dev.mc_address(smu.table.addr)
+    assert smu.enabled_features() == model.features != 0
+    assert (dev.pci.counters - before).mmio_reads < 40
+    dev.close()
+
+
+def test_unknown_message_and_failed_results(booted):
+    dev, smu, model = booted
+    with pytest.raises(SMUError, match=r"SMU message 0x99\(0x0\) failed: UnknownCmd \(0xfe\)") as e:
+        smu.send(0x99)
+    assert e.value.result == S.PPSMC_Result_UnknownCmd
+    with pytest.raises(SMUError, match=r"TransferTableSmu2Dram\(0x5\) failed: CmdRejectedPrereq \(0xfd\)"):
+        smu.send(S.PPSMC_MSG_TransferTableSmu2Dram, S.TABLE_SMU_METRICS)   # no driver table address yet
+    with pytest.raises(SMUError, match="driver table was set up"):
+        smu.metrics()
+    with pytest.raises(SMUError, match=r"SetPptLimit\(0x2710\) failed: Failed \(0xff\)"):
+        smu.set_power_limit(10000)
+    assert smu.query(S.PPSMC_MSG_GetSmuVersion) == 0x004E4B00   # the mailbox still works
+
+
+def test_metrics_decode_sane_values(booted):
+    dev, smu, model = booted
+    smu.init()
+    m = smu.metrics()
+    assert 20 <= m.edge_c <= m.hotspot_c < 110 and 20 <= m.mem_c < 110
+    assert 0 < m.socket_power_w <= m.board_power_w < smu.power_limit()
+    assert (m.gfx_activity, m.mem_activity) == (0, 0)
+    clocks = model.clocks()
+    assert (m.gfxclk_mhz, m.socclk_mhz, m.uclk_mhz, m.fclk_mhz) == (
+        clocks[S.PPCLK_GFXCLK], clocks[S.PPCLK_SOCCLK], clocks[S.PPCLK_UCLK], clocks[S.PPCLK_FCLK])
+    model.set_activity("gfx", 1.0)
+    model.set_activity("mem", 1.0)
+    busy = smu.metrics()
+    assert busy.counter == m.counter + 1
+    assert (busy.gfx_activity, busy.mem_activity) == (100, 100)
+    top = smu.dpm_levels("gfxclk").mhz[-1]
+    # busy: the highest levels, GFXCLK as far as the power limit lets the throttler keep it
+    assert busy.gfxclk_mhz == busy.average_gfxclk_mhz == model.clocks()[S.PPCLK_GFXCLK]
+    assert 0.9 * top <= busy.gfxclk_mhz <= top and busy.gfxclk_mhz > m.gfxclk_mhz
+    assert busy.uclk_mhz == smu.dpm_levels("uclk").mhz[-1]
+    assert m.socket_power_w < busy.socket_power_w == round(model.power()) <= smu.power_limit()
+
+
+def test_dpm_tables_soft_limits_and_low_clocks(booted):
+    dev, smu, model = booted
+    smu.init()
+    gfx, uclk = smu.dpm_levels("gfxclk"), smu.dpm_levels(S.PPCLK_UCLK)
+    assert gfx.fine_grained and not uclk.fine_grained
+    assert len(uclk.mhz) > 2 and list(uclk.mhz) == sorted(uclk.mhz)
+    assert smu.dpm_range("uclk") == (uclk.mhz[0], uclk.mhz[-1])
+    model.set_activity("gfx", 1.0)
+    model.set_activity("mem", 1.0)
+    smu.set_soft_limits("uclk", max_mhz=uclk.mhz[1])
+    assert smu.metrics().uclk_mhz == uclk.mhz[1]
+    smu.low_clocks()
+    m = smu.metrics()
+    assert (m.gfxclk_mhz, m.uclk_mhz) == (gfx.mhz[0], uclk.mhz[0])    # busy, yet pinned low
+    smu.auto_clocks()
+    assert smu.metrics().uclk_mhz == uclk.mhz[-1] and smu.metrics().gfxclk_mhz > gfx.mhz[0]
+    with pytest.raises(SMUError, match="unknown clock 'memclk'"):
+        smu.dpm_levels("memclk")
+
+
+def test_power_limit(booted):
+    dev, smu, model = booted
+    smu.init()
+    assert smu.power_limit() == 355
+    smu.set_power_limit(300)
+    assert smu.power_limit() == model.ppt_limit == 300
+
+
+def test_mode1_reset_then_boot_again(booted):
+    dev, smu, model = booted
+    smu.init()
+    dev.pci.set_bus_master(True)
+    smu.mode1_reset()
+    assert not PSP(dev).sos_alive()
+    assert dev.pci.config_read(0x04, 2) & 0x04          # bus mastering restored, as amdgpu restores PCI state
+    with pytest.raises(SMUTimeout):
+        smu.query(S.PPSMC_MSG_GetSmuVersion)             # the firmware is gone with the reset
+    PSP(dev).load()
+    smu.init()
+    assert smu.version == 0x004E4B00 and sim._SLOTS[SLOT].errors == []
