@@ -1,0 +1,157 @@
+"""GMC init and VMID 0 mappings against the simulator's GMC: its translation equals the driver's for VRAM
+and host memory on both hubs, a change without invalidation stays stale until the driver's flush, the
+hub registers follow gmc_v11_0/gfxhub_v3_0/mmhub_v3_0, faults are decoded in words; Navi33 and small BAR."""
+import random
+
+import pytest
+
+import pcie
+from amdrv import pagetable
+from amdrv.device import AMDevice
+from amdrv.ip.gmc import GMC, SYSTEM_VA, VRAM_VA, GMCError
+from amdrv.ip.nbio import NBIO
+from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
+from gpusim.gmc import VMFault as SimFault
+
+SLOT = 12
+MiB = 1 << 20
+
+
+def boot(chip="navi31", gfxhub=True, **kw):
+    fn = pcie.open_function("sim", chip, fresh=True, slot=SLOT, **kw)
+    dev = AMDevice(f"am:sim:{chip}", fn)
+    nbio, gmc = NBIO(dev), GMC(dev)
+    nbio.init()
+    gmc.init()
+    if gfxhub:
+        gmc.init_gfxhub()
+    return dev, gmc, sim._SLOTS[SLOT]
+
+
+def check_same(gmc, s, va, hubs=("GC", "MM")):
+    mine = gmc.translate(va)
+    for hub in hubs:
+        t = s.blocks["GMC"].translate(0, va, hub=hub)
+        assert (t.system, t.addr) == (mine.system, mine.addr), f"{hub} hub at {va:#x}"
+
+
+@pytest.mark.parametrize("chip", ["navi31", "navi33"])
+def test_vram_and_system_mappings_translate_as_mapped(chip):
+    dev, gmc, s = boot(chip)
+    assert dev.fb_base == 0x80_0000_0000 and dev.mc_address(0x1000) == 0x80_0000_1000
+    assert not s.errors
+    rng = random.Random(3)
+    big = gmc.map_vram(5 * MiB, tag="big")            # 2 MiB pages and 4 KiB pages
+    small = gmc.map_vram(12 << 10, boot=True, tag="ring")
+    assert big.va == VRAM_VA + big.vram.addr and small.vram.boot
+    for m in (big, small):
+        for off in [0, m.size - 1] + [rng.randrange(m.size) for _ in range(20)]:
+            check_same(gmc, s, m.va + off)
+            assert gmc.translate(m.va + off).addr == m.vram.addr + off
+    buf = dev.pci.alloc_dma(5 * 4096 + 123)
+    sysm = gmc.map_system(buf)
+    assert sysm.va >= SYSTEM_VA and sysm.size == 6 * 4096
+    for off in (0, 4096, 4096 + 17, buf.size - 1):
+        check_same(gmc, s, sysm.va + off)
+        assert s.blocks["GMC"].translate(0, sysm.va + off, hub="GC").addr == buf.bus_address(off)
+    # the engines' view: bytes written by the CPU are what the GPU reads through the mapping
+    buf.view[4096:4100] = b"host"
+    assert s.blocks["GMC"].read(0, sysm.va + 4096, 4) == b"host"
+    dev.vram.write(big.vram.addr + 3 * MiB, b"vram")
+    assert s.blocks["GMC"].read(0, big.va + 3 * MiB, 4) == b"vram"
+    # unmapped again: both hubs fault, and the VRAM and VA space come back
+    for m in (big, sysm, small):
+        gmc.unmap(m)
+        with pytest.raises(SimFault):
+            s.blocks["GMC"].translate(0, m.va, hub="GC")
+    assert gmc.pt.tables() == 1 and dev.mm.in_use() == 0     # boot memory (small) is never freed
+    again = gmc.map_system(buf)
+    assert again.va == sysm.va
+
+
+def test_a_change_without_invalidation_stays_stale_until_the_flush():
+    dev, gmc, s = boot()
+    g = s.blocks["GMC"]
+    a, b = dev.mm.alloc(4096), dev.mm.alloc(4096)
+    va = VRAM_VA + (1 << 40)
+    gmc.pt.map(va, a.addr, 4096)
+    assert g.translate(0, va, hub="GC").addr == a.addr and g.translate(0, va, hub="MM").addr == a.addr
+    flushes = []
+    gmc.pt._invalidate = lambda: flushes.append(1)     # a driver that forgot the flush
+    gmc.pt.unmap(va, 4096)
+    gmc.pt.map(va, b.addr, 4096)
+    assert len(flushes) == 2
+    assert g.translate(0, va, hub="GC").addr == a.addr  # the TLB still holds the old page
+    assert g.translate(0, va, hub="MM").addr == a.addr
+    gmc.flush_tlb()
+    assert g.translate(0, va, hub="GC").addr == b.addr and g.translate(0, va, hub="MM").addr == b.addr
+
+
+def test_gc_hub_comes_up_with_init_gfxhub_and_is_flushed_only_then():
+    dev, gmc, s = boot(gfxhub=False)
+    g = s.blocks["GMC"]
+    m = gmc.map_vram(4096)
+    assert s.get("GC", "GCVM_INVALIDATE_ENG17_REQ") == 0 and s.get("MMHUB", "MMVM_INVALIDATE_ENG17_REQ") != 0
+    assert g.translate(0, m.va, hub="MM").addr == m.vram.addr
+    assert not g.hubs["GC"].walks           # the GC hub was never used (its context is not set up)
+    with pytest.raises(SimFault):
+        g.translate(0, m.va, hub="GC")
+    gmc.init_gfxhub()
+    assert g.translate(0, m.va, hub="GC").addr == m.vram.addr
+
+
+def test_hub_registers_follow_upstream():
+    dev, gmc, s = boot()
+    root = gmc.pt.page_table_base
+    for ip, vm, mc in (("GC", "GCVM_", "GCMC_VM_"), ("MMHUB", "MMVM_", "MMMC_VM_")):
+        get = lambda name: s.get(ip, name)  # noqa: E731
+        assert get(vm + "CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32") | get(vm + "CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32") << 32 == root
+        assert (get(vm + "CONTEXT0_PAGE_TABLE_END_ADDR_LO32"), get(vm + "CONTEXT0_PAGE_TABLE_END_ADDR_HI32")) == \
+            (0xFFFFFFFF, 0xF)
+        cntl = dev.reg("GC" if ip == "GC" else "MMHUB").reg(vm + "CONTEXT0_CNTL").decode(get(vm + "CONTEXT0_CNTL"))
+        assert cntl["ENABLE_CONTEXT"] == 1 and cntl["PAGE_TABLE_DEPTH"] == 3 and cntl["PAGE_TABLE_BLOCK_SIZE"] == 0
+        assert cntl["PDE0_PROTECTION_FAULT_ENABLE_INTERRUPT"] == cntl["VALID_PROTECTION_FAULT_ENABLE_INTERRUPT"] == 1
+        assert (get(mc + "AGP_BASE"), get(mc + "AGP_TOP"), get(mc + "AGP_BOT")) == (0, 0, 0xFFFFFF)
+        assert get(mc + "SYSTEM_APERTURE_LOW_ADDR") == dev.fb_base >> 18
+        assert get(mc + "SYSTEM_APERTURE_HIGH_ADDR") == (dev.fb_base + dev.vram.size - 1) >> 18
+        assert get(vm + "INVALIDATE_ENG17_ADDR_RANGE_HI32") == 0x1F
+        assert get(vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32") == gmc.dummy_page.bus_address(0) >> 12
+    # the MMHUB took and gave back engine 17's semaphore; the GC hub never used it
+    assert s.blocks["GMC"].hubs["MM"].sem_held == [False] * 18
+
+
+def test_fault_registers_decoded_in_words():
+    dev, gmc, s = boot()
+    g = s.blocks["GMC"]
+    assert gmc.decode_fault("GC") is None
+    ro = dev.mm.alloc(4096)
+    va = VRAM_VA + ro.addr
+    gmc.pt.map(va, ro.addr, 4096, flags=pagetable.READABLE)
+    with pytest.raises(SimFault):
+        g.translate(0, va + 8, write=True, client=8)   # TCP writes a read-only page
+    f = gmc.decode_fault("GC")
+    assert (f.hub, f.address, f.vmid, f.write, f.client) == ("GC", va, 0, True, "TCP")
+    assert "no write permission" in str(f) and f"{va:#x}" in str(f) and "write by TCP" in str(f)
+    assert gmc.decode_fault("GC") is None              # cleared
+    with pytest.raises(SimFault):
+        g.translate(0, 0x7000_0000_0000, hub="MM", client=6)   # MP0 reads an unmapped address
+    f = gmc.decode_fault("MM")
+    assert f.mapping_error and not f.write and f.client == "MP0"
+    assert str(f).startswith("MMHUB page fault at 0x700000000000 (VMID 0): read by MP0") and "no mapping" in str(f)
+    with pytest.raises(GMCError, match="no hub 'XX'"):
+        gmc.decode_fault("XX")
+
+
+def test_small_bar_tables_in_the_boot_region_go_through_mm_index():
+    dev, gmc, s = boot(small_bar=True)
+    assert gmc.root.addr >= dev.vram.visible             # the root sits above the 256 MiB BAR
+    m = gmc.map_vram(2 * MiB, boot=True, align=2 * MiB)
+    check_same(gmc, s, m.va + 12345)
+    assert s.blocks["GMC"].translate(0, m.va).pte & (1 << 54)   # one 2 MiB page (PDE_PTE)
+
+
+def test_map_before_init_is_an_error():
+    fn = pcie.open_function("sim", "navi31", fresh=True, slot=SLOT)
+    gmc = GMC(AMDevice("am:sim", fn))
+    with pytest.raises(GMCError, match="before GMC.init"):
+        gmc.map_vram(4096)
