@@ -1,7 +1,7 @@
 """PSP 13.0.x (MP0): the bootloader, the KM ring and the firmware loads of a Navi31/Navi33 boot.
 
 Upstream's front-door load (amdgpu_psp.c psp_load_fw/psp_hw_start/psp_load_non_psp_fw, psp_v13_0.c), which
-`PSP.load()` follows:
+`PSP.init()` follows:
 
 1. Bootloader (skipped when the secure OS already runs: C2PMSG_81 non-zero, psp_v13_0_is_sos_alive): the sos
    package's KDB, SPL, SYS_DRV (then SOC/INTF/DBG/RAS drivers if the package has them) and SOS, each staged in
@@ -23,7 +23,10 @@ Upstream's front-door load (amdgpu_psp.c psp_load_fw/psp_hw_start/psp_load_non_p
 Differences from upstream, and why:
 - Every buffer is VRAM (upstream puts the 1 MiB staging buffer in GTT, which needs the GART first). The
   staging buffer comes from the heap (low VRAM, reachable through a 256 MiB BAR0) and is freed after the
-  load; the ring, fence, command buffer and TMR are boot memory, found again by a warm boot.
+  load; the ring, fence, command buffer and TMR are boot memory, allocated when the PSP object is made
+  (so that every block's boot allocations land at the same addresses on every boot, warm ones included,
+  which do not load firmware). The TMR is reserved at TMR_RESERVE, what the Navi31/Navi33 TOCs ask for;
+  SETUP_TMR gives the size the TOC answered.
 - Components are staged one at a time in the 1 MiB buffer (upstream keeps every ucode in its own BO), and a
   stage identical to what the buffer already holds is not written again (the RS64 stacks of one file are the
   same bytes): fewer bytes over a slow link.
@@ -46,6 +49,7 @@ from amdrv.firmware import Component, FirmwareImage, files_for, parse
 from amdrv.firmware.headers import kind_of
 
 READY = 0x80000000
+TMR_RESERVE = 0x1300000              # LOAD_TOC's answer on a 7900 XTX ("reserve 0x1300000 ... for PSP TMR")
 RING_SIZE = 0x1000                   # psp_v13_0_ring_init: one 4 KiB page
 FRAME_SIZE = 64                      # sizeof(struct psp_gfx_rb_frame)
 HDP_FLUSH_ADDR = 0x80000 - 0x1000    # soc21.c MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL (0)
@@ -125,7 +129,7 @@ class Load:
 
 
 class PSP:
-    """The PSP of one AMDevice. `load()` brings it from power-on (or a running sOS) to RLC autoload started.
+    """The PSP of one AMDevice. `init()` brings it from power-on (or a running sOS) to RLC autoload started.
 
     `images` caches the parsed firmware files by name; a test may replace one to feed the PSP other bytes.
     `timeout_s` bounds every wait. `flush_hdp` is called after the CPU wrote VRAM the PSP will read; the
@@ -141,8 +145,9 @@ class PSP:
         self.c2pmsg = {n: mp0.reg(f"MP0_SMN_C2PMSG_{n}") for n in (35, 36, 64, 67, 69, 70, 71, 81)}
         self.images: dict[str, FirmwareImage] = {}
         self.files = {kind_of(f): f for f in files_for(dev.chip)}
-        self._ring = None        # boot Block: ring page, fence page, command buffer page
-        self.tmr = None          # boot Block of the TMR
+        self._ring = dev.mm.alloc_boot(3 * 0x1000, align=0x1000, tag="PSP ring, fence, command buffer")
+        self.tmr = dev.mm.alloc_boot(TMR_RESERVE, align=P.PSP_TMR_ALIGNMENT, tag="PSP TMR")
+        self.tmr_size = 0        # what LOAD_TOC asked for
         self._stage_block = None
         self._staged = b""       # what the staging buffer holds now
         self._wptr = 0           # KM ring write pointer, dwords
@@ -180,20 +185,18 @@ class PSP:
         return Load(img.name, c, c.psp_fw_type)
 
     # -- the whole load ---------------------------------------------------------------------------------
-    def load(self) -> None:
+    def init(self) -> None:
         """Bootloader (unless sOS runs), KM ring, TOC, SMU, TMR, every GFX firmware, RLC autoload, RL."""
-        self._alloc()
+        self._alloc_stage()
         try:
             alive = self.sos_alive()
             if not alive:
                 self.bootloader()
             self.ring_create(destroy_first=alive)
-            tmr_size = self.load_toc()
-            if self.tmr is None:
-                self.tmr = self.dev.mm.alloc_boot(tmr_size, align=P.PSP_TMR_ALIGNMENT, tag="PSP TMR")
-            elif self.tmr.size < tmr_size:
-                raise PSPError(f"{self.dev.name}: PSP LOAD_TOC asks for a {tmr_size:#x}-byte TMR, the one set "
-                               f"up before is {self.tmr.size:#x}")
+            self.tmr_size = self.load_toc()
+            if self.tmr_size > self.tmr.size:
+                raise PSPError(f"{self.dev.name}: PSP LOAD_TOC asks for a {self.tmr_size:#x}-byte TMR, the driver "
+                               f"reserved {self.tmr.size:#x} (raise amdrv.ip.psp.TMR_RESERVE)")
             self.load_ip_fw(self.smu_load())
             self.setup_tmr()
             for ld in self.ip_fw_loads():
@@ -203,12 +206,9 @@ class PSP:
         finally:
             self._free_stage()
 
-    def _alloc(self) -> None:
-        mm = self.dev.mm
-        if self._ring is None:
-            self._ring = mm.alloc_boot(3 * 0x1000, align=0x1000, tag="PSP ring, fence, command buffer")
+    def _alloc_stage(self) -> None:
         if self._stage_block is None:
-            self._stage_block = mm.alloc(P.PSP_1_MEG, align=P.PSP_1_MEG, tag="PSP firmware staging")
+            self._stage_block = self.dev.mm.alloc(P.PSP_1_MEG, align=P.PSP_1_MEG, tag="PSP firmware staging")
             self._staged = None   # unknown contents: the first stage clears the whole buffer
 
     def _free_stage(self) -> None:
@@ -367,9 +367,9 @@ class PSP:
         """SETUP_TMR (psp_prep_tmr_cmd_buf): MC address, size, and the VRAM physical address (the VRAM
         offset: a dGPU's MC_VM_FB_OFFSET is 0, which amdgpu_gmc_vram_pa would add)."""
         mc = self.dev.mc_address(self.tmr.addr)
-        self.submit(P.GFX_CMD_ID_SETUP_TMR, f"{self.tmr.size:#x} bytes at VRAM {self.tmr.addr:#x}",
+        self.submit(P.GFX_CMD_ID_SETUP_TMR, f"{self.tmr_size:#x} bytes at VRAM {self.tmr.addr:#x}",
                     cmd_setup_tmr=dict(buf_phy_addr_lo=mc & 0xFFFFFFFF, buf_phy_addr_hi=mc >> 32,
-                                       buf_size=self.tmr.size, bitfield=dict(virt_phy_addr=1),
+                                       buf_size=self.tmr_size, bitfield=dict(virt_phy_addr=1),
                                        system_phy_addr_lo=self.tmr.addr & 0xFFFFFFFF,
                                        system_phy_addr_hi=self.tmr.addr >> 32))
 

@@ -125,7 +125,9 @@ class SMU:
         mp1 = dev.reg("MP1")
         self.msg_reg, self.arg_reg, self.resp_reg = (mp1.reg(f"MP1_SMN_C2PMSG_{n}") for n in (66, 82, 90))
         self._idle = False       # the last response we read was non-zero: no need to poll before the next
-        self.table = None        # boot Block of the driver table
+        # Boot memory, allocated here so it lands at the same address on every boot (warm ones included).
+        size = max(structs.get(S, t).size for t in DRIVER_TABLES)
+        self.table = dev.mm.alloc_boot((size + 0xFFF) & ~0xFFF, align=0x1000, tag="SMU driver table")
         self.version = self.if_version = None
 
     # -- the mailbox ------------------------------------------------------------------------------------
@@ -166,12 +168,35 @@ class SMU:
     def query(self, msg: int, arg: int = 0) -> int:
         return self.send(msg, arg, read_arg=True)
 
-    # -- bring-up ---------------------------------------------------------------------------------------
+    # -- life cycle -------------------------------------------------------------------------------------
+    def alive(self) -> bool:
+        """Whether SMU firmware runs: a response is in C2PMSG_90 (none since power-on or reset reads 0)
+        and GetSmuVersion is answered. Costs one register read when nothing runs."""
+        if self.resp_reg.read() == 0:
+            return False
+        self._idle = True
+        try:
+            self.query(S.PPSMC_MSG_GetSmuVersion)
+        except SMUTimeout:
+            return False
+        return True
+
     def init(self) -> None:
         """After the PSP loaded the SMU firmware: versions, driver table, every feature enabled."""
         self.check_versions()
         self.set_driver_table()
         self.enable_features()
+
+    def attach(self) -> None:
+        """Warm boot: the firmware a previous run set up still runs; versions, driver table again (same
+        address), and the clocks fini lowered back to their whole range."""
+        self.check_versions()
+        self.set_driver_table()
+        self.auto_clocks()
+
+    def fini(self) -> None:
+        """The GPU left idle: every main clock at its lowest level."""
+        self.low_clocks()
 
     def check_versions(self) -> tuple[int, int]:
         self.version = self.query(S.PPSMC_MSG_GetSmuVersion)
@@ -188,9 +213,6 @@ class SMU:
         return f"{v >> 16 & 0xFF}.{v >> 8 & 0xFF}.{v & 0xFF} (program {v >> 24})"
 
     def set_driver_table(self) -> None:
-        if self.table is None:
-            size = max(structs.get(S, t).size for t in DRIVER_TABLES)
-            self.table = self.dev.mm.alloc_boot((size + 0xFFF) & ~0xFFF, align=0x1000, tag="SMU driver table")
         mc = self.dev.mc_address(self.table.addr)
         self.send(S.PPSMC_MSG_SetDriverDramAddrHigh, mc >> 32)
         self.send(S.PPSMC_MSG_SetDriverDramAddrLow, mc & 0xFFFFFFFF)
@@ -209,9 +231,6 @@ class SMU:
     # -- tables -----------------------------------------------------------------------------------------
     def read_table(self, table_id: int, size: int) -> bytes:
         """TransferTableSmu2Dram into the driver table, then its bytes (smu_cmn_update_table)."""
-        if self.table is None:
-            raise SMUError(f"{self.dev.name}: SMU table {table_id} read before the driver table was set up "
-                           f"(call init() or set_driver_table() first)")
         self.send(S.PPSMC_MSG_TransferTableSmu2Dram, table_id)
         return self.dev.vram.read(self.table.addr, size)
 

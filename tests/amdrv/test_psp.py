@@ -39,7 +39,7 @@ def test_full_load_reaches_rlc_autoload_complete(chip):
     dev = open_dev(chip)
     before = dev.pci.counters.snapshot()
     psp = PSP(dev)
-    psp.load()
+    psp.init()
     reads = (dev.pci.counters - before).mmio_reads
     assert wait_autoload(dev)
     gpu = sim._SLOTS[SLOT]
@@ -54,7 +54,7 @@ def test_full_load_reaches_rlc_autoload_complete(chip):
     assert cmds[rlc_g + 1] == ("AUTOLOAD_RLC", "")
     assert cmds[rlc_g + 2:] == ([("LOAD_IP_FW", "RL")] if chip == "navi31" else [])   # Navi33's package has no RL
     assert all(status == 0 for *_, status in psp.log)
-    assert psp.tmr.size == 0x1300000 and psp.tmr.addr % (1 << 20) == 0
+    assert psp.tmr_size == 0x1300000 and psp.tmr.addr % (1 << 20) == 0
     # Ring commands are waited for on the fence in memory: register reads are the bootloader's and the ring's.
     assert reads < 40, reads
     assert dev.mm.in_use() == 0   # the staging buffer went back to the heap
@@ -63,14 +63,14 @@ def test_full_load_reaches_rlc_autoload_complete(chip):
 
 def test_load_with_the_secure_os_already_running():
     first = open_dev()
-    PSP(first).load()
+    PSP(first).init()
     first.close()
     gpu = sim._SLOTS[SLOT]
     bootloader_cmds = list(gpu.blocks["PSP"].bl_done)
     dev = open_dev(fresh=False)            # a new driver instance finds the sOS running
     psp = PSP(dev)
     assert psp.sos_alive()
-    psp.load()                             # no bootloader; the old ring is destroyed and a new one made
+    psp.init()                             # no bootloader; the old ring is destroyed and a new one made
     assert gpu.blocks["PSP"].bl_done == bootloader_cmds
     assert gpu.errors == []
     assert wait_autoload(dev)
@@ -81,7 +81,7 @@ def test_small_bar_load():
     dev = open_dev(small_bar=True)
     assert dev.vram.visible < dev.vram.size
     psp = PSP(dev)
-    psp.load()
+    psp.init()
     assert sim._SLOTS[SLOT].errors == [] and wait_autoload(dev)
     dev.close()
 
@@ -116,7 +116,7 @@ def test_each_corrupt_payload_gives_an_error_naming_the_firmware(file, name):
     psp = PSP(dev, timeout_s=0.5)
     corrupt(psp, file, name)
     with pytest.raises(PSPError) as e:
-        psp.load()
+        psp.init()
     msg = str(e.value)
     assert not isinstance(e.value, PSPTimeout), msg
     assert msg.startswith("am:sim:navi31: PSP ") and f"{file} {name} failed" in msg, msg
@@ -134,7 +134,7 @@ def test_the_error_for_the_briefs_example():
     corrupt(psp, "gc_11_0_0_mec.bin", "RS64_MEC_P0_STACK")
     with pytest.raises(PSPError, match=r"^am:sim:navi31: PSP LOAD_IP_FW of gc_11_0_0_mec\.bin RS64_MEC_P0_STACK "
                                        r"failed: status 0xffff000f \(TEE_ERROR_SECURITY: the signature check"):
-        psp.load()
+        psp.init()
     # the loads before it went through; the stacks after it were never sent
     assert ("LOAD_IP_FW", "gc_11_0_0_mec.bin RS64_MEC", 0) in psp.log
     assert not sim._SLOTS[SLOT].blocks["PSP"].is_loaded(P.GFX_FW_TYPE_RS64_MEC_P1_STACK)
@@ -145,7 +145,7 @@ def test_the_error_for_the_briefs_example():
 def test_timeouts_name_the_register_and_what_was_awaited():
     dev = open_dev()
     psp = PSP(dev, timeout_s=0.05)
-    psp._alloc()
+    psp._alloc_stage()
     with pytest.raises(PSPTimeout, match=r"waiting for the secure OS to be ready for ring creation \(C2PMSG_64 "
                                          r"bit 31\) \(MP0_SMN_C2PMSG_64 = 0x00000000\)"):
         psp.ring_create()                  # no sOS: nobody answers C2PMSG_64

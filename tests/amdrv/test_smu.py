@@ -26,9 +26,10 @@ def open_dev(chip="navi31") -> AMDevice:
 @pytest.fixture
 def booted():
     dev = open_dev()
-    PSP(dev).load()
+    psp = PSP(dev)
+    psp.init()
     smu = SMU(dev, timeout_s=0.2, reset_wait_s=0)
-    yield dev, smu, sim._SLOTS[SLOT].blocks["SMU"]
+    yield dev, psp, smu, sim._SLOTS[SLOT].blocks["SMU"]
     dev.close()
 
 
@@ -48,7 +49,7 @@ def test_message_before_the_firmware_times_out():
 def test_init_reads_versions_and_enables_features(chip, version):
     dev = open_dev(chip)
     psp = PSP(dev)
-    psp.load()
+    psp.init()
     smu = SMU(dev)
     before = dev.pci.counters.snapshot()
     smu.init()
@@ -63,13 +64,13 @@ def test_init_reads_versions_and_enables_features(chip, version):
 
 
 def test_unknown_message_and_failed_results(booted):
-    dev, smu, model = booted
+    dev, psp, smu, model = booted
     with pytest.raises(SMUError, match=r"SMU message 0x99\(0x0\) failed: UnknownCmd \(0xfe\)") as e:
         smu.send(0x99)
     assert e.value.result == S.PPSMC_Result_UnknownCmd
     with pytest.raises(SMUError, match=r"TransferTableSmu2Dram\(0x5\) failed: CmdRejectedPrereq \(0xfd\)"):
         smu.send(S.PPSMC_MSG_TransferTableSmu2Dram, S.TABLE_SMU_METRICS)   # no driver table address yet
-    with pytest.raises(SMUError, match="driver table was set up"):
+    with pytest.raises(SMUError, match=r"TransferTableSmu2Dram\(0x5\) failed: CmdRejectedPrereq"):
         smu.metrics()
     with pytest.raises(SMUError, match=r"SetPptLimit\(0x2710\) failed: Failed \(0xff\)"):
         smu.set_power_limit(10000)
@@ -77,7 +78,7 @@ def test_unknown_message_and_failed_results(booted):
 
 
 def test_metrics_decode_sane_values(booted):
-    dev, smu, model = booted
+    dev, psp, smu, model = booted
     smu.init()
     m = smu.metrics()
     assert 20 <= m.edge_c <= m.hotspot_c < 110 and 20 <= m.mem_c < 110
@@ -100,7 +101,7 @@ def test_metrics_decode_sane_values(booted):
 
 
 def test_dpm_tables_soft_limits_and_low_clocks(booted):
-    dev, smu, model = booted
+    dev, psp, smu, model = booted
     smu.init()
     gfx, uclk = smu.dpm_levels("gfxclk"), smu.dpm_levels(S.PPCLK_UCLK)
     assert gfx.fine_grained and not uclk.fine_grained
@@ -120,7 +121,7 @@ def test_dpm_tables_soft_limits_and_low_clocks(booted):
 
 
 def test_power_limit(booted):
-    dev, smu, model = booted
+    dev, psp, smu, model = booted
     smu.init()
     assert smu.power_limit() == 355
     smu.set_power_limit(300)
@@ -128,14 +129,40 @@ def test_power_limit(booted):
 
 
 def test_mode1_reset_then_boot_again(booted):
-    dev, smu, model = booted
+    dev, psp, smu, model = booted
     smu.init()
     dev.pci.set_bus_master(True)
     smu.mode1_reset()
-    assert not PSP(dev).sos_alive()
+    assert not psp.sos_alive()
     assert dev.pci.config_read(0x04, 2) & 0x04          # bus mastering restored, as amdgpu restores PCI state
     with pytest.raises(SMUTimeout):
         smu.query(S.PPSMC_MSG_GetSmuVersion)             # the firmware is gone with the reset
-    PSP(dev).load()
+    psp.init()
     smu.init()
     assert smu.version == 0x004E4B00 and sim._SLOTS[SLOT].errors == []
+
+
+def test_alive_fini_and_warm_attach():
+    dev = open_dev()
+    smu = SMU(dev)
+    before = dev.pci.counters.snapshot()
+    assert not smu.alive()                               # nothing loaded: one register read, no timeout
+    assert (dev.pci.counters - before).mmio_reads == 1
+    PSP(dev).init()
+    assert smu.alive()
+    smu.init()
+    model = sim._SLOTS[SLOT].blocks["SMU"]
+    model.set_activity("gfx", 1.0)
+    smu.fini()                                           # idle and cool: lowest levels even under load
+    low, lowest = smu.metrics(), smu.dpm_levels("gfxclk").mhz[0]
+    dev.close()
+    again = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", slot=SLOT))   # a new driver instance
+    again.fb_base = dev.fb_base
+    smu2 = SMU(again)
+    assert smu2.table.addr == smu.table.addr             # boot memory: the same driver table
+    assert smu2.alive()
+    smu2.attach()
+    high = smu2.metrics()
+    assert low.gfxclk_mhz == lowest < high.gfxclk_mhz
+    assert sim._SLOTS[SLOT].errors == []
+    again.close()
