@@ -30,7 +30,9 @@ names and fields from the generated gc_11_0_0 and mmhub_3_0_x tables):
   MORE_FAULTS is set). Writing CNTL.CLEAR_PROTECTION_FAULT_STATUS_ADDR=1 clears them. If the context's
   *_ENABLE_INTERRUPT bit for the fault is set an IV is posted: client SOC21_IH_CLIENTID_GFX (GC hub,
   UTCL2 fault src 0) or SOC21_IH_CLIENTID_VMC (MMHUB, VM_FAULT src 0, vmid_src 1), src_data[0] = page
-  number bits 43:12, src_data[1] = bits 47:44 (gmc_v11_0_process_interrupt).
+  number bits 43:12, src_data[1] = bits 47:44 (gmc_v11_0_process_interrupt). The IV's ring_id carries
+  the protection that failed, as amdkfd's kfd_int_process_v11.c reads it from these IVs: 0x08 not
+  present (invalid PTE or PDE, out of range), 0x10 read, 0x20 write (execute has no bit there).
 """
 import functools
 import struct
@@ -51,6 +53,8 @@ N_VMIDS = 16
 PERM_VALID, PERM_READ, PERM_WRITE, PERM_EXECUTE = 1, 2, 4, 8
 _KIND_ENABLE = {"range": "RANGE", "valid": "VALID", "read": "READ", "write": "WRITE", "execute": "EXECUTE",
                 "pde": "PDE0"}
+# IV ring_id bits of a fault (kfd_int_process_v11.c: prot_valid 0x08, prot_read 0x10, prot_write 0x20)
+_KIND_RING_ID = {"range": 0x08, "pde": 0x08, "valid": 0x08, "read": 0x10, "write": 0x20, "execute": 0}
 
 
 class VMFault(Exception):
@@ -200,7 +204,7 @@ class GMC(Block):
         cntl = f"{hub.vm}CONTEXT{vmid}_CNTL"
         if self._fld(hub, cntl, _KIND_ENABLE[kind] + "_PROTECTION_FAULT_ENABLE_INTERRUPT"):
             self.dev.post_interrupt(IVEntry(client_id=hub.client_id, source_id=hub.src_id, vmid=vmid,
-                                            vmid_src=hub.vmid_src,
+                                            vmid_src=hub.vmid_src, ring_id=_KIND_RING_ID[kind],
                                             src_data=((va >> 12) & 0xFFFFFFFF, (va >> 44) & 0xF, 0, 0)))
         raise VMFault(hub.name, vmid, va, kind, write)
 

@@ -236,6 +236,7 @@ def test_fault_latches_registers_and_posts_iv(sim):
     assert dw[0] & 0xFF == IDS.SOC21_IH_CLIENTID_GFX and (dw[0] >> 8) & 0xFF == IDS.UTCL2_1_0__SRCID__FAULT
     assert (dw[0] >> 24) & 0xF == 3 and dw[0] >> 31 == 0
     assert (dw[4] << 12 | (dw[5] & 0xF) << 44) == va     # gmc_v11_0_process_interrupt's decoding
+    assert (dw[0] >> 16) & 0xFF == 0x08     # kfd_int_process_v11.c: ring_id & 0x08 is prot_valid (not present)
     # a second fault keeps the first one's status and address, only MORE_FAULTS is added
     pte(dev, PTB, 9, 0xC00000 | V | R)
     with pytest.raises(VMFault, match="write fault"):
@@ -249,6 +250,8 @@ def test_fault_latches_registers_and_posts_iv(sim):
         gmc.translate(3, 9 << 12, write=True)
     st3, addr3 = status_fields(dev)
     assert st3["PERMISSION_FAULTS"] == 4 and st3["RW"] == 1 and addr3 == 9 << 12
+    # each IV carries its own fault's protection in ring_id (prot_write 0x20), latched status or not
+    assert [(struct.unpack_from("<I", mem, 32 * k)[0] >> 16) & 0xFF for k in range(3)] == [0x08, 0x20, 0x20]
 
 
 def test_mmhub_fault_client_and_range(sim):
@@ -261,6 +264,7 @@ def test_mmhub_fault_client_and_range(sim):
     assert st["MAPPING_ERROR"] == 1 and st["VMID"] == 5 and addr == 0x2000_0000
     dw = struct.unpack_from("<8I", mem, 0)
     assert dw[0] & 0xFF == IDS.SOC21_IH_CLIENTID_VMC and dw[0] >> 31 == 1
+    assert (dw[0] >> 16) & 0xFF == 0x08   # out of range: not present (kfd_int_process_v11.c prot_valid)
 
 
 def test_fault_without_interrupt_enable_posts_nothing(sim):
