@@ -5,6 +5,7 @@ import pcie
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.device import AMDevice
 from amdrv.ip.psp import PSP
+from amdrv.ip import smu as smu_ip
 from amdrv.ip.smu import SMU, SMUError, SMUTimeout
 from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
 
@@ -166,3 +167,26 @@ def test_alive_fini_and_warm_attach():
     assert low.gfxclk_mhz == lowest < high.gfxclk_mhz
     assert sim._SLOTS[SLOT].errors == []
     again.close()
+
+
+def test_driver_interface_mismatch_is_a_warning(booted, monkeypatch, caplog):
+    dev, psp, smu, model = booted
+    monkeypatch.setitem(smu_ip.DRIVER_IF_VERSION, (13, 0, 0), 0x36)
+    with caplog.at_level("WARNING", logger="amdrv.smu"):
+        smu.init()                                       # upstream only warns: the firmware is compatible
+    assert "driver interface 0x37, this driver 0x36" in caplog.text and "78.75.0" in caplog.text
+
+
+def test_boot_and_mode1_reset_with_an_asynchronous_clock():
+    # the simulator steps from a thread, as a real device runs on its own: waits must not rely on steps
+    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, async_clock=True))
+    dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    psp, smu = PSP(dev), SMU(dev, reset_wait_s=0.01)
+    psp.init()
+    smu.init()
+    smu.mode1_reset()
+    assert not psp.sos_alive() and not smu.alive()
+    psp.init()
+    smu.init()
+    assert smu.metrics().counter == 1 and sim._SLOTS[SLOT].errors == []
+    dev.close()
