@@ -66,6 +66,8 @@ L2_DEFAULTS = {"GC": (0x80120007, 0x000000C1, 0x00003FE0), "MM": (0x80100007, 0x
 FAULT_KINDS = ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
 PERMISSION_WORDS = ((1, "page not valid"), (2, "no read permission"), (4, "no write permission"),
                     (8, "no execute permission"))
+# a fault IV's ring_id (kfd_int_process_v11.c: prot_valid 0x08, prot_read 0x10, prot_write 0x20)
+IV_PROTECTION_WORDS = ((0x08, "page not present"), (0x10, "no read permission"), (0x20, "no write permission"))
 GFXHUB_CLIENTS = ("CB/DB", "Reserved", "GE1", "GE2", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)",
                   "SQC (data)", "SQG", "Reserved", "SDMA0", "SDMA1", "GCR", "SDMA2", "SDMA3")
 # mmhub_client_ids_v3_0_0 and _v3_0_2 (equal): {cid: (name on read, name on write)}
@@ -96,21 +98,23 @@ class GPUMapping:
 
 @dataclass(frozen=True)
 class VMFault:
-    """A protection fault as a hub latched it (status and address registers) and, when it came from
-    the IH ring, what the IV said."""
-    hub: str                  # "GC" or "MM"
-    address: int              # the faulting page's address
+    """A protection fault: what the hub latched (status and address registers) and, when it came from the
+    IH ring, what the IV said. status is None when the latch held nothing for this fault (a second fault
+    only sets MORE_FAULTS on the first one's status): then only the IV's facts are known."""
+    hub: str                       # "GC" or "MM"
+    address: int                   # the faulting page's address
     vmid: int
-    write: bool
-    cid: int                  # the UTCL2 client id
-    client: str
-    permission: int           # PERMISSION_FAULTS bits
-    mapping_error: bool
-    walker_error: int
-    more_faults: bool
-    atomic: bool
-    status: int               # the raw VM_L2_PROTECTION_FAULT_STATUS
-    pasid: int | None = None  # from the IV
+    status: int | None             # the raw VM_L2_PROTECTION_FAULT_STATUS, when it is this fault's
+    write: bool | None = None      # RW (None: not known)
+    cid: int | None = None         # the UTCL2 client id
+    client: str | None = None
+    permission: int = 0            # PERMISSION_FAULTS bits
+    mapping_error: bool = False
+    walker_error: int = 0
+    more_faults: bool = False
+    atomic: bool = False
+    iv_protection: int | None = None   # the IV's ring_id bits 0x08/0x10/0x20
+    pasid: int | None = None
     timestamp: int | None = None
 
     @property
@@ -120,15 +124,18 @@ class VMFault:
             out.append("no mapping (outside the context's range, or a page directory entry is invalid)")
         if self.walker_error:
             out.append(f"page-table walker error {self.walker_error}")
+        if not out and self.iv_protection:
+            out = [words for bit, words in IV_PROTECTION_WORDS if self.iv_protection & bit]
         return out or ["no cause recorded"]
 
     def __str__(self) -> str:
         hub = "GC hub" if self.hub == "GC" else "MMHUB"
-        kind = "atomic" if self.atomic else "write" if self.write else "read"
+        kind = "atomic" if self.atomic else {True: "write", False: "read", None: "access"}[self.write]
+        by = f" by {self.client} (client id {self.cid:#x})" if self.cid is not None else ""
         more = "; more faults followed" if self.more_faults else ""
         pasid = f", PASID {self.pasid}" if self.pasid else ""
-        return (f"{hub} page fault at {self.address:#x} (VMID {self.vmid}{pasid}): {kind} by {self.client} "
-                f"(client id {self.cid:#x}): {', '.join(self.reasons)}{more}")
+        return (f"{hub} page fault at {self.address:#x} (VMID {self.vmid}{pasid}): {kind}{by}: "
+                f"{', '.join(self.reasons)}{more}")
 
 
 class _Hub:
@@ -374,15 +381,20 @@ class GMC:
         status = h.vmr("L2_PROTECTION_FAULT_STATUS").read()
         if not status:
             return None
-        lo = h.vmr("L2_PROTECTION_FAULT_ADDR_LO32").read()
-        hi = h.vmr("L2_PROTECTION_FAULT_ADDR_HI32").read()
+        address = self._latched_address(h)
         if clear:
             self._clear_fault(h)
-        return self._fault(h, status, lo << 12 | (hi & 0xF) << 44)
+        return self._fault(h, status, address)
+
+    def _latched_address(self, h: _Hub) -> int:
+        lo = h.vmr("L2_PROTECTION_FAULT_ADDR_LO32").read()
+        hi = h.vmr("L2_PROTECTION_FAULT_ADDR_HI32").read()
+        return lo << 12 | (hi & 0xF) << 44
 
     def fault_from_iv(self, iv) -> VMFault | None:
-        """The fault an IH entry (amdrv.ip.ih.IVEntry) reports, with the hub's status in words; None for
-        an entry that is not a VM fault. The IV's vmid_src picks the hub, as amdgpu's vmhub[vmid_src]."""
+        """The fault an IH entry (amdrv.ip.ih.IVEntry) reports, in words; None for an entry that is not a
+        VM fault. The IV's vmid_src picks the hub (amdgpu's vmhub[vmid_src]); its status is read and the
+        latch re-armed as gmc_v11_0_process_interrupt does, and used when it holds this IV's page."""
         gfx_fault = iv.client_id == IHIDS.SOC21_IH_CLIENTID_GFX and iv.src_id == IHIDS.UTCL2_1_0__SRCID__FAULT
         vmc_fault = iv.client_id == IHIDS.SOC21_IH_CLIENTID_VMC and iv.src_id == IHIDS.VMC_1_0__SRCID__VM_FAULT
         if not (gfx_fault or vmc_fault):
@@ -392,13 +404,14 @@ class GMC:
         if h.name == "GC":
             status_reg.read()  # gmc_v11_0_process_interrupt: a dummy read lets the GC status settle
         status = status_reg.read()
+        latched = self._latched_address(h) if status else None
         self._clear_fault(h)
         address = iv.src_data[0] << 12 | (iv.src_data[1] & 0xF) << 44
-        if not status:  # already cleared (or lost): only the IV's facts are known
-            return VMFault(h.name, address, iv.vmid, write=False, cid=0, client="unknown", permission=0,
-                           mapping_error=False, walker_error=0, more_faults=False, atomic=False, status=0,
-                           pasid=iv.pasid, timestamp=iv.timestamp)
-        return self._fault(h, status, address, pasid=iv.pasid, timestamp=iv.timestamp)
+        facts = dict(iv_protection=iv.ring_id & 0x38, pasid=iv.pasid, timestamp=iv.timestamp)
+        if latched != address:
+            write = True if iv.ring_id & 0x20 else None
+            return VMFault(h.name, address, iv.vmid, status=None, write=write, **facts)
+        return self._fault(h, status, address, **facts)
 
     def _hub(self, name: str) -> _Hub:
         if name not in self.hubs:
@@ -415,6 +428,7 @@ class GMC:
             client = GFXHUB_CLIENTS[cid] if cid < len(GFXHUB_CLIENTS) else "unknown"
         else:
             client = (MMHUB_CLIENTS.get(cid, (None, None))[write]) or "unknown"
-        return VMFault(h.name, address, f["VMID"], write, cid, client, f["PERMISSION_FAULTS"],
-                       bool(f["MAPPING_ERROR"]), f["WALKER_ERROR"], bool(f["MORE_FAULTS"]), bool(f["ATOMIC"]),
-                       status, **iv)
+        return VMFault(h.name, address, f["VMID"], status, write=write, cid=cid, client=client,
+                       permission=f["PERMISSION_FAULTS"], mapping_error=bool(f["MAPPING_ERROR"]),
+                       walker_error=f["WALKER_ERROR"], more_faults=bool(f["MORE_FAULTS"]), atomic=bool(f["ATOMIC"]),
+                       **iv)

@@ -5,6 +5,7 @@ import struct
 import pytest
 
 import pcie
+from amdrv import pagetable
 from amdrv.autogen import ih as IHIDS
 from amdrv.device import AMDevice
 from amdrv.ip.gmc import GMC, VRAM_VA
@@ -78,6 +79,24 @@ def test_an_unmapped_access_is_reported_in_words():
     # the rptr went back to the IH through its doorbell
     assert s.get("OSSSYS", "IH_RB_RPTR") == ih.rptr == 2 * 32
     assert ih.poll() == []
+
+
+def test_a_second_fault_before_the_poll_is_described_by_its_iv():
+    dev, gmc, ih, s = boot()
+    g = s.blocks["GMC"]
+    ro = dev.mm.alloc(4096)
+    va_ro = VRAM_VA + ro.addr
+    gmc.pt.map(va_ro, ro.addr, 4096, flags=pagetable.READABLE)
+    with pytest.raises(SimFault):
+        g.translate(0, 0x5000_0000_0000, write=True, client=8)
+    with pytest.raises(SimFault):
+        g.translate(0, va_ro, write=True, client=5)     # latched only as MORE_FAULTS on the first
+    first, second = (gmc.fault_from_iv(iv) for iv in ih.poll())
+    assert first.status and first.more_faults and first.client == "TCP" and first.address == 0x5000_0000_0000
+    assert str(first).endswith("; more faults followed")
+    assert second.status is None and second.address == va_ro and second.write
+    assert str(second) == f"GC hub page fault at {va_ro:#x} (VMID 0): write: no write permission"
+    assert first.iv_protection == 0x08 and second.iv_protection == 0x20
 
 
 def test_a_mapped_access_raises_nothing_and_other_ivs_are_not_faults():
