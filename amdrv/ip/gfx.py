@@ -6,10 +6,12 @@ gfx_v11_0_hw_init then:
      (gfx_v11_0_wait_for_rlc_autoload_complete);
   2. reads GB_ADDR_CONFIG (get_gb_addr_config);
   3. points the RS64 MEC pipes at the firmware's start address and pulses their reset
-     (the MEC part of gfx_v11_0_config_gfx_rs64: the PFP/ME graphics pipes are not used here);
+     (the MEC part of gfx_v11_0_config_gfx_rs64: the PFP/ME graphics pipes are not used here), then
+     enables the GC hub (gfx_v11_0_gfxhub_enable, through the GMC block);
   4. golden settings (golden_settings_gc_11_0, plus golden_settings_gc_11_0_1 on GC 11.0.1/11.0.4);
   5. constants: GRBM_CNTL.READ_TIMEOUT, SH_MEM_CONFIG/SH_MEM_BASES per VMID, no GDS/GWS/OA for
-     VMIDs 1..15 (gfx_v11_0_constants_init, _init_compute_vmid, _init_gds_vmid);
+     VMIDs 1..15 (gfx_v11_0_constants_init, _init_compute_vmid, _init_gds_vmid); the GC doorbell
+     routing (nbio gc_doorbell_init);
   6. RLC: the Save Restore Machine on (gfx_v11_0_rlc_resume's PSP branch); RLC_ENABLE_F32 is set by
      the autoload and set again here if it is not (gfx_v11_0_rlc_start), as the RLC must run for the CP;
   7. the MEC unhalted with its four pipes active (gfx_v11_0_cp_compute_enable).
@@ -72,8 +74,8 @@ class GFX:
     """GC 11.0.x compute bring-up. `init()` is hw_init, `fini()` hw_fini; `mec_ready()` tells whether
     the MEC runs (firmware autoloaded, unhalted, pipes active and out of reset)."""
 
-    def __init__(self, dev):
-        self.dev, self.gc = dev, dev.reg("GC")
+    def __init__(self, dev, gmc, nbio):
+        self.dev, self.gc, self.gmc, self.nbio = dev, dev.reg("GC"), gmc, nbio
         self.version = dev.disc.version_of("GC")
         mec = next(n for n in files_for(dev.chip) if n.endswith("_mec.bin"))
         hdr = parse(mec, dev.firmware.read(mec)).header
@@ -86,13 +88,19 @@ class GFX:
         return GFXError(f"{self.dev.name}: GFX (GC {v}): {what}")
 
     # ---------------------------------------------------------------- hw_init
-    def init(self) -> None:
+    def init(self, warm: bool = False) -> None:
+        """warm: the GPU was not reset since a cold boot programmed golden settings, constants and doorbell
+        routing (GC registers outlive the driver, and GFXOFF's RLC save/restore keeps them), so only the
+        MEC start, the GC hub and the unhalt are done again."""
         self.wait_for_rlc_autoload()
         self.gb_addr_config = self.gc.GB_ADDR_CONFIG.read()
         self.config_mec_rs64()
-        golden = GOLDEN_GC_11_0_1 + GOLDEN_GC_11_0 if self.version in ((11, 0, 1), (11, 0, 4)) else GOLDEN_GC_11_0
-        program_golden(self.gc, golden)
-        self.constants_init()
+        self.gmc.init_gfxhub()
+        if not warm:
+            golden = GOLDEN_GC_11_0_1 + GOLDEN_GC_11_0 if self.version in ((11, 0, 1), (11, 0, 4)) else GOLDEN_GC_11_0
+            program_golden(self.gc, golden)
+            self.constants_init()
+            self.nbio.gc_doorbell_init()
         self.rlc_resume()
         self.cp_compute_enable(True)
         if not self.mec_ready():

@@ -1,0 +1,260 @@
+"""The AM life cycle (DESIGN.md): open a GPU, boot it cold or warm, and leave it clean with `fini`.
+
+    gpu = AMGPU.open("am:sim")          # or a pcie.PCIFunction; "am" picks the first free AMD GPU
+    gpu.boot_report                      # BootReport(kind="cold", reason=..., seconds, mmio_reads, ...)
+    gpu.gfx.mec_ready(), gpu.sdma.ready()
+    gpu.fini()                           # engines halted, clocks low, clean-exit flag set, device closed
+
+What the GPU was left in decides the boot:
+- The boot state (a version and a clean-exit flag the NBIO block keeps in scratch registers, which
+  survive a driver restart but not a reset or power cycle) says a previous AM run of this boot-state
+  version ended with `fini`, and the firmware is alive (sOS running, SMU answering): warm boot. The
+  boot region allocations are replayed in the same order so every block finds its rings, tables and
+  firmware where the last run left them; only the hubs, the IH ring, GFX and SDMA are programmed again.
+- Anything else is a cold boot: untouched GPU, one left by amdgpu, or an AM run that died (the flag is
+  cleared at the start of every boot, so a crash at any point leaves it clear). If firmware is already
+  alive, the SMU resets the whole ASIC (mode1) first, as the PSP only boots from its reset state. Then
+  nbio -> gmc -> ih -> psp (full firmware load, RLC autoload) -> smu (features) -> gfx -> sdma.
+DRIVERLESS_COLD_BOOT=1 forces a cold boot.
+
+Real devices are opened through pcie's sysfs or vfio provider, which refuse a function a kernel driver
+(amdgpu) holds, naming the unbind command, and take the per-device lock (a second process gets
+"device busy, held by pid N").
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from amdrv import device_spec
+from amdrv.device import AMDevice
+from amdrv.firmware import FirmwareStore, files_for, parse
+from amdrv.ip.gfx import GFX
+from amdrv.ip.gmc import GMC
+from amdrv.ip.ih import IH
+from amdrv.ip.nbio import NBIO
+from amdrv.ip.psp import PSP
+from amdrv.ip.sdma import SDMA
+from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetMaxDpmFreq
+from amdrv.ip.smu import LOW_CLOCKS, SMU, clock_id
+from amdrv.memory import VRAMAllocator
+from pcie import PCIFunction, open_function
+from pcie.discover import SYSFS
+
+BOOT_STATE_VERSION = 1  # bump when the boot region layout or what a warm boot relies on changes
+COLD_ENV = "DRIVERLESS_COLD_BOOT"
+
+
+class AMError(RuntimeError):
+    """A boot or life-cycle failure: names the device, the step and what to do."""
+
+
+@dataclass(frozen=True)
+class BootStep:
+    name: str
+    seconds: float
+    mmio_reads: int
+    mmio_writes: int
+
+
+@dataclass(frozen=True)
+class BootReport:
+    kind: str            # "cold" or "warm"
+    reason: str          # why this kind, in words
+    mode1_reset: bool    # a cold boot that reset live firmware first
+    seconds: float       # wall time of the boot (open to ready)
+    mmio_reads: int
+    mmio_writes: int
+    steps: tuple[BootStep, ...]  # per block, in boot order
+
+    def __str__(self) -> str:
+        reset = ", after a mode1 reset" if self.mode1_reset else ""
+        return (f"{self.kind} boot{reset} in {self.seconds * 1e3:.0f} ms, {self.mmio_reads} MMIO reads, "
+                f"{self.mmio_writes} MMIO writes ({self.reason})")
+
+
+class AMGPU:
+    """One booted GPU: `dev` (amdrv.device.AMDevice) and its IP blocks nbio, gmc, ih, psp, smu, gfx, sdma."""
+
+    def __init__(self, dev: AMDevice):
+        self.dev = dev
+        self.boot_report: BootReport | None = None
+        self._finished = False
+
+    @classmethod
+    def open(cls, device: str | PCIFunction = "am", *, cold: bool | None = None,
+             firmware: FirmwareStore | None = None, sysfs: Path = SYSFS,
+             lock_dir: Path | None = None) -> AMGPU:
+        """Opens and boots a GPU. device: an AM device string (see amdrv.device_spec) or an open
+        pcie.PCIFunction. cold=True forces a cold boot (as DRIVERLESS_COLD_BOOT=1 does); None decides
+        from the GPU's state. sysfs and lock_dir: where real devices and their lock files are."""
+        t0 = time.perf_counter()
+        if isinstance(device, PCIFunction):
+            pci, name = device, f"am:{device.address}"
+        else:
+            spec = device_spec.parse(device, sysfs)
+            kwargs = {} if spec.provider == "sim" else {"lock_dir": lock_dir}
+            if spec.provider == "sysfs":
+                kwargs["root"] = sysfs
+            pci, name = open_function(spec.provider, *spec.args, **kwargs), spec.text
+        try:
+            gpu = cls(AMDevice(name, pci, firmware))
+            if cold is None:
+                cold = os.environ.get(COLD_ENV, "") not in ("", "0")
+            gpu.boot(force_cold=cold, t0=t0)
+        except BaseException:
+            pci.close()
+            raise
+        return gpu
+
+    # ---------------------------------------------------------------- boot
+    def _build_blocks(self) -> None:
+        """The blocks' software side, in a fixed order: what they allocate from the boot region at
+        construction (GMC's root directory, the IH ring, the PSP's ring and TMR; then the SMU's driver
+        table in its init) lands at the same addresses on every boot."""
+        dev = self.dev
+        self.nbio = NBIO(dev)
+        self.gmc = GMC(dev)
+        self.ih = IH(dev)
+        self.psp = PSP(dev)
+        self.smu = SMU(dev)
+        self.gfx = GFX(dev, self.gmc, self.nbio)
+        self.sdma = SDMA(dev)
+
+    def _firmware_alive(self) -> str | None:
+        """What shows that firmware runs (so a cold boot must reset the GPU first), or None."""
+        alive = []
+        if self.psp.sos_alive():
+            alive.append("the PSP's sOS runs")
+        if self._smu_answers():
+            alive.append("the SMU answers")
+        return " and ".join(alive) or None
+
+    def _smu_answers(self) -> bool:
+        # A response register that is non-zero means a message was answered and the mailbox is free;
+        # 0 at power-on and after a reset, before the PSP loaded the SMU firmware.
+        return self.smu.resp_reg.read() != 0
+
+    def _decide(self, state, force_cold: bool) -> tuple[str, str, str | None]:
+        alive = self._firmware_alive()
+        mm = self.dev.mm
+        if force_cold:
+            return "cold", f"forced ({COLD_ENV}=1 or cold=True)", alive
+        if state is None:
+            return "cold", "no AM boot state: an untouched GPU, one left by amdgpu, or reset since", alive
+        if state.version != BOOT_STATE_VERSION:
+            return "cold", (f"the previous AM run used boot state version {state.version}, this driver "
+                            f"{BOOT_STATE_VERSION}"), alive
+        if not state.clean:
+            return "cold", "the previous AM run did not finish (no fini: it crashed or was killed)", alive
+        if alive is None:
+            return "cold", "the previous AM run ended with fini but no firmware runs now", alive
+        if (state.boot_base, state.boot_size) != (mm.boot_base, mm.boot_end - mm.boot_base):
+            return "cold", (f"the previous AM run's boot region ({state.boot_size:#x} bytes at "
+                            f"{state.boot_base:#x}) is not this boot's"), alive
+        return "warm", f"the previous AM run ended with fini, and {alive}", alive
+
+    def boot(self, force_cold: bool = False, t0: float | None = None) -> BootReport:
+        t0 = time.perf_counter() if t0 is None else t0
+        dev = self.dev
+        before = dev.pci.counters.snapshot()
+        self._build_blocks()
+        state = self.nbio.read_state()
+        kind, reason, alive = self._decide(state, force_cold)
+        # Cleared before anything else: dying anywhere from here on makes the next boot cold.
+        self.nbio.write_state(BOOT_STATE_VERSION, clean=False)
+        steps: list[BootStep] = []
+
+        def step(name, fn):
+            t, c = time.perf_counter(), dev.pci.counters.snapshot()
+            try:
+                fn()
+            except AMError:
+                raise
+            except Exception as e:
+                raise AMError(f"{dev.name}: {kind} boot failed in {name}: {e}") from e
+            d = dev.pci.counters - c
+            steps.append(BootStep(name, time.perf_counter() - t, d.mmio_reads, d.mmio_writes))
+
+        mode1 = kind == "cold" and alive is not None
+        if kind == "cold":
+            if mode1:
+                step("mode1 reset", self._mode1_reset)
+            step("nbio", self.nbio.init)
+            step("gmc", self.gmc.init)
+            step("ih", self.ih.init)
+            step("psp", self.psp.init)
+            step("smu", self.smu.init)
+        else:
+            step("nbio", self.nbio.init)
+            step("gmc", self.gmc.init)
+            step("ih", self.ih.init)
+            step("smu", self._smu_warm)
+        step("gfx", lambda: self.gfx.init(warm=kind == "warm"))
+        step("sdma", self.sdma.init)
+        if kind == "warm" and dev.mm.boot_used != state.boot_used:
+            raise AMError(f"{dev.name}: this warm boot's boot allocations end at {dev.mm.boot_used:#x} bytes, the "
+                          f"run that left the GPU used {state.boot_used:#x}: the layout changed without a new "
+                          f"am.BOOT_STATE_VERSION; boot cold ({COLD_ENV}=1)")
+        self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the whole boot region, as used now
+        used = dev.pci.counters - before
+        self.boot_report = BootReport(kind, reason, mode1, time.perf_counter() - t0, used.mmio_reads,
+                                      used.mmio_writes, tuple(steps))
+        return self.boot_report
+
+    def _mode1_reset(self) -> None:
+        self.smu.mode1_reset()
+        # The ASIC is at power-on: fresh blocks, and the boot allocations replayed from the start.
+        self.dev.mm = VRAMAllocator(self.dev.mm.vram_size)
+        self._build_blocks()
+        self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
+
+    def _smu_warm(self) -> None:
+        """The SMU firmware runs on from the previous run, its features enabled: versions, the driver
+        table (same place), and the soft maximum of each clock fini lowered back to its top level (the
+        soft minimum fini set is the lowest level already)."""
+        smu = self.smu
+        smu.check_versions()
+        smu.set_driver_table()
+        for clk in LOW_CLOCKS:
+            smu.set_soft_limits(clk, max_mhz=smu.query(PPSMC_MSG_GetMaxDpmFreq, clock_id(clk) << 16))
+
+    def firmware_versions(self) -> list[str]:
+        """What runs: the ucode version of each pinned file the PSP loads (TAs are not: compute needs
+        none), and the versions the PSP's sOS and the SMU report."""
+        lines = []
+        for name in files_for(self.dev.chip):
+            img = parse(name, self.dev.firmware.read(name))
+            if img.kind != "ta":
+                lines.append(f"{name}: {img.kind} ucode version {img.ucode_version:#x}")
+        lines.append(f"PSP sOS reports version {self.psp.c2pmsg[81].read():#x}")
+        if self.smu.version is not None:
+            lines.append(f"SMU firmware reports {self.smu.version_str()}, driver interface "
+                         f"{self.smu.if_version:#x}")
+        return lines
+
+    # ---------------------------------------------------------------- fini
+    def fini(self) -> None:
+        """Leaves the GPU idle at low clocks with the clean-exit flag set, so the next open boots warm;
+        then closes the device. Idempotent."""
+        if self._finished:
+            return
+        try:
+            self.gfx.wait_idle()
+            self.gfx.fini()
+            self.sdma.fini()
+            self.smu.low_clocks()
+            self.nbio.write_state(BOOT_STATE_VERSION, clean=True)
+        finally:
+            self._finished = True
+            self.dev.close()
+
+    close = fini
+
+    def __enter__(self) -> AMGPU:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fini()

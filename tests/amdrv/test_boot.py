@@ -1,0 +1,156 @@
+"""The AM life cycle on the simulator: cold boot (Navi31, Navi33, small BAR), warm boot after fini,
+cold boot behind a mode1 reset after an unclean exit (in process and across processes through the
+simulator's state file), forced cold boot, and the clear errors for a real device amdgpu holds or
+another process has locked (fake sysfs trees)."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pcie
+from amdrv.am import AMGPU, BOOT_STATE_VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+ADDR = "0000:03:00.0"
+
+
+@pytest.fixture(autouse=True)
+def firmware(debian_firmware, monkeypatch):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+
+
+def sim(chip="navi31", slot=20, **kw):
+    return pcie.open_function("sim", chip, slot=slot, **kw)
+
+
+def check_running(gpu):
+    assert gpu.gfx.mec_ready() and gpu.gfx.is_idle()
+    assert gpu.sdma.ready()
+
+
+@pytest.mark.parametrize("chip,slot", [("navi31", 20), ("navi33", 21)])
+def test_cold_boot_then_warm_boot_after_fini(chip, slot):
+    gpu = AMGPU.open(sim(chip, slot, fresh=True))
+    cold = gpu.boot_report
+    assert (cold.kind, cold.mode1_reset) == ("cold", False), cold
+    assert "no AM boot state" in cold.reason
+    assert [s.name for s in cold.steps] == ["nbio", "gmc", "ih", "psp", "smu", "gfx", "sdma"]
+    check_running(gpu)
+    layout = gpu.dev.mm.boot_layout()
+    assert layout  # the blocks put their firmware, rings and tables in the boot region
+    gpu.fini()
+    gpu.fini()  # idempotent
+
+    gpu = AMGPU.open(sim(chip, slot))
+    warm = gpu.boot_report
+    assert warm.kind == "warm", warm
+    assert "psp" not in [s.name for s in warm.steps]
+    check_running(gpu)
+    assert gpu.dev.mm.boot_layout() == layout  # found again where the cold boot put it
+    # over USB each access is a round trip: a warm boot must be much cheaper
+    assert warm.mmio_reads < cold.mmio_reads and warm.mmio_writes < cold.mmio_writes * 0.6
+    gpu.fini()
+
+
+def test_unclean_exit_leads_to_cold_boot_behind_mode1_reset():
+    gpu = AMGPU.open(sim(slot=22, fresh=True))
+    gpu.dev.close()  # dropped without fini: the clean-exit flag stays clear
+    gpu = AMGPU.open(sim(slot=22))
+    rep = gpu.boot_report
+    assert (rep.kind, rep.mode1_reset) == ("cold", True), rep
+    assert "did not finish" in rep.reason
+    assert [s.name for s in rep.steps][:2] == ["mode1 reset", "nbio"]
+    check_running(gpu)
+    gpu.fini()
+
+
+def test_forced_cold_boot_resets_live_firmware(monkeypatch):
+    AMGPU.open(sim(slot=23, fresh=True)).fini()
+    monkeypatch.setenv("DRIVERLESS_COLD_BOOT", "1")
+    gpu = AMGPU.open(sim(slot=23))
+    assert (gpu.boot_report.kind, gpu.boot_report.mode1_reset) == ("cold", True)
+    assert "forced" in gpu.boot_report.reason
+    gpu.fini()
+
+
+def test_unclean_exit_of_another_process(tmp_path):
+    state = tmp_path / "gpu.state"
+    script = textwrap.dedent(f"""
+        import pcie
+        from amdrv.am import AMGPU
+        gpu = AMGPU.open(pcie.open_function("sim", "navi31", state={str(state)!r}, fresh=True, slot=24))
+        assert gpu.boot_report.kind == "cold"
+        print("booted", flush=True)
+        # exits without fini: the simulator saves the GPU as the process leaves it
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "booted" in out.stdout, out.stderr
+    gpu = AMGPU.open(sim(slot=25, state=state))
+    rep = gpu.boot_report
+    assert (rep.kind, rep.mode1_reset) == ("cold", True), rep
+    check_running(gpu)
+    gpu.fini()  # saved clean: the next process finds it warm
+    gpu = AMGPU.open(sim(slot=26, state=state))
+    assert gpu.boot_report.kind == "warm", gpu.boot_report
+    gpu.fini()
+
+
+def test_small_bar_cold_boot():
+    gpu = AMGPU.open(sim(slot=27, small_bar=True, fresh=True))
+    assert gpu.boot_report.kind == "cold"
+    assert gpu.dev.vram.visible == 256 << 20 < gpu.dev.vram.size
+    assert gpu.dev.mm.boot_base >= gpu.dev.vram.visible  # boot memory only reachable indirectly
+    check_running(gpu)
+    gpu.fini()
+
+
+def test_boot_state_version_mismatch_boots_cold():
+    gpu = AMGPU.open(sim(slot=28, fresh=True))
+    gpu.fini()
+    gpu = AMGPU.open(sim(slot=28))
+    gpu.nbio.write_state(BOOT_STATE_VERSION + 1, clean=True)  # an older or newer driver's run
+    gpu.dev.close()
+    gpu = AMGPU.open(sim(slot=28))
+    assert gpu.boot_report.kind == "cold" and "version" in gpu.boot_report.reason
+    gpu.fini()
+
+
+# ------------------------------------------------------------------ real devices (fake sysfs)
+def fake_gpu(root: Path, driver: str | None = None) -> None:
+    d = root / "bus/pci/devices" / ADDR
+    d.mkdir(parents=True)
+    for name, value in (("vendor", "0x1002"), ("device", "0x744c"), ("class", "0x030000"),
+                        ("revision", "0xc8")):
+        (d / name).write_text(value + "\n")
+    if driver:
+        drv = root / "bus/pci/drivers" / driver
+        drv.mkdir(parents=True)
+        (d / "driver").symlink_to(os.path.relpath(drv, d))
+
+
+def test_amdgpu_bound_names_the_unbind_command(tmp_path):
+    fake_gpu(tmp_path, driver="amdgpu")
+    with pytest.raises(pcie.PCIError, match=f"bound to amdgpu.*echo {ADDR} > /sys/bus/pci/drivers/amdgpu/unbind"):
+        AMGPU.open("am:03:00.0", sysfs=tmp_path)
+    with pytest.raises(pcie.PCIError, match="every AMD GPU is driven by a kernel driver.*amdgpu"):
+        AMGPU.open("am", sysfs=tmp_path)
+
+
+def test_second_process_gets_device_busy(tmp_path):
+    fake_gpu(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from pcie.lock import DeviceLock; "
+         f"lock = DeviceLock({ADDR!r}, Path({str(tmp_path)!r})); print('locked', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(pcie.PCIError, match=f"device {ADDR} busy, held by pid {holder.pid}"):
+            AMGPU.open("am:03:00.0", sysfs=tmp_path, lock_dir=tmp_path)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()
