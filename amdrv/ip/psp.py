@@ -149,7 +149,7 @@ class PSP:
         self.tmr = dev.mm.alloc_boot(TMR_RESERVE, align=P.PSP_TMR_ALIGNMENT, tag="PSP TMR")
         self.tmr_size = 0        # what LOAD_TOC asked for
         self._stage_block = None
-        self._staged = b""       # what the staging buffer holds now
+        self._staged = None      # what the staging buffer holds; None: unknown, cleared at the next stage
         self._wptr = 0           # KM ring write pointer, dwords
         self._fence = 0
         self.log: list[tuple[str, str, int]] = []   # (command, firmware, status) of every ring command
@@ -209,12 +209,11 @@ class PSP:
     def _alloc_stage(self) -> None:
         if self._stage_block is None:
             self._stage_block = self.dev.mm.alloc(P.PSP_1_MEG, align=P.PSP_1_MEG, tag="PSP firmware staging")
-            self._staged = None   # unknown contents: the first stage clears the whole buffer
 
     def _free_stage(self) -> None:
         if self._stage_block is not None:
             self.dev.mm.free(self._stage_block)
-            self._stage_block = None
+            self._stage_block, self._staged = None, None
 
     @property
     def ring_addr(self) -> int:
@@ -231,7 +230,8 @@ class PSP:
     def _stage(self, data: bytes) -> int:
         """psp_copy_fw: data at the start of the zeroed staging buffer; returns its MC address."""
         if not data or len(data) > P.PSP_1_MEG:
-            raise PSPError(f"{self.dev.name}: PSP firmware stage of {len(data)} bytes does not fit the 1 MiB buffer")
+            raise PSPError(f"{self.dev.name}: PSP firmware stage of {len(data)} bytes does not fit the "
+                           f"1 MiB buffer")
         addr = self._stage_block.addr
         if self._staged is None:
             self.dev.vram.write(addr, data + bytes(P.PSP_1_MEG - len(data)))
