@@ -120,8 +120,9 @@ def test_hub_registers_follow_upstream():
     assert s.blocks["GMC"].hubs["MM"].sem_held == [False] * 18
 
 
-def test_fault_registers_decoded_in_words():
-    dev, gmc, s = boot()
+@pytest.mark.parametrize("chip", ["navi31", "navi33"])
+def test_fault_registers_decoded_in_words(chip):
+    dev, gmc, s = boot(chip)
     g = s.blocks["GMC"]
     assert gmc.decode_fault("GC") is None
     ro = dev.mm.alloc(4096)
