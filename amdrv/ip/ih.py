@@ -101,6 +101,7 @@ class IH:
         self.rptr = 0
         self.overflows = 0      # times the IH overwrote entries before they were read
         self.dummy_page = None
+        self.enabled = False
 
     @property
     def regs(self):
@@ -135,6 +136,7 @@ class IH:
         r.IH_MSI_STORM_CTRL.update(DELAY=3)
         self.nbio.enable_bus_master()
         self._toggle(True)
+        self.enabled = True
 
     def _toggle(self, enable: bool) -> None:
         """ih_v6_0_toggle_ring_interrupts for ring 0."""
@@ -169,6 +171,8 @@ class IH:
     def poll(self) -> list[IVEntry]:
         """The entries written since the last poll, oldest first (read in at most two bulk reads);
         then the read pointer goes back to the IH through its doorbell (ih_v6_0_set_rptr)."""
+        if not self.enabled:
+            raise IHError(f"{self.dev.name}: IH polled before IH.init() set up the ring")
         wptr = self._wptr()
         if wptr == self.rptr:
             return []

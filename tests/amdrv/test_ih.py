@@ -141,5 +141,8 @@ def test_wrapping_reads_and_errors():
     with pytest.raises(IHError, match="power of two"):
         IH(dev, 3000)
     fn = pcie.open_function("sim", "navi31", fresh=True, slot=SLOT)
+    early = IH(AMDevice("am:sim", fn))
     with pytest.raises(IHError, match="call GMC.init first"):
-        IH(AMDevice("am:sim", fn)).init()
+        early.init()
+    with pytest.raises(IHError, match="polled before IH.init"):
+        early.poll()
