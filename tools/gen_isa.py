@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import re
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -187,21 +186,6 @@ def field_regs(fmt: str, fields: dict) -> dict:
             out[("v", v)] = name
             out[("s", v)] = name   # a VGPR field that holds an SGPR (v_readlane_b32's vdst, VOPC e64 sdst)
     return out
-
-
-def operand_specs(fmt: str, fields: dict, ops: list[str]) -> list | None:
-    regs = field_regs(fmt, fields)
-    specs = []
-    for tok in ops:
-        r = parse_reg(tok)
-        if r and (r[0], r[1]) in regs:
-            specs.append([regs[(r[0], r[1])], r[0], r[2]])
-        elif re.fullmatch(r"0x[0-9a-f]+|-?\d+", tok):
-            specs.append(["literal" if tok.startswith("0x") and fmt.startswith(("VOP", "SOP2", "SOP1")) else "imm",
-                          "i", 1])
-        else:
-            specs.append(["=" + tok, "", 1])
-    return specs
 
 
 def discover() -> dict:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 from amdrv.isa import instruction as I
 from amdrv.isa.encoding import (FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, INV_2PI_BITS, LITERAL, NULL,
@@ -163,6 +164,7 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
             m.update(_dpp_mods(dpp, fields, fmt))
             name = DPP_NAMES[kind][fields["op"]][dpp]
             suffix = name[len(base):]
+        operands = _source_modifiers(operands, specs, m, fmt, mn, mods, bool(dpp))
         opfield = fields["opy" if half else "opx"] if fmt == "VOPD" else fields["op"]
         fmt_name = kind.split("_")[0] if fmt == "FLAT" else fmt
         insts.append(Instruction(base, fmt_name, opfield, size, fields, tuple(operands), ndst, m, suffix,
@@ -172,6 +174,23 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
         return Instruction(x.op, x.fmt, x.opcode, size, fields, x.operands, x.ndst, x.mods, "",
                            vopd_y=insts[1], offset=offset)
     return insts[0]
+
+
+def _source_modifiers(operands: list, specs, m: dict, fmt: str, mn: str, modnames, dpp: bool) -> list:
+    """Copies the neg/abs bits of `mods` onto the source Operands they apply to, where LLVM shows them
+    (VOP3 float ops, v_fma_mix*, VOP1/VOP2/VOPC DPP); packed VOP3P neg_lo/neg_hi stay in mods only."""
+    mix = mn.startswith("v_fma_mix")
+    if not (fmt in ("VOP3", "VOP3SD") and "neg" in modnames or mix or dpp and fmt in ("VOP1", "VOP2", "VOPC")):
+        return operands
+    order = ("src0", "src1", "src2") if fmt.startswith("VOP3") else ("src0", "vsrc1")
+    neg, ab = m.get("neg", 0), m.get("neg_hi" if fmt == "VOP3P" else "abs", 0)
+    out = []
+    for sp, o in zip(specs, operands):
+        if sp[0] in order:
+            i = order.index(sp[0])
+            o = replace(o, neg=bool(neg >> i & 1), abs=bool(ab >> i & 1))
+        out.append(o)
+    return out
 
 
 def _dpp_mods(dpp: str, fields: dict, fmt: str) -> dict:
@@ -300,17 +319,6 @@ def decode_all(code: bytes) -> list[Instruction]:
 
 def reg_text(prefix: str, index: int, count: int) -> str:
     return f"{prefix}{index}" if count == 1 else f"{prefix}[{index}:{index + count - 1}]"
-
-
-def _dtype_of(inst: Instruction, name: str) -> str:
-    for sp in _specs(inst):
-        if sp[0] == name:
-            return sp[3]
-    return "32"
-
-
-def _specs(inst: Instruction):
-    return _entry(inst)[1]
 
 
 def _entry(inst: Instruction):
