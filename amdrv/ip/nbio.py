@@ -231,10 +231,3 @@ class NBIO:
         for name, value in zip(STATE_REGS, values):
             self.regs.reg(name).write(value)
         return state
-
-    # the names amdrv/am.py uses
-    def boot_state(self) -> BootState | None:
-        return self.read_state()
-
-    def set_boot_state(self, version: int, clean: bool) -> BootState:
-        return self.write_state(version, clean)
