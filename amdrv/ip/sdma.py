@@ -1,8 +1,9 @@
 """SDMA 6.0 (sdma_v6_0.c) engines started with their firmware loaded by the PSP (front door).
 
 sdma_v6_0_start with AMDGPU_FW_LOAD_PSP: the PSP has loaded SDMA_UCODE_TH0/TH1, so the driver only
-unhalts each engine's F32 (SDMA0_F32_CNTL.HALT = 0, sdma_v6_0_enable); context switching is a no-op on
-v6.0 (sdma_v6_0_ctx_switch_enable is empty). An engine is ready when it runs and reports idle
+unhalts each engine's F32 (SDMA0_F32_CNTL.HALT = 0, sdma_v6_0_enable) and releases its context-switch
+thread (TH1_RESET = 0, as sdma_v6_0_gfx_resume's final unhalt does); sdma_v6_0_ctx_switch_enable is empty
+on v6.0. An engine is ready when it runs and reports idle
 (SDMA0_STATUS_REG.IDLE, as sdma_v6_0_is_idle reads it). The gfx rings (sdma_v6_0_gfx_resume) are
 queues, built by the queue code. Engine 1's registers are engine 0's at the fixed distance upstream
 uses (SDMA1_REG_OFFSET, SDMA1_HYP_DEC_REG_OFFSET), spelled SDMA1_* in the GC register table.
@@ -44,7 +45,10 @@ class SDMA:
 
     def enable(self, enable: bool) -> None:
         for e in self.engines:
-            self._reg(e, "F32_CNTL").update(HALT=int(not enable))
+            if enable:
+                self._reg(e, "F32_CNTL").update(HALT=0, TH1_RESET=0)
+            else:
+                self._reg(e, "F32_CNTL").update(HALT=1)
 
     def engine_ready(self, engine: int) -> bool:
         return not self._reg(engine, "F32_CNTL").decode()["HALT"]
