@@ -154,3 +154,23 @@ def test_second_process_gets_device_busy(tmp_path):
         holder.stdin.close()
         holder.wait(timeout=30)
         holder.stdout.close()
+
+
+def test_info_command_boots_prints_and_leaves_it_warm(capsys):
+    from amdrv.__main__ import main
+    assert main(["info", "--device", "am:sim"]) == 0  # cold, or warm if this process's Navi31 was left clean
+    assert main(["info", "--device", "am:sim"]) == 0
+    out = capsys.readouterr().out.split("am:sim: navi31")[-1]
+    assert "Boot: warm in" in out and "MMIO:" in out and "reads" in out
+    assert "GC 11.0.0" in out and "SDMA1 6.0.0" in out and "MP1 13.0.0" in out
+    assert "VRAM: 24 GiB (all through BAR0)" in out and "BAR0 VRAM 32 GiB" in out and "BAR5 registers 1 MiB" in out
+    assert "gc_11_0_0_mec.bin: mec ucode version 0x1ee" in out and "SMU firmware reports 78.75.0" in out
+    assert "GFX: MEC ready; SDMA: ready" in out and "fini:" in out
+    assert main(["info", "--device", "am:sim", "--cold"]) == 0
+    assert "Boot: cold after a mode1 reset" in capsys.readouterr().out
+
+
+def test_info_command_errors_in_one_line(capsys):
+    from amdrv.__main__ import main
+    assert main(["info", "--device", "am:sim:navi99"]) == 2
+    assert capsys.readouterr().err.startswith("error: 'am:sim:navi99': no simulated chip 'navi99'")
