@@ -8,9 +8,11 @@
 What the GPU was left in decides the boot:
 - The boot state (a version and a clean-exit flag the NBIO block keeps in scratch registers, which
   survive a driver restart but not a reset or power cycle) says a previous AM run of this boot-state
-  version ended with `fini`, and the firmware is alive (sOS running, SMU answering): warm boot. The
+  version ended with `fini`, and the firmware is alive (sOS running and SMU answering): warm boot. The
   boot region allocations are replayed in the same order so every block finds its rings, tables and
-  firmware where the last run left them; only the hubs, the IH ring, GFX and SDMA are programmed again.
+  firmware where the last run left them; no firmware is loaded: NBIO, the MMHUB and the IH ring are
+  programmed again, the SMU gets its driver table and clocks back, GFX (MEC start, GC hub, unhalt) and
+  SDMA (unhalt) start.
 - Anything else is a cold boot: untouched GPU, one left by amdgpu, or an AM run that died (the flag is
   cleared at the start of every boot, so a crash at any point leaves it clear). If firmware is already
   alive, the SMU resets the whole ASIC (mode1) first, as the PSP only boots from its reset state. Then
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdrv import device_spec
+from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetMaxDpmFreq
 from amdrv.device import AMDevice
 from amdrv.firmware import FirmwareStore, files_for, parse
 from amdrv.ip.gfx import GFX
@@ -37,7 +40,6 @@ from amdrv.ip.ih import IH
 from amdrv.ip.nbio import NBIO
 from amdrv.ip.psp import PSP
 from amdrv.ip.sdma import SDMA
-from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetMaxDpmFreq
 from amdrv.ip.smu import LOW_CLOCKS, SMU, clock_id
 from amdrv.memory import VRAMAllocator
 from pcie import PCIFunction, open_function
@@ -95,9 +97,7 @@ class AMGPU:
             pci, name = device, f"am:{device.address}"
         else:
             spec = device_spec.parse(device, sysfs)
-            kwargs = {} if spec.provider == "sim" else {"lock_dir": lock_dir}
-            if spec.provider == "sysfs":
-                kwargs["root"] = sysfs
+            kwargs = {} if spec.provider == "sim" else {"root": sysfs, "lock_dir": lock_dir}
             pci, name = open_function(spec.provider, *spec.args, **kwargs), spec.text
         try:
             gpu = cls(AMDevice(name, pci, firmware))
@@ -123,22 +123,15 @@ class AMGPU:
         self.gfx = GFX(dev, self.gmc, self.nbio)
         self.sdma = SDMA(dev)
 
-    def _firmware_alive(self) -> str | None:
-        """What shows that firmware runs (so a cold boot must reset the GPU first), or None."""
-        alive = []
-        if self.psp.sos_alive():
-            alive.append("the PSP's sOS runs")
-        if self._smu_answers():
-            alive.append("the SMU answers")
-        return " and ".join(alive) or None
+    def _firmware_alive(self) -> tuple[bool, bool]:
+        """(the PSP's sOS runs, the SMU answers). The SMU's response register is 0 from power-on or a
+        reset until its firmware (loaded by the PSP) answers a message; non-zero once it did."""
+        return self.psp.sos_alive(), self.smu.resp_reg.read() != 0
 
-    def _smu_answers(self) -> bool:
-        # A response register that is non-zero means a message was answered and the mailbox is free;
-        # 0 at power-on and after a reset, before the PSP loaded the SMU firmware.
-        return self.smu.resp_reg.read() != 0
-
-    def _decide(self, state, force_cold: bool) -> tuple[str, str, str | None]:
-        alive = self._firmware_alive()
+    def _decide(self, state, force_cold: bool) -> tuple[str, str, bool]:
+        """(kind, reason in words, whether firmware runs and a cold boot must reset first)."""
+        sos, smu = self._firmware_alive()
+        alive = sos or smu
         mm = self.dev.mm
         if force_cold:
             return "cold", f"forced ({COLD_ENV}=1 or cold=True)", alive
@@ -149,12 +142,13 @@ class AMGPU:
                             f"{BOOT_STATE_VERSION}"), alive
         if not state.clean:
             return "cold", "the previous AM run did not finish (no fini: it crashed or was killed)", alive
-        if alive is None:
-            return "cold", "the previous AM run ended with fini but no firmware runs now", alive
+        if not (sos and smu):
+            down = " and ".join(w for w, up in (("the PSP's sOS", sos), ("the SMU", smu)) if not up)
+            return "cold", f"the previous AM run ended with fini but {down} no longer runs", alive
         if (state.boot_base, state.boot_size) != (mm.boot_base, mm.boot_end - mm.boot_base):
             return "cold", (f"the previous AM run's boot region ({state.boot_size:#x} bytes at "
                             f"{state.boot_base:#x}) is not this boot's"), alive
-        return "warm", f"the previous AM run ended with fini, and {alive}", alive
+        return "warm", "the previous AM run ended with fini; the PSP's sOS runs and the SMU answers", alive
 
     def boot(self, force_cold: bool = False, t0: float | None = None) -> BootReport:
         t0 = time.perf_counter() if t0 is None else t0
@@ -178,7 +172,7 @@ class AMGPU:
             d = dev.pci.counters - c
             steps.append(BootStep(name, time.perf_counter() - t, d.mmio_reads, d.mmio_writes))
 
-        mode1 = kind == "cold" and alive is not None
+        mode1 = kind == "cold" and alive
         if kind == "cold":
             if mode1:
                 step("mode1 reset", self._mode1_reset)
@@ -238,7 +232,8 @@ class AMGPU:
     # ---------------------------------------------------------------- fini
     def fini(self) -> None:
         """Leaves the GPU idle at low clocks with the clean-exit flag set, so the next open boots warm;
-        then closes the device. Idempotent."""
+        then closes the device (and releases its lock). Idempotent. If GFX does not go idle (a hung
+        queue) or a block fails, the error propagates with the flag left clear: the next boot is cold."""
         if self._finished:
             return
         try:
@@ -250,8 +245,6 @@ class AMGPU:
         finally:
             self._finished = True
             self.dev.close()
-
-    close = fini
 
     def __enter__(self) -> AMGPU:
         return self
