@@ -126,6 +126,7 @@ def report() -> int:
     _tables()
     if not fw_ok:
         print("\nFirmware is not complete: see the ways to supply it above.")
+    print("\nBoot a GPU and show it: python -m amdrv info --device am:sim (or am, am:sim:navi33, am:PCI-ADDRESS)")
     return 0
 
 

@@ -89,9 +89,9 @@ class GFX:
 
     # ---------------------------------------------------------------- hw_init
     def init(self, warm: bool = False) -> None:
-        """warm: the GPU was not reset since a cold boot programmed golden settings, constants and doorbell
-        routing (GC registers outlive the driver, and GFXOFF's RLC save/restore keeps them), so only the
-        MEC start, the GC hub and the unhalt are done again."""
+        """warm: nothing reset GC since a cold boot programmed golden settings, constants and doorbell
+        routing (GC registers outlive the driver, and the driver never allows GFXOFF), so only the MEC
+        start, the GC hub and the unhalt are done again."""
         self.wait_for_rlc_autoload()
         self.gb_addr_config = self.gc.GB_ADDR_CONFIG.read()
         self.config_mec_rs64()
