@@ -262,6 +262,32 @@ def parse_hwreg(text: str, what: str) -> int:
     return rid | off << 6 | (size - 1) << 11
 
 
+def parse_swizzle(text: str, what: str) -> int:
+    """swizzle(QUAD_PERM,a,b,c,d) | (SWAP,n) | (REVERSE,n) | (BROADCAST,group,lane) | (BITMASK_PERM,"01pi.")"""
+    m = re.fullmatch(r'swizzle\((\w+)((?:,\s*(?:\d+|"[01pi]{5}"))*)\)', text.strip())
+    if not m:
+        raise AsmError(f"{what}: cannot parse {text!r}")
+    mode, args = m.group(1), [a.strip() for a in m.group(2).split(",")[1:]]
+    try:
+        if mode == "QUAD_PERM" and len(args) == 4 and all(0 <= int(a) < 4 for a in args):
+            return 0x8000 | sum(int(a) << (2 * i) for i, a in enumerate(args))
+        if mode == "SWAP" and len(args) == 1 and 0 < int(args[0]) < 32:
+            return 31 | int(args[0]) << 10
+        if mode == "REVERSE" and len(args) == 1 and int(args[0]) in (2, 4, 8, 16, 32):
+            return 31 | (int(args[0]) - 1) << 10
+        if mode == "BROADCAST" and len(args) == 2 and int(args[0]) in (2, 4, 8, 16, 32) \
+                and 0 <= int(args[1]) < int(args[0]):
+            return (31 & ~(int(args[0]) - 1)) | int(args[1]) << 5
+        if mode == "BITMASK_PERM" and len(args) == 1 and args[0].startswith('"'):
+            and_m = or_m = xor_m = 0
+            for c in args[0].strip('"'):
+                and_m, or_m, xor_m = and_m << 1 | (c in "pi"), or_m << 1 | (c == "1"), xor_m << 1 | (c == "i")
+            return and_m | or_m << 5 | xor_m << 10
+    except ValueError:
+        pass
+    raise AsmError(f"{what}: bad swizzle {text!r}")
+
+
 def parse_sendmsg(text: str, what: str) -> int:
     m = re.fullmatch(r"sendmsg\(\s*(\w+)\s*(?:,\s*(\d+)\s*,\s*(\d+)\s*)?\)", text.strip())
     if not m:
@@ -485,7 +511,7 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
             elif name == "neg_hi" and fmt == "VOP3P":
                 f["neg_hi"] = _bits(val, nsrc, f"{what} neg_hi")
             elif name == "offset" and fmt == "DS" and "offset" in mnmods:
-                v = int(val, 0)
+                v = parse_swizzle(val, what) if val.startswith("swizzle(") else int(val, 0)
                 if not 0 <= v < 0x10000:
                     raise AsmError(f"{what}: DS offset {v} does not fit 16 bits")
                 f["offset0"], f["offset1"] = v & 0xFF, v >> 8

@@ -414,6 +414,28 @@ def _imm_text(sp, o: Operand, inst: Instruction) -> str:
     return str(v)
 
 
+def swizzle_text(off: int) -> str:
+    """ds_swizzle_b32's offset as LLVM writes it: swizzle(QUAD_PERM|SWAP|REVERSE|BROADCAST|BITMASK_PERM,...)."""
+    if off & 0x8000:
+        if off & 0x7F00:
+            return str(off)
+        return "swizzle(QUAD_PERM," + ",".join(str(off >> (2 * i) & 3) for i in range(4)) + ")"
+    and_m, or_m, xor_m = off & 31, off >> 5 & 31, off >> 10 & 31
+    if and_m == 31 and or_m == 0 and xor_m and xor_m & (xor_m - 1) == 0:
+        return f"swizzle(SWAP,{xor_m})"
+    if and_m == 31 and or_m == 0 and xor_m and (xor_m + 1) & xor_m == 0:
+        return f"swizzle(REVERSE,{xor_m + 1})"
+    for group in (2, 4, 8, 16, 32):
+        if xor_m == 0 and and_m == 31 & ~(group - 1) and or_m < group:
+            return f"swizzle(BROADCAST,{group},{or_m})"
+    chars = []
+    for bit in range(4, -1, -1):
+        a, o, x = and_m >> bit & 1, or_m >> bit & 1, xor_m >> bit & 1
+        # each bit of the source lane is ((lane & and) | or) ^ xor: a constant, the lane bit, or its inverse
+        chars.append(str(o ^ x) if not a or o else "i" if x else "p")
+    return 'swizzle(BITMASK_PERM,"' + "".join(chars) + '")'
+
+
 def _bits_list(v: int, n: int) -> str:
     return "[" + ",".join(str(v >> i & 1) for i in range(n)) + "]"
 
@@ -470,7 +492,8 @@ def _format_one(inst: Instruction, entry) -> str:
         if m["two_offsets"]:
             tail += [f"offset{i}:{m[f'offset{i}']}" for i in (0, 1) if m[f"offset{i}"]]
         elif m["offset0"] | m["offset1"] << 8:
-            tail.append(f"offset:{m['offset0'] | m['offset1'] << 8}")
+            off = m["offset0"] | m["offset1"] << 8
+            tail.append(f"offset:{swizzle_text(off) if mn == 'ds_swizzle_b32' else off}")
         if m["gds"]:
             tail.append("gds")
     elif inst.fmt in ("FLAT", "GLOBAL", "SCRATCH"):
