@@ -14,9 +14,9 @@ What the GPU was left in decides the boot:
   programmed again, the SMU gets its driver table and clocks back, GFX (MEC start, GC hub, unhalt) and
   SDMA (unhalt) start.
 - Anything else is a cold boot: untouched GPU, one left by amdgpu, or an AM run that died (the flag is
-  cleared at the start of every boot, so a crash at any point leaves it clear). If firmware is already
-  alive, the SMU resets the whole ASIC (mode1) first, as the PSP only boots from its reset state. Then
-  nbio -> gmc -> ih -> psp (full firmware load, RLC autoload) -> smu (features) -> gfx -> sdma.
+  cleared at the start of every boot, so a crash at any point leaves it clear). If the SMU firmware
+  runs, the SMU resets the whole ASIC (mode1) first: the PSP cannot load firmware over running firmware.
+  Then nbio -> gmc -> ih -> psp (full firmware load, RLC autoload) -> smu (features) -> gfx -> sdma.
 DRIVERLESS_COLD_BOOT=1 forces a cold boot.
 
 Real devices are opened through pcie's sysfs or vfio provider, which refuse a function a kernel driver
@@ -125,30 +125,38 @@ class AMGPU:
 
     def _firmware_alive(self) -> tuple[bool, bool]:
         """(the PSP's sOS runs, the SMU answers). The SMU's response register is 0 from power-on or a
-        reset until its firmware (loaded by the PSP) answers a message; non-zero once it did."""
+        reset until its firmware, loaded by the PSP, says it is ready for messages."""
         return self.psp.sos_alive(), self.smu.resp_reg.read() != 0
 
     def _decide(self, state, force_cold: bool) -> tuple[str, str, bool]:
-        """(kind, reason in words, whether firmware runs and a cold boot must reset first)."""
+        """(kind, reason in words, whether a cold boot must reset the GPU through the SMU first).
+
+        The reset needs the SMU running; the PSP needs it only once the SMU's firmware runs, since the
+        PSP cannot load it twice. A run that died after the sOS started but before the SMU firmware was
+        loaded leaves the sOS alone running: the PSP load carries on from it (no bootloader, a new ring)."""
         sos, smu = self._firmware_alive()
-        alive = sos or smu
         mm = self.dev.mm
+        cold_reason = None
         if force_cold:
-            return "cold", f"forced ({COLD_ENV}=1 or cold=True)", alive
-        if state is None:
-            return "cold", "no AM boot state: an untouched GPU, one left by amdgpu, or reset since", alive
-        if state.version != BOOT_STATE_VERSION:
-            return "cold", (f"the previous AM run used boot state version {state.version}, this driver "
-                            f"{BOOT_STATE_VERSION}"), alive
-        if not state.clean:
-            return "cold", "the previous AM run did not finish (no fini: it crashed or was killed)", alive
-        if not (sos and smu):
+            cold_reason = f"forced ({COLD_ENV}=1 or cold=True)"
+        elif state is None:
+            cold_reason = "no AM boot state: an untouched GPU, one left by amdgpu, or reset since"
+        elif state.version != BOOT_STATE_VERSION:
+            cold_reason = (f"the previous AM run used boot state version {state.version}, this driver "
+                           f"{BOOT_STATE_VERSION}")
+        elif not state.clean:
+            cold_reason = "the previous AM run did not finish (no fini: it crashed or was killed)"
+        elif not (sos and smu):
             down = " and ".join(w for w, up in (("the PSP's sOS", sos), ("the SMU", smu)) if not up)
-            return "cold", f"the previous AM run ended with fini but {down} no longer runs", alive
-        if (state.boot_base, state.boot_size) != (mm.boot_base, mm.boot_end - mm.boot_base):
-            return "cold", (f"the previous AM run's boot region ({state.boot_size:#x} bytes at "
-                            f"{state.boot_base:#x}) is not this boot's"), alive
-        return "warm", "the previous AM run ended with fini; the PSP's sOS runs and the SMU answers", alive
+            cold_reason = f"the previous AM run ended with fini but {down} no longer runs"
+        elif (state.boot_base, state.boot_size) != (mm.boot_base, mm.boot_end - mm.boot_base):
+            cold_reason = (f"the previous AM run's boot region ({state.boot_size:#x} bytes at "
+                           f"{state.boot_base:#x}) is not this boot's")
+        if cold_reason is None:
+            return "warm", "the previous AM run ended with fini; the PSP's sOS runs and the SMU answers", False
+        if sos and not smu:
+            cold_reason += "; the sOS runs without SMU firmware, so the PSP load carries on from it"
+        return "cold", cold_reason, smu
 
     def boot(self, force_cold: bool = False, t0: float | None = None) -> BootReport:
         t0 = time.perf_counter() if t0 is None else t0
@@ -156,7 +164,7 @@ class AMGPU:
         before = dev.pci.counters.snapshot()
         self._build_blocks()
         state = self.nbio.read_state()
-        kind, reason, alive = self._decide(state, force_cold)
+        kind, reason, mode1 = self._decide(state, force_cold)
         # Cleared before anything else: dying anywhere from here on makes the next boot cold.
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)
         steps: list[BootStep] = []
@@ -172,7 +180,6 @@ class AMGPU:
             d = dev.pci.counters - c
             steps.append(BootStep(name, time.perf_counter() - t, d.mmio_reads, d.mmio_writes))
 
-        mode1 = kind == "cold" and alive
         if kind == "cold":
             if mode1:
                 step("mode1 reset", self._mode1_reset)

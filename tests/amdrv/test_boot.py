@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import pcie
-from amdrv.am import AMGPU, BOOT_STATE_VERSION
+from amdrv.am import AMError, AMGPU, BOOT_STATE_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDR = "0000:03:00.0"
@@ -174,3 +174,21 @@ def test_info_command_errors_in_one_line(capsys):
     from amdrv.__main__ import main
     assert main(["info", "--device", "am:sim:navi99"]) == 2
     assert capsys.readouterr().err.startswith("error: 'am:sim:navi99': no simulated chip 'navi99'")
+
+
+def test_died_after_the_sos_started_carries_on_from_it(monkeypatch):
+    from amdrv.ip.psp import PSP
+
+    def die(self, load):
+        raise RuntimeError(f"killed before LOAD_IP_FW of {load.what}")
+
+    with monkeypatch.context() as m:
+        m.setattr(PSP, "load_ip_fw", die)  # the first LOAD_IP_FW is the SMU's
+        with pytest.raises(AMError, match="cold boot failed in psp: killed before LOAD_IP_FW of smu_13_0_0.bin"):
+            AMGPU.open(sim(slot=29, fresh=True))
+    gpu = AMGPU.open(sim(slot=29))  # the sOS runs, no SMU firmware: no reset possible, none needed
+    rep = gpu.boot_report
+    assert (rep.kind, rep.mode1_reset) == ("cold", False), rep
+    assert "did not finish" in rep.reason and "the sOS runs without SMU firmware" in rep.reason
+    check_running(gpu)
+    gpu.fini()
