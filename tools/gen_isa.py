@@ -660,6 +660,9 @@ def _special_lines(tables: dict) -> list[str]:
         out.append(f"s_sendmsg sendmsg({msg})")
         out.append(f"s_sendmsghalt sendmsg({msg})")
     out += ["s_endpgm", "v_nop_e64", "v_pipeflush_e64"]
+    for dc in ("depctr_va_vdst(0)", "depctr_va_vdst(0) depctr_vm_vsrc(3)", "depctr_sa_sdst(0)",
+               "depctr_hold_cnt(0) depctr_va_sdst(2) depctr_va_ssrc(0) depctr_va_vcc(0)", "0xfff", "0xff9f"):
+        out.append(f"s_waitcnt_depctr {dc}")
     for sw in ("QUAD_PERM,0,1,2,3", "QUAD_PERM,3,2,1,0", "SWAP,1", "SWAP,16", "REVERSE,4", "REVERSE,32",
                "BROADCAST,2,1", "BROADCAST,16,2", 'BITMASK_PERM,"00p00"', 'BITMASK_PERM,"pi01p"'):
         out.append(f"ds_swizzle_b32 v1, v3 offset:swizzle({sw})")

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, replace
 
 from amdrv.isa.disasm import ARCHS, DELAY_INSTID, DELAY_SKIP, HWREG_NAMES, SENDMSG_NAMES, SRC_FIELDS
-from amdrv.isa.encoding import (EXEC_LO, FLOAT_CODES, FORMATS, INV_2PI_BITS, LITERAL, NULL, SPECIAL_SRC, TTMP_BASE,
+from amdrv.isa.encoding import (DEPCTR_FIELDS, EXEC_LO, FLOAT_CODES, FORMATS, INV_2PI_BITS, LITERAL, NULL, SPECIAL_SRC, TTMP_BASE,
                                 VGPR_BASE, put_field)
 from amdrv.isa.errors import AsmError
 from amdrv.isa.opcodes_gfx11 import DPP_NAMES, OPCODES
@@ -262,6 +262,21 @@ def parse_hwreg(text: str, what: str) -> int:
     return rid | off << 6 | (size - 1) << 11
 
 
+def parse_depctr(text: str, what: str) -> int:
+    fields = {name: (lo, w) for name, lo, w in DEPCTR_FIELDS}
+    v = sum(((1 << w) - 1) << lo for lo, w in fields.values())   # nothing waited for
+    for tok in text.split():
+        m = re.fullmatch(r"(\w+)\((\d+)\)", tok)
+        if not m or m.group(1) not in fields:
+            raise AsmError(f"{what}: unknown counter {tok!r} ({', '.join(fields)})")
+        lo, w = fields[m.group(1)]
+        n = int(m.group(2))
+        if n >= 1 << w:
+            raise AsmError(f"{what}: {tok} exceeds {(1 << w) - 1}")
+        v = v & ~(((1 << w) - 1) << lo) | n << lo
+    return v
+
+
 def parse_swizzle(text: str, what: str) -> int:
     """swizzle(QUAD_PERM,a,b,c,d) | (SWAP,n) | (REVERSE,n) | (BROADCAST,group,lane) | (BITMASK_PERM,"01pi.")"""
     m = re.fullmatch(r'swizzle\((\w+)((?:,\s*(?:\d+|"[01pi]{5}"))*)\)', text.strip())
@@ -378,6 +393,8 @@ def _fill_operand(enc: _Enc, kind: str, sp, arg: Arg, pos: int, mods: dict):
             v = parse_hwreg(arg.text, what)
         elif arg.kind == "sym" and arg.text.startswith("sendmsg("):
             v = parse_sendmsg(arg.text, what)
+        elif arg.kind == "sym" and arg.text.startswith("depctr_"):
+            v = parse_depctr(arg.text, what)
         elif arg.kind == "int":
             v = int(arg.value)
         else:

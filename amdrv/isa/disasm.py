@@ -5,7 +5,7 @@ import struct
 from dataclasses import replace
 
 from amdrv.isa import instruction as I
-from amdrv.isa.encoding import (FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, INV_2PI_BITS, LITERAL, NULL,
+from amdrv.isa.encoding import (DEPCTR_FIELDS, DEPCTR_RESERVED, FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, INV_2PI_BITS, LITERAL, NULL,
                                 SPECIAL_REG, SPECIAL_REG64, SPECIAL_SRC, TTMP_BASE, TTMP_COUNT, VGPR_BASE,
                                 format_of, get_field)
 from amdrv.isa.errors import DecodeError
@@ -406,6 +406,10 @@ def _imm_text(sp, o: Operand, inst: Instruction) -> str:
         return f"hwreg({name})" if off == 0 and size == 32 else f"hwreg({name}, {off}, {size})"
     if o.name == "offset" and inst.fmt == "SMEM":
         return f"0x{v:x}" if v >= 0 else f"-0x{-v:x}"
+    if inst.op == "s_waitcnt_depctr" and not v & DEPCTR_RESERVED:
+        cnt = [(name, v >> lo & ((1 << w) - 1), (1 << w) - 1) for name, lo, w in DEPCTR_FIELDS]
+        shown = [c for c in cnt if c[1] != c[2]] or cnt
+        return " ".join(f"{name}({n})" for name, n, _ in shown)
     if inst.op in ("s_sendmsg", "s_sendmsghalt") and (v & 0xFF in SENDMSG_NAMES or v >> 8 == 0):
         # LLVM names a known message whatever the upper (operation/stream) bits hold
         return f"sendmsg({SENDMSG_NAMES[v & 0xFF]})" if v & 0xFF in SENDMSG_NAMES else f"sendmsg({v}, 0, 0)"

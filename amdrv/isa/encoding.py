@@ -81,3 +81,10 @@ def format_of(word: int) -> str | None:
         if get_field(word, lo, width) == value:
             return f
     return None
+
+# s_waitcnt_depctr's counters: (name, lowest bit, width), in the order LLVM prints them. A counter at
+# its all-ones value does not wait and is left out; bits 5 and 6 must be zero for the symbolic form.
+DEPCTR_FIELDS = (("depctr_hold_cnt", 7, 1), ("depctr_sa_sdst", 0, 1), ("depctr_va_vdst", 12, 4),
+                 ("depctr_va_sdst", 9, 3), ("depctr_va_ssrc", 8, 1), ("depctr_va_vcc", 1, 1),
+                 ("depctr_vm_vsrc", 2, 3))
+DEPCTR_RESERVED = 0x60
