@@ -1073,14 +1073,16 @@ class Executor:
                 for other in [o for o in runnable if o is not g and o.pc == g.pc]:
                     g.absorb(other)
                     groups.remove(other)
-                steps += self._run_group(g, groups, prog)
+                steps += self._run_group(g, groups, prog, max_steps - steps)
                 if not any(o is g for o in groups):   # it ended: its waves no longer count at barriers
                     live -= np.bincount(g.slot, minlength=self.n_slots)
                 if steps > max_steps:
                     raise ExecError(g.pc, prog.at(g.pc).text, f"still running after {max_steps} instructions",
                                     g.ids, prog.where(g.pc))
 
-    def _run_group(self, g: Waves, groups: list, prog: Program) -> int:
+    def _run_group(self, g: Waves, groups: list, prog: Program, budget: int) -> int:
+        """Run one group until it branches while others wait, splits, parks, ends, or has taken
+        more than `budget` steps (checked at branches); returns the steps taken."""
         pc, n, steps = g.pc, g.n, 0
         cache = prog.cache
         try:
@@ -1108,13 +1110,13 @@ class Executor:
                         g.pc = c.target
                         groups.append(other)
                         return steps
-                    if len(groups) > 1:
+                    if len(groups) > 1 or steps > budget:
                         g.pc = pc
                         return steps
                     continue
                 if kind == BRANCH:
                     pc = c.target
-                    if len(groups) > 1:
+                    if len(groups) > 1 or steps > budget:
                         g.pc = pc
                         return steps
                     continue
@@ -1176,7 +1178,7 @@ class DispatchResult:
 
 
 def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs: bytes,
-             dynamic_lds: int = 0, max_waves: int = 16384) -> DispatchResult:
+             dynamic_lds: int = 0, max_waves: int = 16384, max_steps: int = 10**7) -> DispatchResult:
     """Run one kernel of a code object over `grid` work-items (x, y, z) in `block`-sized
     workgroups: writes the kernarg segment and a dispatch packet into `memory`, then `launch`es.
     `dynamic_lds` bytes of LDS follow the kernel's fixed LDS (for `__local` pointer arguments,
@@ -1195,18 +1197,20 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     queue_addr = memory.alloc(256, 64)
     return launch(kd, kern.code, kern.code_address, memory, grid, block,
                   {"dispatch_ptr": packet_addr, "queue_ptr": queue_addr, "kernarg_segment_ptr": kernarg_addr},
-                  kern.name, group_segment, max_waves)
+                  kern.name, group_segment, max_waves, max_steps)
 
 
 def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values: dict,
-           name: str = "kernel", group_segment_size: int | None = None, max_waves: int = 16384) -> DispatchResult:
+           name: str = "kernel", group_segment_size: int | None = None, max_waves: int = 16384,
+           max_steps: int = 10**7) -> DispatchResult:
     """Run the code of a kernel described by `kd` (a KernelDescriptor) as the command processor
     would: the user SGPRs the descriptor enables, in AMDGPUUsage order, take their values from
     `user_values` (dispatch_ptr, queue_ptr, kernarg_segment_ptr, dispatch_id, ...; 0 when absent),
     the enabled workgroup ids follow at RSRC2.USER_SGPR_COUNT, and v0 holds the work-item ids
     packed x | y << 10 | z << 20 for the dimensions RSRC2 enables. Partial workgroups at the grid's
     edges launch only their work-items. LDS per workgroup is `group_segment_size` (the packet's;
-    at least the descriptor's fixed size)."""
+    at least the descriptor's fixed size). A dispatch that takes more than `max_steps` scheduler
+    steps (instructions of one lockstep group) is reported as hung."""
     grid = tuple(grid) + (1,) * (3 - len(grid))
     block = tuple(block) + (1,) * (3 - len(block))
     if not kd.wave32:
@@ -1251,7 +1255,7 @@ def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values:
         groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, code_address)
         ex = Executor(prog, memory, len(batch), lds_size, len(batch) * waves_per_wg,
                       start * waves_per_wg, private_size)
-        ex.run(groups)
+        ex.run(groups, max_steps)
         total_insts += ex.instructions
         total_waves += nwaves
     return DispatchResult(total_insts, total_waves)

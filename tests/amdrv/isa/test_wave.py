@@ -547,6 +547,21 @@ def test_user_sgprs_follow_the_descriptor(kernel_corpus):
         dispatch(co, None, mem, (64,), (64,), pack_kernargs(co.kernel(), [a, a, a, u32(64)]))
 
 
+def test_register_beyond_allocation_is_reported():
+    from amdrv.isa import assemble
+    code = assemble("v_mov_b32 v20, 1\ns_endpgm\n")
+    co = CodeObject(write_code_object([KernelSpec("k", code, vgpr_count=8)]))
+    with pytest.raises(ExecError, match=r"v_mov_b32_e32 v20, 1: unsupported: v20 is beyond the kernel's 8 VGPRs"):
+        dispatch(co, None, FlatMemory(), (32,), (32,), b"")
+
+
+def test_hang_is_reported():
+    from amdrv.isa import assemble
+    co = CodeObject(write_code_object([KernelSpec("spin", assemble("top:\ns_branch top\ns_endpgm\n"))]))
+    with pytest.raises(ExecError, match=r"\(spin\+0x0\): s_branch .*still running after 1000 instructions"):
+        dispatch(co, None, FlatMemory(), (64,), (32,), b"", max_steps=1000)
+
+
 def test_illegal_instruction_is_reported(tmp_path):
     co = _raw_kernel(tmp_path, bytes([0xff, 0xff, 0xff, 0xff, 0x00, 0x00, 0xb0, 0xbf]))
     with pytest.raises(ExecError, match=r"PC 0x[0-9a-f]+ \(raw\+0x0\): <ffffffff0000b0bf>: illegal instruction"):
