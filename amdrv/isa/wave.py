@@ -3,19 +3,21 @@
 Waves run in lockstep groups: one `Waves` object holds the register files of W waves as arrays
 (SGPRs [row, wave], VGPRs [reg, wave, lane]) that share one program counter, so one numpy
 operation executes an instruction for every lane of every wave in the group. A scalar branch that
-goes different ways in different waves splits the group; the scheduler always runs the group with
-the lowest PC and merges groups that meet at one PC, which is where structured control flow
-reconverges. s_barrier parks a group until every live wave of the dispatch is parked; that is a
-stronger condition than the hardware's (waves of its workgroup), and equivalent for any program
-without a race.
+goes different ways in different waves splits the group; the scheduler runs the group with the
+lowest PC and merges groups that meet at one PC, which is where structured control flow
+reconverges, and lets a group that keeps looping at the lowest PC yield to the others now and then
+(a spin on a flag another workgroup sets). s_barrier parks waves until all live waves of their
+workgroup are parked.
 
 Each instruction is decoded once per code address (amdrv.isa.decode) and compiled into a closure
-specialized for its operands; the run loop only calls closures. Memory goes through the interface
-described in amdrv/isa/wave_memory.py; LDS is one ByteSpace with a slot per workgroup.
+specialized for its operands; the run loop only calls closures. Global memory goes through the
+interface described in amdrv/isa/wave_memory.py; LDS is one ByteSpace with a slot per workgroup,
+private memory one with a segment per work-item, and flat addresses are routed by aperture.
 
-Faults are exceptions: `ExecError` names the PC, the instruction and the waves, for an undecodable
-or unsupported instruction, a memory access outside what is mapped (global) or allocated (LDS),
-a register index beyond the kernel's allocation, or a PC that leaves the code.
+Faults are exceptions: `ExecError` names the PC, the kernel and offset, the instruction and the
+waves, for an undecodable or unsupported instruction, a memory access outside what is mapped
+(global) or allocated (LDS, private), a register beyond the kernel's allocation, running into the
+padding after the code, or a dispatch that does not finish.
 """
 from __future__ import annotations
 
