@@ -81,7 +81,8 @@ def test_unclean_exit_of_another_process(tmp_path):
     script = textwrap.dedent(f"""
         import pcie
         from amdrv.am import AMGPU
-        gpu = AMGPU.open(pcie.open_function("sim", "navi31", state={str(state)!r}, fresh=True, slot=24))
+        gpu = AMGPU.open(pcie.open_function("sim", "navi31", state={str(state)!r}, fresh=True, slot=24,
+                                            vram_size=1 << 30))
         assert gpu.boot_report.kind == "cold"
         print("booted", flush=True)
         # exits without fini: the simulator saves the GPU as the process leaves it
@@ -190,5 +191,29 @@ def test_died_after_the_sos_started_carries_on_from_it(monkeypatch):
     rep = gpu.boot_report
     assert (rep.kind, rep.mode1_reset) == ("cold", False), rep
     assert "did not finish" in rep.reason and "the sOS runs without SMU firmware" in rep.reason
+    check_running(gpu)
+    gpu.fini()
+
+
+@pytest.mark.parametrize("boot,block,method,reset", [
+    ("cold", "amdrv.ip.gmc.GMC", "init", False),        # before any firmware: nothing to reset
+    ("cold", "amdrv.ip.smu.SMU", "init", True),         # SMU firmware running, features not enabled
+    ("cold", "amdrv.ip.sdma.SDMA", "init", True),       # everything up but SDMA
+    ("warm", "amdrv.ip.gfx.GFX", "init", True),         # a warm boot that dies half way
+])
+def test_dying_in_any_boot_step_leads_to_a_good_next_boot(monkeypatch, boot, block, method, reset):
+    slot = 40
+    if boot == "warm":
+        AMGPU.open(sim(slot=slot, fresh=True)).fini()
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as m:
+        m.setattr(f"{block}.{method}", killed)
+        with pytest.raises(AMError, match=f"{boot} boot failed in .*: killed"):
+            AMGPU.open(sim(slot=slot, fresh=boot == "cold"))
+    gpu = AMGPU.open(sim(slot=slot))
+    assert (gpu.boot_report.kind, gpu.boot_report.mode1_reset) == ("cold", reset), gpu.boot_report
     check_running(gpu)
     gpu.fini()
