@@ -77,6 +77,8 @@ class ByteSpace:
         round touches distinct addresses and is one vectorized step."""
         k = np.dtype(dtype).itemsize // 4
         out = np.empty((len(off), k), U32)
+        if len(off) == 0:
+            return out
         order = np.argsort(off, kind="stable")
         so = off[order]
         first = np.r_[True, so[1:] != so[:-1]]
@@ -85,7 +87,7 @@ class ByteSpace:
         rank[order] = np.arange(len(so)) - start
         cast = lambda a: np.ascontiguousarray(a).view(dtype).reshape(-1)
         bounds = np.r_[np.nonzero(first)[0], len(so)]
-        rounds = int(rank.max()) + 1 if len(off) else 0
+        rounds = int(rank.max()) + 1
         if op in SEGMENT_UFUNCS and rounds > len(bounds) - 1:
             # Few addresses hit by many lanes (a histogram): one accumulate per address instead.
             f = SEGMENT_UFUNCS[op]
@@ -199,6 +201,8 @@ class FlatMemory:
         return out
 
     def store(self, addrs, data, size):
+        if len(addrs) == 0:
+            return
         data = np.asarray(data, U32).reshape(len(addrs), -1)
         for sel, space, off in self._split(addrs, size, True):
             space.store(off, data if sel is None else data[sel], size)

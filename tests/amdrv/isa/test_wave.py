@@ -683,6 +683,24 @@ def test_scalar_alu_semantics():
     assert lanes[0] == 7 and lanes[2] == 7 and lanes[1] == 0 and np.all(lanes[3:] == 0)   # exec = 0b101
 
 
+def test_memory_ops_with_no_active_lanes():
+    out = run_asm("""
+        v_mov_b32 v1, 7
+        v_mov_b32 v2, 0
+        s_mov_b32 s10, exec_lo
+        s_mov_b32 exec_lo, 0
+        ds_add_u32 v2, v1
+        ds_add_rtn_u32 v3, v2, v1
+        global_store_b32 v2, v1, s[4:5]
+        global_atomic_add_u32 v2, v1, s[4:5] offset:4
+        global_load_b32 v4, v2, s[4:5]
+        s_mov_b32 exec_lo, s10
+        ds_load_b32 v5, v2
+        global_store_b32 v2, v5, s[4:5] offset:8
+    """, lds=64)
+    assert out[:3].tolist() == [0, 0, 0]
+
+
 def test_lds_vopd_and_returning_atomics():
     out = run_asm("""
         v_lshlrev_b32 v3, 2, v0
