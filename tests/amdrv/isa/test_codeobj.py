@@ -2,6 +2,7 @@
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -97,10 +98,15 @@ def objdump_instructions(path, symbol):
 
 @needs_llvm
 def test_corpus_metadata_and_symbols_match_llvm(kernel_corpus):
+    def llvm_view(path):
+        return readelf_metadata(path), readelf_symbols(path), objdump_section(path, ".rodata")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        views = dict(zip(kernel_corpus, pool.map(llvm_view, kernel_corpus.values())))
     for name, path in kernel_corpus.items():
         co = CodeObject.load(path)
         assert co.arch == "gfx1100" and co.abi_version == 2
-        meta = readelf_metadata(path)
+        meta, syms, (start, rodata) = views[name]
         assert co.metadata["amdhsa.target"] == meta["amdhsa.target"] == "amdgcn-amd-amdhsa--gfx1100"
         (km,) = meta["amdhsa.kernels"]
         k = co.kernel(name)
@@ -109,10 +115,8 @@ def test_corpus_metadata_and_symbols_match_llvm(kernel_corpus):
             assert k.metadata[key] == km[key], (name, key)
         assert [(a.offset, a.size, a.value_kind, a.address_space) for a in k.args] == \
                [(a[".offset"], a[".size"], a[".value_kind"], a.get(".address_space")) for a in km[".args"]]
-        syms = readelf_symbols(path)
         assert syms[name][0] == k.code_address and syms[name][1] == len(k.code)
         assert syms[name + ".kd"] == (k.descriptor_address, 64, "OBJECT")
-        start, rodata = objdump_section(path, ".rodata")
         kd_bytes = rodata[k.descriptor_address - start:][:64]
         assert k.descriptor.to_bytes() == kd_bytes
         # the descriptor agrees with the metadata LLVM wrote next to it
