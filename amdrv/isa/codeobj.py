@@ -175,10 +175,6 @@ class KernelDescriptor:
         granule = 8 if self.wave32 else 4
         return (self.rsrc1["granulated_workitem_vgpr_count"] + 1) * granule
 
-    @property
-    def lds_size(self) -> int:
-        return self.group_segment_fixed_size
-
 
 @dataclass
 class KernelArg:
@@ -283,15 +279,6 @@ class CodeObject:
             if va <= vaddr and vaddr + size <= va + filesz:
                 return self.data[off + vaddr - va: off + vaddr - va + size]
         raise CodeObjectError(f"{self.source}: [{vaddr:#x}, {vaddr + size:#x}) is not inside one loadable segment")
-
-    def image(self) -> tuple[int, bytes]:
-        """(base, bytes) of the whole loadable image, zero-filled between segments."""
-        lo = min(va for va, *_ in self.segments)
-        hi = max(va + memsz for va, _, _, memsz in self.segments)
-        buf = bytearray(hi - lo)
-        for va, off, filesz, _ in self.segments:
-            buf[va - lo: va - lo + filesz] = self.data[off: off + filesz]
-        return lo, bytes(buf)
 
     def kernel(self, name: str | None = None) -> Kernel:
         if name is None:
