@@ -441,14 +441,14 @@ def _valu_compute(name, dsts, srcs, mods, prog):
         a, b = rd
         if to_exec:
             def write(g, r, m):
-                g.s[EXEC] = _pack(np.broadcast_to(r, m.shape) & m)
+                g.s[EXEC] = _pack(r & m)
                 g._exec = None
         else:
             dst = _srow(dsts[0])
 
             def write(g, r, m):
                 if dst != NULL:
-                    g.s[dst] = _pack(np.broadcast_to(r, m.shape) & m)
+                    g.s[dst] = _pack(r & m)
                     if dst == EXEC:
                         g._exec = None
         return (lambda g: fn(a(g), b(g))), write
@@ -463,7 +463,7 @@ def _valu_compute(name, dsts, srcs, mods, prog):
             val, carry = r
             wv(g, val, m)
             if crow != NULL:
-                g.s[crow] = _pack(np.broadcast_to(carry, m.shape) & m)
+                g.s[crow] = _pack(carry & m)
         if len(rd) == 2:
             a, b = rd
             return (lambda g: fn(a(g), b(g))), write
@@ -624,7 +624,7 @@ def _salu(name, inst, pc):
             raise Unsupported(f"s_getreg_b32 of hardware register {hwid}")
         val = np.array((HW_REGS[hwid] >> lo) & ((1 << width) - 1), U32)
         w = swriter(dsts[0], U32)
-        return lambda g, x: w(g, np.broadcast_to(val, (g.n,)))
+        return lambda g, x: w(g, val)
     if name == "s_getpc_b64":
         w = swriter(dsts[0], U64)
         return lambda g, x: w(g, np.full(g.n, pc + 4, U64))
@@ -637,7 +637,7 @@ def _salu(name, inst, pc):
         a, b = sreader(srcs[0], t), sreader(srcs[1], t)
 
         def run(g, x):
-            g.s[SCC] = np.broadcast_to(fn(a(g), b(g)), (g.n,))
+            g.s[SCC] = fn(a(g), b(g))
         return run
     if name not in ops.SALU:
         raise Unsupported(f"no semantics for {name}")
@@ -657,9 +657,9 @@ def _salu(name, inst, pc):
     def run(g, x):
         r, scc = fn(*[f(g) for f in rd])
         if r is not None:
-            w(g, np.broadcast_to(np.asarray(r).astype(rtype, copy=False), (g.n,)))
+            w(g, np.asarray(r).astype(rtype, copy=False))   # 0-d results broadcast on assignment
         if scc is not None:
-            g.s[SCC] = np.broadcast_to(scc, (g.n,))
+            g.s[SCC] = scc
     return run
 
 
