@@ -170,10 +170,11 @@ def ffbh_u32(x):
 
 
 def cls_i32(x):
+    """v_cls_i32: position (from the MSB, 1..31) of the first bit that differs from the sign bit;
+    -1 when all bits equal it (0 and -1)."""
     x = np.asarray(x).view(I32) if np.asarray(x).dtype == U32 else np.asarray(x, I32)
     y = np.where(x < 0, ~x, x).astype(U32)
-    c = clz32(y) - 1
-    return np.where((x == 0) | (x == -1), -1, c).astype(I32)
+    return np.where((x == 0) | (x == -1), -1, clz32(y)).astype(I32)
 
 
 def bfrev32(x):

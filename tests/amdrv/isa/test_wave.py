@@ -683,6 +683,57 @@ def test_scalar_alu_semantics():
     assert lanes[0] == 7 and lanes[2] == 7 and lanes[1] == 0 and np.all(lanes[3:] == 0)   # exec = 0b101
 
 
+def test_lane_and_misc_vector_semantics():
+    out = run_asm("""
+        v_cvt_f32_i32 v5, v0
+        v_add_f32 v5, -4.0, v5
+        v_mul_f32 v5, 0.5, v5
+        v_mov_b32 v2, 99
+        v_readlane_b32 s6, v0, 5
+        v_writelane_b32 v2, s6, 7
+        v_mbcnt_lo_u32_b32 v3, -1, 0
+        v_mbcnt_hi_u32_b32 v3, -1, v3
+        v_cmp_class_f32 vcc_lo, v5, 0x60
+        v_cndmask_b32 v7, 0, 1, vcc_lo
+        v_ldexp_f32 v8, v5, 3
+        v_fract_f32 v9, v5
+        v_frexp_exp_i32_f32 v10, v5
+        v_sub_nc_u32 v11, 16, v0
+        v_cls_i32 v11, v11
+        v_med3_i32 v13, v0, 5, 10
+        v_alignbit_b32 v14, v0, 0xf0000000, 4
+        s_bitcmp1_b32 s6, 2
+        s_cselect_b32 s7, 1, 2
+        v_mov_b32 v15, s7
+        v_lshlrev_b32 v1, 2, v0
+        global_store_b32 v1, v2, s[4:5]
+        global_store_b32 v1, v3, s[4:5] offset:128
+        global_store_b32 v1, v7, s[4:5] offset:256
+        global_store_b32 v1, v8, s[4:5] offset:384
+        global_store_b32 v1, v9, s[4:5] offset:512
+        global_store_b32 v1, v10, s[4:5] offset:640
+        global_store_b32 v1, v11, s[4:5] offset:768
+        global_store_b32 v1, v13, s[4:5] offset:896
+        global_store_b32 v1, v14, s[4:5] offset:1024
+        global_store_b32 v1, v15, s[4:5] offset:1152
+    """, out_words=320)
+    lane = np.arange(32)
+    x = ((lane - 4.0) * 0.5).astype(f32)                          # -2.0, -1.5, ... 13.5
+    o = out.reshape(10, 32)
+    assert np.array_equal(o[0], np.where(lane == 7, 5, 99))      # readlane 5 -> writelane 7
+    assert np.array_equal(o[1], lane)                             # mbcnt of all lanes below
+    assert np.array_equal(o[2], (x == 0).astype(u32))            # class mask 0x60: -0 or +0
+    assert np.array_equal(o[3].view(f32), x * 8)
+    assert np.array_equal(o[4].view(f32), x - np.floor(x))
+    assert np.array_equal(o[5].view(i32), np.where(x == 0, 0, np.frexp(x)[1]))
+    v = (16 - lane).astype(i32)
+    cls = [-1 if t in (0, -1) else format(int(t) if t >= 0 else ~int(t), "032b").index("1") for t in v]
+    assert np.array_equal(o[6].view(i32), cls)                  # first bit that differs from the sign
+    assert np.array_equal(o[7], np.clip(lane, 5, 10))
+    assert np.array_equal(o[8], ((lane.astype(np.uint64) << 32 | 0xF0000000) >> 4) & 0xFFFFFFFF)
+    assert np.all(o[9] == 1)                                     # bit 2 of s6 = 5 is set
+
+
 def test_memory_ops_with_no_active_lanes():
     out = run_asm("""
         v_mov_b32 v1, 7
