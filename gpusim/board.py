@@ -22,6 +22,8 @@ BLOCKS = [
     ("gpusim.ih", "IH"),
     ("gpusim.gmc", "GMC"),
     ("gpusim.psp", "PSP"),
+    ("gpusim.gfx", "GFX"),
+    ("gpusim.sdma", "SDMA"),
 ]
 _PARALLEL = {"gpusim.ih", "gpusim.gmc", "gpusim.psp"}
 

@@ -39,7 +39,7 @@ import struct
 from amdrv.autogen import psp as P
 from amdrv.autogen import ucode as U
 from amdrv.chips import by_name
-from gpusim import fwcheck
+from gpusim import fwcheck, gfx
 from gpusim.device import Block, DMAError
 from gpusim.gmc import VMFault
 
@@ -49,7 +49,7 @@ TMR_SIZE = 0x1300000
 TMR_ALIGN = P.PSP_TMR_ALIGNMENT
 BL_STEPS = 3       # clock steps a bootloader command takes
 RING_STEPS = 1     # clock steps a C2PMSG_64 ring control command takes (the driver polls the register)
-AUTOLOAD_STEPS = 10
+AUTOLOAD_STEPS = gfx.AUTOLOAD_STEPS   # AUTOLOAD_RLC to BOOTLOAD_COMPLETE, the RLC's time (gpusim.gfx)
 MEM_ERRORS = (DMAError, IndexError, VMFault)   # an access the memory path refused
 
 TEE_SUCCESS = P.TEE_SUCCESS
@@ -119,11 +119,14 @@ class PSP(Block):
         self._tmr_next = 0
         self.loaded: dict[int, int] = {}       # GFX_FW_TYPE_* -> times loaded
         self.autoload_started = False
-        self.rlc_autoload_complete = False
         self.log: list[tuple[int, int, int]] = []   # (cmd id, fw type or 0, status) of every ring command
         self.set(MP0, "MP0_SMN_C2PMSG_35", READY)
 
     # -- state for the other models -----------------------------------------------------------------
+    @property
+    def rlc_autoload_complete(self) -> bool:
+        return self.dev.blocks["GFX"].rlc_autoload_complete
+
     def is_loaded(self, fw_type: int) -> bool:
         return fw_type in self.loaded
 
@@ -371,12 +374,6 @@ class PSP(Block):
             return TEE_ERROR_BAD_STATE
         if not self.autoload_started:
             self.autoload_started = True
-            self.dev.schedule(AUTOLOAD_STEPS, self._autoload_done)
+            self.dev.blocks["GFX"].start_autoload()   # the RLC sets RLC_RLCS_BOOTLOAD_STATUS when done
         return TEE_SUCCESS
-
-    def _autoload_done(self) -> None:
-        self.rlc_autoload_complete = True
-        reg = self.dev.table("GC")["RLC_RLCS_BOOTLOAD_STATUS"]
-        self.set("GC", "RLC_RLCS_BOOTLOAD_STATUS",
-                 self.get("GC", "RLC_RLCS_BOOTLOAD_STATUS") | reg.encode(BOOTLOAD_COMPLETE=1))
 
