@@ -53,6 +53,8 @@ PROBES = {
 }
 FLAT_PROBE = {"vdst": 10, "addr": 40, "data": 30, "offset": 0x10}
 FLAT_ZERO = ("data", "vdst", "addr")
+MUBUF_PROBE = {"vdata": 10, "vaddr": 40, "srsrc": 2, "soffset": 32, "offset": 0x10}
+MUBUF_ZERO = ("vdata", "vaddr")
 # VOPD: X ops probed with Y = v_dual_mov_b32 and Y ops with X = v_dual_mov_b32 (opx 8, opy 8).
 VOPD_PROBE = {"vdstx": 10, "vdsty": 5, "srcx0": V + 20, "vsrcx1": 30, "srcy0": V + 21, "vsrcy1": 31}
 VOPD_MOV = 8
@@ -81,6 +83,15 @@ def hexline(data: bytes) -> str:
 
 
 def mc_disassemble(blobs: list[bytes]) -> list[str | None]:
+    """Disassembles each blob (see _mc_disassemble), in runs of at most 65,000 probes (marker numbers
+    are 16 bits)."""
+    out: list = []
+    for i in range(0, len(blobs), 65000):
+        out += _mc_disassemble(blobs[i:i + 65000])
+    return out
+
+
+def _mc_disassemble(blobs: list[bytes]) -> list[str | None]:
     """Disassembles each blob as the first instruction of its own line; None where LLVM rejects it.
 
     llvm-mc decodes all lines as one byte stream and, after a bad word, goes on 4 bytes later, so
@@ -165,7 +176,8 @@ def parse_reg(tok: str):
 
 
 REG_FIELDS = ("sdst", "ssrc0", "ssrc1", "sdata", "sbase", "vdst", "src0", "src1", "src2", "vsrc1", "addr",
-              "data", "data0", "data1", "saddr", "vdstx", "vdsty", "srcx0", "srcy0", "vsrcx1", "vsrcy1")
+              "data", "data0", "data1", "saddr", "vdstx", "vdsty", "srcx0", "srcy0", "vsrcx1", "vsrcy1",
+              "vdata", "vaddr", "srsrc", "soffset")
 
 
 def field_regs(fmt: str, fields: dict) -> dict:
@@ -176,6 +188,10 @@ def field_regs(fmt: str, fields: dict) -> dict:
             continue
         if name == "sbase":
             out[("s", 2 * v)] = name
+        elif name == "srsrc":
+            out[("s", 4 * v)] = name
+        elif name == "soffset" and fmt == "SMEM":
+            continue
         elif name == "vdsty":
             out[("v", (v << 1) | ((fields["vdstx"] & 1) ^ 1))] = name
         elif name.startswith("s") and not name.startswith("src"):
@@ -202,6 +218,11 @@ def discover() -> dict:
                 for op in range(128):
                     for f in variants(dict(FLAT_PROBE, saddr=saddr, sve=sve, glc=glc), FLAT_ZERO):
                         jobs.append((kind, op, dict(f, op=op, seg=seg), "FLAT"))
+    for idxen, offen, glc in itertools.product((0, 1), (0, 1), (0, 1)):
+        kind = "MUBUF" + ("_idxen" if idxen else "") + ("_offen" if offen else "") + ("_glc" if glc else "")
+        for op in range(256):
+            for f in variants(MUBUF_PROBE, MUBUF_ZERO):
+                jobs.append((kind, op, dict(f, op=op, idxen=idxen, offen=offen, glc=glc), "MUBUF"))
     for f in variants(VOPD_PROBE, ("vsrcx1", "vsrcy1")):
         for x in range(16):
             jobs.append(("VOPDX", x, dict(f, opx=x, opy=VOPD_MOV), "VOPD"))
@@ -224,6 +245,8 @@ def cleared_fields(kind: str, fields: dict) -> tuple:
         base, zero = PROBES[kind][1], PROBES[kind][2]
     elif kind.startswith(("FLAT", "GLOBAL", "SCRATCH")):
         base, zero = FLAT_PROBE, FLAT_ZERO
+    elif kind.startswith("MUBUF"):
+        base, zero = MUBUF_PROBE, MUBUF_ZERO
     else:
         return ()
     return tuple(sorted(k for k in zero if base[k] and fields[k] == 0))
@@ -303,6 +326,8 @@ def build_tables() -> dict:
             parsed = spec_of(kind, fields, text, pf)
             if parsed is None:
                 continue
+            if kind.startswith("MUBUF_") and not parsed[0][1]:
+                continue      # operand-less (buffer_gl0_inv): one entry, under plain MUBUF
             mn, specs, mods = parsed[1] if kind == "VOPDY" else parsed[0]
             tables.setdefault(kind, {})[op] = (mn, specs, mods)
             zero = cleared_fields(kind, fields)
@@ -324,6 +349,12 @@ def build_tables() -> dict:
         sd = any(sp[0] == "sdst" for sp in tables["VOP3"][op][1])
         for bit in ("neg", "omod", "clamp") + (() if sd else ("abs",)):
             probes.append(("VOP3", op, 0, encode(pf, dict(fields, **{bit: 1})), "bit_" + bit))
+    # MUBUF/SMEM cache and tfe bits: LLVM refuses dlc on buffer atomics and on s_dcache_inv, for two.
+    for kind in [k for k in found if k.startswith("MUBUF") or k == "SMEM"]:
+        for op, (fields, text, pf) in found[kind].items():
+            if op in tables[kind] and (tables[kind][op][1] or kind == "SMEM"):
+                for bit in (("glc", "dlc") if kind == "SMEM" else ("dlc", "slc", "tfe")):
+                    probes.append((kind, op, 0, encode(pf, dict(fields, **{bit: 1})), "bit_" + bit))
     # DPP: which VALU opcodes LLVM decodes with src0 = DPP16 (250) or DPP8 (233), and the name it prints.
     for kind in ("VOP1", "VOP2", "VOPC", "VOP3", "VOP3P"):
         for op, (fields, text, pf) in found[kind].items():
@@ -464,7 +495,8 @@ def _reg(prefix: str, base: int, count: int) -> str:
 SRC_BASES = {"src0": 7, "src1": 12, "src2": 17, "ssrc0": 6, "ssrc1": 12, "srcx0": 20, "srcy0": 33}
 VREG_BASES = {"vdst": 1, "vsrc1": 9, "addr": 3, "data": 6, "data0": 6, "data1": 9, "vdstx": 2, "vdsty": 5,
               "vsrcx1": 22, "vsrcy1": 35}
-SREG_BASES = {"sdst": 2, "sdata": 4, "sbase": 8, "saddr": 10, "soffset": 3, "vdst": 20}
+SREG_BASES = {"sdst": 2, "sdata": 4, "sbase": 8, "saddr": 10, "soffset": 3, "vdst": 20, "srsrc": 12}
+VREG_BASES.update(vdata=6, vaddr=3)
 
 
 def _src_choices(dtype: str, count: int, vgpr: bool) -> list[str]:
@@ -513,6 +545,7 @@ MOD_CHOICES = {
     "FLAT": ["offset:4095", "glc", "slc", "dlc", "glc slc dlc"],
     "GLOBAL": ["offset:-4096", "offset:2047", "slc", "dlc", "slc dlc"],
     "SMEM": ["glc", "dlc", "glc dlc"],
+    "MUBUF": ["offset:4095", "offset:1", "slc", "dlc", "tfe", "slc dlc tfe"],
 }
 
 
@@ -533,8 +566,10 @@ def corpus_lines(tables: dict) -> tuple[list[str], dict]:
                     probe_of.setdefault(lines[-1], (kind, op, tag))
 
             tail0 = ""
-            if kind.endswith("_glc") and "glc" not in tail0:
-                tail0 = "glc"
+            if kind.startswith("MUBUF") and specs:
+                tail0 = " ".join(w for w in ("idxen", "offen") if w in kind)
+            if kind.endswith("_glc") and specs:
+                tail0 = (tail0 + " glc").strip()
             emit(base, tail0)
             short = mn[:-4] if mn.endswith(("_e32", "_e64")) else None
             if short and mn.endswith("_e32"):
@@ -587,6 +622,14 @@ def corpus_lines(tables: dict) -> tuple[list[str], dict]:
             elif fmt in ("FLAT", "GLOBAL", "SCRATCH"):
                 for t in MOD_CHOICES["FLAT" if fmt == "FLAT" else "GLOBAL"]:
                     emit(base, (tail0 + " " + t).strip() if "glc" not in t or not tail0 else t)
+            elif fmt == "MUBUF" and specs and kind in ("MUBUF", "MUBUF_glc"):
+                for t in MOD_CHOICES["MUBUF"]:
+                    if "dlc" in t and "atomic" in mn:
+                        continue      # LLVM 15 drops dlc from buffer atomics without a word
+                    emit(base, (tail0 + " " + t).strip())
+                i = [sp[0] for sp in specs].index("soffset")
+                for so in ("5", "null", "m0", "-1"):
+                    emit(base[:i] + [so] + base[i + 1:], tail0)
             elif fmt == "SMEM" and specs and specs[-1][0] == "offset":
                 for last in ("0x0", "null", "s5", "m0", "-0x10", "0xfffff"):
                     emit(base[:-1] + [last])
@@ -605,6 +648,8 @@ def corpus_lines(tables: dict) -> tuple[list[str], dict]:
     lines += _special_lines(tables)
     seen, out = set(), []
     for ln in lines:
+        if ln.startswith("buffer_wbinvl1"):
+            continue   # llvm-mc 15 assembles it to the opcode its disassembler calls buffer_gl0_inv
         if ln not in seen:
             seen.add(ln)
             out.append(ln)

@@ -435,6 +435,14 @@ def _fill_operand(enc: _Enc, kind: str, sp, arg: Arg, pos: int, mods: dict):
     if field == "sbase":
         enc.fields[field] = scalar_code(arg, count, what) // 2
         return
+    if field == "srsrc":
+        enc.fields[field] = scalar_code(arg, count, what) // 4
+        return
+    if field == "soffset" and kind.startswith("MUBUF") and arg.kind in ("int", "float"):
+        enc.fields[field], lit = encode_constant(arg, "32", True, what)
+        if lit is not None:
+            enc.set_literal(lit)
+        return
     if cls == "s" or field in ("sdst", "sdata", "saddr", "soffset"):
         if field == "sdata" and cls == "imm":
             enc.fields[field] = int(arg.value)
@@ -459,6 +467,8 @@ def _check_count(what: str, arg: Arg, count: int):
 def _layout_fmt(kind: str, specs) -> str:
     if kind.split("_")[0] in FLAT_KINDS:
         return "FLAT"
+    if kind.startswith("MUBUF"):
+        return "MUBUF"
     if kind in ("VOPDX", "VOPDY"):
         return "VOPD"
     if kind == "VOP3" and any(sp[0] == "sdst" for sp in specs):
@@ -545,8 +555,16 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
                 if not lo <= v < 0x1000:
                     raise AsmError(f"{what}: offset {v} out of range [{lo}, 4095]")
                 f["offset"] = v & 0x1FFF
-            elif name in ("glc", "slc", "dlc") and name in FORMATS[fmt][2] and not val:
+            elif name in ("glc", "slc", "dlc", "tfe") and name in FORMATS[fmt][2] and not val:
                 f[name] = 1
+            elif name in ("idxen", "offen") and fmt == "MUBUF" and not val:
+                if name not in kind:
+                    raise AsmError(f"{what}: {name} does not match the address operand")
+            elif name == "offset" and fmt == "MUBUF":
+                v = int(val, 0)
+                if not 0 <= v < 0x1000:
+                    raise AsmError(f"{what}: offset {v} out of range [0, 4095]")
+                f["offset"] = v
             elif name == "offset" and fmt == "SMEM":
                 v = int(val, 0)
                 f["offset"] = v & 0x1FFFFF
@@ -556,8 +574,12 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
             raise
         except (KeyError, ValueError) as e:
             raise AsmError(f"{what}: bad modifier {tok!r}") from e
-    if fmt == "FLAT" and kind.endswith("_glc") != bool(f.get("glc")):
+    if fmt in ("FLAT", "MUBUF") and kind.endswith("_glc") != bool(f.get("glc")) and mnmods:
         raise AsmError(f"{what}: glc selects the returning form")
+    if fmt == "MUBUF" and mnmods:
+        for mode in ("idxen", "offen"):
+            if (mode in kind) != (mode in [t.split(":")[0] for t in modtoks]):
+                raise AsmError(f"{what}: the address operand needs {mode} to match")
 
 
 DPP_TOKENS = ("quad_perm", "row_shl", "row_shr", "row_ror", "row_mirror", "row_half_mirror", "row_share",
@@ -676,6 +698,8 @@ def _try_entry(kind: str, op: int, entry, args: list[Arg], modtoks: list[str], m
         enc.fields["sve"] = int("sve" in parts)
     if fmt == "SMEM" and any(sp[0] == "offset" for sp in specs):
         enc.fields.setdefault("soffset", NULL)
+    if fmt == "MUBUF":
+        enc.fields.update(idxen=int("idxen" in kind), offen=int("offen" in kind), glc=int(kind.endswith("_glc")))
     return enc
 
 

@@ -92,7 +92,14 @@ def _kind_and_fields(word: int, fmt: str, fields: dict) -> str:
             raise DecodeError(f"FLAT segment {seg} is reserved")
         return (FLAT_SEGMENTS[seg] + ("_saddr" if fields["saddr"] != NULL else "")
                 + ("_sve" if fields["sve"] else "") + ("_glc" if fields["glc"] else ""))
+    if fmt == "MUBUF":
+        return mubuf_kind(fields)
     return fmt
+
+
+def mubuf_kind(f: dict) -> str:
+    """MUBUF table kind: the addressing mode (idxen, offen) and glc (returning atomics) change operands."""
+    return "MUBUF" + ("_idxen" if f["idxen"] else "") + ("_offen" if f["offen"] else "") + ("_glc" if f["glc"] else "")
 
 
 def decode(code: bytes, offset: int = 0) -> Instruction:
@@ -120,6 +127,8 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
         entries = [entry_x, entry_y]
     else:
         entry = OPCODES.get(kind, {}).get(fields["op"])
+        if entry is None and fmt == "MUBUF" and not OPCODES["MUBUF"].get(fields["op"], (0, 1))[1]:
+            kind, entry = "MUBUF", OPCODES["MUBUF"][fields["op"]]   # buffer_gl0_inv ignores the mode bits
         if entry is None:
             raise DecodeError(f"{kind} opcode {fields['op']} (word {word:#0{2 + 2 * size}x} at offset "
                               f"{offset:#x}) is not a gfx11 instruction LLVM knows")
@@ -142,7 +151,7 @@ def decode(code: bytes, offset: int = 0) -> Instruction:
         fields["dpp"] = int.from_bytes(code[offset + size:offset + size + 4], "little")
         size += 4
     needs_lit = any(s[0] == "literal" or (s[0] in SRC_FIELDS and fields[s[0]] == LITERAL)
-                    for e in entries for s in e[1])
+                    for e in entries for s in e[1]) or fmt == "MUBUF" and fields["soffset"] == LITERAL
     if needs_lit:
         if offset + size + 4 > len(code):
             raise DecodeError(f"missing literal dword after instruction at offset {offset:#x}")
@@ -269,6 +278,10 @@ def _operand(sp, fields: dict, fmt: str) -> Operand:
         return o
     if name == "sbase":
         return src_operand(2 * v, count, "32", name, None)
+    if name == "srsrc":
+        return src_operand(4 * v, count, "32", name, None)
+    if name == "soffset" and fmt == "MUBUF":     # an SGPR or a constant
+        return src_operand(v, 1, "32", name, fields.get("literal"))
     if cls == "s" or name in ("sdst", "sdata", "saddr", "soffset", "ssrc0", "ssrc1"):
         o = src_operand(v, count, dtype, name, None)
         if o.is_const:
@@ -297,6 +310,8 @@ def _mods(fmt: str, kind: str, fields: dict, modnames, specs, mn: str) -> dict:
         if not kind.startswith("FLAT") and off & 0x1000:
             off -= 0x2000
         m.update(offset=off, glc=fields["glc"], slc=fields["slc"], dlc=fields["dlc"])
+    elif fmt == "MUBUF":
+        m.update({k: fields[k] for k in ("offset", "glc", "slc", "dlc", "tfe", "offen", "idxen")})
     elif fmt == "SMEM":
         off = fields["offset"]
         m.update(offset=off - (1 << 21) if off & (1 << 20) else off, glc=fields["glc"], dlc=fields["dlc"],
@@ -329,6 +344,8 @@ def _entry(inst: Instruction):
         kind = (inst.fmt + ("_saddr" if f["saddr"] != NULL else "") + ("_sve" if f["sve"] else "")
                 + ("_glc" if f["glc"] else ""))
         return OPCODES[kind][f["op"]]
+    if inst.fmt == "MUBUF":
+        return OPCODES[mubuf_kind(f)].get(f["op"]) or OPCODES["MUBUF"][f["op"]]
     return OPCODES["VOP3" if inst.fmt == "VOP3SD" else inst.fmt][f["op"]]
 
 
@@ -504,6 +521,12 @@ def _format_one(inst: Instruction, entry) -> str:
         if m["offset"]:
             tail.append(f"offset:{m['offset']}")
         tail += [k for k in ("glc", "slc", "dlc") if m[k]]
+    elif inst.fmt == "MUBUF" and specs:
+        tail += [k for k in ("idxen", "offen") if m[k]]
+        if m["offset"]:
+            tail.append(f"offset:{m['offset']}")
+        # LLVM shows no dlc or tfe on buffer atomics (it ignores those bits there)
+        tail += [k for k in (("glc", "slc") if "_atomic_" in mn else ("glc", "slc", "dlc", "tfe")) if m[k]]
     elif inst.fmt in ("VOP3", "VOP3SD"):
         n = len(srcs)
         if m.get("op_sel") and "op_sel" in modnames:   # LLVM shows op_sel on 16-bit ops only

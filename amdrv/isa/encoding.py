@@ -35,6 +35,11 @@ FORMATS = {
     "FLAT": (8, (26, 6, 0b110111), {"offset": (0, 13), "dlc": (13, 1), "glc": (14, 1), "slc": (15, 1),
                                     "seg": (16, 2), "op": (18, 7), "addr": (32, 8), "data": (40, 8),
                                     "saddr": (48, 7), "sve": (55, 1), "vdst": (56, 8)}),
+    # MUBUF: buffer loads/stores/atomics through a 4-SGPR resource (srsrc holds its first SGPR / 4), and
+    # the cache invalidations buffer_gl0_inv/buffer_gl1_inv that clang emits for acquire atomics.
+    "MUBUF": (8, (26, 6, 0b111000), {"offset": (0, 12), "slc": (12, 1), "dlc": (13, 1), "glc": (14, 1),
+                                     "op": (18, 8), "vaddr": (32, 8), "vdata": (40, 8), "srsrc": (48, 5),
+                                     "tfe": (53, 1), "offen": (54, 1), "idxen": (55, 1), "soffset": (56, 8)}),
 }
 FLAT_SEGMENTS = {0: "FLAT", 1: "SCRATCH", 2: "GLOBAL"}
 

@@ -9,6 +9,7 @@ import pytest
 
 from amdrv.isa import assemble, decode, disassemble
 from amdrv.isa import instruction as I
+from amdrv.isa.disasm import mubuf_kind
 from amdrv.isa.encoding import NULL
 from amdrv.isa.opcodes_gfx11 import DPP_NAMES, OPCODES
 
@@ -73,6 +74,9 @@ def test_disassemble_matches_llvm_text_and_reassembles():
 
 def _kind(inst):
     f = inst.fields
+    if inst.fmt == "MUBUF":
+        kind = mubuf_kind(f)
+        return kind if inst.opcode in OPCODES[kind] else "MUBUF"
     if inst.fmt in ("FLAT", "GLOBAL", "SCRATCH"):
         return (inst.fmt + ("_saddr" if f["saddr"] != NULL else "") + ("_sve" if f["sve"] else "")
                 + ("_glc" if f["glc"] else ""))
@@ -96,7 +100,14 @@ def test_corpus_covers_every_opcode_and_operand_kind():
         for k in ("clamp", "omod", "neg", "abs", "op_sel", "neg_hi", "glc", "slc", "dlc", "gds", "offset"):
             if inst.mods.get(k):
                 mods.add(k)
-    table = {(k, op) for k, ops in OPCODES.items() for op in ops}
+    # LLVM 15 decodes two more opcodes as buffer_gl0_inv/buffer_gl1_inv than it assembles, and assembles
+    # buffer_wbinvl1 to the opcode it decodes as buffer_gl0_inv: those have no corpus line.
+    names = {}
+    for k, ops in OPCODES.items():
+        for op, e in ops.items():
+            names.setdefault((k, e[0]), []).append(op)
+    table = {(k, op) for k, ops in OPCODES.items() for op, e in ops.items()
+             if len(names[(k, e[0])]) == 1 and e[0] != "buffer_wbinvl1"}
     dpp_table = {(k, op, form) for k, ops in DPP_NAMES.items() for op, forms in ops.items() for form in forms}
     # llvm-mc 15 decodes a few DPP forms its assembler refuses (v_fmac_f32_e64_dpp): the fuzz test has them
     assert len(dpp_table - dpp) <= 0.03 * len(dpp_table), f"DPP forms without a line: {sorted(dpp_table - dpp)}"

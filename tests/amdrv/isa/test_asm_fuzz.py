@@ -24,7 +24,7 @@ def random_words(seed: int, n: int) -> list[bytes]:
         kind = rnd.choice(kinds)
         op = rnd.choice(sorted(OPCODES[kind]))
         fmt = ("VOPD" if kind.startswith("VOPD") else "FLAT" if kind.split("_")[0] in ("FLAT", "GLOBAL", "SCRATCH")
-               else kind)
+               else "MUBUF" if kind.startswith("MUBUF") else kind)
         layout = FORMATS[fmt][2]
         f = {k: rnd.getrandbits(w) for k, (lo, w) in layout.items()}
         for k, (lo, w) in layout.items():
@@ -35,6 +35,8 @@ def random_words(seed: int, n: int) -> list[bytes]:
             f["opx" if kind == "VOPDX" else "opy"] = op
         else:
             f["op"] = op
+        if fmt == "MUBUF":
+            f.update(idxen=int("idxen" in kind), offen=int("offen" in kind), glc=int(kind.endswith("glc")))
         if fmt == "FLAT":
             f["seg"] = {"FLAT": 0, "SCRATCH": 1, "GLOBAL": 2}[kind.split("_")[0]]
         out.append(encode(fmt, f) + rnd.getrandbits(32).to_bytes(4, "little"))

@@ -54,6 +54,49 @@ __kernel void branchy(__global int *a, __global const uint *b) {
   if (i & 1) r = -r; else r = __builtin_popcount(b[i]) + __builtin_clz(b[i] | 1);
   a[i] = r;
 }
+__kernel void lanes(__global int *a, __global const int *b) {
+  int i = GID;
+  int x = b[i];
+  x = __builtin_amdgcn_mov_dpp(x, 0x111, 0xf, 0xf, false);
+  x += __builtin_amdgcn_update_dpp(0, x, 0x4e, 0xf, 0xf, true);
+  x += __builtin_amdgcn_ds_swizzle(x, 0x041f);
+  x += __builtin_amdgcn_readfirstlane(x);
+  x += __builtin_amdgcn_ds_bpermute(i * 4, x);
+  x += __builtin_amdgcn_ds_permute(i * 4, x);
+  a[i] = x + __builtin_popcount(__builtin_amdgcn_read_exec_lo());
+}
+__kernel void divs(__global double *d, __global long *l, __global uint *u, __global float *f) {
+  int i = GID;
+  d[i] = d[i] / d[i + 1] + __builtin_sqrt(d[i]);
+  l[i] = l[i] / (l[i + 1] | 1) + l[i] % 7;
+  u[i] = u[i] / (u[i + 1] | 1);
+  f[i] = __builtin_fmaf(f[i], f[i+1], 1.0f) / 3.0f + __builtin_amdgcn_rcpf(f[i]) + __builtin_amdgcn_rsqf(f[i]);
+  f[i] += __builtin_amdgcn_sinf(f[i]) + __builtin_amdgcn_cosf(f[i]) + __builtin_amdgcn_fractf(f[i]) + __builtin_amdgcn_ldexpf(f[i], 3);
+}
+__kernel void priv(__global int *a, int n) {
+  int arr[64];
+  int i = GID;
+  for (int k = 0; k < 64; k++) arr[k] = a[(i + k) % n];
+  for (int k = 1; k < 64; k++) arr[k] += arr[k - 1] * arr[(k * 7) & 63];
+  a[i] = arr[i & 63];
+}
+__kernel void atomics(__global long *l, __global int *x, __global float *f, __local int *s) {
+  int i = GID;
+  __atomic_fetch_add(l, (long)i, __ATOMIC_RELAXED);
+  __atomic_fetch_max(x, i, __ATOMIC_RELAXED);
+  __atomic_fetch_min(x + 1, i, __ATOMIC_SEQ_CST);
+  int e = 5; __atomic_compare_exchange_n(x + 2, &e, i, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  __atomic_fetch_xor(s, i, __ATOMIC_RELAXED);
+  __atomic_fetch_add(s + 1, 1, __ATOMIC_RELAXED);
+  __builtin_amdgcn_s_barrier();
+  x[i + 4] = s[0] + s[1] + __atomic_exchange_n(x + 3, i, __ATOMIC_ACQUIRE);
+}
+__kernel void halves(__global half8 *h, __global short8 *s, __global uchar *c) {
+  int i = GID;
+  h[i] = h[i] * h[i + 1] + (half8)(1.5h) - h[i] / h[i + 2];
+  s[i] = s[i] * s[i + 1] + (s[i] >> 3) + (s[i] > s[i+1] ? s[i] : s[i+1]);
+  c[i] = (uchar)(c[i] * 3 + c[i + 1]) ^ (uchar)__builtin_clz(i);
+}
 """
 
 
@@ -85,7 +128,9 @@ def test_disassembly_equals_llvm_objdump(code_object):
     diffs = [(i, r, m) for i, (r, m) in enumerate(zip(ref, mine)) if r != m]
     assert not diffs, f"{len(diffs)} lines differ from llvm-objdump-15, e.g. {diffs[:10]}"
     assert len(mine) == len(ref)
-    for needed in ("v_dual_", "s_delay_alu", "s_waitcnt", "global_load", "ds_", "s_cbranch", "v_fma_f64"):
+    for needed in ("v_dual_", "s_delay_alu", "s_waitcnt", "global_load", "ds_", "s_cbranch", "v_fma_f64", "_dpp",
+                   "ds_swizzle_b32", "ds_bpermute", "scratch_store", "buffer_gl0_inv", "global_atomic_cmpswap",
+                   "v_pk_", "s_waitcnt_vscnt"):
         assert any(needed in t for t in mine), f"kernels no longer exercise {needed}"
 
 
