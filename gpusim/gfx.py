@@ -7,6 +7,8 @@ Facts (amdgpu/gfx_v11_0.c, imu_v11_0.c, amdgpu_psp.c, soc21.c; registers and fie
   the autoload gives it to every instance. The IMU takes GFX out of reset on the way (imu_v11_0: the IMU core
   runs once GFX_IMU_CORE_CTRL.CRESET is 0, and GFX_IMU_GFX_RESET_CTRL reads 0x1f when its HARD/EA/UTCL2/SDMA/
   GRBM resets are released).
+- gfx_v11_0_hw_init: "for gfx 11, rlc firmware loading relies on smu firmware is loaded firstly": an
+  autoload started without the SMU firmware (LOAD_IP_FW SMU, which psp_hw_start sends first) never completes.
 - gfx_v11_0_wait_for_rlc_autoload_complete polls until CP_STAT == 0 and RLC_RLCS_BOOTLOAD_STATUS.
   BOOTLOAD_COMPLETE == 1; gfx_v11_0_is_idle/wait_for_idle read GRBM_STATUS.GUI_ACTIVE; gfx_v11_0_cp_gfx_enable
   polls CP_STAT == 0 after (un)halting ME/PFP.
@@ -166,6 +168,11 @@ class GFX(Block):
         self.set(GC, "GFX_IMU_CORE_CTRL", t["GFX_IMU_CORE_CTRL"].encode(self.get(GC, "GFX_IMU_CORE_CTRL"),
                                                                           CRESET=0))
         self.set(GC, "GFX_IMU_GFX_RESET_CTRL", IMU_RESETS_RELEASED)
+        psp = self.dev.blocks.get("PSP")
+        if psp is None or not psp.is_loaded(P.GFX_FW_TYPE_SMU):
+            self.error("RLC autoload started with no SMU firmware loaded: the RLC waits for the SMU and never "
+                       "completes (the CP stays busy until a mode1 reset)")
+            return
         self.dev.schedule(AUTOLOAD_STEPS, self._autoload_done)
 
     def _autoload_done(self) -> None:

@@ -151,6 +151,24 @@ def test_unhalt_with_firmware_loaded_but_no_autoload_is_refused(firmware):
     assert "PSP has not loaded" not in str(dev.errors[-1])
 
 
+def test_autoload_without_the_smu_firmware_never_completes(firmware):
+    dev, gc, fw = build(firmware)
+    drv = psp_boot.Driver(dev)
+    drv.boot_sos(fw)
+    drv.ring_create()
+    toc = fw.sos_component(psp_boot.U.PSP_FW_TYPE_PSP_TOC)
+    dev.vram.write(psp_boot.STAGE, toc)
+    mc = psp_boot.FB_BASE + psp_boot.STAGE
+    assert drv.submit(P.GFX_CMD_ID_LOAD_TOC, mc & 0xFFFFFFFF, mc >> 32, len(toc))[0] == 0
+    assert drv.setup_tmr(psp_boot.TMR, 0x1300000) == 0                # no LOAD_IP_FW SMU before it
+    for t in psp_boot.UPSTREAM_ORDER:
+        assert drv.load(t, fw.ip_fw(t)) == 0
+    assert drv.submit(P.GFX_CMD_ID_AUTOLOAD_RLC)[0] == 0
+    assert wait_for_rlc_autoload_complete(gc, tries=50) is None
+    assert gc.r("CP_STAT") != 0 and not dev.blocks["GFX"].rlc_autoload_complete
+    assert "no SMU firmware" in str(dev.errors[-1])
+
+
 @pytest.mark.parametrize("chip", ["navi31", "navi33"])
 def test_upstream_hw_init(firmware, chip):
     dev, gc, fw = build(firmware, chip)
