@@ -105,7 +105,7 @@ class GFX(Block):
     name = "GFX"
 
     def attach(self) -> None:
-        for cntl in {e.cntl for e in ENGINES}:
+        for cntl in dict.fromkeys(e.cntl for e in ENGINES):
             self.on_write(GC, cntl, functools.partial(self._w_cntl, cntl))
         for e in ENGINES:
             for reg in (e.start, e.start + "_HI"):
@@ -128,7 +128,7 @@ class GFX(Block):
         self._entries: dict[str, tuple[int, int]] = {}
         t = self.dev.table(GC)
         self.set(GC, "GFX_IMU_CORE_CTRL", t["GFX_IMU_CORE_CTRL"].encode(CRESET=1))
-        for cntl in {e.cntl for e in ENGINES}:
+        for cntl in dict.fromkeys(e.cntl for e in ENGINES):
             v = 0
             for e in ENGINES:
                 if e.cntl == cntl:
