@@ -537,12 +537,6 @@ def write_code_object(kernels: list[KernelSpec], arch: str = "gfx1100") -> bytes
     return bytes(out)
 
 
-# The MUBUF cache invalidations clang emits after barriers, which amdrv.isa.decode does not cover
-# (no other MUBUF instruction appears in compute code we run); they have no operands.
-CACHE_INVALIDATES = {bytes.fromhex("0000ace000000000"): "buffer_gl0_inv",
-                     bytes.fromhex("0000b0e000000000"): "buffer_gl1_inv"}
-
-
 def register_usage(code: bytes) -> tuple[int, int]:
     """(VGPRs, SGPRs) a kernel's code needs, counted as LLVM counts them for .vgpr_count and
     .sgpr_count: highest register used plus one, and two more SGPRs when the code touches VCC."""
@@ -551,9 +545,6 @@ def register_usage(code: bytes) -> tuple[int, int]:
 
     vgprs, sgprs, vcc, off = 0, 0, False, 0
     while off < len(code):
-        if code[off:off + 8] in CACHE_INVALIDATES:
-            off += 8
-            continue
         inst = decode(code, off)
         off += inst.size
         halves = (inst, inst.vopd_y) if inst.vopd_y is not None else (inst,)

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amdrv.isa.codeobj import CACHE_INVALIDATES
 from amdrv.isa.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, N_SROWS, OP, Unsupported,
                                     compile_instruction, pack_lanes, unpack_lanes)
 from amdrv.isa.wave_memory import ByteSpace, FlatMemory, MemoryFault
@@ -122,8 +121,6 @@ class Program:
             raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(self.code):#x})",
                             where=self.where(pc))
         raw = self.code[off:off + 8]
-        if raw in CACHE_INVALIDATES:      # no-ops: the executor's memory is always coherent
-            return Compiled(OP, None, 8, CACHE_INVALIDATES[raw])
         try:
             inst = decode(self.code, off)
         except Exception as e:
