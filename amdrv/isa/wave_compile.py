@@ -812,9 +812,31 @@ def _permute(name, inst):
     return run
 
 
+def _swizzle(inst):
+    """ds_swizzle_b32: each lane reads another lane of its 32 by the offset's pattern: quad
+    permute (offset bit 15) or and/or/xor masks on the lane id; inactive sources read as 0."""
+    off = _mods_int(inst.mods, "offset0") | (_mods_int(inst.mods, "offset1") << 8)
+    lane = np.arange(32)
+    if off >= 0xE000:
+        raise Unsupported(f"ds_swizzle FFT/rotate mode (offset {off:#x})")
+    if off & 0x8000:
+        src = (lane & ~3) | ((off >> (2 * (lane & 3))) & 3)
+    else:
+        src = (((lane & (off & 0x1F)) | ((off >> 5) & 0x1F)) ^ ((off >> 10) & 0x1F)) & 31
+    data, d = inst.srcs[0].index, inst.dsts[0].index
+
+    def run(g, x):
+        m = g.mask()
+        vals = np.where(m, g.v[data], U32(0))[:, src]
+        np.copyto(g.v[d], vals, where=m)
+    return run
+
+
 def _ds(name, inst, prog):
     if name in ("ds_bpermute_b32", "ds_permute_b32"):
         return _permute(name, inst)
+    if name == "ds_swizzle_b32":
+        return _swizzle(inst)
     rest = name[len("ds_"):]
     addr = _find(inst, "addr", "vaddr").index
     off0, off1 = _mods_int(inst.mods, "offset0"), _mods_int(inst.mods, "offset1")

@@ -383,8 +383,8 @@ def test_private_array(kernel_corpus, size):
 def test_cross_lane(kernel_corpus, size):
     n, wg = size
     a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(u32)
-    out, _ = run(kernel_corpus["cross_lane"], (n,), (wg,), [np.zeros(4 * n, u32), a, u32(n)], [0])
-    o = out[0].reshape(n, 4)
+    out, _ = run(kernel_corpus["cross_lane"], (n,), (wg,), [np.zeros(6 * n, u32), a, u32(n)], [0])
+    o = out[0].reshape(n, 6)
     for w0 in range(0, n, 32):           # waves are 32 consecutive work-items (wg is a multiple of 32)
         x = a[w0:w0 + 32]
         act = len(x)
@@ -395,6 +395,10 @@ def test_cross_lane(kernel_corpus, size):
         assert np.array_equal(o[w0:w0 + act, 2], [bin(ballot & ((1 << k) - 1)).count("1") for k in range(act)])
         rot = [x[(k + 1) % 32] if (k + 1) % 32 < act else 0 for k in range(act)]
         assert np.array_equal(o[w0:w0 + act, 3], rot)     # inactive source lanes read as 0
+        swap = [x[k ^ 1] if k ^ 1 < act else 0 for k in range(act)]
+        assert np.array_equal(o[w0:w0 + act, 4], swap)
+        quad = [x[(k & ~3) | (3 - (k & 3))] if (k & ~3) | (3 - (k & 3)) < act else 0 for k in range(act)]
+        assert np.array_equal(o[w0:w0 + act, 5], quad)
 
 
 @pytest.mark.parametrize("n", [256, 203], ids=["even", "awkward"])
