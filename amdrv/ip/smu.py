@@ -131,17 +131,21 @@ class SMU:
         self.version = self.if_version = None
 
     # -- the mailbox ------------------------------------------------------------------------------------
-    def _poll(self) -> int | None:
+    def _poll(self, gone=None) -> int | None:
+        """The non-zero response, or None on timeout; 0 as soon as gone() says the answer cannot come."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             v = self.resp_reg.read()
             if v:
                 return v
+            if gone is not None and gone():
+                return 0
             if time.monotonic() > deadline:
                 return None
 
-    def send(self, msg: int, arg: int = 0, read_arg: bool = False) -> int | None:
-        """One message (smu_cmn_send_smc_msg_with_param); returns C2PMSG_82 if read_arg."""
+    def send(self, msg: int, arg: int = 0, read_arg: bool = False, gone=None) -> int | None:
+        """One message (smu_cmn_send_smc_msg_with_param); returns C2PMSG_82 if read_arg. `gone` (see
+        mode1_reset) tells that the SMU was reset after answering, which wipes the answer."""
         name = msg_name(msg)
         where = f"{self.dev.name}: SMU {name}({arg:#x})"
         if not self._idle and self._poll() is None:
@@ -154,7 +158,9 @@ class SMU:
         self.resp_reg.write(0)
         self.arg_reg.write(arg & 0xFFFFFFFF)
         self.msg_reg.write(msg)
-        resp = self._poll()
+        resp = self._poll(gone)
+        if resp == 0:
+            return None
         if resp is None:
             raise SMUTimeout(
                 f"{where}: no response in MP1_SMN_C2PMSG_90 within {self.timeout_s:g} s: the SMU firmware is "
@@ -296,8 +302,12 @@ class SMU:
         """The whole GPU back to its power-on state (amdgpu_device_mode1_reset through the SMU): PSP back to
         its bootloader, SMU firmware stopped, every engine reset. Afterwards the firmware must be loaded again."""
         was = self.dev.pci.config_read(PCI_COMMAND, 2) & BUS_MASTER
+        # The reset follows the answer and clears the response register with everything else; a driver
+        # that reads too late (a slow link, a preempted process) sees the sOS sign of life gone instead.
+        sos = self.dev.reg("MP0").MP0_SMN_C2PMSG_81
+        gone = (lambda: sos.read() == 0) if sos.read() else None
         self.dev.pci.set_bus_master(False)
-        self.send(S.PPSMC_MSG_Mode1Reset)
+        self.send(S.PPSMC_MSG_Mode1Reset, gone=gone)
         self._idle = False
         time.sleep(self.reset_wait_s)    # upstream touches no register meanwhile
         self.dev.pci.set_bus_master(bool(was))

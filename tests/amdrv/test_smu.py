@@ -190,3 +190,26 @@ def test_boot_and_mode1_reset_with_an_asynchronous_clock():
     smu.init()
     assert smu.metrics().counter == 1 and sim._SLOTS[SLOT].errors == []
     dev.close()
+
+
+class SlowLink:
+    """A response register read that arrives late (a USB round trip, a preempted process): the GPU runs
+    5 clock steps before the value is taken."""
+
+    def __init__(self, reg, gpu):
+        self.reg, self.gpu = reg, gpu
+
+    def read(self):
+        self.gpu.step(5)
+        return self.reg.read()
+
+    def write(self, value):
+        self.reg.write(value)
+
+
+def test_mode1_reset_whose_answer_is_wiped_before_it_is_read(booted):
+    dev, psp, smu, model = booted
+    smu.init()
+    smu.resp_reg = SlowLink(smu.resp_reg, sim._SLOTS[SLOT])
+    smu.mode1_reset()                  # the answer came and was reset away: the sOS sign of life tells
+    assert not psp.sos_alive() and not model.running
