@@ -414,7 +414,7 @@ def _fill_operand(enc: _Enc, kind: str, sp, arg: Arg, pos: int, mods: dict):
         if arg.abs:
             mods["abs"] = mods.get("abs", 0) | 1 << i
         wide = field.startswith("src")
-        if arg.kind in ("int", "float") and cls != "V":
+        if arg.kind in ("int", "float") and cls not in ("V", "R"):
             code, lit = encode_constant(arg, dtype, True, what)
             if lit is not None:
                 enc.set_literal(lit)
@@ -429,8 +429,7 @@ def _fill_operand(enc: _Enc, kind: str, sp, arg: Arg, pos: int, mods: dict):
             _check_count(what, arg, count)
             enc.fields[field] = VGPR_BASE + arg.index
         else:
-            enc.fields[field] = scalar_code(arg, count, what) if arg.kind != "special" or arg.count \
-                else arg.index
+            enc.fields[field] = scalar_code(arg, count, what)
         return
     if field == "sbase":
         enc.fields[field] = scalar_code(arg, count, what) // 2
@@ -444,9 +443,6 @@ def _fill_operand(enc: _Enc, kind: str, sp, arg: Arg, pos: int, mods: dict):
             enc.set_literal(lit)
         return
     if cls == "s" or field in ("sdst", "sdata", "saddr", "soffset"):
-        if field == "sdata" and cls == "imm":
-            enc.fields[field] = int(arg.value)
-            return
         enc.fields[field] = scalar_code(arg, count, what)
         return
     if arg.kind != "v":
@@ -558,8 +554,7 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
             elif name in ("glc", "slc", "dlc", "tfe") and name in FORMATS[fmt][2] and not val:
                 f[name] = 1
             elif name in ("idxen", "offen") and fmt == "MUBUF" and not val:
-                if name not in kind:
-                    raise AsmError(f"{what}: {name} does not match the address operand")
+                pass     # checked against the address operand below
             elif name == "offset" and fmt == "MUBUF":
                 v = int(val, 0)
                 if not 0 <= v < 0x1000:
@@ -574,12 +569,13 @@ def _apply_mods(enc: _Enc, kind: str, specs, mnmods, modtoks: list[str], srcmods
             raise
         except (KeyError, ValueError) as e:
             raise AsmError(f"{what}: bad modifier {tok!r}") from e
-    if fmt in ("FLAT", "MUBUF") and kind.endswith("_glc") != bool(f.get("glc")) and mnmods:
-        raise AsmError(f"{what}: glc selects the returning form")
     if fmt == "MUBUF" and mnmods:
         for mode in ("idxen", "offen"):
             if (mode in kind) != (mode in [t.split(":")[0] for t in modtoks]):
-                raise AsmError(f"{what}: the address operand needs {mode} to match")
+                raise AsmError(f"{what}: the address operand and idxen/offen disagree (one VGPR takes offen or "
+                               f"idxen, a pair takes both, off takes neither)")
+    if fmt in ("FLAT", "MUBUF") and kind.endswith("_glc") != bool(f.get("glc")) and mnmods:
+        raise AsmError(f"{what}: glc selects the returning form")
 
 
 DPP_TOKENS = ("quad_perm", "row_shl", "row_shr", "row_ror", "row_mirror", "row_half_mirror", "row_share",

@@ -68,6 +68,13 @@ def test_assemble_labels_comments_and_specials():
     ("v_mov_b32 v0, v1 clamp", "v_mov_b32: does not take the clamp modifier"),
     ("v_fmamk_f32 v0, 0x1234, 0x5678, v1", "only one literal"),
     (".globl foo", "directive '.globl' is not supported"),
+    ("s_movrels_b32 s0, 5", "s_movrels_b32: operand 2 (ssrc0): takes a register, not the constant '5'"),
+    ("v_swap_b32 v1, s2", "v_swap_b32: operand 2 (src0): expected a VGPR, got 's2'"),
+    ("v_add_f32_dpp v0, s1, v2 row_shl:1", "the DPP source (src0) must be a VGPR"),
+    ("v_add_f64_dpp v[0:1], v[2:3], v[4:5] row_shl:1", "has no DPP16 form"),
+    ("buffer_load_b32 v1, v2, s[4:7], s3 offset:4", "the address operand and idxen/offen disagree"),
+    ("ds_swizzle_b32 v1, v2 offset:swizzle(SWAP,40)", "bad swizzle"),
+    ("s_waitcnt_depctr depctr_va_vdst(16)", "exceeds 15"),
 ])
 def test_assembler_errors_name_the_problem(text, msg):
     with pytest.raises(AsmError, match=None) as e:
