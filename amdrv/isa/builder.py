@@ -13,7 +13,9 @@
 Every call encodes at once, so an SGPR where a VGPR is required, a range of the wrong width or an
 unknown mnemonic raises AsmError there, naming the instruction; only label addresses wait for
 `assemble()`. Modifiers are keywords: clamp, mul=2|4, div=2, op_sel/op_sel_hi/neg_lo/neg_hi=[...],
-offset, offset0, offset1, glc, slc, dlc, gds; s_waitcnt takes vmcnt/expcnt/lgkmcnt keywords.
+offset, offset0, offset1, glc, slc, dlc, gds, idxen, offen, tfe, and DPP's quad_perm=[...], row_shl=n
+(row_shr, row_ror, row_share, row_xmask), row_mirror, row_half_mirror, row_mask, bank_mask,
+bound_ctrl, fi, dpp8=[...]; s_waitcnt takes vmcnt/expcnt/lgkmcnt keywords.
 """
 from __future__ import annotations
 
@@ -109,8 +111,14 @@ def _mod_tokens(mn: str, kw: dict) -> list[str]:
             toks.append(f"{k}:{val}")
         elif k in ("op_sel", "op_sel_hi", "neg_lo", "neg_hi"):
             toks.append(f"{k}:[{','.join(str(int(b)) for b in val)}]")
-        elif k in ("offset", "offset0", "offset1"):
-            toks.append(f"{k}:{val}")
+        elif k in ("offset", "offset0", "offset1", "row_shl", "row_shr", "row_ror", "row_share", "row_xmask",
+                   "row_mask", "bank_mask", "fi", "bound_ctrl"):
+            toks.append(f"{k}:{int(val)}")
+        elif k in ("quad_perm", "dpp8"):
+            toks.append(f"{k}:[{','.join(str(int(x)) for x in val)}]")
+        elif k in ("row_mirror", "row_half_mirror", "idxen", "offen", "tfe"):
+            if val:
+                toks.append(k)
         else:
             raise AsmError(f"{mn}: unknown modifier {k!r}")
     return toks
@@ -155,6 +163,10 @@ class Program:
         if name.startswith(("s_", "v_", "ds_", "global_", "scratch_", "flat_", "buffer_")):
             return lambda *ops, **mods: self.emit(name, *ops, **mods)
         raise AttributeError(name)
+
+    def disassemble(self) -> list[str]:
+        from amdrv.isa.disasm import disassemble
+        return disassemble(self.assemble())
 
     def assemble(self) -> bytes:
         # finish() patches label fields in place; work on copies so assemble() can run twice

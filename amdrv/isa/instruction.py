@@ -38,7 +38,7 @@ class Operand:
     reg: str = ""           # for SPECIAL: vcc_lo, vcc, exec_lo, exec, m0, null, scc, src_scc, ...
     value: int = 0          # constant/literal/immediate value (see kinds above)
     code: int = -1
-    neg: bool = False
+    neg: bool = False       # as LLVM shows them; Instruction.mods has the raw bits
     abs: bool = False
 
     @property
@@ -55,13 +55,15 @@ class Instruction:
     """One decoded instruction.
 
     op: LLVM mnemonic without encoding suffix ("v_add_f32", "s_load_b128"); `enc_suffix` is "_e32",
-        "_e64", "_dpp" etc. exactly as LLVM prints it ("" when LLVM prints none).
-    fmt: SOP1 SOP2 SOPK SOPC SOPP SMEM VOP1 VOP2 VOP3 VOP3SD VOP3P VOPC VOPD DS FLAT GLOBAL SCRATCH.
+        "_e64", "_dpp", "_e64_dpp" exactly as LLVM prints it ("" when LLVM prints none).
+    fmt: SOP1 SOP2 SOPK SOPC SOPP SMEM VOP1 VOP2 VOP3 VOP3SD VOP3P VOPC VOPD DS FLAT GLOBAL SCRATCH MUBUF.
     opcode: the opcode number inside the format (VOP3 numbering for VOP3/VOP3SD).
     size: bytes, literal included.
-    fields: raw bit fields of the encoding (name -> int), literal under "literal" when present.
+    fields: raw bit fields of the encoding (name -> int), the literal under "literal" and the DPP dword
+        under "dpp" when present.
     operands: in LLVM syntax order; destinations first (`ndst` of them), then sources.
-    mods: clamp, omod, op_sel, op_sel_hi, neg_lo, neg_hi, offset, glc, slc, dlc, ...
+    mods: clamp, omod, neg, abs (bit i = source i), op_sel, op_sel_hi, neg_hi, offset, glc, slc, dlc,
+        DPP controls, ... (docs/isa.md lists them).
     vopd_y: for VOPD, the Y half as its own Instruction (fmt "VOPD"); this object is the X half.
     offset: byte offset of the instruction in the code it was decoded from.
     """

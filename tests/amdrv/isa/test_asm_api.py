@@ -105,6 +105,9 @@ def test_builder_encodes_like_the_assembler():
     p.global_store_b32(v[2], v[0], s[2:3], offset=16, glc=True)
     p.vopd(("v_dual_mul_f32", v[0], v[1], v[2]), ("v_dual_add_f32", v[3], 2.0, v[5]))
     p.s_mov_b32(null, exec_lo)
+    p.v_add_f32(v[0], v[1], v[2], row_shl=1, bound_ctrl=True)
+    p.v_mov_b32(v[3], v[4], dpp8=[7, 6, 5, 4, 3, 2, 1, 0])
+    p.buffer_load_b32(v[1], v[2], s[4:7], s[3], offen=True, offset=4)
     p.s_cbranch_scc1("top")
     p.s_endpgm()
     text = """s_load_b64 s[2:3], s[0:1], 0x10
@@ -114,6 +117,9 @@ def test_builder_encodes_like_the_assembler():
         global_store_b32 v2, v0, s[2:3] offset:16 glc
         v_dual_mul_f32 v0, v1, v2 :: v_dual_add_f32 v3, 2.0, v5
         s_mov_b32 null, exec_lo
+        v_add_f32_dpp v0, v1, v2 row_shl:1 row_mask:0xf bank_mask:0xf bound_ctrl:1
+        v_mov_b32_dpp v3, v4 dpp8:[7,6,5,4,3,2,1,0]
+        buffer_load_b32 v1, v2, s[4:7], s3 offen offset:4
         s_cbranch_scc1 top
         s_endpgm"""
     assert p.assemble() == assemble(text)
