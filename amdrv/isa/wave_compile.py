@@ -317,15 +317,17 @@ def _post(rtype, mods):
     return post
 
 
-def _valu_compute(name, dsts, srcs, mods, prog):
-    """(compute(g) -> result(s), write(g, result, mask)) for a VALU instruction."""
+def _valu_compute(name, dsts, srcs, mods, prog, src0_wrap=None):
+    """(compute(g) -> result(s), write(g, result, mask)) for a VALU instruction; `src0_wrap`
+    wraps the first source's reader (DPP lane permutation)."""
     nv = prog.nv
+    wrap = src0_wrap or (lambda f: f)
     opsel = _mods_int(mods, "op_sel")
     cmp = ops.vopc(name)
     if cmp is not None:
         stypes, fn, to_exec = cmp
         rd = [vreader(o, t, bool(opsel >> i & 1), nv) for i, (o, t) in enumerate(zip(srcs, stypes))]
-        a, b = rd
+        a, b = wrap(rd[0]), rd[1]
         if to_exec:
             def write(g, r, m):
                 g.s[EXEC] = pack_lanes(r & m)
@@ -343,6 +345,7 @@ def _valu_compute(name, dsts, srcs, mods, prog):
     if name in ops.CARRY:
         rtype, stypes, fn = ops.CARRY[name]
         rd = [vreader(o, t, False, nv) for o, t in zip(srcs, stypes)]
+        rd[0] = wrap(rd[0])
         wv = vwriter(dsts[0], rtype, False, nv)
         crow = _srow(dsts[1]) if len(dsts) > 1 else VCC
 
@@ -357,6 +360,8 @@ def _valu_compute(name, dsts, srcs, mods, prog):
         a, b, c = rd
         return (lambda g: fn(a(g), b(g), c(g))), write
 
+    if src0_wrap is not None and name.startswith(("v_readfirstlane", "v_readlane", "v_writelane", "v_mbcnt")):
+        raise Unsupported(f"DPP on {name}")
     if name in ("v_readfirstlane_b32", "v_readlane_b32"):
         src = vreader(srcs[0], U32, False, nv)
         lane = sreader(srcs[1], U32) if len(srcs) > 1 else None
@@ -399,6 +404,7 @@ def _valu_compute(name, dsts, srcs, mods, prog):
     if len(srcs) != len(stypes):
         raise Unsupported(f"{name} with {len(srcs)} sources, expected {len(stypes)}")
     rd = [vreader(o, t, bool(opsel >> i & 1), nv) for i, (o, t) in enumerate(zip(srcs, stypes))]
+    rd[0] = wrap(rd[0])
     w = vwriter(dsts[0], rtype, bool(opsel >> 3 & 1), nv)
     post = _post(rtype, mods)
     if post is not None:
@@ -414,17 +420,78 @@ def _valu_compute(name, dsts, srcs, mods, prog):
     return (lambda g: fn(a(g), b(g), c(g))), w
 
 
+def _dpp_lanes(mods):
+    """For a DPP instruction: (source lane of each lane, whether it is in range, whether the lane
+    may be written (row_mask/bank_mask), bound_ctrl (out-of-range reads 0 instead of skipping the
+    lane), fetch-inactive)."""
+    lane = np.arange(32)
+    write = np.ones(32, bool)
+    if "dpp8" in mods:
+        sel = np.array(mods["dpp8"])
+        return (lane & ~7) | sel[lane & 7], np.ones(32, bool), write, True, bool(mods.get("fi"))
+    c, row, base = mods["dpp_ctrl"], lane & 15, lane & ~15
+    valid = np.ones(32, bool)
+    if c < 0x100:                                  # quad_perm
+        src = (lane & ~3) | ((c >> (2 * (lane & 3))) & 3)
+    elif 0x101 <= c <= 0x10F:                      # row_shl: read the lane n above
+        src, valid = lane + (c - 0x100), row + (c - 0x100) < 16
+    elif 0x111 <= c <= 0x11F:                      # row_shr: read the lane n below
+        src, valid = lane - (c - 0x110), row - (c - 0x110) >= 0
+    elif 0x121 <= c <= 0x12F:                      # row_ror
+        src = base | ((row - (c - 0x120)) & 15)
+    elif c == 0x140:
+        src = base | (15 - row)
+    elif c == 0x141:
+        src = (lane & ~7) | (7 - (lane & 7))
+    elif 0x150 <= c <= 0x15F:                      # row_share
+        src = base | (c - 0x150)
+    elif 0x160 <= c <= 0x16F:                      # row_xmask
+        src = base | (row ^ (c - 0x160))
+    else:
+        raise Unsupported(f"DPP control {c:#x}")
+    write = ((mods["row_mask"] >> (lane >> 4)) & 1).astype(bool) & ((mods["bank_mask"] >> ((lane >> 2) & 3)) & 1).astype(bool)
+    return np.clip(src, 0, 31), valid, write, bool(mods["bound_ctrl"]), bool(mods.get("fi"))
+
+
 def _valu(name, dsts, srcs, mods, prog, inst):
-    if inst.enc_suffix not in ("", "_e32", "_e64"):
+    if inst.enc_suffix not in ("", "_e32", "_e64", "_dpp"):
         raise Unsupported(f"encoding {inst.enc_suffix}")
     neg, ab = _mods_int(mods, "neg"), _mods_int(mods, "abs")
     if neg or ab:
         srcs = [replace(o, neg=o.neg or bool(neg >> i & 1), abs=o.abs or bool(ab >> i & 1))
                 for i, o in enumerate(srcs)]
-    compute, write = _valu_compute(name, dsts, srcs, mods, prog)
+    if inst.enc_suffix != "_dpp":
+        compute, write = _valu_compute(name, dsts, srcs, mods, prog)
+
+        def run(g, x):
+            write(g, compute(g), g.mask())
+        return run
+
+    # DPP: src0 is read from another lane of the same row; lanes whose source is out of range or
+    # inactive (unless fetch-inactive) read 0 with bound_ctrl, else are not written; row_mask and
+    # bank_mask disable writes.
+    src, valid, allowed, bound_zero, fetch_inactive = _dpp_lanes(mods)
+    ok_cell = [None]
+
+    def wrap(f):
+        def read(g):
+            v = np.broadcast_to(f(g), (g.n, 32))[:, src]
+            return np.where(ok_cell[0], v, v.dtype.type(0)) if bound_zero else v
+        return read
+
+    compute, write = _valu_compute(name, dsts, srcs, mods, prog, wrap)
 
     def run(g, x):
-        write(g, compute(g), g.mask())
+        m = g.mask()
+        ok = valid & (True if fetch_inactive else m[:, src])
+        ok_cell[0] = ok
+        enable = m & allowed & (True if bound_zero else ok)
+        full = g._full
+        g._full = False                  # the writers must honour `enable`, not the EXEC fast path
+        try:
+            write(g, compute(g), enable)
+        finally:
+            g._full = full
     return run
 
 

@@ -474,6 +474,32 @@ def test_generic_ptr(kernel_corpus, size):
     assert np.array_equal(out[1], np.where(i & 1, a, a + 1))      # the global half was incremented
 
 
+def test_dpp_shuffle(kernel_corpus, size):
+    n, wg = size
+    a = rng.integers(-10**6, 10**6, n).astype(i32)
+    out, _ = run(kernel_corpus["dpp_shuffle"], (n,), (wg,), [np.zeros(5 * n, i32), a, u32(n)], [0])
+    o = out[0].reshape(n, 5)
+    for w0 in range(0, n, 32):           # waves are 32 consecutive work-items
+        x = a[w0:w0 + 32]
+        act = len(x)
+
+        def read(src, valid=True):       # bound_ctrl: out-of-range or inactive sources read 0
+            return x[src] if valid and src < act else 0
+
+        for k in range(act):
+            row, base = k & 15, k & ~15
+            got = o[w0 + k]
+            if row >= 1:                                             # row_shr:1 (no bound_ctrl)
+                assert got[0] == x[k - 1]
+            assert got[1] == read((k & ~3) | [2, 3, 0, 1][k & 3])    # quad_perm:[2,3,0,1]
+            assert got[2] == read(base | (15 - row))                 # row_mirror
+            assert got[3] == read(k + 1, row < 15)                   # row_shl:1
+            # row_share:3 on row 0 only (row_mask 0x5); elsewhere or from an inactive lane the
+            # destination keeps its old value -7
+            share = x[base | 3] if k < 16 and (base | 3) < act else -7
+            assert got[4] == share + x[k]
+
+
 def test_corpus_is_covered(kernel_corpus):
     tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
     assert len(kernel_corpus) >= 20
