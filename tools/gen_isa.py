@@ -8,9 +8,14 @@ How it learns the tables: for every format and every opcode number it builds pro
 whose register fields hold distinct, recognisable registers (v20, v30, s32, ...), disassembles all
 probes in one llvm-mc process, and reads the mnemonic and the operand list back; an operand is tied
 to its field by the register number it prints, its width by the range it prints (v[10:11] is two
-registers). A second round of probes puts an inline constant (1/(2*pi)) and a literal in each
-source field, and assembles the text "3.5" there, which tells 16-, 32- and 64-bit operands apart,
-and integer 16-bit operands (which take no inline floats) from float ones.
+registers). A second round of probes puts an inline constant (1/(2*pi)), a literal, an SGPR and an
+inline integer in each source field, and assembles the text "3.5" there, which tells 16-, 32- and
+64-bit operands apart, integer 16-bit operands (which take no inline floats) from float ones, and
+VGPR-only or register-only sources; it also sets each VOP3 modifier bit and MUBUF/SMEM cache bit
+(which LLVM refuses for some opcodes), puts a DPP16/DPP8 word behind every VALU opcode (which of them
+have DPP forms, and their names), and reads LLVM's hwreg/sendmsg names. The corpus round then writes
+assembly lines from the tables and keeps llvm-mc's verdict, bytes and printed text; the VOP3/VOP3P
+modifiers it accepts per opcode go back into the tables. docs/isa.md tells the whole story.
 """
 from __future__ import annotations
 
