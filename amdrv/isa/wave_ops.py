@@ -135,10 +135,10 @@ def fclass(x, mask):
 
 
 def div_fixup(q, d, n):
-    """The IEEE quotient n / d, correctly rounded (see module docstring)."""
-    if q.dtype == F32:
-        return (np.asarray(n, F64) / np.asarray(d, F64)).astype(F32)
-    return np.asarray(n, F64) / np.asarray(d, F64)
+    """The IEEE quotient n / d, correctly rounded (see module docstring); for f16 and f32 the
+    float64 quotient rounded once more is exact (53 >= 2 * 24 + 2)."""
+    quotient = np.asarray(n, F64) / np.asarray(d, F64)
+    return quotient.astype(q.dtype) if q.dtype in (F32, F16) else quotient
 
 
 # ------------------------------------------------------------------------------------------------
@@ -300,6 +300,17 @@ _v("v_sub_nc_i32", I32, i2, lambda a, b: a - b)
 _v("v_add_nc_u16", U16, (U16, U16), lambda a, b: a + b)
 _v("v_sub_nc_u16", U16, (U16, U16), lambda a, b: a - b)
 _v("v_mul_lo_u16", U16, (U16, U16), lambda a, b: a * b)
+_v("v_add_nc_i16", I16, (I16, I16), lambda a, b: a + b)
+_v("v_sub_nc_i16", I16, (I16, I16), lambda a, b: a - b)
+_v("v_mad_u16", U16, (U16,) * 3, lambda a, b, c: a * b + c)
+_v("v_mad_i16", I16, (I16,) * 3, lambda a, b, c: a * b + c)
+_v("v_max_u16", U16, (U16, U16), np.maximum)
+_v("v_min_u16", U16, (U16, U16), np.minimum)
+_v("v_max_i16", I16, (I16, I16), np.maximum)
+_v("v_min_i16", I16, (I16, I16), np.minimum)
+_v("v_med3_u16", U16, (U16,) * 3, med3)
+_v("v_med3_i16", I16, (I16,) * 3, med3)
+_v("v_ashrrev_i16", I16, (U16, I16), lambda s, a: a >> (s & U16(15)).astype(I16))
 _v("v_add3_u32", U32, u3, lambda a, b, c: a + b + c)
 _v("v_xad_u32", U32, u3, lambda a, b, c: (a ^ b) + c)
 _v("v_mul_lo_u32", U32, u2, lambda a, b: a * b)
@@ -461,6 +472,7 @@ _v("v_exp_f16", F16, h1, lambda a: np.exp2(a.astype(F64)).astype(F16))
 _v("v_log_f16", F16, h1, lambda a: np.log2(a.astype(F64)).astype(F16))
 _v("v_sin_f16", F16, h1, lambda a: sin_rev(a).astype(F16))
 _v("v_cos_f16", F16, h1, lambda a: cos_rev(a).astype(F16))
+_v("v_div_fixup_f16", F16, h3, div_fixup)
 _v("v_cvt_f16_i16", F16, (I16,), lambda a: a.astype(F16))
 _v("v_cvt_f16_u16", F16, (U16,), lambda a: a.astype(F16))
 _v("v_cvt_i16_f16", I16, h1, lambda a: cvt_f32_to_int(a, -2**15, 2**15 - 1, I16))
