@@ -500,6 +500,22 @@ def test_dpp_shuffle(kernel_corpus, size):
             assert got[4] == share + x[k]
 
 
+def test_short_math(kernel_corpus, size):
+    n, wg = size
+    i16 = np.int16
+    a = rng.integers(-2**15, 2**15, 8 * n).astype(i16)
+    b = rng.integers(-2**15, 2**15, 8 * n).astype(i16)
+    d = rng.integers(0, 256, n + 1).astype(np.uint8)
+    args = [np.zeros(16 * n, i16), a, b, np.zeros(n, np.uint8), d, u32(n)]
+    out, _ = run(kernel_corpus["short_math"], (n,), (wg,), args, [0, 3])
+    o = out[0].reshape(n, 2, 8)
+    x, y = a.reshape(n, 8), b.reshape(n, 8)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(o[:, 0], x * y + (x >> 3) + np.maximum(x, y))
+        assert np.array_equal(o[:, 1], np.minimum(x, y) - i16(7) * y)
+    assert np.array_equal(out[3], ((d[:n].astype(np.int64) * 3 + d[1:]) ^ np.arange(n)).astype(np.uint8))
+
+
 def test_corpus_is_covered(kernel_corpus):
     tested = {name[len("test_"):] for name in globals() if name.startswith("test_")}
     assert len(kernel_corpus) >= 20
