@@ -15,7 +15,7 @@ from __future__ import annotations
 from amdrv import chips, device_spec, discovery, regs
 from amdrv.firmware import FirmwareStore
 from amdrv.memory import VRAMAllocator
-from pcie.interface import BAR, PCIError, PCIFunction
+from pcie.interface import AccessCounters, BAR, PCIError, PCIFunction
 
 # amdgpu_device.c amdgpu_device_mm_access: dword register addresses in the fixed aperture
 MM_INDEX, MM_DATA, MM_INDEX_HI = 0x0, 0x1, 0x6
@@ -25,8 +25,8 @@ MM_APER = 0x80000000  # MM_INDEX bit 31 selects the VRAM aperture
 class VRAM:
     """VRAM bytes by offset: BAR0 where it reaches, MM_INDEX/MM_DATA beyond it (small BAR)."""
 
-    def __init__(self, bar0: BAR, mmio: BAR, size: int):
-        self.bar0, self.mmio, self.size = bar0, mmio, size
+    def __init__(self, bar0: BAR, mmio: BAR, size: int, counters: AccessCounters):
+        self.bar0, self.mmio, self.size, self.counters = bar0, mmio, size, counters
         self.visible = min(bar0.size, size)  # the CPU-visible part through BAR0
         self.direct = bar0.direct()
 
@@ -37,7 +37,10 @@ class VRAM:
     def read(self, offset: int, n: int) -> bytes:
         self._check(offset, n)
         if offset + n <= self.visible:
-            return bytes(self.direct[offset:offset + n]) if self.direct is not None else self.bar0.read(offset, n)
+            if self.direct is None:
+                return self.bar0.read(offset, n)
+            self.counters.bulk_read_bytes += n  # the mapped path bypasses the BAR's own counting
+            return bytes(self.direct[offset:offset + n])
         head = max(0, self.visible - offset)
         out = bytearray(self.read(offset, head) if head else b"")
         pos, end = offset + head, offset + n
@@ -51,6 +54,7 @@ class VRAM:
         self._check(offset, n)
         if offset + n <= self.visible:
             if self.direct is not None:
+                self.counters.bulk_write_bytes += n
                 self.direct[offset:offset + n] = data
             else:
                 self.bar0.write(offset, data)
@@ -91,7 +95,7 @@ class AMDevice:
         self.name, self.pci = name, pci
         self.mmio = pci.bar(5)
         vram_size = discovery.vram_size(self.mmio)
-        self.vram = VRAM(pci.bar(0), self.mmio, vram_size)
+        self.vram = VRAM(pci.bar(0), self.mmio, vram_size, pci.counters)
         self.disc = discovery.read_discovery(self.vram.read, vram_size)
         self.chip = self._identify()
         self.mm = VRAMAllocator(vram_size)

@@ -46,9 +46,11 @@ class BAR(abc.ABC):
     def write32(self, offset: int, value: int) -> None: ...
 
     def read64(self, offset: int) -> int:
+        self._check(offset, 8, 8)  # hardware needs natural alignment; so does every transport here
         return self.read32(offset) | (self.read32(offset + 4) << 32)
 
     def write64(self, offset: int, value: int) -> None:
+        self._check(offset, 8, 8)
         self.write32(offset, value & 0xFFFFFFFF)
         self.write32(offset + 4, value >> 32)
 

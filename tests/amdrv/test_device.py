@@ -36,3 +36,12 @@ def test_vram_bounds():
     with AMDevice.attach("am:sim") as d:
         with pytest.raises(pcie.PCIError, match="outside the"):
             d.vram.read(d.vram.size - 2, 4)
+
+
+def test_mapped_vram_traffic_is_counted():
+    with AMDevice.attach("am:sim") as d:
+        before = d.pci.counters.snapshot()
+        d.vram.write(1 << 20, bytes(4096))
+        d.vram.read(1 << 20, 100)
+        diff = d.pci.counters - before
+        assert (diff.bulk_write_bytes, diff.bulk_read_bytes) == (4096, 100)
