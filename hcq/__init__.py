@@ -1,0 +1,11 @@
+"""hcq: the hardware-command-queue API every backend serves (docs/hcq.md).
+
+    import hcq
+    dev = hcq.open("am:sim")      # backend "am" through the driverless.hcq entry points
+"""
+from hcq.api import (ArgLayout, ArgumentError, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue,
+                     KernelArg, Program, Signal, Var, kernel_args)
+from hcq.registry import backends, open
+
+__all__ = ["ArgLayout", "ArgumentError", "Buffer", "Device", "Graph", "HCQError", "HCQFault", "HCQTimeout", "HWQueue",
+           "KernelArg", "Program", "Signal", "Var", "backends", "kernel_args", "open"]

@@ -1,0 +1,427 @@
+"""The backend-neutral HCQ API: devices, buffers, signals, hardware queues, programs and graphs.
+
+    dev = hcq.open("am:sim")
+    a = dev.alloc(4096); dev.copyin(a, np.arange(1024, dtype=np.float32))
+    prog = dev.program(code_object_bytes, "add_f32")
+    seconds = prog(out, a, b, 1024, global_size=(4, 1, 1), local_size=(256, 1, 1), wait=True)
+    dev.copyout(out)                                   # bytes
+
+Backends (amdrv.hcq for AMD) subclass Device and HWQueue; Buffer, Signal, Program, ArgLayout and Graph
+are shared. Hot paths are written for CPU cost per launch: argument layouts are compiled once into one
+struct.Struct per kernel, queues are built once and patched in place (the update_* methods), and a
+graph replay writes only the values that changed.
+"""
+from __future__ import annotations
+
+import abc
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+
+class HCQError(RuntimeError):
+    """An HCQ failure; the message names the device, the queue or kernel, and what to do."""
+
+
+class HCQTimeout(HCQError, TimeoutError):
+    """A signal did not reach its value in time: the message names the queue, its read and write
+    pointers and any fault the GPU reported; `device.recover()` makes the device usable again."""
+
+
+class HCQFault(HCQError):
+    """The GPU reported a memory fault while running a queue; the message has the decoded fault."""
+
+
+class ArgumentError(HCQError, TypeError):
+    """Kernel arguments that do not fit the kernel's parameters; names the kernel and parameter."""
+
+
+# ------------------------------------------------------------------------------------------- args
+# OpenCL/HIP scalar type names (code object metadata .type_name) to struct codes.
+_SCALAR_CODES = {
+    "char": "b", "uchar": "B", "short": "h", "ushort": "H", "int": "i", "uint": "I", "long": "q",
+    "ulong": "Q", "float": "f", "double": "d", "half": "e", "bool": "?", "size_t": "Q", "signed char": "b",
+    "unsigned char": "B", "unsigned short": "H", "unsigned int": "I", "unsigned long": "Q",
+    "long long": "q", "unsigned long long": "Q", "int8_t": "b", "uint8_t": "B", "int16_t": "h",
+    "uint16_t": "H", "int32_t": "i", "uint32_t": "I", "int64_t": "q", "uint64_t": "Q",
+}
+_UNSIGNED_BY_SIZE = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One kernel parameter as the code object describes it: kind is "buffer" (a pointer: pass a
+    Buffer), "scalar" (pass an int or float; code is its struct code, "Ns" for raw bytes) or "hidden"
+    (filled by the backend; what names it, e.g. "hidden_block_count_x")."""
+    name: str
+    offset: int
+    size: int
+    kind: str
+    code: str = ""
+    what: str = ""
+    type_name: str = ""
+
+
+def kernel_args(meta_args: Sequence[dict]) -> list[KernelArg]:
+    """KernelArgs from AMDHSA code-object metadata (.args entries: .offset, .size, .value_kind,
+    .type_name, .name) as LLVM's AMDGPUUsage describes them."""
+    out = []
+    for i, a in enumerate(meta_args):
+        vk, size, off = a[".value_kind"], a[".size"], a[".offset"]
+        tn = str(a.get(".type_name", "")).strip()
+        name = a.get(".name") or f"arg{i}"
+        if vk == "global_buffer":
+            out.append(KernelArg(name, off, size, "buffer", "Q", type_name=tn))
+        elif vk == "by_value":
+            code = _SCALAR_CODES.get(tn.removeprefix("const ").strip())
+            if code is None or struct.calcsize("<" + code) != size:
+                code = _UNSIGNED_BY_SIZE.get(size, f"{size}s")
+            out.append(KernelArg(name, off, size, "scalar", code, type_name=tn))
+        elif vk.startswith("hidden_"):
+            out.append(KernelArg(name, off, size, "hidden", what=vk, type_name=tn))
+        else:
+            raise HCQError(f"kernel parameter {name!r} (offset {off}) has value kind {vk!r}, which this HCQ "
+                           "does not pass (global buffers and by-value scalars only)")
+    return out
+
+
+class ArgLayout:
+    """How one kernel's explicit arguments land in its kernarg segment, compiled once: a single
+    struct.Struct over all explicit parameters (padding included), so packing a launch's arguments
+    is one pack_into. Hidden arguments are listed for the backend (hidden_fill)."""
+
+    __slots__ = ("kernel", "args", "explicit", "hidden", "size", "struct", "start", "is_buffer", "n",
+                 "buffer_index", "arg_offsets", "arg_structs")
+
+    def __init__(self, kernel: str, args: Sequence[KernelArg], size: int):
+        self.kernel, self.args, self.size = kernel, list(args), size
+        self.explicit = [a for a in self.args if a.kind != "hidden"]
+        self.hidden = [a for a in self.args if a.kind == "hidden"]
+        self.n = len(self.explicit)
+        fmt, at = "<", self.explicit[0].offset if self.explicit else 0
+        self.start = at
+        for a in sorted(self.explicit, key=lambda a: a.offset):
+            if a.offset < at:
+                raise HCQError(f"kernel {kernel}: parameter {a.name!r} at offset {a.offset} overlaps the one before")
+            fmt += f"{a.offset - at}x" if a.offset > at else ""
+            fmt += a.code
+            at = a.offset + a.size
+        if [a.offset for a in self.explicit] != sorted(a.offset for a in self.explicit):
+            raise HCQError(f"kernel {kernel}: parameters are not in offset order")
+        self.struct = struct.Struct(fmt)
+        self.is_buffer = tuple(a.kind == "buffer" for a in self.explicit)
+        self.buffer_index = tuple(i for i, b in enumerate(self.is_buffer) if b)
+        self.arg_offsets = tuple(a.offset for a in self.explicit)
+        self.arg_structs = tuple(struct.Struct("<" + a.code) for a in self.explicit)
+
+    def values(self, args: Sequence) -> list:
+        """The struct values of args (buffers become their GPU addresses); raises ArgumentError."""
+        if len(args) != self.n:
+            raise self._count_error(args)
+        try:
+            return [a.va if b else a for a, b in zip(args, self.is_buffer)]
+        except AttributeError:
+            raise self.diagnose(args) from None
+
+    def pack_into(self, view, offset: int, args: Sequence) -> None:
+        """Writes the explicit arguments at view[offset + their offsets]."""
+        if len(args) != self.n:
+            raise self._count_error(args)
+        try:
+            self.struct.pack_into(view, offset + self.start, *[a.va if b else a for a, b in zip(args, self.is_buffer)])
+        except (AttributeError, struct.error, TypeError, OverflowError):
+            raise self.diagnose(args) from None
+
+    def pack(self, args: Sequence) -> bytes:
+        out = bytearray(max(self.size, self.start + self.struct.size))
+        self.pack_into(out, 0, args)
+        return bytes(out)
+
+    def _count_error(self, args) -> ArgumentError:
+        names = ", ".join(f"{a.name}: {a.type_name or a.kind}" for a in self.explicit)
+        return ArgumentError(f"kernel {self.kernel} takes {self.n} argument(s) ({names}), got {len(args)}")
+
+    def diagnose(self, args: Sequence) -> ArgumentError:
+        """The first argument that does not fit its parameter, in words (the slow path of pack_into)."""
+        for i, (a, v) in enumerate(zip(self.explicit, args)):
+            where = f"kernel {self.kernel}: argument {i} ({a.name}: {a.type_name or a.kind}, {a.size} bytes)"
+            if a.kind == "buffer":
+                if not isinstance(v, Buffer):
+                    return ArgumentError(f"{where} is a pointer: pass a Buffer, not {type(v).__name__} {v!r:.40}")
+                continue
+            if isinstance(v, Buffer):
+                return ArgumentError(f"{where} is a scalar: pass a number, not a Buffer")
+            try:
+                struct.pack("<" + a.code, v)
+            except (struct.error, TypeError, OverflowError) as e:
+                kind = "a float" if a.code in "fde" else "bytes" if a.code.endswith("s") else "an integer"
+                return ArgumentError(f"{where} needs {kind} that fits: {v!r:.40} does not ({e})")
+        return ArgumentError(f"kernel {self.kernel}: arguments {args!r:.80} do not fit its parameters")
+
+
+# ------------------------------------------------------------------------------------------ memory
+class Buffer:
+    """GPU memory: `va` is the address kernels and engines use, `size` its bytes. `view(offset, size)`
+    is a buffer over part of it (same memory). Backends keep their handle in `mem`."""
+
+    __slots__ = ("device", "va", "size", "offset", "base", "mem", "__weakref__")
+
+    def __init__(self, device: Device, va: int, size: int, mem=None, base: Buffer | None = None, offset: int = 0):
+        self.device, self.va, self.size, self.mem = device, va, size, mem
+        self.base, self.offset = base, offset
+
+    def view(self, offset: int, size: int | None = None) -> Buffer:
+        size = self.size - offset if size is None else size
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise HCQError(f"{self.device.name}: view of {size} bytes at {offset} outside a {self.size}-byte buffer")
+        root = self.base or self
+        return Buffer(self.device, self.va + offset, size, self.mem, root, self.offset + offset)
+
+    def __repr__(self) -> str:
+        return f"<hcq.Buffer {self.device.name} va={self.va:#x} size={self.size:#x}>"
+
+
+class Signal:
+    """A 64-bit value and a 64-bit timestamp in device-visible memory that engines write (`signal`,
+    `timestamp` commands) and wait on (`wait`). mem is a memoryview of the 16 bytes cast to 'Q'."""
+
+    __slots__ = ("device", "va", "mem", "name")
+
+    def __init__(self, device: Device, va: int, mem: memoryview, name: str = "signal"):
+        self.device, self.va, self.mem, self.name = device, va, mem, name
+
+    @property
+    def value(self) -> int:
+        return self.mem[0]
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self.mem[0] = v
+
+    @property
+    def timestamp_ticks(self) -> int:
+        return self.mem[1]
+
+    @property
+    def timestamp(self) -> float:
+        """The last timestamp written, in seconds of the GPU clock."""
+        return self.mem[1] / self.device.timestamp_hz
+
+    def wait(self, value: int, timeout: float | None = None) -> None:
+        """Returns once value >= `value`; HCQTimeout after timeout seconds (the device's default if None)."""
+        if self.mem[0] < value:
+            self.device._wait(self, value, self.device.default_timeout if timeout is None else timeout)
+
+    def __repr__(self) -> str:
+        return f"<hcq.Signal {self.name} va={self.va:#x} value={self.mem[0]}>"
+
+
+# ------------------------------------------------------------------------------------------ queues
+class HWQueue(abc.ABC):
+    """A command list for one engine, built once and submitted any number of times. Each builder
+    returns the command's index; update_* patch a built command in place (signal values, kernel
+    arguments and sizes, copy addresses) so a queue is resubmitted without rebuilding."""
+
+    @abc.abstractmethod
+    def wait(self, signal: Signal, value: int) -> int: ...
+
+    @abc.abstractmethod
+    def signal(self, signal: Signal, value: int) -> int: ...
+
+    @abc.abstractmethod
+    def timestamp(self, signal: Signal) -> int: ...
+
+    @abc.abstractmethod
+    def memory_barrier(self) -> int: ...
+
+    def exec(self, prog: Program, args: Sequence, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> int:
+        raise HCQError(f"{type(self).__name__}: this engine does not run kernels; use a compute queue")
+
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
+        raise HCQError(f"{type(self).__name__}: this engine does not copy; use a copy queue")
+
+    @abc.abstractmethod
+    def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None: ...
+
+    def update_exec(self, index: int, args: Sequence | None = None, global_size=None, local_size=None) -> None:
+        raise HCQError(f"{type(self).__name__}: command {index} is not a kernel launch")
+
+    def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
+        raise HCQError(f"{type(self).__name__}: command {index} is not a copy")
+
+    @abc.abstractmethod
+    def submit(self) -> None:
+        """Hands the commands to the engine (a ring write and a doorbell); returns at once."""
+
+
+# ----------------------------------------------------------------------------------------- program
+class Program:
+    """A kernel loaded on a device. Call it with its arguments in parameter order (Buffers for
+    pointers, numbers for scalars); global_size counts workgroups, local_size work-items per group.
+    With wait=True it returns the kernel's time in seconds from GPU timestamps."""
+
+    __slots__ = ("device", "name", "layout", "handle", "group_segment_size", "max_local")
+
+    def __init__(self, device: Device, name: str, layout: ArgLayout, handle=None, group_segment_size: int = 0,
+                 max_local: int = 1024):
+        self.device, self.name, self.layout, self.handle = device, name, layout, handle
+        self.group_segment_size, self.max_local = group_segment_size, max_local
+
+    def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False,
+                 timeout: float | None = None) -> float | None:
+        return self.device._launch(self, args, global_size, local_size, wait, timeout)
+
+    def check_sizes(self, global_size, local_size) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        g = tuple(global_size) + (1,) * (3 - len(global_size))
+        l_ = tuple(local_size) + (1,) * (3 - len(local_size))
+        if len(g) != 3 or len(l_) != 3 or min(g) < 1 or min(l_) < 1:
+            raise ArgumentError(f"kernel {self.name}: global_size {global_size} and local_size {local_size} must "
+                                "be up to 3 positive counts (workgroups, work-items per workgroup)")
+        if l_[0] * l_[1] * l_[2] > self.max_local:
+            raise ArgumentError(f"kernel {self.name}: local_size {l_} is {l_[0] * l_[1] * l_[2]} work-items; the "
+                                f"kernel allows at most {self.max_local} per workgroup")
+        return g, l_
+
+    def __repr__(self) -> str:
+        return f"<hcq.Program {self.name} on {self.device.name}>"
+
+
+# ------------------------------------------------------------------------------------------ graph
+class Var:
+    """A placeholder in a graph capture, bound at replay: graph(name=value)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"hcq.Var({self.name!r})"
+
+
+class Graph:
+    """A sequence of launches and copies captured once and replayed with new buffers and values.
+
+        g = dev.graph()
+        x = g.var("x")
+        g.exec(prog, out, x, 1024, global_size=(4,), local_size=(256,))
+        g.copy(host, out, 4096)
+        g(x=other_buffer)              # replay: only the kernarg slots that hold x are rewritten
+
+    Replay cost is one struct write per use of each variable given, plus one submission for the
+    whole graph. Arguments not given keep the value of the last replay (or the capture). Kernel
+    launches and copies run in capture order; a replay waits for the previous one first."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.steps: list[tuple] = []       # ("exec", prog, args, g, l) | ("copy", dst, src, n)
+        self.vars: dict[str, Var] = {}
+        self.built = False
+        self._patches: dict[str, list] = {}
+
+    def var(self, name: str) -> Var:
+        return self.vars.setdefault(name, Var(name))
+
+    def exec(self, prog: Program, *args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> None:
+        self._capturing()
+        self.steps.append(("exec", prog, list(args), *prog.check_sizes(global_size, local_size)))
+
+    def copy(self, dst, src, nbytes: int) -> None:
+        self._capturing()
+        self.steps.append(("copy", dst, src, nbytes))
+
+    def _capturing(self) -> None:
+        if self.built:
+            raise HCQError(f"{self.device.name}: graph already built; capture a new one")
+
+    def build(self, **initial) -> None:
+        """Builds the backend's command lists (Device._build_graph) with vars bound to `initial`."""
+        missing = [n for n in self.vars if n not in initial]
+        if missing:
+            raise HCQError(f"{self.device.name}: graph variables {missing} need values on the first replay")
+        self.device._build_graph(self, initial)
+        self.built = True
+
+    def __call__(self, wait: bool = False, timeout: float | None = None, **values) -> None:
+        if not self.built:
+            self.build(**values)
+        else:
+            self.device._replay_graph(self, values)
+        if wait:
+            self.device.synchronize(timeout)
+
+
+# ----------------------------------------------------------------------------------------- device
+class Device(abc.ABC):
+    """One GPU. Subclasses provide memory, queues and the launch path; `timeline` is the device's
+    signal every submission through the convenience calls (program calls, copies, graphs) bumps."""
+
+    name: str
+    timestamp_hz: float = 100e6
+    default_timeout: float = 10.0
+    timeline: Signal
+    timeline_value: int = 0
+
+    @abc.abstractmethod
+    def alloc(self, nbytes: int) -> Buffer: ...
+
+    @abc.abstractmethod
+    def free(self, buf: Buffer) -> None: ...
+
+    @abc.abstractmethod
+    def copyin(self, buf: Buffer, data, offset: int = 0) -> None:
+        """Writes a bytes-like object (numpy arrays included) into buf at offset; returns when done."""
+
+    @abc.abstractmethod
+    def copyout(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes: ...
+
+    @abc.abstractmethod
+    def program(self, code_object: bytes, name: str) -> Program: ...
+
+    @abc.abstractmethod
+    def new_signal(self, value: int = 0) -> Signal: ...
+
+    @abc.abstractmethod
+    def compute_queue(self) -> HWQueue: ...
+
+    @abc.abstractmethod
+    def copy_queue(self) -> HWQueue: ...
+
+    @abc.abstractmethod
+    def _wait(self, signal: Signal, value: int, timeout: float) -> None: ...
+
+    @abc.abstractmethod
+    def _launch(self, prog: Program, args, global_size, local_size, wait: bool, timeout) -> float | None: ...
+
+    @abc.abstractmethod
+    def _build_graph(self, graph: Graph, values: dict) -> None: ...
+
+    @abc.abstractmethod
+    def _replay_graph(self, graph: Graph, values: dict) -> None: ...
+
+    def graph(self) -> Graph:
+        return Graph(self)
+
+    def next_timeline(self) -> int:
+        self.timeline_value += 1
+        return self.timeline_value
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Waits until everything submitted through the timeline has finished."""
+        self.timeline.wait(self.timeline_value, timeout)
+
+    def recover(self) -> None:
+        """Makes the device usable after a hang or fault (the backend resets its engines)."""
+        raise HCQError(f"{self.name}: this backend cannot recover")
+
+    def close(self) -> None:
+        """Releases the device."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

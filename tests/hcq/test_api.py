@@ -1,0 +1,99 @@
+"""The backend-neutral layer: argument layouts from code-object metadata, errors that name the kernel and
+parameter, the backend registry."""
+import struct
+
+import numpy as np
+import pytest
+
+import hcq
+from hcq.api import ArgLayout, ArgumentError, Buffer, HCQError, kernel_args
+
+SAXPY = [  # what clang-15 writes for tests/amdrv/isa/kernels/saxpy.cl
+    {".address_space": "global", ".offset": 0, ".size": 8, ".type_name": "float*", ".value_kind": "global_buffer"},
+    {".address_space": "global", ".offset": 8, ".size": 8, ".type_name": "float*", ".value_kind": "global_buffer"},
+    {".offset": 16, ".size": 4, ".type_name": "float", ".value_kind": "by_value"},
+    {".offset": 20, ".size": 4, ".type_name": "uint", ".value_kind": "by_value"},
+]
+
+
+class FakeDevice:
+    name = "fake"
+
+
+def buf(va, size=64):
+    return Buffer(FakeDevice(), va, size)
+
+
+def saxpy_layout():
+    return ArgLayout("saxpy", kernel_args(SAXPY), 24)
+
+
+def test_pack_matches_metadata_offsets():
+    raw = saxpy_layout().pack([buf(0x1000), buf(0x2000), 2.5, 7])
+    assert raw == struct.pack("<QQfI", 0x1000, 0x2000, 2.5, 7)
+
+
+def test_pack_accepts_numpy_scalars_and_views():
+    lay = saxpy_layout()
+    b = buf(0x1000, 4096)
+    raw = lay.pack([b.view(64), b, np.float32(1.5), np.uint32(3)])
+    assert raw == struct.pack("<QQfI", 0x1040, 0x1000, 1.5, 3)
+
+
+def test_padding_and_sub_dword_scalars():
+    meta = [{".offset": 0, ".size": 1, ".type_name": "char", ".value_kind": "by_value"},
+            {".offset": 8, ".size": 8, ".type_name": "ulong", ".value_kind": "by_value"},
+            {".offset": 16, ".size": 2, ".type_name": "short", ".value_kind": "by_value"},
+            {".offset": 24, ".size": 8, ".value_kind": "hidden_global_offset_x"}]
+    lay = ArgLayout("k", kernel_args(meta), 32)
+    assert lay.n == 3 and [a.what for a in lay.hidden] == ["hidden_global_offset_x"]
+    assert lay.pack([-3, 1 << 40, -2])[:18] == struct.pack("<b7xQh", -3, 1 << 40, -2)
+
+
+def test_wrong_count_names_kernel_and_parameters():
+    with pytest.raises(ArgumentError, match=r"kernel saxpy takes 4 argument\(s\) \(arg0: float\*.*got 3"):
+        saxpy_layout().pack([buf(0), buf(0), 1.0])
+
+
+@pytest.mark.parametrize("args, words", [
+    ((0x1000, "B", 1.0, 1), r"argument 0 \(arg0: float\*, 8 bytes\) is a pointer: pass a Buffer, not int"),
+    (("A", "B", "x", 1), r"argument 2 \(arg2: float, 4 bytes\) needs a float that fits: 'x' does not"),
+    (("A", "B", 1.0, -1), r"argument 3 \(arg3: uint, 4 bytes\) needs an integer that fits"),
+    (("A", "B", 1.0, 1.5), r"argument 3 .* needs an integer"),
+    (("A", "B", "A", 1), r"argument 2 \(arg2: float, 4 bytes\) is a scalar: pass a number, not a Buffer"),
+    (("A", "B", 1.0, 1 << 32), r"argument 3 .* needs an integer that fits"),
+])
+def test_wrong_types_name_kernel_and_parameter(args, words):
+    b = {"A": buf(0x1000), "B": buf(0x2000)}
+    with pytest.raises(ArgumentError, match="kernel saxpy: " + words):
+        saxpy_layout().pack([b.get(a, a) if isinstance(a, str) else a for a in args])
+
+
+def test_unsupported_value_kind_is_named():
+    with pytest.raises(HCQError, match="'img'.*value kind 'image'"):
+        kernel_args([{".offset": 0, ".size": 8, ".value_kind": "image", ".name": "img"}])
+
+
+def test_buffer_view_bounds():
+    b = buf(0x1000, 100)
+    assert b.view(10, 20).va == 0x100A and b.view(10).size == 90
+    with pytest.raises(HCQError, match="outside a 100-byte buffer"):
+        b.view(90, 20)
+
+
+def test_unknown_backend_lists_installed():
+    with pytest.raises(HCQError, match=r"no backend 'nv'.*installed: .*am"):
+        hcq.open("nv:0")
+    assert "am" in hcq.backends()
+
+
+def test_hcq_imports_nothing_of_ours_but_pcie():
+    import ast
+    from pathlib import Path
+    for f in Path(hcq.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for n in names:
+                top = n.split(".")[0]
+                assert top not in {"amdrv", "gpusim", "nvdrv", "qcomdrv", "tools", "compiler_bridge"}, (f, n)
