@@ -99,10 +99,17 @@ class Compiled:
 
 
 class Program:
-    """Decoded and compiled instructions of a code blob at a virtual address, compiled lazily."""
+    """Decoded and compiled instructions of a code blob at a virtual address, compiled lazily.
 
-    def __init__(self, code: bytes, base: int, vgprs: int = 256, name: str = "kernel"):
+    With `fetch` (fn(address, nbytes) -> bytes, raising MemoryFault) the code is not known up
+    front: it is fetched from memory as the waves reach it, a page at a time, as the hardware's
+    instruction fetch does (a command processor knows only COMPUTE_PGM_LO/HI)."""
+
+    PAGE = 4096
+
+    def __init__(self, code: bytes, base: int, vgprs: int = 256, name: str = "kernel", fetch=None):
         self.code, self.base, self.nv, self.name = bytes(code), base, vgprs, name
+        self.fetch = fetch
         self.cache: dict[int, Compiled] = {}
 
     def where(self, pc: int) -> str:
@@ -114,9 +121,23 @@ class Program:
             c = self.cache[pc] = self._compile(pc)
         return c
 
+    def _more(self, pc: int, end: int) -> None:
+        """Fetches code up to `end` (an offset), page by page, never past the page holding end - 1."""
+        while len(self.code) < end:
+            at = self.base + len(self.code)
+            n = self.PAGE - at % self.PAGE
+            try:
+                self.code += bytes(self.fetch(at, n))
+            except MemoryFault as e:
+                raise ExecError(pc, "?", f"instruction fetch: memory fault: {e}", where=self.where(pc)) from None
+
     def _compile(self, pc: int) -> Compiled:
         from amdrv.isa import decode
         off = pc - self.base
+        if self.fetch is not None and off >= 0:
+            # the rest of this page; an instruction that runs past it needs the next one (below)
+            self._more(pc, off + 4)
+            self._more(pc, min(off + 16, (pc // self.PAGE + 1) * self.PAGE - self.base))
         if not 0 <= off < len(self.code):
             raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(self.code):#x})",
                             where=self.where(pc))
@@ -124,6 +145,9 @@ class Program:
         try:
             inst = decode(self.code, off)
         except Exception as e:
+            if self.fetch is not None and "truncated" in str(e) and len(self.code) < off + 16:
+                self._more(pc, off + 16)
+                return self._compile(pc)
             raise ExecError(pc, f"<{raw.hex()}>", f"illegal instruction: {e}", where=self.where(pc)) from None
         text = str(inst)
         try:
@@ -324,40 +348,65 @@ def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values:
            name: str = "kernel", group_segment_size: int | None = None, max_waves: int = 16384,
            max_steps: int = 10**7) -> DispatchResult:
     """Run the code of a kernel described by `kd` (a KernelDescriptor) as the command processor
-    would: the user SGPRs the descriptor enables, in AMDGPUUsage order, take their values from
-    `user_values` (dispatch_ptr, queue_ptr, kernarg_segment_ptr, dispatch_id, ...; 0 when absent),
-    the enabled workgroup ids follow at RSRC2.USER_SGPR_COUNT, and v0 holds the work-item ids
-    packed x | y << 10 | z << 20 for the dimensions RSRC2 enables. Partial workgroups at the grid's
-    edges launch only their work-items. LDS per workgroup is `group_segment_size` (the packet's;
-    at least the descriptor's fixed size). A dispatch that takes more than `max_steps` scheduler
-    steps (instructions of one lockstep group) is reported as hung."""
-    grid = tuple(grid) + (1,) * (3 - len(grid))
-    block = tuple(block) + (1,) * (3 - len(block))
+    would after a driver set it up: the user SGPRs the descriptor enables, in AMDGPUUsage order,
+    take their values from `user_values` (dispatch_ptr, queue_ptr, kernarg_segment_ptr,
+    dispatch_id, ...; 0 when absent); the rest is `launch_regs`. LDS per workgroup is
+    `group_segment_size` (the packet's; at least the descriptor's fixed size)."""
     if not kd.wave32:
         raise ValueError(f"kernel {name} is wave64; this executor runs wave32 only")
-    if np.prod(block) > 1024:
-        raise ValueError(f"kernel {name}: workgroup of {np.prod(block)} work-items exceeds 1024")
     user = np.zeros(16, U32)
     for uname, at, count in kd.user_sgpr_layout():
         v = user_values.get(uname, 0)
         for j in range(count):
             user[at + j] = (v >> (32 * j)) & 0xFFFFFFFF if j < 2 else 0
-    r2 = kd.rsrc2
-    wg_rows, row = [], r2["user_sgpr_count"]
+    if kd.properties["uses_dynamic_stack"]:
+        raise ValueError(f"kernel {name} uses a dynamic stack, whose size only the caller knows; "
+                         "not supported by this executor")
+    lds_size = max(kd.group_segment_fixed_size, group_segment_size or 0)
+    return launch_regs(code_address, memory, grid, block, user, kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2,
+                       kd.compute_pgm_rsrc3, lds_size, kd.private_segment_fixed_size, name=name,
+                       max_waves=max_waves, max_steps=max_steps, code=code)
+
+
+def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, rsrc2: int, rsrc3: int = 0,
+                lds_bytes: int = 0, private_bytes: int = 0, name: str = "kernel", max_waves: int = 16384,
+                max_steps: int = 10**7, code: bytes | None = None, wg_offset=(0, 0, 0)) -> DispatchResult:
+    """Run a wave32 dispatch from what a command processor knows, its registers: the code at
+    `code_address` (COMPUTE_PGM_LO/HI; `code` if given, else fetched through `memory.fetch(addr, n)`
+    or `memory.load`), `grid` work-items (x, y, z) in `block`-sized workgroups (NUM_THREAD_*),
+    s0..s15 = `user_sgprs` (COMPUTE_USER_DATA_*, of which RSRC2.USER_SGPR are loaded), then the
+    workgroup ids RSRC2 enables (TGID_X/Y/Z_EN; `wg_offset` added, as COMPUTE_START_*), v0 the
+    work-item ids packed x | y << 10 | z << 20 for the dimensions RSRC2.TIDIG_COMP_CNT enables,
+    RSRC1.VGPRS granules of 8 VGPRs, `lds_bytes` of LDS per workgroup and `private_bytes` of
+    private memory per work-item. Partial workgroups at the grid's edges launch only their
+    work-items. A dispatch that takes more than `max_steps` scheduler steps (instructions of one
+    lockstep group) is reported as hung (ExecError)."""
+    from amdrv.isa.codeobj import RSRC1, RSRC2, _fields
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    block = tuple(block) + (1,) * (3 - len(block))
+    if np.prod(block) > 1024:
+        raise ValueError(f"kernel {name}: workgroup of {np.prod(block)} work-items exceeds 1024")
+    r1, r2 = _fields(RSRC1, rsrc1), _fields(RSRC2, rsrc2)
+    nuser = r2["user_sgpr_count"]
+    user = np.zeros(16, U32)
+    user[:min(nuser, 16)] = np.asarray(user_sgprs, U32).reshape(-1)[:min(nuser, 16)]
+    wg_rows, row = [], nuser
     for d, axis in enumerate("xyz"):
         if r2[f"enable_sgpr_workgroup_id_{axis}"]:
             wg_rows.append((d, row))
             row += 1
     # The workgroup-info and private-segment-wave-offset SGPRs that may follow stay 0: private
     # memory here is addressed per work-item from 0 (see _scratch).
-    if kd.properties["uses_dynamic_stack"]:
-        raise ValueError(f"kernel {name} uses a dynamic stack, whose size only the caller knows; "
-                         "not supported by this executor")
-    private_size = (kd.private_segment_fixed_size + 3) // 4 * 4
+    private_size = (private_bytes + 3) // 4 * 4
     id_dims = r2["enable_vgpr_workitem_id"] + 1
-
-    prog = Program(code, code_address, kd.vgpr_count, name)
-    lds_size = max(kd.group_segment_fixed_size, group_segment_size or 0)
+    vgprs = (r1["granulated_workitem_vgpr_count"] + 1) * 8
+    fetch = None
+    if code is None:
+        fetch = getattr(memory, "fetch", None) or (lambda a, n: memory.load(
+            np.arange(a, a + n, 4, dtype=U64), 4).astype(U32).tobytes())
+        code = b""
+    prog = Program(code, code_address, vgprs, name, fetch)
+    lds_size = lds_bytes
     if lds_size > 65536:
         raise ValueError(f"kernel {name}: {lds_size} bytes of LDS per workgroup exceeds 64 KiB")
     lds_size = (lds_size + 3) // 4 * 4
@@ -372,16 +421,21 @@ def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values:
     total_insts = total_waves = 0
     for start in range(0, len(wgs), per_batch):
         batch = wgs[start:start + per_batch]
-        groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, code_address)
+        groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, code_address,
+                                     np.asarray(wg_offset, np.int64))
         ex = Executor(prog, memory, len(batch), lds_size, len(batch) * waves_per_wg,
                       start * waves_per_wg, private_size)
-        ex.run(groups, max_steps)
+        try:
+            ex.run(groups, max_steps)
+        except ExecError as e:
+            e.instructions = total_insts + ex.instructions   # the work done before the fault or hang
+            raise
         total_insts += ex.instructions
         total_waves += nwaves
     return DispatchResult(total_insts, total_waves)
 
 
-def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, pc):
+def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, pc, wg_offset=(0, 0, 0)):
     """One group of all waves of `batch` workgroups (the first being dispatch workgroup `first`);
     wave ids count waves in dispatch order, each workgroup holding as many as a full one."""
     full_waves = -(-int(np.prod(block)) // 32)
@@ -409,7 +463,7 @@ def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, pc):
         s = np.zeros((N_SROWS, W), U32)
         s[:16] = user[:, None]
         for d, row in wg_rows:
-            s[row] = np.repeat(batch[m, d], nw).astype(U32)
+            s[row] = np.repeat(batch[m, d] + wg_offset[d], nw).astype(U32)
         s[EXEC] = np.tile(execs, len(m))
         v = np.zeros((nv, W, 32), U32)
         v[0] = np.tile(packed, (len(m), 1))
