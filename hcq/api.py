@@ -130,7 +130,28 @@ class ArgLayout:
         try:
             self.struct.pack_into(view, offset + self.start, *[a.va if b else a for a, b in zip(args, self.is_buffer)])
         except (AttributeError, struct.error, TypeError, OverflowError):
-            raise self.diagnose(args) from None
+            vals = self._untyped(args)
+            if vals is None:
+                raise self.diagnose(args) from None
+            self.struct.pack_into(view, offset + self.start, *vals)
+
+    def _untyped(self, args: Sequence) -> list | None:
+        """Values for parameters the metadata gives no type name: a float becomes the bits of an IEEE
+        float of the parameter's size, a negative int its two's complement. None if that does not help."""
+        out = []
+        for a, v in zip(self.explicit, args):
+            if a.kind == "buffer":
+                if not isinstance(v, Buffer):
+                    return None
+                v = v.va
+            else:
+                v = _untyped_value(a, v)
+            out.append(v)
+        try:
+            self.struct.pack(*out)
+        except (struct.error, TypeError, OverflowError):
+            return None
+        return out
 
     def pack(self, args: Sequence) -> bytes:
         out = bytearray(max(self.size, self.start + self.struct.size))
@@ -152,11 +173,20 @@ class ArgLayout:
             if isinstance(v, Buffer):
                 return ArgumentError(f"{where} is a scalar: pass a number, not a Buffer")
             try:
-                struct.pack("<" + a.code, v)
+                struct.pack("<" + a.code, _untyped_value(a, v))
             except (struct.error, TypeError, OverflowError) as e:
                 kind = "a float" if a.code in "fde" else "bytes" if a.code.endswith("s") else "an integer"
                 return ArgumentError(f"{where} needs {kind} that fits: {v!r:.40} does not ({e})")
         return ArgumentError(f"kernel {self.kernel}: arguments {args!r:.80} do not fit its parameters")
+
+
+def _untyped_value(a: KernelArg, v):
+    if not a.type_name and a.code in "BHIQ":
+        if isinstance(v, float) and a.size in (2, 4, 8):
+            return int.from_bytes(struct.pack("<" + {2: "e", 4: "f", 8: "d"}[a.size], v), "little")
+        if isinstance(v, int) and -(1 << (8 * a.size - 1)) <= v < 0:
+            return v & ((1 << (8 * a.size)) - 1)
+    return v
 
 
 # ------------------------------------------------------------------------------------------ memory

@@ -97,3 +97,14 @@ def test_hcq_imports_nothing_of_ours_but_pcie():
             for n in names:
                 top = n.split(".")[0]
                 assert top not in {"amdrv", "gpusim", "nvdrv", "qcomdrv", "tools", "compiler_bridge"}, (f, n)
+
+
+def test_untyped_scalars_take_floats_and_negative_ints():
+    """Code objects without .type_name (our own writer's): a float goes in as its IEEE bits, a negative
+    int as two's complement; what still does not fit names the parameter."""
+    meta = [{".offset": 0, ".size": 4, ".value_kind": "by_value", ".name": "alpha"},
+            {".offset": 4, ".size": 4, ".value_kind": "by_value", ".name": "k"}]
+    lay = ArgLayout("k", kernel_args(meta), 8)
+    assert lay.pack([1.5, -2]) == struct.pack("<fi", 1.5, -2)
+    with pytest.raises(ArgumentError, match=r"argument 1 \(k: scalar, 4 bytes\) needs an integer"):
+        lay.pack([1.0, 1 << 33])
