@@ -1,4 +1,4 @@
-"""SDMA 6.0 at boot: the F32 engines' halt/reset state, their status register, and what they need to run.
+"""SDMA 6.0: the F32 engines' halt/reset state, their status register, and their gfx ring queue with its packets.
 
 Facts (amdgpu/sdma_v6_0.c, amdgpu_psp.c, imu_v11_0.c; registers from gc_11_0_0, where gfx11's SDMA lives):
 - sdma_v6_0_get_reg_offset: SDMA1's registers are SDMA0's + 0x600, except the HYP_DEC range
@@ -23,16 +23,64 @@ Simulator choices (no public fact): power-on F32_CNTL reads HALT = 1; an idle en
 CONTEXT_EMPTY and PREV_CMD_IDLE; a soft reset puts F32_CNTL back to its power-on value. Direct ucode loads
 (SDMA0_UCODE_* / BROADCAST_UCODE_*) are plain storage and load nothing.
 
+The gfx ring (queue 0 of each engine; sdma_v6_0_gfx_resume, sdma_v6_0_ring_set_wptr, sdma_v6_0_0_pkt_open.h):
+- QUEUE0_RB_BASE/_HI hold the ring's GPU virtual address >> 8 (bits 39:8, 63:40); RB_CNTL.RB_SIZE is log2 of
+  its size in dwords, RB_ENABLE starts it, RB_VMID is the VMID its addresses are translated in (the GC hub,
+  UTCL2 client SDMA0/SDMA1 = 13/14 of gfxhub_client_ids), RPTR_WRITEBACK_ENABLE writes the read pointer as a
+  64-bit value to RB_RPTR_ADDR_HI/LO after each packet (sdma_v6_0_ring_get_rptr reads a u64 and shifts it).
+- Read and write pointers are 64-bit byte counts that only grow (support_64bit_ptrs: upstream writes
+  `ring->wptr << 2`, never masked); a packet sits at RB_BASE + (rptr mod ring size) and may wrap.
+  RB_RPTR/_HI and RB_WPTR/_HI hold them. A wptr behind rptr, more than one ring ahead, or not a dword
+  multiple hangs the queue.
+- The doorbell: with QUEUE0_DOORBELL.ENABLE, a BAR2 write at the dword index DOORBELL_OFFSET.OFFSET holds
+  (ring->doorbell_index, a dword index) carries the 64-bit wptr (WDOORBELL64: one 64-bit write; a 32-bit
+  write there takes the upper half from the dword above). Without the doorbell, RB_WPTR/_HI register writes
+  move it (ignored as a kick while MINOR_PTR_UPDATE.ENABLE is set, as gfx_resume brackets its pointer reset).
+- Packets (header: op bits 7:0, sub_op 15:8): NOP (COUNT more dwords follow, burst NOP), COPY LINEAR (count =
+  bytes - 1 in a 30-bit field; any byte alignment), WRITE LINEAR (COUNT = dwords - 1, dword-aligned
+  destination), FENCE (32-bit value, dword-aligned), TRAP (an IV: client SOC21_IH_CLIENTID_GFX, source
+  GFX_11_0_0__SRCID__SDMA_TRAP, ring_id = instance << 4 | queue, src_data[0] = INT_CONTEXT, as
+  sdma_v6_0_process_trap_irq decodes it; only while SDMA{i}_CNTL.TRAP_ENABLE, set_trap_irq_state), POLL_REGMEM
+  (memory with MEM_POLL or a register at byte address ADDR_LO; (value & mask) FUNC reference, FUNC 0 always,
+  1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >; HDP_FLUSH writes the reference to the register at ADDR_HI (the NBIO flush
+  request) and polls ADDR_LO (flush done), as sdma_v6_0_ring_emit_hdp_flush emits it), CONSTANT FILL (count =
+  bytes - 1, FILLSIZE = log2 of the element taken from the data dword), TIMESTAMP (SET/GET/GET_GLOBAL, 8-byte
+  aligned destination), COND_EXE (the next EXEC_COUNT dwords run only if the dword at ADDR equals REFERENCE),
+  SRBM_WRITE (a register write; privileged: RB_PRIV or the INDIRECT's PRIV), GCR_REQ (accepted: no caches are
+  modeled), INDIRECT (an IB of IB_SIZE dwords at a 32-byte aligned address in the header's VMID; needs
+  IB_CNTL.IB_ENABLE; no IB inside an IB).
+
+Strictness: an unknown opcode or sub-opcode, a packet the model does not execute (tiled/sub-window copies,
+ATOMIC, PTEPDE, SEM, ...), bits set outside a count field, a misaligned address, a fault (the GMC latches it
+and posts its IV) or a refused DMA hangs the queue: rptr stays at the packet, STATUS_REG reads busy, and
+dev.errors names the engine, the packet and why, until a soft reset (GRBM_SOFT_RESET.SOFT_RESET_SDMA<i>) or
+a mode1 reset. Nothing runs while the engine is halted or RB_ENABLE is clear; work written meanwhile runs
+once both allow it.
+
+Simulator choices (no public fact): the queue runs synchronously on the doorbell (in stepped mode) until it
+is empty, blocked or hung, so a driver polling a fence in host memory makes progress; with the asynchronous
+clock it runs at the next step. Copies and fills advance the device clock by one step per BYTES_PER_STEP
+(32 KiB per 1 us step, about 32 GB/s), at least one. Timestamps count a 100 MHz reference clock
+(dev.now_ns // 10). A blocked POLL_REGMEM re-checks every max(1, INTERVAL) steps and on every doorbell;
+RETRY_COUNT 0xfff (what upstream emits) retries forever, a smaller count exhausted hangs the queue.
+The F32 wptr polling (F32_WPTR_POLL_ENABLE, RB_WPTR_POLL_ADDR), queues 1..7, preemption and AQL mode are not
+modeled.
+
 State for other models: `running(i)` (the control thread TH0 executes firmware), `ctx_switch_running(i)` (TH1
-too), `set_busy(i, busy)`.
+too), `set_busy(i, busy)`, `queues[i]` (QueueState: `hung`, `ib`, `poll`).
 """
 from __future__ import annotations
 
 import functools
+import struct
+from dataclasses import dataclass
 
+from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import psp as P
-from gpusim.device import Block
+from amdrv.autogen import sdma6 as S
+from gpusim.device import Block, DMAError, IVEntry
 from gpusim.fwcheck import fw_type_name
+from gpusim.gmc import VMFault
 
 GC = "GC"
 INSTANCES = 2          # Navi31 and Navi33 both have SDMA0 and SDMA1
@@ -41,11 +89,38 @@ IDLE_FIELDS = ("IDLE", "REG_IDLE", "RB_EMPTY", "RB_CMD_IDLE", "IB_CMD_IDLE", "BL
                "MC_WR_IDLE", "SRBM_IDLE", "CONTEXT_EMPTY", "RB_MC_RREQ_IDLE", "IB_MC_RREQ_IDLE", "MC_RD_IDLE",
                "DELTA_RPTR_EMPTY", "MC_RD_NO_POLL_IDLE", "PREV_CMD_IDLE", "SEM_IDLE", "INT_IDLE")
 BUSY_CLEARS = ("IDLE", "RB_EMPTY", "RB_CMD_IDLE", "BLOCK_IDLE", "EX_IDLE", "CONTEXT_EMPTY", "PREV_CMD_IDLE")
+CLIENT_ID = (13, 14)          # gfxhub_client_ids: "SDMA0", "SDMA1" (the UTCL2 CID of a fault)
+QUEUE = 0                     # the gfx ring is queue 0 (the trap IV's ring_id low nibble)
+BYTES_PER_STEP = 32 << 10     # copy bandwidth: 32 KiB per 1 us clock step
+TICK_NS = 10                  # timestamps count a 100 MHz reference clock
+RETRY_FOREVER = 0xFFF
+M64 = (1 << 64) - 1
+POLL_FUNCS = {0: lambda v, r: True, 1: lambda v, r: v < r, 2: lambda v, r: v <= r, 3: lambda v, r: v == r,
+              4: lambda v, r: v != r, 5: lambda v, r: v >= r, 6: lambda v, r: v > r}
 
 
 def reg(i: int, name: str) -> str:
     """gc_11_0_0's name of an SDMA register of instance i: reg(1, "F32_CNTL") -> "SDMA1_F32_CNTL"."""
     return f"SDMA{i}_{name}"
+
+
+def field(pkt: str, dw: int, name: str, value: int) -> int:
+    shift, mask = S.PACKETS[pkt][dw][name]
+    return (value >> shift) & mask
+
+
+class Hang(Exception):
+    """The packet stops the queue (why, in words)."""
+
+
+@dataclass
+class QueueState:
+    """One engine's gfx ring beyond its registers: the IB being executed, a blocked poll, a hang."""
+    hung: str | None = None
+    ib: list | None = None       # [base VA, size in dwords, next dword, vmid, privileged]
+    poll: list | None = None     # [where (rptr, IB position), retries so far]
+    gen: int = 0                 # bumped on every block/reset so stale poll retries do nothing
+    active: bool = False         # executing now (a clock step inside a copy must not re-enter)
 
 
 class SDMA(Block):
@@ -55,9 +130,16 @@ class SDMA(Block):
         for i in range(INSTANCES):
             self.on_write(GC, reg(i, "F32_CNTL"), functools.partial(self._w_f32_cntl, i))
             self.on_read(GC, reg(i, "STATUS_REG"), functools.partial(self._r_status, i))
+            self.on_write(GC, reg(i, "QUEUE0_RB_CNTL"), functools.partial(self._w_kick, i))
+            for r in ("QUEUE0_RB_WPTR", "QUEUE0_RB_WPTR_HI"):
+                self.on_write(GC, reg(i, r), functools.partial(self._w_wptr, i))
+        nbio = self.dev.blocks.get("NBIO")
+        if nbio is not None:
+            nbio.on_doorbell(0, (1 << 26) - 1, self.doorbell)   # DOORBELL_OFFSET.OFFSET is 26 bits
 
     def reset(self) -> None:
         self.busy = [False] * INSTANCES
+        self.queues = [QueueState() for _ in range(INSTANCES)]
         for i in range(INSTANCES):
             self._power_on(i)
 
@@ -66,7 +148,10 @@ class SDMA(Block):
 
     # -- state for other models ----------------------------------------------------------------------
     def _f32(self, i: int) -> dict:
-        return self.dev.table(GC)[reg(i, "F32_CNTL")].decode(self.get(GC, reg(i, "F32_CNTL")))
+        return self._fields(i, "F32_CNTL")
+
+    def _fields(self, i: int, name: str) -> dict:
+        return self.dev.table(GC)[reg(i, name)].decode(self.get(GC, reg(i, name)))
 
     def running(self, i: int) -> bool:
         """Instance i's control thread (TH0) executes its firmware: its queues can be served."""
@@ -92,8 +177,11 @@ class SDMA(Block):
         return why
 
     def soft_reset(self, i: int) -> None:
-        """GRBM_SOFT_RESET.SOFT_RESET_SDMA<i> (called by the GFX model): the engine stops; firmware stays."""
+        """GRBM_SOFT_RESET.SOFT_RESET_SDMA<i> (called by the GFX model): the engine stops and its queue
+        forgets a hang, an IB and a poll; firmware and ring registers stay (upstream programs them again)."""
         self.busy[i] = False
+        gen = self.queues[i].gen + 1
+        self.queues[i] = QueueState(gen=gen)
         self._power_on(i)
 
     # -- registers ------------------------------------------------------------------------------------
@@ -104,9 +192,358 @@ class SDMA(Block):
             if why:
                 self.error(f"{reg(i, 'F32_CNTL')}.HALT written 0 but {' and '.join(why)}: SDMA{i} stays halted")
                 value = r.encode(value, HALT=1)
+            else:
+                self.dev.schedule(0, self.kick, i)   # work written while halted runs now
         return value
 
     def _r_status(self, i: int) -> int:
         r = self.dev.table(GC)[reg(i, "STATUS_REG")]
         v = r.encode(**{f: 1 for f in IDLE_FIELDS})
-        return r.encode(v, **{f: 0 for f in BUSY_CLEARS}) if self.busy[i] else v
+        if self.busy[i] or self._has_work(i):
+            v = r.encode(v, **{f: 0 for f in BUSY_CLEARS})
+        return r.encode(v, INSIDE_IB=1) if self.queues[i].ib else v
+
+    def _w_kick(self, i: int, value: int) -> None:
+        self.dev.schedule(0, self.kick, i)
+
+    def _w_wptr(self, i: int, value: int) -> None:
+        if not self._fields(i, "QUEUE0_MINOR_PTR_UPDATE")["ENABLE"]:
+            self.dev.schedule(0, self.kick, i)
+
+    def doorbell(self, index: int, value: int) -> bool:
+        """A BAR2 doorbell write (NBIO routing); True when it was one of the gfx rings'."""
+        for i in range(INSTANCES):
+            if not self._fields(i, "QUEUE0_DOORBELL")["ENABLE"]:
+                continue
+            if self._fields(i, "QUEUE0_DOORBELL_OFFSET")["OFFSET"] != index:
+                continue
+            cells = self.dev.blocks["NBIO"].doorbells
+            self._set_ptr(i, "WPTR", cells.get(index, 0) | cells.get(index + 1, 0) << 32)
+            if self.dev.stepped:
+                self.kick(i)
+            else:
+                self.dev.schedule(0, self.kick, i)
+            return True
+        return False
+
+    # -- the ring ---------------------------------------------------------------------------------------
+    def _ptr(self, i: int, which: str) -> int:
+        return self.get(GC, reg(i, f"QUEUE0_RB_{which}")) | self.get(GC, reg(i, f"QUEUE0_RB_{which}_HI")) << 32
+
+    def _set_ptr(self, i: int, which: str, value: int) -> None:
+        self.set(GC, reg(i, f"QUEUE0_RB_{which}"), value & 0xFFFFFFFF)
+        self.set(GC, reg(i, f"QUEUE0_RB_{which}_HI"), (value >> 32) & 0xFFFFFFFF)
+
+    def _ring(self, i: int) -> tuple[int, int, dict]:
+        cntl = self._fields(i, "QUEUE0_RB_CNTL")
+        base = self.get(GC, reg(i, "QUEUE0_RB_BASE")) << 8 | (self.get(GC, reg(i, "QUEUE0_RB_BASE_HI")) & 0xFFFFFF) << 40
+        return base, 4 << cntl["RB_SIZE"], cntl
+
+    def _pending(self, i: int) -> int:
+        return (self._ptr(i, "WPTR") - self._ptr(i, "RPTR")) & M64
+
+    def _has_work(self, i: int) -> bool:
+        q = self.queues[i]
+        if q.hung or q.ib or q.poll:
+            return True
+        return self.running(i) and bool(self._fields(i, "QUEUE0_RB_CNTL")["RB_ENABLE"]) and self._pending(i) != 0
+
+    def _hang(self, i: int, why: str) -> None:
+        q = self.queues[i]
+        q.hung, q.poll = why, None
+        q.gen += 1
+        self.error(f"SDMA{i} gfx ring hung at rptr {self._ptr(i, 'RPTR'):#x}: {why}; the queue stays stopped "
+                   f"until GRBM_SOFT_RESET.SOFT_RESET_SDMA{i} (sdma_v6_0_soft_reset) or a mode1 reset")
+
+    def kick(self, i: int) -> None:
+        """Runs instance i's gfx ring until it is empty, blocked or hung."""
+        q = self.queues[i]
+        if q.active or q.hung or not self.running(i):
+            return
+        if not self._fields(i, "QUEUE0_RB_CNTL")["RB_ENABLE"]:
+            return
+        q.active = True
+        try:
+            while not q.hung and self.running(i):
+                try:
+                    if not self._step_packet(i):
+                        break
+                except Hang as e:
+                    self._hang(i, str(e))
+        finally:
+            q.active = False
+
+    def _step_packet(self, i: int) -> bool:
+        """Executes one packet of the IB or the ring; False when there is nothing to do (empty, blocked)."""
+        q = self.queues[i]
+        base, size, cntl = self._ring(i)
+        if q.ib is not None:
+            ib_base, ib_size, pos, vmid, priv = q.ib
+            if pos >= ib_size:
+                q.ib = None
+                self._retire(i, 6, cntl)        # the INDIRECT packet completes with its IB
+                return True
+            avail = ib_size - pos
+            fetch = functools.partial(self._fetch_ib, i, ib_base + 4 * pos, vmid)
+            return self._packet(i, fetch, avail, vmid, bool(priv), ("IB", ib_base, pos), in_ib=True)
+        pending = self._pending(i)
+        if pending == 0:
+            return False
+        rptr = self._ptr(i, "RPTR")
+        if pending & 3 or pending > size:
+            raise Hang(f"the write pointer {self._ptr(i, 'WPTR'):#x} is {'not a dword multiple' if pending & 3 else ''}"
+                       f"{' and ' if pending & 3 and pending > size else ''}"
+                       f"{'behind the read pointer or more than the ring size ahead of it' if pending > size else ''}"
+                       f" (the ring is {size:#x} bytes; pointers are 64-bit byte counts, never masked)")
+        fetch = functools.partial(self._fetch_ring, i, base, size, rptr, cntl["RB_VMID"])
+        return self._packet(i, fetch, pending // 4, cntl["RB_VMID"], bool(cntl["RB_PRIV"]), ("RB", rptr), in_ib=False)
+
+    def _fetch_ring(self, i: int, base: int, size: int, rptr: int, vmid: int, n: int) -> list[int]:
+        out = bytearray()
+        off = rptr % size
+        while len(out) < 4 * n:
+            chunk = min(4 * n - len(out), size - off)
+            out += self._read(i, vmid, base + off, chunk, "ring")
+            off = 0
+        return list(struct.unpack(f"<{n}I", out))
+
+    def _fetch_ib(self, i: int, va: int, vmid: int, n: int) -> list[int]:
+        return list(struct.unpack(f"<{n}I", self._read(i, vmid, va, 4 * n, "IB")))
+
+    def _retire(self, i: int, ndw: int, cntl: dict) -> None:
+        """Moves rptr past a completed ring packet and writes it back."""
+        rptr = (self._ptr(i, "RPTR") + 4 * ndw) & M64
+        self._set_ptr(i, "RPTR", rptr)
+        if cntl["RPTR_WRITEBACK_ENABLE"]:
+            addr = self.get(GC, reg(i, "QUEUE0_RB_RPTR_ADDR_LO")) & ~3 | self.get(GC, reg(i, "QUEUE0_RB_RPTR_ADDR_HI")) << 32
+            self._write(i, cntl["RB_VMID"], addr, struct.pack("<Q", rptr), "rptr writeback")
+
+    # -- memory through the GC hub ------------------------------------------------------------------------
+    def _read(self, i: int, vmid: int, va: int, n: int, what: str) -> bytes:
+        try:
+            return self.dev.blocks["GMC"].read(vmid, va, n, hub="GC", client=CLIENT_ID[i])
+        except VMFault as e:
+            raise Hang(f"{what} read of {n} bytes at {va:#x} faulted ({e})") from None
+        except (DMAError, IndexError) as e:
+            raise Hang(f"{what} read of {n} bytes at {va:#x} failed: {e}") from None
+
+    def _write(self, i: int, vmid: int, va: int, data: bytes, what: str) -> None:
+        try:
+            self.dev.blocks["GMC"].write(vmid, va, data, hub="GC", client=CLIENT_ID[i])
+        except VMFault as e:
+            raise Hang(f"{what} write of {len(data)} bytes at {va:#x} faulted ({e})") from None
+        except (DMAError, IndexError) as e:
+            raise Hang(f"{what} write of {len(data)} bytes at {va:#x} failed: {e}") from None
+
+    def _spend(self, nbytes: int) -> None:
+        """The bandwidth model: a transfer takes clock steps (events due meanwhile run)."""
+        self.dev.step(max(1, -(-nbytes // BYTES_PER_STEP)))
+
+    # -- packets -----------------------------------------------------------------------------------------
+    def _packet(self, i: int, fetch, avail: int, vmid: int, priv: bool, where: tuple, in_ib: bool) -> bool:
+        """Decodes and executes the packet at the current position; False if it is incomplete or blocks."""
+        q = self.queues[i]
+        header = fetch(1)[0]
+        op, sub = header & 0xFF, (header >> 8) & 0xFF
+        length = self._length(op, sub, header, fetch, avail)
+        if length is None or length > avail:
+            if in_ib:
+                raise Hang(f"packet {header:#010x} (op {op}) runs past the end of its IB")
+            return False    # the rest of the packet is not committed yet
+        dws = fetch(length)
+        name = OPS.get(op, ("op", None))[0]
+        try:
+            done = self._execute(i, op, sub, dws, vmid, priv, in_ib, where)
+        except Hang as e:
+            raise Hang(f"{name} packet {' '.join(f'{d:08x}' for d in dws[:8])}{' ...' if len(dws) > 8 else ''}"
+                       f"{' in an IB' if in_ib else ''}: {e}") from None
+        if not done:
+            return False
+        q.poll = None
+        if in_ib:
+            q.ib[2] += length
+        elif op != S.SDMA_OP_INDIRECT:
+            self._retire(i, length, self._ring(i)[2])
+        return True
+
+    def _length(self, op: int, sub: int, header: int, fetch, avail: int) -> int | None:
+        if op == S.SDMA_OP_NOP:
+            return 1 + field("NOP", 0, "count", header)
+        if op == S.SDMA_OP_WRITE and sub == S.SDMA_SUBOP_WRITE_LINEAR:
+            if avail < 4:
+                return None
+            return 5 + field("WRITE_UNTILED", 3, "count", fetch(4)[3])
+        if op not in OPS:
+            raise Hang(f"unknown opcode {op} in header {header:#010x} (sdma_v6_0_0_pkt_open.h defines no such SDMA_OP)")
+        name, lengths = OPS[op]
+        if sub not in lengths:
+            raise Hang(f"{name} header {header:#010x} (sub-opcode {sub}): the model does not execute this packet")
+        return lengths[sub]
+
+    def _execute(self, i: int, op: int, sub: int, d: list[int], vmid: int, priv: bool, in_ib: bool,
+                 where: tuple) -> bool:
+        if op == S.SDMA_OP_NOP or op == S.SDMA_OP_GCR_REQ:
+            return True
+        if op == S.SDMA_OP_COPY:
+            if d[1] >> 30:
+                raise Hang(f"COUNT dword {d[1]:#010x} has bits above the 30-bit count field set")
+            if field("COPY_LINEAR", 0, "broadcast", d[0]):
+                raise Hang("broadcast copies are not modeled")
+            n = d[1] + 1
+            src, dst = d[3] | d[4] << 32, d[5] | d[6] << 32
+            self._write(i, vmid, dst, self._read(i, vmid, src, n, "copy source"), "copy destination")
+            self._spend(n)
+            return True
+        if op == S.SDMA_OP_WRITE:
+            dst = d[1] | d[2] << 32
+            if dst & 3:
+                raise Hang(f"destination {dst:#x} is not dword aligned")
+            self._write(i, vmid, dst, struct.pack(f"<{len(d) - 4}I", *d[4:]), "write destination")
+            return True
+        if op == S.SDMA_OP_FENCE:
+            addr = d[1] | d[2] << 32
+            if addr & 3:
+                raise Hang(f"fence address {addr:#x} is not dword aligned")
+            self._write(i, vmid, addr, struct.pack("<I", d[3]), "fence")
+            return True
+        if op == S.SDMA_OP_TRAP:
+            if self._fields(i, "CNTL")["TRAP_ENABLE"]:
+                self.dev.post_interrupt(IVEntry(client_id=IHIDS.SOC21_IH_CLIENTID_GFX,
+                                                source_id=IHIDS.GFX_11_0_0__SRCID__SDMA_TRAP,
+                                                ring_id=i << 4 | QUEUE,
+                                                src_data=(field("TRAP", 1, "int_context", d[1]), 0, 0, 0)))
+            return True
+        if op == S.SDMA_OP_CONST_FILL:
+            return self._fill(i, d, vmid)
+        if op == S.SDMA_OP_TIMESTAMP:
+            return self._timestamp(i, sub, d, vmid)
+        if op == S.SDMA_OP_POLL_REGMEM:
+            return self._poll(i, d, vmid, where)
+        if op == S.SDMA_OP_COND_EXE:
+            addr = d[1] | d[2] << 32
+            if addr & 3:
+                raise Hang(f"address {addr:#x} is not dword aligned")
+            if struct.unpack("<I", self._read(i, vmid, addr, 4, "COND_EXE"))[0] != d[3]:
+                self._skip(i, field("COND_EXE", 4, "exec_count", d[4]), in_ib)
+            return True
+        if op == S.SDMA_OP_SRBM_WRITE:
+            if not priv:
+                raise Hang("SRBM_WRITE from a queue or IB that is not privileged (RB_PRIV / INDIRECT PRIV)")
+            if field("SRBM_WRITE", 0, "byte_en", d[0]) != 0xF:
+                raise Hang("SRBM_WRITE with partial BYTE_EN is not modeled")
+            self.dev.regs.write(field("SRBM_WRITE", 1, "addr", d[1]), d[2])
+            return True
+        if op == S.SDMA_OP_INDIRECT:
+            return self._indirect(i, d, in_ib)
+        raise AssertionError(op)
+
+    def _skip(self, i: int, ndw: int, in_ib: bool) -> None:
+        """COND_EXE's skip: the next ndw dwords are passed over (they must already be there)."""
+        q = self.queues[i]
+        if in_ib:
+            q.ib[2] += ndw
+            if q.ib[2] + 5 > q.ib[1]:
+                raise Hang(f"EXEC_COUNT {ndw} runs past the end of the IB")
+        else:
+            if self._pending(i) < 4 * (5 + ndw):
+                raise Hang(f"EXEC_COUNT {ndw} runs past the write pointer")
+            self._set_ptr(i, "RPTR", self._ptr(i, "RPTR") + 4 * ndw)
+
+    def _fill(self, i: int, d: list[int], vmid: int) -> bool:
+        fill = field("CONSTANT_FILL", 0, "fillsize", d[0])
+        if fill == 3:
+            raise Hang("FILLSIZE 3 (8 bytes) but the packet carries one data dword")
+        if d[4] >> 30:
+            raise Hang(f"COUNT dword {d[4]:#010x} has bits above the 30-bit count field set")
+        dst, n, elem = d[1] | d[2] << 32, d[4] + 1, 1 << fill
+        if dst % elem or n % elem:
+            raise Hang(f"FILLSIZE {fill} fills {elem}-byte elements but the destination {dst:#x} or the "
+                       f"byte count {n} is not a multiple of {elem}")
+        pattern = (d[3] & ((1 << 8 * elem) - 1)).to_bytes(elem, "little")
+        self._write(i, vmid, dst, pattern * (n // elem), "fill destination")
+        self._spend(n)
+        return True
+
+    def _timestamp(self, i: int, sub: int, d: list[int], vmid: int) -> bool:
+        if sub == S.SDMA_SUBOP_TIMESTAMP_SET:
+            return True     # the engine-local counter is not modeled separately: GET reads the global clock
+        addr = d[1] | d[2] << 32
+        if addr & 7:
+            raise Hang(f"timestamp address {addr:#x} is not 8-byte aligned (WRITE_ADDR_31_3)")
+        self._write(i, vmid, addr, struct.pack("<Q", self.dev.now_ns // TICK_NS), "timestamp")
+        return True
+
+    def _poll(self, i: int, d: list[int], vmid: int, where: tuple) -> bool:
+        q = self.queues[i]
+        func = field("POLL_REGMEM", 0, "func", d[0])
+        mem, hdp = field("POLL_REGMEM", 0, "mem_poll", d[0]), field("POLL_REGMEM", 0, "hdp_flush", d[0])
+        if func not in POLL_FUNCS:
+            raise Hang(f"FUNC {func} is reserved (0..6 compare)")
+        if mem and hdp:
+            raise Hang("HDP_FLUSH with MEM_POLL: the flush request and done registers are register addresses")
+        ref, mask = d[3], d[4]
+        retries = field("POLL_REGMEM", 5, "retry_count", d[5])
+        interval = field("POLL_REGMEM", 5, "interval", d[5])
+        first = q.poll is None or q.poll[0] != where
+        if first:
+            q.poll = [where, 0]
+            if hdp:
+                self.dev.regs.write(d[2] >> 2, ref)    # the flush request; the done bits follow
+        if mem:
+            addr = d[1] | d[2] << 32
+            if addr & 3:
+                raise Hang(f"poll address {addr:#x} is not dword aligned")
+            value = struct.unpack("<I", self._read(i, vmid, addr, 4, "poll"))[0]
+        else:
+            value = self.dev.regs.read(d[1] >> 2)
+        if POLL_FUNCS[func](value & mask, ref):
+            return True
+        if not first:
+            q.poll[1] += 1
+        if retries != RETRY_FOREVER and q.poll[1] >= retries:
+            raise Hang(f"no match after {retries} retries: {value:#x} & {mask:#x} vs {ref:#x} (FUNC {func})")
+        q.gen += 1
+        self.dev.schedule(max(1, interval), self._poll_retry, i, q.gen)
+        return False
+
+    def _poll_retry(self, i: int, gen: int) -> None:
+        if self.queues[i].gen == gen:
+            self.kick(i)
+
+    def _indirect(self, i: int, d: list[int], in_ib: bool) -> bool:
+        if in_ib:
+            raise Hang("an IB may not contain an INDIRECT packet")
+        if not self._fields(i, "QUEUE0_IB_CNTL")["IB_ENABLE"]:
+            raise Hang(f"{reg(i, 'QUEUE0_IB_CNTL')}.IB_ENABLE is 0 (sdma_v6_0_gfx_resume sets it)")
+        base = d[1] | d[2] << 32
+        if base & 0x1F:
+            raise Hang(f"IB base {base:#x} is not 32-byte aligned")
+        if d[3] >> 20:
+            raise Hang(f"IB_SIZE dword {d[3]:#010x} has bits above the 20-bit size field set")
+        self.queues[i].ib = [base, d[3], 0, field("INDIRECT", 0, "vmid", d[0]), field("INDIRECT", 0, "priv", d[0])]
+        return True
+
+
+# opcode -> (name, {sub-opcode: length in dwords}) for the fixed-length packets the model executes; an
+# empty dict: a real SDMA v6 packet the model does not execute (it hangs the queue, saying so).
+OPS = {
+    S.SDMA_OP_NOP: ("NOP", {}),               # 1 + COUNT dwords (_length)
+    S.SDMA_OP_COPY: ("COPY", {S.SDMA_SUBOP_COPY_LINEAR: 7}),
+    S.SDMA_OP_WRITE: ("WRITE", {}),           # WRITE LINEAR's length is in its dword 3 (_length)
+    S.SDMA_OP_INDIRECT: ("INDIRECT", {0: 6}),
+    S.SDMA_OP_FENCE: ("FENCE", {0: 4}),
+    S.SDMA_OP_TRAP: ("TRAP", {0: 2}),
+    S.SDMA_OP_SEM: ("SEM", {}),
+    S.SDMA_OP_POLL_REGMEM: ("POLL_REGMEM", {0: 6}),
+    S.SDMA_OP_COND_EXE: ("COND_EXE", {0: 5}),
+    S.SDMA_OP_ATOMIC: ("ATOMIC", {}),
+    S.SDMA_OP_CONST_FILL: ("CONSTANT_FILL", {0: 5}),
+    S.SDMA_OP_PTEPDE: ("PTEPDE", {}),
+    S.SDMA_OP_TIMESTAMP: ("TIMESTAMP", {S.SDMA_SUBOP_TIMESTAMP_SET: 3, S.SDMA_SUBOP_TIMESTAMP_GET: 3,
+                                        S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL: 3}),
+    S.SDMA_OP_SRBM_WRITE: ("SRBM_WRITE", {0: 3}),
+    S.SDMA_OP_PRE_EXE: ("PRE_EXE", {}),
+    S.SDMA_OP_GPUVM_INV: ("GPUVM_INV", {}),
+    S.SDMA_OP_GCR_REQ: ("GCR_REQ", {0: 5}),
+    S.SDMA_OP_DUMMY_TRAP: ("DUMMY_TRAP", {}),
+}

@@ -1,0 +1,402 @@
+"""The SDMA 6.0 gfx ring queue and its packets, driven as a minimal driver would from upstream facts: a GPU
+booted by amdrv.am, the ring set up as sdma_v6_0_gfx_resume does, packets built from the generated
+sdma_v6_0_0_pkt_open.h table, the write pointer rung through the doorbell as sdma_v6_0_ring_set_wptr does
+(WDOORBELL64 of the byte count), results read back through BAR0 and host memory."""
+import struct
+
+import pytest
+
+import pcie
+from amdrv.am import AMGPU
+from amdrv.autogen import ih as IHIDS
+from amdrv.autogen import sdma6 as S
+
+SLOT = 40
+SDMA_ENGINE = (0x100, 0x10A)   # AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0/1 (amdgpu_doorbell.h); soc21 uses them
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def firmware(debian_firmware, monkeypatch):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+
+
+@pytest.fixture
+def gpu():
+    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, vram_size=1 << 30))
+    yield g
+    g.dev.close()
+
+
+def sim(gpu):
+    return gpu.dev.pci.dev
+
+
+def pkt(name, **fields):
+    """One packet's dwords from the generated table: fields by name, each in the dword the table says."""
+    layout = S.PACKETS[name]
+    dws = [0] * len(layout)
+    for dw, names in layout.items():
+        for f, (shift, mask) in names.items():
+            if f in fields:
+                v = fields.pop(f)
+                assert v & ~mask == 0, (name, f, v)
+                dws[dw] |= v << shift
+    assert not fields, fields
+    return dws
+
+
+def lo(v):
+    return v & 0xFFFFFFFF
+
+
+def hi(v):
+    return v >> 32
+
+
+def copy(src, dst, n):
+    return pkt("COPY_LINEAR", op=S.SDMA_OP_COPY, sub_op=S.SDMA_SUBOP_COPY_LINEAR, count=n - 1,
+               src_addr_31_0=lo(src), src_addr_63_32=hi(src), dst_addr_31_0=lo(dst), dst_addr_63_32=hi(dst))
+
+
+def fence(addr, value):
+    return pkt("FENCE", op=S.SDMA_OP_FENCE, mtype=3, addr_31_0=lo(addr), addr_63_32=hi(addr), data=value)
+
+
+def write(addr, *values):
+    head = pkt("WRITE_UNTILED", op=S.SDMA_OP_WRITE, sub_op=S.SDMA_SUBOP_WRITE_LINEAR, dst_addr_31_0=lo(addr),
+               dst_addr_63_32=hi(addr), count=len(values) - 1)
+    return head[:4] + list(values)
+
+
+def timestamp(addr):
+    return pkt("TIMESTAMP_GET_GLOBAL", op=S.SDMA_OP_TIMESTAMP, sub_op=S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL,
+               write_addr_31_3=lo(addr) >> 3, write_addr_63_32=hi(addr))
+
+
+def poll_mem(addr, ref, mask=0xFFFFFFFF, func=3, retry=0xFFF, interval=4):
+    return pkt("POLL_REGMEM", op=S.SDMA_OP_POLL_REGMEM, func=func, mem_poll=1, addr_31_0=lo(addr),
+               addr_63_32=hi(addr), value=ref, mask=mask, retry_count=retry, interval=interval)
+
+
+class Ring:
+    """Engine i's gfx ring, set up as sdma_v6_0_gfx_resume does on bare metal (plus set_trap_irq_state)."""
+
+    def __init__(self, gpu, i=0, size=4096):
+        self.gpu, self.i, self.size, self.wptr = gpu, i, size, 0
+        self.gc = gpu.dev.reg("GC")
+        self.buf = gpu.gmc.map_vram(size)
+        self.wb = gpu.gmc.map_vram(4096)
+        self.doorbell = SDMA_ENGINE[i] << 1
+        self.resume()
+
+    def r(self, name):
+        return self.gc.reg(f"SDMA{self.i}_{name}")
+
+    def resume(self):
+        r = self.r
+        r("SEM_WAIT_FAIL_TIMER_CNTL").write(0)
+        cntl = r("QUEUE0_RB_CNTL").defn.encode(r("QUEUE0_RB_CNTL").read(), RB_SIZE=(self.size // 4).bit_length() - 1,
+                                                RB_PRIV=1)
+        r("QUEUE0_RB_CNTL").write(cntl)
+        for name in ("QUEUE0_RB_RPTR", "QUEUE0_RB_RPTR_HI", "QUEUE0_RB_WPTR", "QUEUE0_RB_WPTR_HI"):
+            r(name).write(0)
+        r("QUEUE0_RB_WPTR_POLL_ADDR_LO").write(lo(self.wb.va + 64))
+        r("QUEUE0_RB_WPTR_POLL_ADDR_HI").write(hi(self.wb.va + 64))
+        r("QUEUE0_RB_RPTR_ADDR_HI").write(hi(self.wb.va))
+        r("QUEUE0_RB_RPTR_ADDR_LO").write(lo(self.wb.va) & 0xFFFFFFFC)
+        cntl = r("QUEUE0_RB_CNTL").defn.encode(cntl, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0,
+                                                F32_WPTR_POLL_ENABLE=1)
+        r("QUEUE0_RB_BASE").write(lo(self.buf.va >> 8))
+        r("QUEUE0_RB_BASE_HI").write(self.buf.va >> 40)
+        self.wptr = 0
+        r("QUEUE0_MINOR_PTR_UPDATE").write(1)
+        r("QUEUE0_RB_WPTR").write(0)
+        r("QUEUE0_RB_WPTR_HI").write(0)
+        r("QUEUE0_DOORBELL").update(ENABLE=1)
+        r("QUEUE0_DOORBELL_OFFSET").update(OFFSET=self.doorbell)
+        r("QUEUE0_MINOR_PTR_UPDATE").write(0)
+        r("UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
+        r("F32_CNTL").update(HALT=0, TH1_RESET=0)
+        r("QUEUE0_RB_CNTL").write(cntl, RB_ENABLE=1)
+        r("QUEUE0_IB_CNTL").update(IB_ENABLE=1)
+        r("CNTL").update(TRAP_ENABLE=1)
+
+    def emit(self, *packets):
+        """Writes packets at wptr (wrapping) and rings the doorbell with the new byte count."""
+        data = b"".join(struct.pack(f"<{len(p)}I", *p) for p in packets)
+        for k in range(0, len(data), 4):
+            self.gpu.dev.vram.write(self.buf.vram.addr + (self.wptr + k) % self.size, data[k:k + 4])
+        self.wptr += len(data)
+        self.ring()
+
+    def ring(self):
+        self.gpu.dev.pci.bar(2).write64(4 * self.doorbell, self.wptr)
+
+    def rptr(self):
+        """The written-back read pointer (a u64 byte count, sdma_v6_0_ring_get_rptr)."""
+        return struct.unpack("<Q", self.gpu.dev.vram.read(self.wb.vram.addr, 8))[0]
+
+    def idle(self):
+        return self.r("STATUS_REG").decode()["IDLE"] == 1
+
+    def soft_reset(self):
+        """sdma_v6_0_soft_reset for this engine (gfx_stop, freeze, halt, GRBM pulse), then the restart."""
+        r = self.r
+        r("QUEUE0_RB_CNTL").update(RB_ENABLE=0)
+        r("QUEUE0_IB_CNTL").update(IB_ENABLE=0)
+        r("FREEZE").update(FREEZE=1)
+        r("F32_CNTL").update(HALT=1, TH1_RESET=1)
+        r("QUEUE0_PREEMPT").write(0)
+        self.gc.GRBM_SOFT_RESET.write(self.gc.GRBM_SOFT_RESET.encode(**{f"SOFT_RESET_SDMA{self.i}": 1}))
+        self.gc.GRBM_SOFT_RESET.read()
+        self.gc.GRBM_SOFT_RESET.write(0)
+        self.gc.GRBM_SOFT_RESET.read()
+        r("FREEZE").update(FREEZE=0)
+        self.resume()
+
+
+def vram(gpu, m, off, n):
+    return gpu.dev.vram.read(m.vram.addr + off, n)
+
+
+def u32(gpu, m, off=0):
+    return struct.unpack("<I", vram(gpu, m, off, 4))[0]
+
+
+def pattern(n, seed):
+    """n bytes with a 251-byte period: a copy shifted by any page or dword offset shows."""
+    return (bytes(range(251)) * (n // 251 + 2))[seed % 251:seed % 251 + n]
+
+
+def test_write_and_fence_as_the_ring_tests_do(gpu):
+    ring = Ring(gpu)
+    wb = gpu.gmc.map_vram(4096)
+    gpu.dev.vram.write32(wb.vram.addr, 0xCAFEDEAD)
+    ring.emit(write(wb.va, 0xDEADBEEF))                          # sdma_v6_0_ring_test_ring
+    assert u32(gpu, wb) == 0xDEADBEEF
+    ring.emit(write(wb.va + 8, 1, 2, 3), fence(wb.va + 4, 42))
+    assert u32(gpu, wb, 4) == 42 and vram(gpu, wb, 8, 12) == struct.pack("<3I", 1, 2, 3)
+    assert ring.rptr() == ring.wptr and ring.idle()
+    assert ring.r("QUEUE0_RB_RPTR").read() == ring.wptr
+    assert not sim(gpu).errors, sim(gpu).errors
+
+
+@pytest.mark.parametrize("n, src_off, dst_off", [(1, 0, 0), (3, 1, 5), (4097, 4095, 3), (3 * MiB + 17, 9, 4093),
+                                                  (5 * MiB, 0, 0)])
+def test_copy_vram_to_vram_any_size_and_alignment(gpu, n, src_off, dst_off):
+    ring = Ring(gpu)
+    src, dst = gpu.gmc.map_vram(n + 8192), gpu.gmc.map_vram(n + 8192)
+    data = pattern(n, n)
+    gpu.dev.vram.write(src.vram.addr + src_off, data)
+    gpu.dev.vram.write(dst.vram.addr + dst_off - 1 if dst_off else dst.vram.addr + n, b"\x5a")
+    ring.emit(copy(src.va + src_off, dst.va + dst_off, n))
+    assert vram(gpu, dst, dst_off, n) == data
+    if dst_off:
+        assert vram(gpu, dst, dst_off - 1, 1) == b"\x5a"                 # not a byte before
+    assert vram(gpu, dst, dst_off + n, 1) in (b"\x00", b"\x5a")          # nor after
+    assert ring.rptr() == ring.wptr and not sim(gpu).errors
+
+
+def test_copy_between_host_and_vram(gpu):
+    ring = Ring(gpu)
+    n = MiB + 4099
+    host_src, host_dst = gpu.dev.pci.alloc_dma(n + 8192), gpu.dev.pci.alloc_dma(n + 8192)
+    hs, hd = gpu.gmc.map_system(host_src), gpu.gmc.map_system(host_dst)
+    v = gpu.gmc.map_vram(n + 8192)
+    data = pattern(n, 3)
+    host_src.view[7:7 + n] = data
+    ring.emit(copy(hs.va + 7, v.va + 4001, n), copy(v.va + 4001, hd.va + 1, n))
+    assert vram(gpu, v, 4001, n) == data
+    assert bytes(host_dst.view[1:1 + n]) == data and host_dst.view[0] == 0 and host_dst.view[n + 1] == 0
+    ring.emit(fence(hd.va + n + 4095 & ~3, 7))                           # a fence in host memory
+    assert struct.unpack_from("<I", host_dst.view, n + 4095 & ~3)[0] == 7
+    assert not sim(gpu).errors
+
+
+def test_constant_fill_sizes(gpu):
+    ring = Ring(gpu)
+    m = gpu.gmc.map_vram(3 * MiB)
+    fill = dict(op=S.SDMA_OP_CONST_FILL, src_data_31_0=0xA1B2C3D4)
+    ring.emit(pkt("CONSTANT_FILL", dst_addr_31_0=lo(m.va + 1), dst_addr_63_32=hi(m.va), count=2 * MiB + 2, **fill),
+              pkt("CONSTANT_FILL", fillsize=2, dst_addr_31_0=lo(m.va + 2 * MiB + 4096),
+                  dst_addr_63_32=hi(m.va), count=15, **fill))
+    assert vram(gpu, m, 0, 1) == b"\0" and vram(gpu, m, 1, 2 * MiB + 3) == b"\xd4" * (2 * MiB + 3)
+    assert vram(gpu, m, 2 * MiB + 4, 1) == b"\0"
+    assert vram(gpu, m, 2 * MiB + 4096, 20) == struct.pack("<4I", *[0xA1B2C3D4] * 4) + b"\0" * 4
+    assert not sim(gpu).errors
+
+
+def test_timestamps_follow_the_clock_and_copies_take_time(gpu):
+    ring = Ring(gpu)
+    ts, src, dst = gpu.gmc.map_vram(4096), gpu.gmc.map_vram(4 * MiB), gpu.gmc.map_vram(4 * MiB)
+    ring.emit(timestamp(ts.va), copy(src.va, dst.va, 4 * MiB), timestamp(ts.va + 8),
+              copy(src.va, dst.va, 1), timestamp(ts.va + 16))
+    t0, t1, t2 = struct.unpack("<3Q", vram(gpu, ts, 0, 24))
+    assert 0 < t0 < t1 < t2
+    assert t1 - t0 >= 4 * MiB // (64 << 10) * 100       # more than 64 GB/s would be too fast at 100 MHz ticks
+    gpu.dev.reg("GC").GRBM_STATUS.read()
+    ring.emit(timestamp(ts.va + 24))
+    assert struct.unpack("<Q", vram(gpu, ts, 24, 8))[0] > t2
+    bad = timestamp(ts.va + 32)
+    bad[1] |= 4                                          # WRITE_ADDR_31_3: bits 2:0 are not an address
+    ring.emit(bad)
+    assert sim(gpu).blocks["SDMA"].queues[0].hung and "not 8-byte aligned" in str(sim(gpu).errors[-1])
+
+
+def test_poll_blocks_until_memory_matches_then_steps_or_a_doorbell_release_it(gpu):
+    ring = Ring(gpu)
+    host = gpu.dev.pci.alloc_dma(4096)
+    h = gpu.gmc.map_system(host)
+    out = gpu.gmc.map_vram(4096)
+    ring.emit(poll_mem(h.va, 1, mask=0xFF), fence(out.va, 5))
+    assert u32(gpu, out) == 0 and not ring.idle()                # blocked: busy, fence not written
+    rptr = ring.rptr()
+    struct.pack_into("<I", host.view, 0, 0x1200)                   # masked off: still no match
+    for _ in range(10):
+        ring.idle()
+    assert u32(gpu, out) == 0 and ring.rptr() == rptr
+    struct.pack_into("<I", host.view, 0, 0x1201)
+    for _ in range(5):                                             # the driver waits on a register
+        ring.idle()
+    assert u32(gpu, out) == 5 and ring.idle()
+    # a doorbell re-checks at once (no clock step needed), with FUNC >= this time
+    ring.emit(poll_mem(h.va + 4, 3, func=5), fence(out.va, 6))
+    assert u32(gpu, out) == 5
+    struct.pack_into("<I", host.view, 4, 9)
+    ring.emit(fence(out.va + 4, 7))
+    assert u32(gpu, out) == 6 and u32(gpu, out, 4) == 7
+    assert not sim(gpu).errors
+
+
+def test_hdp_flush_register_poll_as_upstream_emits_it(gpu):
+    ring = Ring(gpu, i=1)
+    nbio = gpu.dev.reg("NBIF")
+    done, req = nbio.BIF_BX_PF0_GPU_HDP_FLUSH_DONE, nbio.BIF_BX_PF0_GPU_HDP_FLUSH_REQ
+    mask = done.defn.fields["SDMA0"].mask << 1     # ref_and_mask_sdma0 << ring->me; .addr: byte addresses (reg << 2)
+    out = gpu.gmc.map_vram(4096)
+    ring.emit(pkt("POLL_REGMEM", op=S.SDMA_OP_POLL_REGMEM, hdp_flush=1, func=3, addr_31_0=done.addr,
+                  addr_63_32=req.addr, value=mask, mask=mask, retry_count=0xFFF, interval=10),
+              fence(out.va, 1))
+    assert u32(gpu, out) == 0 and not ring.idle()                # the done bit follows a step later
+    for _ in range(12):
+        ring.idle()
+    assert u32(gpu, out) == 1 and done.read() & mask
+    assert not sim(gpu).errors
+
+
+def test_trap_posts_the_sdma_trap_iv(gpu):
+    gpu.ih.poll()
+    ring = Ring(gpu, i=1)
+    ring.emit(pkt("TRAP", op=S.SDMA_OP_TRAP, int_context=0x1234))
+    iv = [e for e in gpu.ih.poll() if e.src_id == IHIDS.GFX_11_0_0__SRCID__SDMA_TRAP]
+    assert len(iv) == 1
+    assert iv[0].client_id == IHIDS.SOC21_IH_CLIENTID_GFX and iv[0].src_data[0] == 0x1234
+    assert (iv[0].ring_id & 0xF, iv[0].ring_id >> 4) == (0, 1)    # queue 0 of instance 1
+    ring.r("CNTL").update(TRAP_ENABLE=0)                          # set_trap_irq_state(disable)
+    ring.emit(pkt("TRAP", op=S.SDMA_OP_TRAP, int_context=1))
+    assert gpu.ih.poll() == [] and ring.idle()
+
+
+def test_indirect_buffer_and_nops(gpu):
+    ring = Ring(gpu)
+    ib, out = gpu.gmc.map_vram(4096), gpu.gmc.map_vram(4096)
+    body = write(out.va, 11, 12) + fence(out.va + 8, 13) + pkt("NOP", op=S.SDMA_OP_NOP)[:1]
+    gpu.dev.vram.write(ib.vram.addr, struct.pack(f"<{len(body)}I", *body))
+    nops = [pkt("NOP", op=S.SDMA_OP_NOP, count=1)[0], 0xFFFFFFFF]   # burst NOP: COUNT more dwords skipped
+    ring.emit(nops, pkt("INDIRECT", op=S.SDMA_OP_INDIRECT, ib_base_31_0=lo(ib.va), ib_base_63_32=hi(ib.va),
+                        ib_size=len(body)), fence(out.va + 12, 14))
+    assert struct.unpack("<4I", vram(gpu, out, 0, 16)) == (11, 12, 13, 14)
+    assert ring.rptr() == ring.wptr and not sim(gpu).errors
+    nested = pkt("INDIRECT", op=S.SDMA_OP_INDIRECT, ib_base_31_0=lo(ib.va), ib_base_63_32=hi(ib.va), ib_size=6)
+    gpu.dev.vram.write(ib.vram.addr, struct.pack("<6I", *nested))
+    ring.emit(pkt("INDIRECT", op=S.SDMA_OP_INDIRECT, ib_base_31_0=lo(ib.va), ib_base_63_32=hi(ib.va), ib_size=6))
+    assert "may not contain an INDIRECT" in str(sim(gpu).errors[-1])
+
+
+def test_the_ring_wraps(gpu):
+    ring = Ring(gpu, size=256)
+    out = gpu.gmc.map_vram(4096)
+    for k in range(40):                                            # 40 x 16 bytes: the 256-byte ring wraps
+        ring.emit(fence(out.va + 4 * (k % 8), k))
+    assert struct.unpack("<8I", vram(gpu, out, 0, 32)) == tuple(range(32, 40))
+    assert ring.rptr() == ring.wptr == 40 * 16 and not sim(gpu).errors
+
+
+def test_unknown_opcode_hangs_until_soft_reset(gpu):
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    ring.emit([3])                                                 # no SDMA_OP 3 exists
+    at = ring.rptr()
+    ring.emit(fence(out.va, 1))
+    assert u32(gpu, out) == 0 and ring.rptr() == at and not ring.idle()
+    assert "unknown opcode 3" in str(sim(gpu).errors[0]) and "SOFT_RESET_SDMA0" in str(sim(gpu).errors[0])
+    for _ in range(20):                                            # time does not heal it
+        ring.idle()
+    ring.ring()
+    assert u32(gpu, out) == 0
+    ring.soft_reset()
+    ring.emit(fence(out.va, 2))
+    assert u32(gpu, out) == 2 and ring.idle()
+
+
+@pytest.mark.parametrize("bad, why", [
+    (lambda va: copy(va, va + 64, 1)[:1] + [1 << 30] + copy(va, va + 64, 1)[2:], "above the 30-bit count"),
+    (lambda va: write(va + 2, 1), "not dword aligned"),
+    (lambda va: fence(va + 1, 1), "not dword aligned"),
+    (lambda va: pkt("COPY_LINEAR", op=S.SDMA_OP_COPY, sub_op=S.SDMA_SUBOP_COPY_TILED), "does not execute"),
+    (lambda va: poll_mem(va, 0, func=7), "FUNC 7 is reserved"),
+    (lambda va: poll_mem(va, 1, retry=3, interval=1), "no match after 3 retries"),
+    (lambda va: pkt("ATOMIC", op=S.SDMA_OP_ATOMIC), "does not execute"),
+])
+def test_malformed_packets_hang(gpu, bad, why):
+    ring = Ring(gpu)
+    m = gpu.gmc.map_vram(4096)
+    ring.emit(bad(m.va))
+    for _ in range(10):
+        ring.idle()
+    assert sim(gpu).blocks["SDMA"].queues[0].hung and why in str(sim(gpu).errors[-1])
+    assert ring.rptr() == 0 and not ring.idle()
+
+
+def test_a_copy_from_an_unmapped_address_faults_and_hangs(gpu):
+    ring = Ring(gpu)
+    gpu.ih.poll()
+    dst = gpu.gmc.map_vram(4096)
+    gone = gpu.gmc.map_vram(8192)
+    gpu.gmc.unmap(gone)
+    ring.emit(copy(gone.va + 4096 + 12, dst.va, 16))
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address == gone.va + 4096 and "SDMA0" in str(fault) and not fault.write
+    ivs = [e for e in gpu.ih.poll() if e.src_id == IHIDS.UTCL2_1_0__SRCID__FAULT]
+    assert len(ivs) == 1 and ivs[0].client_id == IHIDS.SOC21_IH_CLIENTID_GFX
+    assert "faulted" in str(sim(gpu).errors[-1]) and ring.rptr() == 0 and not ring.idle()
+    ring.soft_reset()
+    ring.emit(fence(dst.va, 3))
+    assert u32(gpu, dst) == 3
+
+
+def test_nothing_runs_while_halted_or_disabled(gpu):
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    ring.r("F32_CNTL").update(HALT=1)
+    ring.emit(fence(out.va, 1))
+    for _ in range(5):
+        ring.idle()
+    assert u32(gpu, out) == 0 and ring.rptr() == 0
+    ring.r("QUEUE0_RB_CNTL").update(RB_ENABLE=0)
+    ring.r("F32_CNTL").update(HALT=0)
+    ring.idle()
+    assert u32(gpu, out) == 0
+    ring.r("QUEUE0_RB_CNTL").update(RB_ENABLE=1)                  # both allow it: the pending work runs
+    ring.idle()
+    assert u32(gpu, out) == 1 and ring.rptr() == ring.wptr
+
+
+def test_a_write_pointer_behind_the_read_pointer_hangs(gpu):
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    ring.emit(fence(out.va, 1))
+    ring.wptr = 8                                                   # masked/backwards: not how SDMA v6 counts
+    ring.ring()
+    assert "behind the read pointer" in str(sim(gpu).errors[-1]) and not ring.idle()
