@@ -289,12 +289,12 @@ class SDMA(Block):
         pending = self._pending(i)
         if pending == 0:
             return False
-        rptr = self._ptr(i, "RPTR")
-        if pending & 3 or pending > size:
-            raise Hang(f"the write pointer {self._ptr(i, 'WPTR'):#x} is {'not a dword multiple' if pending & 3 else ''}"
-                       f"{' and ' if pending & 3 and pending > size else ''}"
-                       f"{'behind the read pointer or more than the ring size ahead of it' if pending > size else ''}"
-                       f" (the ring is {size:#x} bytes; pointers are 64-bit byte counts, never masked)")
+        rptr, wptr = self._ptr(i, "RPTR"), self._ptr(i, "WPTR")
+        if pending > size:
+            raise Hang(f"the write pointer {wptr:#x} is behind the read pointer {rptr:#x} or more than the "
+                       f"{size:#x}-byte ring ahead of it (SDMA v6 pointers are 64-bit byte counts, never masked)")
+        if pending & 3:
+            raise Hang(f"the write pointer {wptr:#x} is not a whole number of dwords past the read pointer {rptr:#x}")
         fetch = functools.partial(self._fetch_ring, i, base, size, rptr, cntl["RB_VMID"])
         return self._packet(i, fetch, pending // 4, cntl["RB_VMID"], bool(cntl["RB_PRIV"]), ("RB", rptr), in_ib=False)
 

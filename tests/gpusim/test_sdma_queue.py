@@ -400,3 +400,48 @@ def test_a_write_pointer_behind_the_read_pointer_hangs(gpu):
     ring.wptr = 8                                                   # masked/backwards: not how SDMA v6 counts
     ring.ring()
     assert "behind the read pointer" in str(sim(gpu).errors[-1]) and not ring.idle()
+
+
+def test_32bit_doorbell_and_register_write_pointers(gpu):
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    packet = fence(out.va, 1)
+    gpu.dev.vram.write(ring.buf.vram.addr, struct.pack("<4I", *packet))
+    ring.wptr = 16
+    gpu.dev.pci.bar(2).write32(4 * ring.doorbell, ring.wptr)     # the upper half comes from the dword above
+    assert u32(gpu, out) == 1
+    ring.r("QUEUE0_DOORBELL").update(ENABLE=0)                    # use_doorbell false: RB_WPTR/_HI registers
+    gpu.dev.vram.write(ring.buf.vram.addr + 16, struct.pack("<4I", *fence(out.va, 2)))
+    ring.r("QUEUE0_RB_WPTR").write(32)
+    ring.r("QUEUE0_RB_WPTR_HI").write(0)
+    ring.idle()
+    assert u32(gpu, out) == 2 and ring.rptr() == 32 and not sim(gpu).errors
+
+
+def test_a_blocked_poll_survives_save_and_load(gpu, tmp_path):
+    from gpusim import persist
+    ring = Ring(gpu)
+    flag, out = gpu.gmc.map_vram(4096), gpu.gmc.map_vram(4096)
+    ring.emit(poll_mem(flag.va, 1), fence(out.va, 9))
+    persist.save(sim(gpu), tmp_path / "gpu.state")
+    dev = persist.load(tmp_path / "gpu.state")
+    dev.vram.write32(flag.vram.addr, 1)
+    dev.step(10)
+    assert dev.vram.read32(out.vram.addr) == 9 and not dev.blocks["SDMA"].queues[0].poll
+    assert u32(gpu, out) == 0                                      # the original device still waits
+
+
+def test_with_the_asynchronous_clock_the_queue_runs_on_its_own(gpu):
+    import time
+    ring = Ring(gpu)
+    flag, out = gpu.gmc.map_vram(4096), gpu.gmc.map_vram(4096)
+    sim(gpu).start_async()
+    try:
+        ring.emit(poll_mem(flag.va, 1), fence(out.va, 4))
+        gpu.dev.vram.write32(flag.vram.addr, 1)
+        deadline = time.monotonic() + 5
+        while u32(gpu, out) != 4 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    finally:
+        sim(gpu).stop_async()
+    assert u32(gpu, out) == 4 and not sim(gpu).errors
