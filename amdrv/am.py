@@ -3,6 +3,7 @@
     gpu = AMGPU.open("am:sim")          # or a pcie.PCIFunction; "am" picks the first free AMD GPU
     gpu.boot_report                      # BootReport(kind="cold", reason=..., seconds, mmio_reads, ...)
     gpu.gfx.mec_ready(), gpu.sdma.ready()
+    gpu.recover()                        # after a hung or faulted queue: engines reset, queues re-created
     gpu.fini()                           # engines halted, clocks low, clean-exit flag set, device closed
 
 What the GPU was left in decides the boot:
@@ -235,6 +236,13 @@ class AMGPU:
             lines.append(f"SMU firmware reports {self.smu.version_str()}, driver interface "
                          f"{self.smu.if_version:#x}")
         return lines
+
+    # ---------------------------------------------------------------- recover
+    def recover(self) -> list[str]:
+        """Resets the compute engines and SDMA after a hang or fault without a reboot, clears latched
+        faults and re-creates every queue (amdrv.queue.recover); returns the faults found, in words."""
+        from amdrv.queue import recover
+        return recover(self)
 
     # ---------------------------------------------------------------- fini
     def fini(self) -> None:

@@ -1,0 +1,522 @@
+"""Compute (MEC) and SDMA queues of a booted AM GPU, their submission, waits, and recovery.
+
+    from amdrv.queue import ComputeQueue, SDMAQueue, HostBuffer, Fence, recover
+    q = ComputeQueue(gpu)                      # ME1 pipe 0 queue 0, 64 KiB ring, doorbell MEC_RING0
+    s = SDMAQueue(gpu, engine=0)               # SDMA0 QUEUE0, 64 KiB ring
+    mem = HostBuffer(gpu, 4096)                # host memory the engines reach at mem.va (mem.view)
+    f = Fence(mem, 0)                          # a 64-bit value at mem.va + 0: f.va, f.value
+    q.submit(pm4_dwords)                       # array('I') / list / numpy uint32: copied into the ring
+    q.wait(f, 1, timeout_s=2.0)                # QueueError naming the queue, rptr/wptr and any fault
+    recover(gpu)                               # reset GFX and SDMA engines, clear faults, re-create queues
+
+Both queues run in VMID 0 (the AM driver's single address space, amdrv.ip.gmc). Their rings and
+pointer write-back words live in host DMA memory mapped for the GPU (as amdgpu's rings live in GTT),
+so `submit` is a memory copy, one 64-bit wptr store and one 64-bit doorbell write: no MMIO read.
+Whoever writes VRAM through BAR0 for an engine to read must flush HDP first (`gpu.nbio.hdp_flush()`,
+or PM4/SDMA packets: see amdrv.pm4 / amdrv.sdma_packets); a queue does it after writing its own MQD.
+
+Facts (drivers/gpu/drm/amd):
+- Compute queue set-up without MES/KIQ follows gfx_v11_0_compute_mqd_init + gfx_v11_0_kiq_init_register
+  under GRBM_GFX_CNTL's queue select (soc21_grbm_select; amdgpu's srbm_mutex is a per-device lock here):
+  wptr polling off, EOP buffer (GFX11_MEC_HPD_SIZE 2048 bytes, EOP_SIZE = log2(2048/4) - 1), doorbell
+  control, dequeue if active, MQD address (MQD_CONTROL VMID 0), ring base >> 8 and PQ_CONTROL
+  (QUEUE_SIZE = log2(size/4) - 1, RPTR_BLOCK_SIZE = log2(4096/4) - 1, PRIV_STATE, KMD_QUEUE), rptr
+  report and wptr poll addresses, CP_MEC_DOORBELL_RANGE_LOWER/UPPER = (kiq*2) << 2 / (userqueue_end*2)
+  << 2, wptr 0, VMID 0, PERSISTENT_STATE.PRELOAD_SIZE 0x55, CP_HQD_ACTIVE 1, CP_PQ_STATUS.DOORBELL_ENABLE.
+  The MQD (include/v11_structs.h, v11_compute_mqd: the dword offsets below are the header's comments)
+  gets what gfx_v11_0_compute_mqd_init fills. Unlike upstream, the read and write pointers are zeroed
+  even when the queue was not active: after `recover` the HQD registers may hold the old queue's.
+- Doorbells (amdgpu_doorbell.h, soc21_init_doorbell_index): indices in 64-bit units, rings use index
+  << 1 in dwords: MEC ring n at (AMDGPU_NAVI10_DOORBELL_MEC_RING0 + n) << 1, SDMA engine e at
+  sDMA_ENGINE0/1 << 1. Compute wptr: dwords, 64-bit, never wrapped (support_64bit_ptrs), stored to the
+  wptr poll word and rung as a 64-bit doorbell (gfx_v11_0_ring_set_wptr_compute). SDMA wptr: the same in
+  bytes (wptr << 2, sdma_v6_0_ring_set_wptr); rptr write-back in bytes too (sdma_v6_0_ring_get_rptr).
+- SDMA queue set-up is sdma_v6_0_gfx_resume for one engine (ring, pointers, wptr poll, rptr write-back,
+  doorbell enable/offset, the NBIO SDMA doorbell range for engine 0 (sdma_doorbell_range 20 per engine),
+  UTCL1 RESP_MODE 3 / REDO_DELAY 9 and the L2 read/write policies (sdma_common.h defaults NOA/BYPASS),
+  unhalt, RB_ENABLE, IB_ENABLE).
+- Recovery: the compute side is gfx_v11_0_soft_reset (every MEC queue dequeued with RESET_WAVES (2) and
+  SPI_COMPUTE_QUEUE_RESET, CP_VMID_RESET, GRBM_SOFT_RESET of CP/GFX/CPF/CPC/CPG pulsed,
+  CP_SOFT_RESET_CNTL.CMP_HQD_REG_RESET, then cp_resume: the RS64 MEC restarted as at boot); the SDMA side
+  is sdma_v6_0_soft_reset (rings stopped, FREEZE, F32 halted with TH1 reset, QUEUE0_PREEMPT 0,
+  GRBM_SOFT_RESET.SOFT_RESET_SDMA<n> pulsed, then the engine started again). Latched VM faults are
+  cleared and the IH ring drained; every queue of the GPU is then set up again with empty rings.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+import weakref
+
+from amdrv.ip.gfx import MEC_PIPES, poll
+
+# amdgpu_doorbell.h AMDGPU_NAVI10_DOORBELL_* (64-bit doorbell units)
+DOORBELL_KIQ, DOORBELL_MEC_RING0, DOORBELL_USERQUEUE_END = 0x000, 0x003, 0x08A
+DOORBELL_SDMA_ENGINE = (0x100, 0x10A)
+SDMA_DOORBELL_RANGE = 20               # soc21_init_doorbell_index
+DOORBELL_BAR = 2
+GFX11_MEC_HPD_SIZE = 2048              # gfx_v11_0.c: EOP buffer bytes per queue
+MQD_SIZE = 4096                        # v11_compute_mqd is 512 dwords; one page
+GPU_PAGE = 4096                        # AMDGPU_GPU_PAGE_SIZE
+MEC_QUEUES_PER_PIPE = 8                # gfx_v11_0: mec.num_queue_per_pipe
+RESET_WAVES = 2                        # CP_HQD_DEQUEUE_REQUEST type (gfx_v11_0_soft_reset, hqd_destroy_v11)
+CACHE_READ_POLICY_L2_DEFAULT, CACHE_WRITE_POLICY_L2_DEFAULT = 2, 3   # sdma_common.h (NOA, BYPASS)
+RING_SIZE = 64 << 10
+USEC_TIMEOUT = 0.1                     # adev->usec_timeout
+
+# v11_compute_mqd dword offsets (include/v11_structs.h, "offset:" comments)
+MQD = dict(header=0, compute_pipelinestat_enable=11, compute_static_thread_mgmt_se0=23,
+           compute_static_thread_mgmt_se1=24, compute_static_thread_mgmt_se2=26,
+           compute_static_thread_mgmt_se3=27, compute_misc_reserved=32, cp_mqd_base_addr_lo=128,
+           cp_mqd_base_addr_hi=129, cp_hqd_active=130, cp_hqd_vmid=131, cp_hqd_persistent_state=132,
+           cp_hqd_pipe_priority=133, cp_hqd_queue_priority=134, cp_hqd_pq_base_lo=136, cp_hqd_pq_base_hi=137,
+           cp_hqd_pq_rptr=138, cp_hqd_pq_rptr_report_addr_lo=139, cp_hqd_pq_rptr_report_addr_hi=140,
+           cp_hqd_pq_wptr_poll_addr_lo=141, cp_hqd_pq_wptr_poll_addr_hi=142, cp_hqd_pq_doorbell_control=143,
+           cp_hqd_pq_control=145, cp_hqd_ib_control=149, cp_hqd_dequeue_request=152, cp_mqd_control=162,
+           cp_hqd_eop_base_addr_lo=165, cp_hqd_eop_base_addr_hi=166, cp_hqd_eop_control=167,
+           cp_hqd_pq_wptr_lo=182, cp_hqd_pq_wptr_hi=183)
+MQD_HEADER = 0xC0310800                # gfx_v11_0_compute_mqd_init
+
+_grbm_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_queues: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # gpu -> WeakSet of its queues
+
+
+class QueueError(RuntimeError):
+    """A queue failed: names the GPU, the queue, its read/write pointers and any fault, and what to do."""
+
+
+def grbm_lock(dev) -> threading.Lock:
+    """The lock around GRBM_GFX_CNTL queue selection (amdgpu's srbm_mutex), one per device."""
+    lock = _grbm_locks.get(dev)
+    if lock is None:
+        lock = _grbm_locks.setdefault(dev, threading.Lock())
+    return lock
+
+
+def _log2(n: int, what: str) -> int:
+    if n <= 0 or n & (n - 1):
+        raise ValueError(f"{what} must be a power of two, not {n}")
+    return n.bit_length() - 1
+
+
+class HostBuffer:
+    """Host DMA memory mapped for the engines: `va` (GPU address), `view` (a writable memoryview of the
+    bytes), `free()`. Page-granular."""
+
+    def __init__(self, gpu, size: int):
+        self.gpu = gpu
+        self.dma = gpu.dev.pci.alloc_dma(max(size, GPU_PAGE))
+        try:
+            self.mapping = gpu.gmc.map_system(self.dma)
+        except BaseException:
+            self.dma.free()
+            raise
+        self.va, self.size, self.view = self.mapping.va, size, self.dma.view
+
+    def free(self) -> None:
+        if self.dma is not None:
+            self.gpu.gmc.unmap(self.mapping)
+            self.dma.free()
+            self.dma = None
+
+
+class Fence:
+    """A 64-bit value in host memory the engines write: `va`; `value` reads (and sets) it."""
+
+    __slots__ = ("buf", "offset", "va", "_view")
+
+    def __init__(self, buf: HostBuffer, offset: int = 0):
+        if offset & 7:
+            raise ValueError(f"fence at offset {offset:#x}: 64-bit values must be 8-byte aligned")
+        self.buf, self.offset, self.va = buf, offset, buf.va + offset
+        self._view = buf.view[offset:offset + 8].cast("Q")
+
+    @property
+    def value(self) -> int:
+        return self._view[0]
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self._view[0] = v
+
+
+class _Queue:
+    """Ring in host memory, pointer write-back words, doorbell; subclasses program the engine."""
+
+    kind = "queue"
+    wptr_unit = 4           # bytes per wptr unit as the engine counts it (compute: dwords)
+
+    def __init__(self, gpu, ring_size: int):
+        self.gpu, self.dev = gpu, gpu.dev
+        self.ring_size = ring_size
+        self.ring_dw = ring_size // 4
+        _log2(ring_size, f"{self.kind} ring size")
+        # ring, then one page: rptr report at +0, wptr poll word at +8
+        self.mem = HostBuffer(gpu, ring_size + GPU_PAGE)
+        self.ring = self.mem.view[:ring_size].cast("I")
+        self.wb = self.mem.view[ring_size:ring_size + 16].cast("Q")
+        self.ring_va, self.rptr_va, self.wptr_va = self.mem.va, self.mem.va + ring_size, self.mem.va + ring_size + 8
+        self.doorbell = self.dev.pci.bar(DOORBELL_BAR)
+        self.wptr = 0       # dwords written since set-up
+        _queues.setdefault(gpu, weakref.WeakSet()).add(self)
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def _reset_ring(self) -> None:
+        self.wptr = 0
+        self.wb[0] = self.wb[1] = 0
+        self.mem.view[:self.ring_size] = bytes(self.ring_size)
+
+    @property
+    def rptr(self) -> int:
+        """Dwords the engine has consumed (from its rptr write-back)."""
+        return self.wb[0] * self.wptr_unit // 4
+
+    def submit(self, dwords) -> None:
+        """Copies dwords (array('I'), a uint32 numpy array or a list of ints) into the ring and rings the
+        doorbell. Waits for room if the ring is full (QueueError if the engine does not move)."""
+        n = len(dwords)
+        if not isinstance(dwords, memoryview):
+            try:
+                dwords = memoryview(dwords).cast("B").cast("I")
+            except TypeError:
+                dwords = memoryview(struct.pack(f"<{n}I", *dwords)).cast("I")
+        if n > self.ring_dw:
+            raise QueueError(f"{self.name}: {n} dwords do not fit the {self.ring_dw}-dword ring; "
+                             "submit in parts or use an indirect buffer")
+        if self.wptr + n - self.rptr > self.ring_dw:
+            self._wait_room(n)
+        at = self.wptr % self.ring_dw
+        first = min(n, self.ring_dw - at)
+        self.ring[at:at + first] = dwords[:first]
+        if first < n:
+            self.ring[:n - first] = dwords[first:]
+        self.wptr += n
+        value = self.wptr * 4 // self.wptr_unit
+        self.wb[1] = value
+        self.doorbell.write64(self.doorbell_index * 4, value)
+
+    def _wait_room(self, n: int) -> None:
+        ok, _ = poll(lambda: (self._tick(), self.rptr)[1], lambda r: self.wptr + n - r <= self.ring_dw, 2.0, 1000)
+        if not ok:
+            raise self._error(f"the ring stays full ({n} dwords to add)")
+
+    def _tick(self) -> int:
+        """One status register read: lets a stepped simulator run, and tells whether the engine is busy."""
+        raise NotImplementedError
+
+    def wait(self, fence, value: int, timeout_s: float = 2.0, min_reads: int = 2000) -> None:
+        """Waits until fence.value >= value. A VM fault reported on the IH ring ends the wait at once;
+        otherwise after timeout_s (and at least min_reads status reads) the queue is taken as hung.
+        Raises QueueError naming the queue, its pointers and the fault in words."""
+        t0, n = time.perf_counter(), 0
+        while fence.value < value:
+            self._tick()
+            n += 1
+            if n & 255 == 0:
+                faults = self._faults()
+                if faults:
+                    raise self._error(f"a VM fault while waiting for the fence at {fence.va:#x} to reach {value}",
+                                      faults)
+                if n >= min_reads and time.perf_counter() - t0 >= timeout_s:
+                    raise self._error(f"timed out after {time.perf_counter() - t0:.2f} s waiting for the fence "
+                                      f"at {fence.va:#x} to reach {value} (it holds {fence.value})",
+                                      self._faults())
+
+    def _faults(self) -> list[str]:
+        """VM faults from the IH ring and the GC hub's latch, in words (both cleared)."""
+        gmc, out = self.gpu.gmc, []
+        for iv in self.gpu.ih.poll():
+            f = gmc.fault_from_iv(iv)
+            out.append(str(f) if f is not None else str(iv))
+        for hub in ("GC", "MM"):
+            f = gmc.decode_fault(hub)
+            if f is not None:
+                out.append(str(f))
+        return out
+
+    def state(self) -> str:
+        raise NotImplementedError
+
+    def _error(self, what: str, faults: list[str] | None = None) -> QueueError:
+        fault = "; ".join(faults) if faults else "no VM fault reported"
+        return QueueError(f"{self.dev.name}: {self.name}: {what}; {self.state()}; {fault}. The queue is hung: "
+                          "call gpu.recover() (amdrv.queue.recover) to reset the engines and re-create the queues")
+
+
+class ComputeQueue(_Queue):
+    """A compute queue on the MEC (ME1), programmed directly into its HQD registers. ring_id picks the
+    doorbell (MEC_RING0 + ring_id) and the EOP slot, as amdgpu's compute rings do."""
+
+    kind = "compute"
+    wptr_unit = 4
+
+    def __init__(self, gpu, pipe: int = 0, queue: int = 0, ring_size: int = RING_SIZE, ring_id: int | None = None):
+        if not (0 <= pipe < MEC_PIPES and 0 <= queue < MEC_QUEUES_PER_PIPE):
+            raise ValueError(f"MEC pipe {pipe} queue {queue}: ME1 has pipes 0..{MEC_PIPES - 1} and queues "
+                             f"0..{MEC_QUEUES_PER_PIPE - 1}")
+        self.me, self.pipe, self.queue = 1, pipe, queue
+        self.ring_id = pipe * MEC_QUEUES_PER_PIPE + queue if ring_id is None else ring_id
+        self.doorbell_index = (DOORBELL_MEC_RING0 + self.ring_id) << 1
+        if self.doorbell_index > DOORBELL_USERQUEUE_END << 1:
+            raise ValueError(f"compute ring {self.ring_id}: doorbell {self.doorbell_index:#x} is past the MEC range")
+        super().__init__(gpu, ring_size)
+        self.gc = self.dev.reg("GC")
+        self.mqd = gpu.gmc.map_vram(MQD_SIZE, tag=f"mqd {self.name}")
+        self.eop = gpu.gmc.map_vram(GPU_PAGE, tag=f"eop {self.name}")
+        self.init()
+
+    @property
+    def name(self) -> str:
+        return f"compute queue ME{self.me} pipe {self.pipe} queue {self.queue}"
+
+    def _select(self, me=0, pipe=0, queue=0) -> None:
+        self.gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=me, VMID=0, QUEUEID=queue)
+
+    def init(self) -> None:
+        """(Re)creates the queue with an empty ring: MQD, then the HQD registers, then CP_HQD_ACTIVE."""
+        self._reset_ring()
+        gc, dev = self.gc, self.dev
+        self.dev.vram.write(self.eop.vram.addr, bytes(GFX11_MEC_HPD_SIZE))
+        with grbm_lock(dev):
+            self._select(self.me, self.pipe, self.queue)
+            try:
+                m = self._mqd_values()
+                image = bytearray(MQD_SIZE)
+                for name, value in m.items():
+                    struct.pack_into("<I", image, MQD[name] * 4, value)
+                dev.vram.write(self.mqd.vram.addr, bytes(image))
+                self.gpu.nbio.hdp_flush()
+                self._program(m)
+            finally:
+                self._select()
+
+    def _mqd_values(self) -> dict[str, int]:
+        gc = self.gc
+        eop = self.eop.va >> 8
+        pq = self.ring_va >> 8
+        return dict(
+            header=MQD_HEADER, compute_pipelinestat_enable=1,
+            compute_static_thread_mgmt_se0=0xFFFFFFFF, compute_static_thread_mgmt_se1=0xFFFFFFFF,
+            compute_static_thread_mgmt_se2=0xFFFFFFFF, compute_static_thread_mgmt_se3=0xFFFFFFFF,
+            compute_misc_reserved=7,
+            cp_hqd_eop_base_addr_lo=eop & 0xFFFFFFFF, cp_hqd_eop_base_addr_hi=eop >> 32,
+            cp_hqd_eop_control=gc.CP_HQD_EOP_CONTROL.defn.encode(
+                gc.CP_HQD_EOP_CONTROL.read(), EOP_SIZE=_log2(GFX11_MEC_HPD_SIZE // 4, "EOP") - 1),
+            cp_hqd_pq_doorbell_control=gc.CP_HQD_PQ_DOORBELL_CONTROL.encode(
+                DOORBELL_OFFSET=self.doorbell_index, DOORBELL_EN=1, DOORBELL_SOURCE=0, DOORBELL_HIT=0),
+            cp_hqd_dequeue_request=0, cp_hqd_pq_rptr=0, cp_hqd_pq_wptr_lo=0, cp_hqd_pq_wptr_hi=0,
+            cp_mqd_base_addr_lo=self.mqd.va & 0xFFFFFFFC, cp_mqd_base_addr_hi=self.mqd.va >> 32,
+            cp_mqd_control=gc.CP_MQD_CONTROL.defn.encode(gc.CP_MQD_CONTROL.read(), VMID=0),
+            cp_hqd_pq_base_lo=pq & 0xFFFFFFFF, cp_hqd_pq_base_hi=pq >> 32,
+            cp_hqd_pq_control=gc.CP_HQD_PQ_CONTROL.defn.encode(
+                gc.CP_HQD_PQ_CONTROL.read(), QUEUE_SIZE=_log2(self.ring_dw, "ring") - 1,
+                RPTR_BLOCK_SIZE=_log2(GPU_PAGE // 4, "page") - 1, UNORD_DISPATCH=0, TUNNEL_DISPATCH=0,
+                PRIV_STATE=1, KMD_QUEUE=1),
+            cp_hqd_pq_rptr_report_addr_lo=self.rptr_va & 0xFFFFFFFC,
+            cp_hqd_pq_rptr_report_addr_hi=(self.rptr_va >> 32) & 0xFFFF,
+            cp_hqd_pq_wptr_poll_addr_lo=self.wptr_va & 0xFFFFFFFC,
+            cp_hqd_pq_wptr_poll_addr_hi=(self.wptr_va >> 32) & 0xFFFF,
+            cp_hqd_vmid=0,
+            cp_hqd_persistent_state=gc.CP_HQD_PERSISTENT_STATE.defn.encode(
+                gc.CP_HQD_PERSISTENT_STATE.read(), PRELOAD_SIZE=0x55),
+            cp_hqd_ib_control=gc.CP_HQD_IB_CONTROL.defn.encode(gc.CP_HQD_IB_CONTROL.read(), MIN_IB_AVAIL_SIZE=3),
+            cp_hqd_pipe_priority=0, cp_hqd_queue_priority=0, cp_hqd_active=1)
+
+    def _program(self, m: dict[str, int]) -> None:
+        """gfx_v11_0_kiq_init_register, with the queue selected."""
+        gc = self.gc
+        gc.CP_PQ_WPTR_POLL_CNTL.update(EN=0)
+        gc.CP_HQD_EOP_BASE_ADDR.write(m["cp_hqd_eop_base_addr_lo"])
+        gc.CP_HQD_EOP_BASE_ADDR_HI.write(m["cp_hqd_eop_base_addr_hi"])
+        gc.CP_HQD_EOP_CONTROL.write(m["cp_hqd_eop_control"])
+        gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
+        if gc.CP_HQD_ACTIVE.read() & 1:
+            self._dequeue(1)
+            gc.CP_HQD_DEQUEUE_REQUEST.write(m["cp_hqd_dequeue_request"])
+        gc.CP_HQD_PQ_RPTR.write(m["cp_hqd_pq_rptr"])
+        gc.CP_HQD_PQ_WPTR_LO.write(m["cp_hqd_pq_wptr_lo"])
+        gc.CP_HQD_PQ_WPTR_HI.write(m["cp_hqd_pq_wptr_hi"])
+        gc.CP_MQD_BASE_ADDR.write(m["cp_mqd_base_addr_lo"])
+        gc.CP_MQD_BASE_ADDR_HI.write(m["cp_mqd_base_addr_hi"])
+        gc.CP_MQD_CONTROL.write(m["cp_mqd_control"])
+        gc.CP_HQD_PQ_BASE.write(m["cp_hqd_pq_base_lo"])
+        gc.CP_HQD_PQ_BASE_HI.write(m["cp_hqd_pq_base_hi"])
+        gc.CP_HQD_PQ_CONTROL.write(m["cp_hqd_pq_control"])
+        gc.CP_HQD_PQ_RPTR_REPORT_ADDR.write(m["cp_hqd_pq_rptr_report_addr_lo"])
+        gc.CP_HQD_PQ_RPTR_REPORT_ADDR_HI.write(m["cp_hqd_pq_rptr_report_addr_hi"])
+        gc.CP_HQD_PQ_WPTR_POLL_ADDR.write(m["cp_hqd_pq_wptr_poll_addr_lo"])
+        gc.CP_HQD_PQ_WPTR_POLL_ADDR_HI.write(m["cp_hqd_pq_wptr_poll_addr_hi"])
+        gc.CP_MEC_DOORBELL_RANGE_LOWER.write((DOORBELL_KIQ * 2) << 2)
+        gc.CP_MEC_DOORBELL_RANGE_UPPER.write((DOORBELL_USERQUEUE_END * 2) << 2)
+        gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
+        gc.CP_HQD_PQ_WPTR_LO.write(m["cp_hqd_pq_wptr_lo"])
+        gc.CP_HQD_PQ_WPTR_HI.write(m["cp_hqd_pq_wptr_hi"])
+        gc.CP_HQD_VMID.write(m["cp_hqd_vmid"])
+        gc.CP_HQD_PERSISTENT_STATE.write(m["cp_hqd_persistent_state"])
+        gc.CP_HQD_ACTIVE.write(m["cp_hqd_active"])
+        gc.CP_PQ_STATUS.update(DOORBELL_ENABLE=1)
+
+    def _dequeue(self, request: int) -> bool:
+        """CP_HQD_DEQUEUE_REQUEST with the queue selected; True once CP_HQD_ACTIVE clears."""
+        gc = self.gc
+        gc.CP_HQD_DEQUEUE_REQUEST.write(request)
+        ok, _ = poll(gc.CP_HQD_ACTIVE.read, lambda v: not v & 1, USEC_TIMEOUT, 1000)
+        return ok
+
+    def _tick(self) -> int:
+        return self.gc.GRBM_STATUS.read()
+
+    def state(self) -> str:
+        with grbm_lock(self.dev):
+            self._select(self.me, self.pipe, self.queue)
+            try:
+                gc = self.gc
+                active, rptr = gc.CP_HQD_ACTIVE.read() & 1, gc.CP_HQD_PQ_RPTR.read()
+                wptr = gc.CP_HQD_PQ_WPTR_LO.read() | gc.CP_HQD_PQ_WPTR_HI.read() << 32
+            finally:
+                self._select()
+        return (f"rptr {self.rptr} (write-back) / {rptr} (CP_HQD_PQ_RPTR), wptr {self.wptr} "
+                f"(driver) / {wptr} (CP_HQD_PQ_WPTR), CP_HQD_ACTIVE {active}, "
+                f"GRBM_STATUS {self.gc.GRBM_STATUS.read():#010x}")
+
+
+class SDMAQueue(_Queue):
+    """Queue 0 of an SDMA engine (its gfx ring), as sdma_v6_0_gfx_resume sets it up."""
+
+    kind = "SDMA"
+    wptr_unit = 1           # SDMA pointers count bytes
+
+    def __init__(self, gpu, engine: int = 0, ring_size: int = RING_SIZE):
+        if engine not in gpu.sdma.engines:
+            raise ValueError(f"{gpu.dev.name}: no SDMA engine {engine}; it has {gpu.sdma.engines}")
+        self.engine = engine
+        self.doorbell_index = DOORBELL_SDMA_ENGINE[engine] << 1
+        super().__init__(gpu, ring_size)
+        self.gc = self.dev.reg("SDMA0")
+        self.init()
+
+    @property
+    def name(self) -> str:
+        return f"SDMA{self.engine} queue 0"
+
+    def _reg(self, name: str):
+        return self.gc.reg(f"SDMA{self.engine}_{name}")
+
+    def init(self) -> None:
+        """(Re)creates the ring: sdma_v6_0_gfx_resume for this engine."""
+        self._reset_ring()
+        r = self._reg
+        r("SEM_WAIT_FAIL_TIMER_CNTL").write(0)
+        cntl = r("QUEUE0_RB_CNTL")
+        rb = cntl.defn.encode(cntl.read(), RB_SIZE=_log2(self.ring_dw, "ring"), RB_PRIV=1, RB_ENABLE=0)
+        cntl.write(rb)
+        for name in ("RB_RPTR", "RB_RPTR_HI", "RB_WPTR", "RB_WPTR_HI"):
+            r(f"QUEUE0_{name}").write(0)
+        r("QUEUE0_RB_WPTR_POLL_ADDR_LO").write(self.wptr_va & 0xFFFFFFFF)
+        r("QUEUE0_RB_WPTR_POLL_ADDR_HI").write(self.wptr_va >> 32)
+        r("QUEUE0_RB_RPTR_ADDR_HI").write(self.rptr_va >> 32)
+        r("QUEUE0_RB_RPTR_ADDR_LO").write(self.rptr_va & 0xFFFFFFFC)
+        rb = cntl.defn.encode(rb, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, F32_WPTR_POLL_ENABLE=1)
+        r("QUEUE0_RB_BASE").write((self.ring_va >> 8) & 0xFFFFFFFF)
+        r("QUEUE0_RB_BASE_HI").write(self.ring_va >> 40)
+        r("QUEUE0_MINOR_PTR_UPDATE").write(1)
+        r("QUEUE0_RB_WPTR").write(0)
+        r("QUEUE0_RB_WPTR_HI").write(0)
+        r("QUEUE0_DOORBELL").update(ENABLE=1)
+        r("QUEUE0_DOORBELL_OFFSET").update(OFFSET=self.doorbell_index)
+        if self.engine == 0:
+            self.gpu.nbio.sdma_doorbell_range(0, self.doorbell_index, SDMA_DOORBELL_RANGE * len(self.gpu.sdma.engines))
+        r("QUEUE0_MINOR_PTR_UPDATE").write(0)
+        r("UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
+        page = r("UTCL1_PAGE")
+        v = (page.read() & 0xFF0FFF) | CACHE_READ_POLICY_L2_DEFAULT << 12 | CACHE_WRITE_POLICY_L2_DEFAULT << 14
+        page.write(v | page.defn.fields["LLC_NOALLOC"].mask)
+        r("F32_CNTL").update(HALT=0, TH1_RESET=0)
+        cntl.write(cntl.defn.encode(rb, RB_ENABLE=1))
+        r("QUEUE0_IB_CNTL").update(IB_ENABLE=1)
+
+    def _tick(self) -> int:
+        return self._reg("STATUS_REG").read()
+
+    def state(self) -> str:
+        r = self._reg
+        rptr = r("QUEUE0_RB_RPTR").read() | r("QUEUE0_RB_RPTR_HI").read() << 32
+        wptr = r("QUEUE0_RB_WPTR").read() | r("QUEUE0_RB_WPTR_HI").read() << 32
+        return (f"rptr {self.rptr} dwords (write-back) / {rptr:#x} bytes (RB_RPTR), wptr {self.wptr} dwords "
+                f"(driver) / {wptr:#x} bytes (RB_WPTR), SDMA{self.engine}_STATUS_REG {r('STATUS_REG').read():#010x}, "
+                f"F32_CNTL {r('F32_CNTL').read():#010x}")
+
+
+# ---------------------------------------------------------------- recovery
+def _reset_compute(gpu) -> None:
+    """gfx_v11_0_soft_reset (compute part) and the MEC restart of cp_resume."""
+    gc, dev = gpu.dev.reg("GC"), gpu.dev
+    with grbm_lock(dev):
+        for pipe in range(MEC_PIPES):
+            for queue in range(MEC_QUEUES_PER_PIPE):
+                gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=1, QUEUEID=queue)
+                gc.CP_HQD_DEQUEUE_REQUEST.write(RESET_WAVES)
+                gc.SPI_COMPUTE_QUEUE_RESET.write(1)
+        gc.GRBM_GFX_CNTL.write(0)
+    gc.CP_VMID_RESET.write(0xFFFFFFFE)
+    for _ in range(3):  # "to get sufficient time for GFX_HQD_ACTIVE reach 0"
+        gc.CP_VMID_RESET.read()
+    resets = dict(SOFT_RESET_CP=1, SOFT_RESET_GFX=1, SOFT_RESET_CPF=1, SOFT_RESET_CPC=1, SOFT_RESET_CPG=1)
+    gc.GRBM_SOFT_RESET.update(**resets)
+    gc.GRBM_SOFT_RESET.update(**{k: 0 for k in resets})
+    gc.CP_SOFT_RESET_CNTL.update(CMP_HQD_REG_RESET=1)
+    gc.CP_ME_CNTL.write(0)
+    gc.CP_MEC_RS64_CNTL.write(0)
+    ok, v = poll(gc.CP_VMID_RESET.read, lambda v: v == 0, USEC_TIMEOUT, 1000)
+    if not ok:
+        raise QueueError(f"{dev.name}: GFX soft reset: CP_VMID_RESET stays {v:#010x} (must clear); "
+                         "boot cold (DRIVERLESS_COLD_BOOT=1)")
+    gpu.gfx.config_mec_rs64()
+    gpu.gfx.cp_compute_enable(True)
+    if not gpu.gfx.mec_ready():
+        raise QueueError(f"{dev.name}: GFX soft reset: the MEC did not restart (CP_MEC_RS64_CNTL "
+                         f"{gc.CP_MEC_RS64_CNTL.read():#010x}); boot cold (DRIVERLESS_COLD_BOOT=1)")
+
+
+def _reset_sdma(gpu) -> None:
+    """sdma_v6_0_soft_reset, then sdma_v6_0_start (the engines unhalted; rings come with the queues)."""
+    gc = gpu.dev.reg("SDMA0")
+    for e in gpu.sdma.engines:
+        r = lambda n: gc.reg(f"SDMA{e}_{n}")  # noqa: E731
+        r("QUEUE0_RB_CNTL").update(RB_ENABLE=0)
+        r("QUEUE0_IB_CNTL").update(IB_ENABLE=0)
+    for e in gpu.sdma.engines:
+        r = lambda n: gc.reg(f"SDMA{e}_{n}")  # noqa: E731
+        r("FREEZE").update(FREEZE=1)
+        r("F32_CNTL").update(HALT=1, TH1_RESET=1)
+        r("QUEUE0_PREEMPT").write(0)
+        gc.GRBM_SOFT_RESET.write(gc.GRBM_SOFT_RESET.encode(**{f"SOFT_RESET_SDMA{e}": 1}))
+        gc.GRBM_SOFT_RESET.read()
+        gc.GRBM_SOFT_RESET.write(0)
+        gc.GRBM_SOFT_RESET.read()
+    gpu.sdma.enable(True)
+
+
+def recover(gpu) -> list[str]:
+    """Resets the compute engines (MEC) and SDMA after a hang or fault, without a reboot: both soft
+    resets as upstream, latched VM faults cleared, the IH ring drained; then every queue created on
+    this GPU is set up again with an empty ring (pending work is lost). Returns the faults that were
+    pending, in words. Raises QueueError when an engine does not come back (then boot cold)."""
+    faults = []
+    for iv in gpu.ih.poll():
+        f = gpu.gmc.fault_from_iv(iv)
+        faults.append(str(f) if f is not None else str(iv))
+    _reset_compute(gpu)
+    _reset_sdma(gpu)
+    for hub in ("GC", "MM"):
+        f = gpu.gmc.decode_fault(hub)
+        if f is not None:
+            faults.append(str(f))
+    gpu.ih.poll()
+    for q in sorted(_queues.get(gpu, ()), key=lambda q: (q.kind, q.doorbell_index)):
+        q.init()
+    return faults

@@ -1,0 +1,289 @@
+"""Compute and SDMA queues on the simulated Navi31: set-up as gfx_v11_0/sdma_v6_0 do, fences, copies,
+a clang kernel dispatched through PM4 and checked with numpy, hangs and faults named in the error,
+and recovery after which the next submission works."""
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pcie
+from amdrv import pm4
+from amdrv import sdma_packets as S
+from amdrv.am import AMGPU
+from amdrv.isa import assemble
+from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
+from amdrv.queue import (MQD, MQD_HEADER, ComputeQueue, Fence,
+                         HostBuffer, QueueError, SDMAQueue)
+
+KERNELS = Path(__file__).parent / "isa" / "kernels"
+CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
+         "-nogpulib", "-O2", "-c"]
+UNMAPPED_VA = 0x7F00_0000_0000  # inside the 48-bit space, never mapped by the GMC
+
+
+@pytest.fixture(autouse=True)
+def firmware(debian_firmware, monkeypatch):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+
+
+@pytest.fixture
+def gpu():
+    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=70, vram_size=512 << 20))
+    yield g
+    g.dev.close()
+
+
+def need_cp(gpu):
+    """The simulator's CP (MEC queue) model is written separately; until it is on the board these skip."""
+    if "CP" not in gpu.dev.pci.dev.blocks:
+        pytest.skip("the simulator has no CP (MEC compute queue) model on its board yet")
+
+
+# ------------------------------------------------------------------ set-up, no engine model needed
+def test_compute_queue_programs_the_hqd_as_kiq_init_register(gpu):
+    q = ComputeQueue(gpu, pipe=1, queue=2)
+    gc = gpu.dev.reg("GC")
+    gc.GRBM_GFX_CNTL.write(MEID=1, PIPEID=1, QUEUEID=2)
+    try:
+        assert gc.CP_HQD_ACTIVE.read() & 1
+        ctl = gc.CP_HQD_PQ_CONTROL.decode()
+        # 64 KiB ring: 2^(QUEUE_SIZE+1) dwords; RPTR_BLOCK_SIZE log2(4096/4)-1; PRIV_STATE, KMD_QUEUE
+        assert (ctl["QUEUE_SIZE"], ctl["RPTR_BLOCK_SIZE"], ctl["PRIV_STATE"], ctl["KMD_QUEUE"]) == (13, 9, 1, 1)
+        db = gc.CP_HQD_PQ_DOORBELL_CONTROL.decode()
+        # ring id = pipe * 8 + queue = 10: doorbell (MEC_RING0 + 10) << 1 dwords
+        assert (db["DOORBELL_EN"], db["DOORBELL_OFFSET"]) == (1, (3 + 10) << 1)
+        assert gc.CP_HQD_EOP_CONTROL.decode()["EOP_SIZE"] == 8  # 2^(8+1) dwords = GFX11_MEC_HPD_SIZE
+        assert gc.CP_HQD_PQ_BASE.read() | gc.CP_HQD_PQ_BASE_HI.read() << 32 == q.ring_va >> 8
+        assert gc.CP_HQD_PQ_RPTR_REPORT_ADDR.read() == q.rptr_va & 0xFFFFFFFC
+        assert gc.CP_MQD_BASE_ADDR.read() | gc.CP_MQD_BASE_ADDR_HI.read() << 32 == q.mqd.va
+        assert gc.CP_PQ_STATUS.decode()["DOORBELL_ENABLE"] == 1
+        assert gc.CP_PQ_WPTR_POLL_CNTL.decode()["EN"] == 0
+    finally:
+        gc.GRBM_GFX_CNTL.write(0)
+    # amdgpu_doorbell.h: the MEC's doorbells run from KIQ (0) to USERQUEUE_END (0x8A), in bytes of dwords
+    assert (gc.CP_MEC_DOORBELL_RANGE_LOWER.read(), gc.CP_MEC_DOORBELL_RANGE_UPPER.read()) == (0, 0x8A * 2 * 4)
+    image = gpu.dev.vram.read(q.mqd.vram.addr, 4096)
+    word = lambda name: struct.unpack_from("<I", image, MQD[name] * 4)[0]  # noqa: E731
+    assert word("header") == MQD_HEADER and word("cp_hqd_active") == 1
+    assert word("cp_hqd_pq_base_lo") == (q.ring_va >> 8) & 0xFFFFFFFF
+    assert word("cp_hqd_pq_doorbell_control") == gc.CP_HQD_PQ_DOORBELL_CONTROL.encode(
+        DOORBELL_OFFSET=26, DOORBELL_EN=1)
+
+
+def test_sdma_queue_programs_the_ring_as_gfx_resume(gpu):
+    s = SDMAQueue(gpu, engine=1, ring_size=4096)
+    r = lambda n: gpu.dev.reg("SDMA0").reg(f"SDMA1_{n}")  # noqa: E731
+    cntl = r("QUEUE0_RB_CNTL").decode()
+    assert (cntl["RB_ENABLE"], cntl["RB_SIZE"], cntl["RPTR_WRITEBACK_ENABLE"], cntl["F32_WPTR_POLL_ENABLE"],
+            cntl["RB_PRIV"]) == (1, 10, 1, 1, 1)
+    assert r("QUEUE0_RB_BASE").read() | r("QUEUE0_RB_BASE_HI").read() << 32 == s.ring_va >> 8
+    assert r("QUEUE0_DOORBELL").decode()["ENABLE"] == 1
+    assert r("QUEUE0_DOORBELL_OFFSET").decode()["OFFSET"] == 0x10A << 1
+    assert r("QUEUE0_IB_CNTL").decode()["IB_ENABLE"] == 1
+    assert r("QUEUE0_RB_RPTR_ADDR_LO").read() | r("QUEUE0_RB_RPTR_ADDR_HI").read() << 32 == s.rptr_va
+    with pytest.raises(ValueError, match="power of two"):
+        SDMAQueue(gpu, ring_size=3000)
+    with pytest.raises(ValueError, match="no SDMA engine 5"):
+        SDMAQueue(gpu, engine=5)
+    with pytest.raises(ValueError, match="pipes 0..3"):
+        ComputeQueue(gpu, pipe=4)
+
+
+# ------------------------------------------------------------------ SDMA
+def test_sdma_copy_fill_write_fence_timestamp_and_ring_wrap(gpu):
+    s = SDMAQueue(gpu, ring_size=4096)
+    host = HostBuffer(gpu, 3 * 4096)
+    vram = gpu.gmc.map_vram(1 << 16)
+    done = Fence(host, 0)
+    data = np.arange(1000, dtype=np.uint32) * 7 + 3
+    host.view[4096:4096 + data.nbytes] = data.tobytes()
+    b = S.SDMA()
+    b.copy(vram.va + 12, host.va + 4096, data.nbytes)           # host -> VRAM, unaligned destination
+    b.copy(host.va + 8192 + 4, vram.va + 12, data.nbytes)       # and back
+    b.fill(vram.va + 0x8000, 0x5A5A5A5A, 256)
+    b.write(host.va + 16, 0x11, 0x22)
+    b.timestamp(host.va + 24)
+    b.timestamp(host.va + 32)
+    b.gcr()
+    f = b.fence(done.va, 1)
+    s.submit(b.buf)
+    s.wait(done, 1, timeout_s=5)
+    assert bytes(host.view[8196:8196 + data.nbytes]) == data.tobytes()
+    assert gpu.dev.vram.read(vram.vram.addr + 12, data.nbytes) == data.tobytes()
+    assert gpu.dev.vram.read(vram.vram.addr + 0x8000, 256) == b"\x5a" * 256
+    assert bytes(host.view[16:24]) == struct.pack("<II", 0x11, 0x22)
+    t0, t1 = struct.unpack_from("<QQ", host.view, 24)
+    assert 0 < t0 <= t1
+    # the same stream resubmitted with the fence value patched in place, many times: the 4 KiB ring wraps
+    for value in range(2, 40):
+        b.buf[f] = value
+        s.submit(b.buf)
+    s.wait(done, 39, timeout_s=5)
+    assert s.wptr > s.ring_dw
+
+
+def test_sdma_hang_is_named_then_recovered(gpu):
+    s = SDMAQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = S.SDMA()
+    b.poll_mem(host.va + 8, 1, function=S.POLL_EQ)  # waits for a value nobody writes
+    b.fence(done.va, 1)
+    s.submit(b.buf)
+    with pytest.raises(QueueError, match=r"SDMA0 queue 0: timed out .* rptr .* wptr"):
+        s.wait(done, 1, timeout_s=0.05, min_reads=500)
+    gpu.recover()
+    b = S.SDMA()
+    b.fence(done.va, 2)
+    s.submit(b.buf)
+    s.wait(done, 2, timeout_s=5)
+
+
+# ------------------------------------------------------------------ compute
+@pytest.fixture(scope="module")
+def add_f32(tmp_path_factory):
+    if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
+        pytest.skip("clang-15 and ld.lld-15 are needed to build the kernel")
+    out = tmp_path_factory.mktemp("queue_kernels")
+    obj, so = out / "add_f32.o", out / "add_f32.so"
+    for cmd in (CLANG + [str(KERNELS / "add_f32.cl"), "-o", str(obj)], ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
+        subprocess.run(cmd, check=True, capture_output=True)
+    return CodeObject.load(so)
+
+
+class Launcher:
+    """What a runtime does for one kernel launch (the hcq layer does it for real): the code object's
+    image in VRAM, an AQL dispatch packet for the dispatch pointer, kernargs, then SET_SH_REG of the
+    COMPUTE_* registers the kernel descriptor asks for and DISPATCH_DIRECT (AMDGPUUsage: initial
+    kernel execution state)."""
+
+    def __init__(self, gpu, co: CodeObject, name: str):
+        self.gpu, self.k = gpu, co.kernel(name)
+        end = max(va + size for va, _, size, _ in co.segments)
+        self.image = gpu.gmc.map_vram(end, align=1 << 16)
+        for va, off, size, _ in co.segments:
+            gpu.dev.vram.write(self.image.vram.addr + va, co.data[off:off + size])
+        self.args = gpu.gmc.map_vram(4096)
+        self.gc = gpu.dev.reg("GC")
+
+    def emit(self, b: pm4.PM4, grid, block, argbytes: bytes) -> None:
+        gpu, k, kd = self.gpu, self.k, self.k.descriptor
+        code = self.image.va + k.code_address
+        assert code & 0xFF == 0
+        packet_va, kernarg_va = self.args.va, self.args.va + 256
+        packet = struct.pack("<HHHHHHIIIIIQQQQ", 0, 3, *block, 0, *(g * l for g, l in zip(grid, block)),
+                             0, kd.group_segment_fixed_size, self.image.va + k.descriptor_address, kernarg_va, 0, 0)
+        gpu.dev.vram.write(self.args.vram.addr, packet + bytes(256 - len(packet)) + argbytes)
+        gpu.nbio.hdp_flush()
+        user = []
+        for name, _, count in kd.user_sgpr_layout():
+            value = {"dispatch_ptr": packet_va, "kernarg_segment_ptr": kernarg_va}.get(name, 0)
+            user += [value & 0xFFFFFFFF, value >> 32][:count] + [0] * max(0, count - 2)
+        sh = lambda n: pm4.sh_offset(self.gc, n)  # noqa: E731
+        b.acquire_mem()
+        b.set_sh_reg(sh("COMPUTE_PGM_LO"), (code >> 8) & 0xFFFFFFFF, code >> 40)
+        b.set_sh_reg(sh("COMPUTE_PGM_RSRC1"), kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2)
+        b.set_sh_reg(sh("COMPUTE_PGM_RSRC3"), kd.compute_pgm_rsrc3)
+        b.set_sh_reg(sh("COMPUTE_TMPRING_SIZE"), 0)
+        b.set_sh_reg(sh("COMPUTE_RESOURCE_LIMITS"), 0)
+        b.set_sh_reg(sh("COMPUTE_START_X"), 0, 0, 0)
+        b.set_sh_reg(sh("COMPUTE_NUM_THREAD_X"), *block)
+        if user:  # only what the descriptor enables: the other USER_DATA registers keep their values
+            b.set_sh_reg(sh("COMPUTE_USER_DATA_0"), *user)
+        init = self.gc.COMPUTE_DISPATCH_INITIATOR.encode(COMPUTE_SHADER_EN=1, FORCE_START_AT_000=1,
+                                                         CS_W32_EN=int(kd.wave32))
+        b.dispatch_direct(*grid, init)
+
+
+def add_args(out_va, a_va, b_va, n):
+    return struct.pack("<QQQI", out_va, a_va, b_va, n)
+
+
+def run_add(gpu, q, launcher, done, value, n=200, out_va=None):
+    bufs = gpu.gmc.map_vram(3 * 4096)
+    a = np.linspace(-3, 7, n, dtype=np.float32)
+    c = np.arange(n, dtype=np.float32) * 0.25
+    gpu.dev.vram.write(bufs.vram.addr + 4096, a.tobytes())
+    gpu.dev.vram.write(bufs.vram.addr + 8192, c.tobytes())
+    b = pm4.PM4()
+    launcher.emit(b, ((n + 63) // 64, 1, 1), (64, 1, 1),
+                  add_args(bufs.va if out_va is None else out_va, bufs.va + 4096, bufs.va + 8192, n))
+    b.release_mem(done.va, value)
+    q.submit(b.buf)
+    return bufs, a + c
+
+
+def test_release_mem_fence_and_clang_kernel_match_numpy(gpu, add_f32):
+    q = ComputeQueue(gpu)
+    need_cp(gpu)
+    host = HostBuffer(gpu, 4096)
+    done, clock = Fence(host, 0), Fence(host, 8)
+    b = pm4.PM4()
+    b.write_data(host.va + 16, 0xCAFE)
+    b.release_mem(clock.va, data_sel=pm4.DATA_GPU_CLOCK)
+    b.release_mem(done.va, 0x1_0000_0001, data_sel=pm4.DATA_64)
+    q.submit(b.buf)
+    q.wait(done, 0x1_0000_0001, timeout_s=5)
+    assert struct.unpack_from("<I", host.view, 16)[0] == 0xCAFE and clock.value > 0
+    launcher = Launcher(gpu, add_f32, "add_f32")
+    bufs, want = run_add(gpu, q, launcher, done, 0x1_0000_0002)
+    q.wait(done, 0x1_0000_0002, timeout_s=20)
+    got = np.frombuffer(gpu.dev.vram.read(bufs.vram.addr, want.nbytes), dtype=np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_unknown_packet_hang_is_named_then_recover_and_next_kernel_runs(gpu, add_f32):
+    q = ComputeQueue(gpu)
+    need_cp(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = pm4.PM4()
+    b.buf.extend((pm4.header(0x01, 0), 0))  # opcode 1 is no PACKET3 of nvd.h
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    with pytest.raises(QueueError, match=r"compute queue ME1 pipe 0 queue 0: timed out .* rptr .* wptr"):
+        q.wait(done, 1, timeout_s=0.05, min_reads=500)
+    gpu.recover()
+    launcher = Launcher(gpu, add_f32, "add_f32")
+    bufs, want = run_add(gpu, q, launcher, done, 2)
+    q.wait(done, 2, timeout_s=20)
+    np.testing.assert_array_equal(np.frombuffer(gpu.dev.vram.read(bufs.vram.addr, want.nbytes), np.float32), want)
+
+
+def test_looping_kernel_times_out_then_recover(gpu, add_f32):
+    q = ComputeQueue(gpu)
+    need_cp(gpu)
+    co = CodeObject(write_code_object([KernelSpec("spin", assemble("s_branch -1\ns_endpgm"), user_sgprs=())]))
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = pm4.PM4()
+    Launcher(gpu, co, "spin").emit(b, (1, 1, 1), (32, 1, 1), b"")
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    with pytest.raises(QueueError, match="timed out") as e:
+        q.wait(done, 1, timeout_s=0.1, min_reads=1000)
+    assert "CP_HQD_ACTIVE 1" in str(e.value)
+    gpu.recover()
+    bufs, want = run_add(gpu, q, Launcher(gpu, add_f32, "add_f32"), done, 2)
+    q.wait(done, 2, timeout_s=20)
+    np.testing.assert_array_equal(np.frombuffer(gpu.dev.vram.read(bufs.vram.addr, want.nbytes), np.float32), want)
+
+
+def test_unmapped_store_gives_a_decoded_fault_then_recover(gpu, add_f32):
+    q = ComputeQueue(gpu)
+    need_cp(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    launcher = Launcher(gpu, add_f32, "add_f32")
+    run_add(gpu, q, launcher, done, 1, out_va=UNMAPPED_VA)
+    with pytest.raises(QueueError, match=r"(?i)fault.*0x7f0000000000") as e:
+        q.wait(done, 1, timeout_s=1, min_reads=2000)
+    assert "no VM fault" not in str(e.value) and "write" in str(e.value)
+    gpu.recover()
+    assert gpu.gmc.decode_fault("GC") is None
+    bufs, want = run_add(gpu, q, launcher, done, 2)
+    q.wait(done, 2, timeout_s=20)
+    np.testing.assert_array_equal(np.frombuffer(gpu.dev.vram.read(bufs.vram.addr, want.nbytes), np.float32), want)
