@@ -23,6 +23,7 @@ BLOCKS = [
     ("gpusim.gmc", "GMC"),
     ("gpusim.psp", "PSP"),
     ("gpusim.gfx", "GFX"),
+    ("gpusim.cp", "CP"),
     ("gpusim.sdma", "SDMA"),
 ]
 _PARALLEL = {"gpusim.ih", "gpusim.gmc", "gpusim.psp"}

@@ -231,6 +231,8 @@ class GFX(Block):
             if in_reset or restart:
                 self.hung[e.name].discard(p)
                 self.running[e.name].discard(p)
+                if e.name == "MEC" and "CP" in self.dev.blocks:
+                    self.dev.blocks["CP"].pipe_reset(p)   # its queues lose their state
             if not runs:
                 self.running[e.name].discard(p)
             elif p not in self.running[e.name] and p not in self.hung[e.name]:

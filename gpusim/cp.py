@@ -1,0 +1,546 @@
+"""The CP's compute queues (MEC hardware queue descriptors) and their PM4 packet processor.
+
+Facts (amdgpu/gfx_v11_0.c, include/v11_structs.h, amdgpu/nvd.h, soc15d.h; gc_11_0_0 registers):
+- A compute queue is an HQD: the CP_HQD_* / CP_MQD_* registers of one (ME, pipe, queue), selected with
+  GRBM_GFX_CNTL MEID/PIPEID/QUEUEID (soc21_grbm_select). gfx11 has one MEC, ME 1 (ring->me = mec + 1),
+  with 4 pipes of 8 queues. gfx_v11_0_kiq_init_register programs a queue directly: CP_HQD_EOP_BASE_ADDR/
+  _HI/CONTROL, CP_HQD_PQ_DOORBELL_CONTROL (DOORBELL_OFFSET in dwords, DOORBELL_EN), CP_MQD_BASE_ADDR/_HI,
+  CP_MQD_CONTROL, CP_HQD_PQ_BASE/_HI (ring address >> 8), CP_HQD_PQ_CONTROL (QUEUE_SIZE: 2^(QUEUE_SIZE+1)
+  dwords; PRIV_STATE, KMD_QUEUE), CP_HQD_PQ_RPTR_REPORT_ADDR/_HI, CP_HQD_PQ_WPTR_POLL_ADDR/_HI,
+  CP_MEC_DOORBELL_RANGE_LOWER/UPPER (byte offsets: (index * 2) << 2), CP_HQD_PQ_WPTR_LO/HI, CP_HQD_VMID,
+  CP_HQD_PERSISTENT_STATE, then CP_HQD_ACTIVE = 1. To take a queue down it writes CP_HQD_DEQUEUE_REQUEST = 1
+  and polls CP_HQD_ACTIVE until it reads 0 (hw_fini writes 2 to every queue).
+- Compute rings are rung with a 64-bit doorbell carrying the write pointer in dwords (WDOORBELL64 of
+  ring->wptr); the CP reports its read pointer (dwords within the ring) at the rptr report address.
+- PM4 type-3 header: type 31:30 = 3, count 29:16 (body dwords - 1), opcode 15:8. PACKET3(NOP, 0x3FFF)
+  is a one-dword NOP (amdgpu's ring padding). Packet bodies as gfx_v11_0.c emits them: SET_SH_REG
+  (offset from PACKET3_SET_SH_REG_START, values), DISPATCH_DIRECT (x, y, z, COMPUTE_DISPATCH_INITIATOR),
+  ACQUIRE_MEM (7 dwords), RELEASE_MEM (event, DATA_SEL 31:29 / INT_SEL 26:24 / DST_SEL 17:16, address
+  lo/hi, data lo/hi, interrupt context), WAIT_REG_MEM (FUNCTION 2:0, MEM_SPACE 5:4, OPERATION 7:6, ENGINE;
+  address lo/hi or register(s), reference, mask, poll interval), WRITE_DATA (DST_SEL 11:8: 0 register,
+  1/2/5 memory; WR_ONE_ADDR; address lo/hi; data), INDIRECT_BUFFER (address lo/hi, control:
+  IB_SIZE 19:0, CHAIN 20, VALID 23, VMID 27:24), EVENT_WRITE, COPY_DATA (SRC_SEL 3:0, DST_SEL 11:8,
+  COUNT_SEL 16; source, destination).
+- The CP EOP interrupt (RELEASE_MEM INT_SEL): client SOC21_IH_CLIENTID_GRBM_CP, src
+  GFX_11_0_0__SRCID__CP_EOP_INTERRUPT, ring_id = queue << 4 | me << 2 | pipe (gfx_v11_0_eop_irq decodes it),
+  src_data[0] the packet's interrupt context; sent only while the pipe's CP_ME1_PIPEn_INT_CNTL.
+  TIME_STAMP_INT_ENABLE is set (gfx_v11_0_set_compute_eop_interrupt_state).
+
+Strictness: a queue runs only while its MEC pipe runs its firmware (gpusim.gfx); a doorbell outside
+CP_MEC_DOORBELL_RANGE does not reach the MEC. An unknown opcode, a packet of the wrong length, a
+non-type-3 header, a fault on the ring, an IB or a packet's address, or a kernel that faults or does
+not finish HANGS the queue: the read pointer stops at the packet, CP_STAT/GRBM_STATUS read busy, the
+reason is in dev.errors, and only a dequeue (CP_HQD_DEQUEUE_REQUEST), a reset of its pipe, a CP soft
+reset or a mode1 reset clears it.
+
+Simulator choices: a rung queue runs at once, to completion or until it blocks or hangs (deterministic;
+a driver polling a fence in memory sees it done); WAIT_REG_MEM that does not match blocks the queue and
+is polled again every clock step (in the stepped mode it first lets up to WAIT_INLINE_STEPS steps pass,
+the time a CP would spend polling, so an HDP flush request completes), and on every doorbell. An IB
+of a privileged queue (PQ_CONTROL.PRIV_STATE) runs in the VMID of its control word, otherwise in the
+queue's. The GPU clock counter (RELEASE_MEM DATA_SEL 3, COPY_DATA SRC_SEL 9) counts 100 MHz ticks of a
+clock that is the device clock plus the work the CP did (PACKET_NS per packet, gpusim.dispatch.work_ns
+per dispatch), so timestamps are monotonic and a kernel takes time. CP_PQ_WPTR_POLL_CNTL polling and
+the EOP buffer are not modeled (the doorbell or CP_HQD_PQ_WPTR_LO/HI give the write pointer).
+"""
+from __future__ import annotations
+
+import functools
+
+from amdrv.autogen import ih as IHIDS
+from amdrv.autogen import pm4 as P
+from gpusim.device import Block, DMAError, IVEntry
+from gpusim.dispatch import DispatchFailed, run_dispatch, work_ns
+from gpusim.gmc import VMFault
+
+GC = "GC"
+MEC_ME = 1
+N_PIPES, N_QUEUES = 4, 8
+TIMESTAMP_NS = 10            # GPU clock counter tick (100 MHz)
+PACKET_NS = 10
+WAIT_INLINE_STEPS = 16
+PACKET_BUDGET = 100_000      # packets per run of a queue before others get a turn (an IB chained to itself)
+KERNEL_MAX_STEPS = 500_000   # executor scheduler steps before a dispatch counts as hung
+MAX_IB_DEPTH = 2
+NOP_ONE_DWORD = 0x3FFF
+
+
+class Hang(Exception):
+    """The packet processor stops: the queue is hung."""
+
+
+class Queue:
+    """One HQD: its banked registers and the packet processor's position."""
+
+    def __init__(self, me: int, pipe: int, queue: int):
+        self.me, self.pipe, self.queue = me, pipe, queue
+        self.regs: dict[str, int] = {}
+        self.active = False
+        self.rptr = 0            # dwords within the ring
+        self.wptr = 0            # as last written (doorbell or CP_HQD_PQ_WPTR_LO/HI)
+        self.hung: str | None = None
+        self.waiting = False     # blocked in WAIT_REG_MEM
+        self.wait_written = False
+        self.ibs: list[list[int]] = []   # [vmid, address, size in dwords, position] per IB level
+        self.sh: dict[str, int] = {}     # SH registers SET_SH_REG wrote (COMPUTE_*)
+
+    @property
+    def name(self) -> str:
+        return f"compute queue me {self.me} pipe {self.pipe} queue {self.queue}"
+
+
+class CP(Block):
+    name = "CP"
+
+    def attach(self) -> None:
+        t = self.dev.table(GC)
+        self.hqd_names = [n for n in t.names() if n.startswith(("CP_HQD_", "CP_MQD_"))
+                          and not n.startswith("CP_HQD_GFX")]
+        for n in self.hqd_names:
+            self.on_write(GC, n, functools.partial(self._w_hqd, n))
+            self.on_read(GC, n, functools.partial(self._r_hqd, n))
+        self.sh_names = {self.dev.reg_addr(GC, n): n for n in t.names() if n.startswith("COMPUTE_")}
+        self.kernel_max_steps = KERNEL_MAX_STEPS
+        self.dev.blocks["NBIO"].on_doorbell(0, (1 << 26) - 1, self._doorbell)
+
+    def reset(self) -> None:
+        self.queues: dict[tuple[int, int, int], Queue] = {}
+        self.clock_ns = 0
+        self._running = False
+        self._again = False
+        self._poll_at = None
+        self._idle_polls = 0
+        self.dispatches = 0
+        self._busy = False
+
+    # -- the GPU clock --------------------------------------------------------------------------------
+    def now_ns(self) -> int:
+        return max(self.clock_ns, self.dev.now_ns)
+
+    def advance(self, ns: int) -> None:
+        self.clock_ns = self.now_ns() + ns
+
+    def timestamp(self) -> int:
+        return self.now_ns() // TIMESTAMP_NS
+
+    # -- HQD registers, banked by GRBM_GFX_CNTL --------------------------------------------------------
+    def _selected(self) -> Queue:
+        f = self.dev.table(GC)["GRBM_GFX_CNTL"].decode(self.get(GC, "GRBM_GFX_CNTL"))
+        key = (f["MEID"], f["PIPEID"], f["QUEUEID"])
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = Queue(*key)
+        return q
+
+    def _f(self, q: Queue, reg: str, field: str) -> int:
+        return self.dev.table(GC)[reg].decode(q.regs.get(reg, 0))[field]
+
+    def _w_hqd(self, name: str, value: int) -> None:
+        q = self._selected()
+        q.regs[name] = value
+        if name == "CP_HQD_ACTIVE":
+            if value & 1:
+                self._activate(q)
+            else:
+                self._deactivate(q)
+        elif name == "CP_HQD_DEQUEUE_REQUEST" and value & 0xF:
+            self._deactivate(q)
+        elif name == "CP_HQD_PQ_RPTR":
+            q.rptr = value & (self._ring_dwords(q) - 1)
+        elif name in ("CP_HQD_PQ_WPTR_LO", "CP_HQD_PQ_WPTR_HI"):
+            q.wptr = q.regs.get("CP_HQD_PQ_WPTR_LO", 0) | q.regs.get("CP_HQD_PQ_WPTR_HI", 0) << 32
+            if q.active:
+                self._kick()
+
+    def _r_hqd(self, name: str) -> int:
+        q = self._selected()
+        if name == "CP_HQD_ACTIVE":
+            return (q.regs.get(name, 0) & ~1) | int(q.active)
+        if name == "CP_HQD_PQ_RPTR":
+            return q.rptr
+        return q.regs.get(name, 0)
+
+    def _activate(self, q: Queue) -> None:
+        if q.me != MEC_ME or q.pipe >= N_PIPES or q.queue >= N_QUEUES:
+            self.error(f"CP_HQD_ACTIVE written 1 for ME {q.me} pipe {q.pipe} queue {q.queue}: gfx11's MEC is "
+                       f"ME {MEC_ME} with {N_PIPES} pipes of {N_QUEUES} queues; nothing runs there")
+            return
+        q.active, q.hung, q.waiting, q.wait_written, q.ibs = True, None, False, False, []
+        q.rptr = q.regs.get("CP_HQD_PQ_RPTR", 0) & (self._ring_dwords(q) - 1)
+        q.wptr = q.regs.get("CP_HQD_PQ_WPTR_LO", 0) | q.regs.get("CP_HQD_PQ_WPTR_HI", 0) << 32
+        self._kick()
+
+    def _deactivate(self, q: Queue) -> None:
+        q.active, q.hung, q.waiting, q.wait_written, q.ibs = False, None, False, False, []
+        self._update_busy()
+
+    def pipe_reset(self, pipe: int) -> None:
+        """The MEC pipe was reset (MEC_PIPEn_RESET, CP soft reset): its queues lose their state."""
+        for q in self.queues.values():
+            if q.me == MEC_ME and q.pipe == pipe and (q.active or q.hung):
+                self._deactivate(q)
+
+    # -- queue geometry --------------------------------------------------------------------------------
+    def _ring_dwords(self, q: Queue) -> int:
+        return 2 << self._f(q, "CP_HQD_PQ_CONTROL", "QUEUE_SIZE")
+
+    def _ring_va(self, q: Queue) -> int:
+        return (q.regs.get("CP_HQD_PQ_BASE", 0) | q.regs.get("CP_HQD_PQ_BASE_HI", 0) << 32) << 8
+
+    def _vmid(self, q: Queue) -> int:
+        return self._f(q, "CP_HQD_VMID", "VMID")
+
+    # -- doorbells ---------------------------------------------------------------------------------------
+    def _doorbell(self, index: int, value: int) -> None:
+        lo = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_LOWER", "DOORBELL_RANGE_LOWER") << 2
+        hi = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_UPPER", "DOORBELL_RANGE_UPPER") << 2
+        for q in self.queues.values():
+            if not (q.active and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_EN")
+                    and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_OFFSET") == index):
+                continue
+            if not lo <= index * 4 <= hi:
+                self.error(f"doorbell {index} (byte {index * 4:#x}) of the {q.name} is outside "
+                           f"CP_MEC_DOORBELL_RANGE_LOWER/UPPER [{lo:#x}, {hi:#x}]: it does not reach the MEC")
+                continue
+            q.wptr = value
+            q.regs["CP_HQD_PQ_WPTR_LO"], q.regs["CP_HQD_PQ_WPTR_HI"] = value & 0xFFFFFFFF, value >> 32
+        self._idle_polls = 0
+        self._kick()
+
+    # -- running -----------------------------------------------------------------------------------------
+    def _runs(self, q: Queue) -> bool:
+        gfx = self.dev.blocks.get("GFX")
+        return (q.active and not q.hung and q.me == MEC_ME and gfx is not None
+                and q.pipe in gfx.mec_pipes)
+
+    def _pending(self, q: Queue) -> bool:
+        return q.active and (q.waiting or bool(q.ibs) or q.rptr != q.wptr & (self._ring_dwords(q) - 1))
+
+    def _kick(self) -> None:
+        if self._running:
+            self._again = True
+            return
+        self._running = True
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                for q in list(self.queues.values()):
+                    if self._runs(q) and self._pending(q):
+                        self._run(q)
+        finally:
+            self._running = False
+        self._update_busy()
+
+    def _poll(self) -> None:
+        self._poll_at = None
+        self._idle_polls += 1
+        self._kick()
+
+    def _update_busy(self) -> None:
+        gfx = self.dev.blocks.get("GFX")
+        busy = any(q.hung or self._pending(q) for q in self.queues.values())
+        for q in self.queues.values():
+            if gfx is not None:
+                gfx.set_busy(q.name, bool(q.hung or self._pending(q)))
+        smu = self.dev.blocks.get("SMU")
+        if smu is not None and busy != self._busy:
+            smu.set_activity("gfx", 1.0 if busy else 0.0)
+        self._busy = busy
+        if any(not q.hung and self._pending(q) for q in self.queues.values()) and self._poll_at is None:
+            self._poll_at = self.dev.steps + (1 if self._idle_polls < 64 else 16)
+            self.dev.schedule(self._poll_at - self.dev.steps, self._poll)
+
+    def _hang(self, q: Queue, why: str) -> None:
+        q.hung = why
+        q.waiting = False
+        self.error(f"{q.name} hung at rptr {q.rptr:#x} (wptr {q.wptr:#x}): {why}; it stays hung until a "
+                   f"dequeue (CP_HQD_DEQUEUE_REQUEST), a pipe reset or a CP soft reset")
+
+    def _run(self, q: Queue) -> None:
+        moved = False
+        for _ in range(PACKET_BUDGET):
+            try:
+                pkt = self._next(q)
+                if pkt is None:
+                    break
+                frame, dwords = pkt
+                status = self._execute(q, dwords)
+            except Hang as e:
+                self._hang(q, str(e))
+                break
+            if status is False:
+                q.waiting = True
+                break
+            q.waiting = q.wait_written = False
+            moved = True
+            self.advance(PACKET_NS)
+            if frame is None:
+                q.rptr = (q.rptr + len(dwords)) & (self._ring_dwords(q) - 1)
+            else:
+                frame[3] += len(dwords)
+            if isinstance(status, tuple):        # INDIRECT_BUFFER: ([vmid, va, size, 0], chain)
+                ib, chain = status
+                if chain and q.ibs and frame is q.ibs[-1]:
+                    q.ibs[-1] = ib
+                elif len(q.ibs) >= MAX_IB_DEPTH:
+                    self._hang(q, f"INDIRECT_BUFFER at {ib[1]:#x} nested deeper than {MAX_IB_DEPTH} levels")
+                    break
+                else:
+                    q.ibs.append(ib)
+        if moved:
+            self._idle_polls = 0
+            self._report_rptr(q)
+
+    def _report_rptr(self, q: Queue) -> None:
+        if self._f(q, "CP_HQD_PQ_CONTROL", "NO_UPDATE_RPTR"):
+            return
+        addr = (q.regs.get("CP_HQD_PQ_RPTR_REPORT_ADDR", 0) & ~3) | (q.regs.get("CP_HQD_PQ_RPTR_REPORT_ADDR_HI", 0)
+                                                                     & 0xFFFF) << 32
+        if addr:
+            try:
+                self._write(self._vmid(q), addr, q.rptr.to_bytes(4, "little"), "rptr report")
+            except Hang as e:
+                self._hang(q, str(e))
+
+    # -- memory --------------------------------------------------------------------------------------
+    def _read(self, vmid: int, va: int, n: int, what: str) -> bytes:
+        try:
+            return self.dev.blocks["GMC"].read(vmid, va, n)
+        except (VMFault, DMAError) as e:
+            raise Hang(f"{what}: {e}") from None
+
+    def _write(self, vmid: int, va: int, data: bytes, what: str) -> None:
+        try:
+            self.dev.blocks["GMC"].write(vmid, va, data)
+        except (VMFault, DMAError) as e:
+            raise Hang(f"{what}: {e}") from None
+
+    def _words(self, vmid: int, va: int, n: int, what: str) -> list[int]:
+        raw = self._read(vmid, va, 4 * n, what)
+        return [int.from_bytes(raw[i:i + 4], "little") for i in range(0, len(raw), 4)]
+
+    # -- packet fetch ----------------------------------------------------------------------------------
+    @staticmethod
+    def _length(header: int, where: str) -> int:
+        if header >> 30 != 3:
+            raise Hang(f"type-{header >> 30} packet header {header:#010x} {where}: the MEC runs type-3 packets")
+        count = (header >> 16) & 0x3FFF
+        if (header >> 8) & 0xFF == P.PACKET3_NOP and count == NOP_ONE_DWORD:
+            return 1
+        return count + 2
+
+    def _next(self, q: Queue):
+        """(frame or None for the ring, dwords) of the next packet; None when there is nothing to run."""
+        while q.ibs:
+            frame = q.ibs[-1]
+            vmid, va, size, pos = frame
+            if pos >= size:
+                q.ibs.pop()
+                continue
+            at = va + 4 * pos
+            header = self._words(vmid, at, 1, f"IB fetch at {at:#x}")[0]
+            n = self._length(header, f"in the IB at {va:#x} + {4 * pos:#x}")
+            if pos + n > size:
+                raise Hang(f"packet {header:#010x} at IB {va:#x} + {4 * pos:#x} runs past the IB's {size} dwords")
+            return frame, self._words(vmid, at, n, f"IB fetch at {at:#x}")
+        mask = self._ring_dwords(q) - 1
+        wpos = q.wptr & mask
+        if q.rptr == wpos:
+            return None
+        vmid, base = self._vmid(q), self._ring_va(q)
+        header = self._words(vmid, base + 4 * q.rptr, 1, f"ring fetch at {base + 4 * q.rptr:#x}")[0]
+        n = self._length(header, f"at ring offset {4 * q.rptr:#x}")
+        if n > ((wpos - q.rptr) & mask):
+            return None      # not all of it written yet
+        first = min(n, mask + 1 - q.rptr)
+        words = self._words(vmid, base + 4 * q.rptr, first, "ring fetch")
+        if first < n:
+            words += self._words(vmid, base, n - first, "ring fetch")
+        return None, words
+
+    # -- packets -----------------------------------------------------------------------------------------
+    def _exec_vmid(self, q: Queue) -> int:
+        return q.ibs[-1][0] if q.ibs else self._vmid(q)
+
+    def _execute(self, q: Queue, words: list[int]):
+        """True when done, False when blocked, ([vmid, va, size, 0], chain) for an INDIRECT_BUFFER."""
+        header, body = words[0], words[1:]
+        op = (header >> 8) & 0xFF
+        handler = _HANDLERS.get(op)
+        if handler is None:
+            raise Hang(f"unknown PM4 opcode {op:#x} (header {header:#010x})")
+        name, lengths = handler
+        if lengths is not None and len(body) not in lengths:
+            raise Hang(f"PACKET3_{name} with {len(body)} body dwords (header {header:#010x}); it takes "
+                       f"{' or '.join(map(str, lengths))}")
+        return getattr(self, "_p_" + name.lower())(q, body)
+
+    def _p_nop(self, q, body):
+        return True
+
+    def _p_event_write(self, q, body):
+        return True      # caches and pipelines are coherent and drained: dispatches complete in order
+
+    def _p_acquire_mem(self, q, body):
+        return True
+
+    def _p_set_sh_reg(self, q, body):
+        if len(body) < 2:
+            raise Hang(f"PACKET3_SET_SH_REG with {len(body)} body dwords: it needs an offset and a value")
+        start = P.PACKET3_SET_SH_REG_START + (body[0] & 0xFFFF)
+        if start + len(body) - 1 >= P.PACKET3_SET_SH_REG_END:
+            raise Hang(f"PACKET3_SET_SH_REG at register {start:#x} runs past SET_SH_REG_END")
+        for i, v in enumerate(body[1:]):
+            name = self.sh_names.get(start + i)
+            q.sh[name if name is not None else f"{start + i:#x}"] = v
+        return True
+
+    def _set_regs(self, body, base, end, what):
+        if len(body) < 2:
+            raise Hang(f"PACKET3_{what} with {len(body)} body dwords: it needs an offset and a value")
+        start = base + (body[0] & 0xFFFF)
+        if start + len(body) - 1 >= end:
+            raise Hang(f"PACKET3_{what} at register {start:#x} runs past its range's end {end:#x}")
+        for i, v in enumerate(body[1:]):
+            self.dev.regs.write(start + i, v)
+        return True
+
+    def _p_set_config_reg(self, q, body):
+        return self._set_regs(body, P.PACKET3_SET_CONFIG_REG_START, P.PACKET3_SET_CONFIG_REG_END, "SET_CONFIG_REG")
+
+    def _p_set_uconfig_reg(self, q, body):
+        return self._set_regs(body, P.PACKET3_SET_UCONFIG_REG_START, P.PACKET3_SET_UCONFIG_REG_END,
+                              "SET_UCONFIG_REG")
+
+    def _p_dispatch_direct(self, q, body):
+        self.dispatches += 1
+        try:
+            insts, _ = run_dispatch(self.dev, q.sh, body[:3], body[3], self._exec_vmid(q), self.kernel_max_steps)
+        except DispatchFailed as e:
+            self.advance(work_ns(e.instructions))
+            raise Hang(f"DISPATCH_DIRECT {tuple(body[:3])}: {e.why}") from None
+        self.advance(work_ns(insts))
+        return True
+
+    def _p_release_mem(self, q, body):
+        sel = body[1]
+        data_sel, int_sel, dst_sel = sel >> 29 & 7, sel >> 24 & 7, sel >> 16 & 3
+        addr = body[2] | body[3] << 32
+        if dst_sel > 1:
+            raise Hang(f"RELEASE_MEM DST_SEL {dst_sel}: not memory or TC_L2")
+        if data_sel == 1:
+            self._write(self._exec_vmid(q), addr & ~3, body[4].to_bytes(4, "little"), "RELEASE_MEM")
+        elif data_sel in (2, 3):
+            value = body[4] | body[5] << 32 if data_sel == 2 else self.timestamp()
+            self._write(self._exec_vmid(q), addr & ~7, value.to_bytes(8, "little"), "RELEASE_MEM")
+        elif data_sel:
+            raise Hang(f"RELEASE_MEM DATA_SEL {data_sel} is not modeled (0 none, 1/2 data, 3 GPU clock)")
+        if int_sel and self._eop_interrupt_enabled(q):
+            self.dev.post_interrupt(IVEntry(client_id=IHIDS.SOC21_IH_CLIENTID_GRBM_CP,
+                                            source_id=IHIDS.GFX_11_0_0__SRCID__CP_EOP_INTERRUPT,
+                                            ring_id=q.queue << 4 | q.me << 2 | q.pipe,
+                                            src_data=(body[6], 0, 0, 0)))
+        return True
+
+    def _eop_interrupt_enabled(self, q: Queue) -> bool:
+        reg = f"CP_ME1_PIPE{q.pipe}_INT_CNTL"
+        return bool(self.dev.field(GC, reg, "TIME_STAMP_INT_ENABLE"))
+
+    def _p_wait_reg_mem(self, q, body):
+        cntl, addr0, addr1, ref, mask = body[:5]
+        function, mem_space, operation = cntl & 7, cntl >> 4 & 3, cntl >> 6 & 3
+        if function == 7 or mem_space > 1 or operation > 1 or (mem_space and operation):
+            raise Hang(f"WAIT_REG_MEM control {cntl:#x}: function {function}, mem_space {mem_space}, "
+                       f"operation {operation} is not a valid combination")
+        if operation == 1 and not q.wait_written:       # write addr0, then wait on addr1 (the HDP flush)
+            self.dev.regs.write(addr0 & 0x3FFFF, ref)
+            q.wait_written = True
+        vmid = self._exec_vmid(q)
+
+        def value():
+            if mem_space:
+                return self._words(vmid, (addr0 & ~3) | (addr1 & 0xFFFF) << 32, 1, "WAIT_REG_MEM")[0]
+            return self.dev.regs.read((addr1 if operation == 1 else addr0) & 0x3FFFF)
+
+        for i in range(WAIT_INLINE_STEPS + 1):
+            if _compare(function, value() & mask, ref & mask):
+                return True
+            if not self.dev.stepped or i == WAIT_INLINE_STEPS or q.waiting:
+                return False
+            self.dev.step()
+        return False
+
+    def _p_write_data(self, q, body):
+        cntl, addr = body[0], body[1] | body[2] << 32
+        dst, one = cntl >> 8 & 0xF, bool(cntl & P.WR_ONE_ADDR)
+        data = body[3:]
+        if dst == 0:
+            for i, v in enumerate(data):
+                self.dev.regs.write((body[1] + (0 if one else i)) & 0x3FFFF, v)
+        elif dst in (1, 2, 5):
+            if one:
+                for v in data:
+                    self._write(self._exec_vmid(q), addr & ~3, v.to_bytes(4, "little"), "WRITE_DATA")
+            else:
+                self._write(self._exec_vmid(q), addr & ~3, b"".join(v.to_bytes(4, "little") for v in data),
+                            "WRITE_DATA")
+        else:
+            raise Hang(f"WRITE_DATA DST_SEL {dst} (GDS or reserved) is not modeled")
+        return True
+
+    def _p_copy_data(self, q, body):
+        cntl = body[0]
+        src_sel, dst_sel, wide = cntl & 0xF, cntl >> 8 & 0xF, bool(cntl >> 16 & 1)
+        n = 2 if wide else 1
+        vmid = self._exec_vmid(q)
+        if src_sel == 0:
+            words = [self.dev.regs.read((body[1] + i) & 0x3FFFF) for i in range(n)]
+        elif src_sel in (1, 2):
+            words = self._words(vmid, (body[1] & ~3) | body[2] << 32, n, "COPY_DATA source")
+        elif src_sel == 5:
+            words = [body[1], body[2]][:n]
+        elif src_sel == 9:
+            ts = self.timestamp()
+            words = [ts & 0xFFFFFFFF, ts >> 32][:n]
+        else:
+            raise Hang(f"COPY_DATA SRC_SEL {src_sel} is not modeled")
+        if dst_sel == 0:
+            for i, v in enumerate(words):
+                self.dev.regs.write((body[3] + i) & 0x3FFFF, v)
+        elif dst_sel in (1, 2, 5):
+            self._write(vmid, (body[3] & ~3) | body[4] << 32, b"".join(v.to_bytes(4, "little") for v in words),
+                        "COPY_DATA destination")
+        else:
+            raise Hang(f"COPY_DATA DST_SEL {dst_sel} is not modeled")
+        return True
+
+    def _p_indirect_buffer(self, q, body):
+        ctrl = body[2]
+        if not ctrl & P.INDIRECT_BUFFER_VALID:
+            raise Hang(f"INDIRECT_BUFFER control {ctrl:#x} without INDIRECT_BUFFER_VALID")
+        va = (body[0] & ~3) | (body[1] & 0xFFFF) << 32
+        privileged = self._f(q, "CP_HQD_PQ_CONTROL", "PRIV_STATE")
+        vmid = (ctrl >> 24 & 0xF) if privileged else self._vmid(q)
+        return [vmid, va, ctrl & 0xFFFFF, 0], bool(ctrl >> 20 & 1)
+
+
+def _compare(function: int, value: int, ref: int) -> bool:
+    return (True, value < ref, value <= ref, value == ref, value != ref, value >= ref, value > ref)[function]
+
+
+# opcode -> (name, allowed body lengths or None for variable)
+_HANDLERS = {
+    P.PACKET3_NOP: ("NOP", None),
+    P.PACKET3_SET_SH_REG: ("SET_SH_REG", None),
+    P.PACKET3_SET_CONFIG_REG: ("SET_CONFIG_REG", None),
+    P.PACKET3_SET_UCONFIG_REG: ("SET_UCONFIG_REG", None),
+    P.PACKET3_DISPATCH_DIRECT: ("DISPATCH_DIRECT", (4,)),
+    P.PACKET3_ACQUIRE_MEM: ("ACQUIRE_MEM", (7,)),
+    P.PACKET3_RELEASE_MEM: ("RELEASE_MEM", (7,)),
+    P.PACKET3_WAIT_REG_MEM: ("WAIT_REG_MEM", (6,)),
+    P.PACKET3_WRITE_DATA: ("WRITE_DATA", tuple(range(4, 0x4000))),
+    P.PACKET3_INDIRECT_BUFFER: ("INDIRECT_BUFFER", (3,)),
+    P.PACKET3_EVENT_WRITE: ("EVENT_WRITE", (1, 3)),
+    P.PACKET3_COPY_DATA: ("COPY_DATA", (5,)),
+}

@@ -1,0 +1,158 @@
+"""Kernel dispatch on the simulated GPU: what the compute pipe does with a DISPATCH_DIRECT, from its
+registers, on the wave executor, with memory through the GPU page tables.
+
+Facts (gc_11_0_0 registers; LLVM AMDGPUUsage for what the hardware loads into a wave):
+- COMPUTE_PGM_LO/HI hold the code address >> 8. COMPUTE_PGM_RSRC1.VGPRS is the VGPR granule count
+  (granules of 8 in wave32), RSRC2.USER_SGPR how many of COMPUTE_USER_DATA_0..15 are loaded into s0..,
+  TGID_X/Y/Z_EN the workgroup-id SGPRs that follow them, TIDIG_COMP_CNT the work-item id dimensions
+  packed in v0 (x | y << 10 | z << 20 on gfx11), LDS_SIZE the LDS per workgroup in 512-byte granules
+  (128 dwords, AMDGPUUsage's gfx7-gfx11 granularity), SCRATCH_EN private memory, whose size per wave
+  COMPUTE_TMPRING_SIZE.WAVESIZE gives (in 256-byte units).
+- COMPUTE_NUM_THREAD_X/Y/Z.NUM_THREAD_FULL is the workgroup size; DISPATCH_DIRECT's dimensions count
+  workgroups unless COMPUTE_DISPATCH_INITIATOR.USE_THREAD_DIMENSIONS; CS_W32_EN selects wave32;
+  COMPUTE_START_X/Y/Z is the first workgroup id unless FORCE_START_AT_000.
+The hardware does not know what the user data mean (kernarg pointer, dispatch pointer): a kernel whose
+user SGPRs the driver did not set up as its descriptor expects reads whatever was written there.
+
+Simulator choices: wave64 dispatches are not modeled (the queue hangs, saying so); the executor's
+private memory is its own (per work-item, from 0), sized from TMPRING_SIZE, not COMPUTE_DISPATCH_SCRATCH_
+BASE memory; GPU time is DISPATCH_NS plus WAVE_INSTRUCTION_NS per executed wave instruction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from amdrv.isa.wave import ExecError, launch_regs
+from amdrv.isa.wave_memory import ByteSpace, MemoryFault
+from gpusim.device import DMAError
+from gpusim.gmc import VMFault
+
+U8, U32, U64 = np.uint8, np.uint32, np.uint64
+PAGE = 4096
+LDS_GRANULE = 512
+SCRATCH_WAVE_UNIT = 256
+DISPATCH_NS = 2000               # launch overhead of one dispatch
+WAVE_INSTRUCTION_NS = 0.05       # ~4 cycles at 2.5 GHz over the 192 SIMDs of Navi31, in parallel
+
+
+class VMMemory:
+    """The wave executor's memory interface (amdrv.isa.wave_memory) over one VMID of the GC hub: every
+    access translates its pages through gmc.translate, so unmapped or protected pages fault the way the
+    hardware reports it (fault registers, IH entry). The VMFault is kept in `fault`."""
+
+    def __init__(self, gmc, vmid: int, client: int = 0):
+        self.gmc, self.vmid, self.client = gmc, vmid, client
+        self.fault: Exception | None = None
+
+    def _pages(self, addrs: np.ndarray, size: int, write: bool, execute: bool = False):
+        """A ByteSpace holding every page the accesses touch (in page order, so an access that runs into
+        the next page continues in it), the accesses' offsets in it, and the translations."""
+        addrs = np.asarray(addrs, U64).reshape(-1)
+        first = addrs >> U64(12)
+        pages = np.unique(np.concatenate([first, (addrs + U64(size - 1)) >> U64(12)]))
+        trans = []
+        for p in pages.tolist():
+            va = p << 12
+            try:
+                trans.append(self.gmc.translate(self.vmid, va, write=write, execute=execute, client=self.client))
+            except VMFault as e:
+                self.fault = e
+                raise MemoryFault("global", va, size, write, str(e)) from None
+        space = ByteSpace(len(pages) * PAGE, "global")
+        for i, t in enumerate(trans):
+            try:
+                space.u8[i * PAGE:(i + 1) * PAGE] = np.frombuffer(self.gmc._phys_read(t.system, t.addr, PAGE), U8)
+            except DMAError as e:
+                self.fault = e
+                raise MemoryFault("global", pages[i].item() << 12, size, write, str(e)) from None
+        off = np.searchsorted(pages, first).astype(np.int64) * PAGE + (addrs & U64(PAGE - 1)).astype(np.int64)
+        return space, off, trans
+
+    def _write_back(self, space, off, size, trans) -> None:
+        lo = off // PAGE
+        for i, t in enumerate(trans):
+            sel = off[(lo == i) | ((off + size - 1) // PAGE == i)]
+            a = max(int(sel.min()), i * PAGE) if sel.size else i * PAGE
+            b = min(int(sel.max()) + size, (i + 1) * PAGE) if sel.size else i * PAGE
+            if b > a:
+                self.gmc._phys_write(t.system, t.addr + a - i * PAGE, space.u8[a:b].tobytes())
+
+    def load(self, addrs, size):
+        if len(addrs) == 0:
+            return np.zeros((0, max(1, size // 4)), U32)
+        space, off, _ = self._pages(addrs, size, False)
+        return space.load(off, size)
+
+    def store(self, addrs, data, size):
+        if len(addrs) == 0:
+            return
+        space, off, trans = self._pages(addrs, size, True)
+        space.store(off, np.asarray(data, U32).reshape(len(off), -1), size)
+        self._write_back(space, off, size, trans)
+
+    def atomic(self, op, addrs, data, dtype, cmp=None):
+        size = np.dtype(dtype).itemsize
+        space, off, trans = self._pages(addrs, size, True)
+        out = space.atomic(op, off, data, dtype, cmp)
+        self._write_back(space, off, size, trans)
+        return out
+
+    def fetch(self, addr: int, n: int) -> bytes:
+        """Instruction fetch (execute permission), within one page."""
+        space, off, _ = self._pages(np.array([addr], U64), n, False, execute=True)
+        return space.u8[off[0]:off[0] + n].tobytes()
+
+
+class DispatchFailed(Exception):
+    """The dispatch did not complete: `hang` says why; `fault` is the VMFault when one caused it."""
+
+    def __init__(self, why: str, instructions: int = 0, fault=None, running: bool = False):
+        super().__init__(why)
+        self.why, self.instructions, self.fault, self.running = why, instructions, fault, running
+
+
+def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int):
+    """Runs one DISPATCH_DIRECT with the SH registers `sh` (register name -> value) in `vmid`'s address
+    space; returns (instructions, waves) or raises DispatchFailed."""
+    t = dev.table("GC")
+    ini = t["COMPUTE_DISPATCH_INITIATOR"].decode(initiator)
+    if not ini["COMPUTE_SHADER_EN"]:
+        return 0, 0
+    if not ini["CS_W32_EN"]:
+        raise DispatchFailed("a wave64 dispatch (COMPUTE_DISPATCH_INITIATOR.CS_W32_EN=0): not modeled by the "
+                             "wave32 executor")
+    block = tuple(t["COMPUTE_NUM_THREAD_" + a].decode(sh.get("COMPUTE_NUM_THREAD_" + a, 0))["NUM_THREAD_FULL"]
+                  for a in "XYZ")
+    if 0 in block:
+        raise DispatchFailed(f"COMPUTE_NUM_THREAD_X/Y/Z = {block}: a workgroup of no work-items")
+    dims = tuple(int(d) for d in dims)
+    if 0 in dims:
+        return 0, 0
+    grid = dims if ini["USE_THREAD_DIMENSIONS"] else tuple(d * b for d, b in zip(dims, block))
+    start = (0, 0, 0) if ini["FORCE_START_AT_000"] else tuple(sh.get("COMPUTE_START_" + a, 0) for a in "XYZ")
+    code = (sh.get("COMPUTE_PGM_LO", 0) | (sh.get("COMPUTE_PGM_HI", 0) & 0xFF) << 32) << 8
+    rsrc1, rsrc2, rsrc3 = (sh.get(f"COMPUTE_PGM_RSRC{i}", 0) for i in (1, 2, 3))
+    r2 = t["COMPUTE_PGM_RSRC2"].decode(rsrc2)
+    lds = r2["LDS_SIZE"] * LDS_GRANULE
+    private = 0
+    if r2["SCRATCH_EN"]:
+        wavesize = t["COMPUTE_TMPRING_SIZE"].decode(sh.get("COMPUTE_TMPRING_SIZE", 0))["WAVESIZE"]
+        private = wavesize * SCRATCH_WAVE_UNIT // 32
+    user = [sh.get(f"COMPUTE_USER_DATA_{i}", 0) for i in range(16)]
+    mem = VMMemory(dev.blocks["GMC"], vmid)
+    try:
+        r = launch_regs(code, mem, grid, block, user, rsrc1, rsrc2, rsrc3, lds, private,
+                        name=f"kernel@{code:#x}", max_steps=max_steps, wg_offset=start)
+    except ExecError as e:
+        done = getattr(e, "instructions", 0)
+        if mem.fault is not None:
+            raise DispatchFailed(f"kernel at {code:#x} faulted: {e}", done, mem.fault) from None
+        running = "still running" in e.why
+        raise DispatchFailed(f"kernel at {code:#x}: {e}", done, running=running) from None
+    except ValueError as e:
+        raise DispatchFailed(f"kernel at {code:#x}: {e}") from None
+    return r.instructions, r.waves
+
+
+def work_ns(instructions: int) -> int:
+    return DISPATCH_NS + int(instructions * WAVE_INSTRUCTION_NS)

@@ -1,0 +1,449 @@
+"""The simulated MEC compute queues and PM4 packet processor, driven as a minimal driver would from upstream
+facts: gfx_v11_0_kiq_init_register's HQD register writes (GRBM_GFX_CNTL selecting ME 1, a pipe and a
+queue), a ring of PM4 packets in GPU memory mapped through the booted driver's page table, the 64-bit
+doorbell carrying the write pointer. Packet layouts as gfx_v11_0.c emits them."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import pcie
+from amdrv.am import AMGPU
+from amdrv.autogen import ih as IHIDS
+from amdrv.autogen import pm4 as P
+from amdrv.isa.codeobj import CodeObject
+from amdrv.isa.wave import dispatch_packet, pack_kernargs
+
+KERNELS = __import__("pathlib").Path(__file__).parents[1] / "amdrv" / "isa" / "kernels"
+DOORBELL_RANGE_UPPER = 0x450          # (AMDGPU_NAVI10_DOORBELL_USERQUEUE_END (0x8a) * 2) << 2
+RING_BYTES = 4096
+
+
+def pkt3(op: int, *body: int) -> list[int]:
+    return [0xC0000000 | (len(body) - 1) << 16 | op << 8] + [b & 0xFFFFFFFF for b in body]
+
+
+def release_mem(addr: int, data: int = 0, data_sel: int = 2, int_sel: int = 0, ctx: int = 0) -> list[int]:
+    event = 0x14 | 5 << 8                # CACHE_FLUSH_AND_INV_TS_EVENT, EVENT_INDEX 5
+    return pkt3(P.PACKET3_RELEASE_MEM, event, data_sel << 29 | int_sel << 24, addr, addr >> 32,
+                data, data >> 32, ctx)
+
+
+def write_data(addr: int, *values: int) -> list[int]:
+    return pkt3(P.PACKET3_WRITE_DATA, 5 << 8, addr, addr >> 32, *values)   # DST_SEL 5: memory
+
+
+def wait_mem(addr: int, ref: int, mask: int = 0xFFFFFFFF, function: int = 3) -> list[int]:
+    return pkt3(P.PACKET3_WAIT_REG_MEM, function | 1 << 4, addr, addr >> 32, ref, mask, 4)
+
+
+class Queue:
+    """One compute queue set up the way gfx_v11_0_kiq_init_register programs it."""
+
+    def __init__(self, gpu, pipe: int, queue: int, doorbell: int):
+        self.gpu, self.gc, self.pipe, self.queue, self.doorbell = gpu, gpu.dev.reg("GC"), pipe, queue, doorbell
+        gmc = gpu.gmc
+        self.ring, self.wb, self.eop = gmc.map_vram(RING_BYTES), gmc.map_vram(4096), gmc.map_vram(4096)
+        self.wptr = 0
+        gc = self.gc
+        with self.selected():
+            gc.CP_HQD_EOP_BASE_ADDR.write((self.eop.va >> 8) & 0xFFFFFFFF)
+            gc.CP_HQD_EOP_BASE_ADDR_HI.write(self.eop.va >> 40)
+            gc.CP_HQD_EOP_CONTROL.write(EOP_SIZE=8)                       # 2048-byte HPD
+            gc.CP_HQD_PQ_DOORBELL_CONTROL.write(DOORBELL_OFFSET=doorbell, DOORBELL_EN=1)
+            gc.CP_MQD_BASE_ADDR.write(self.eop.va & 0xFFFFFFFC)
+            gc.CP_MQD_BASE_ADDR_HI.write(self.eop.va >> 32)
+            gc.CP_HQD_PQ_BASE.write((self.ring.va >> 8) & 0xFFFFFFFF)
+            gc.CP_HQD_PQ_BASE_HI.write(self.ring.va >> 40)
+            gc.CP_HQD_PQ_CONTROL.write(QUEUE_SIZE=(RING_BYTES // 4).bit_length() - 2, RPTR_BLOCK_SIZE=5,
+                                       PRIV_STATE=1, KMD_QUEUE=1)
+            gc.CP_HQD_PQ_RPTR_REPORT_ADDR.write(self.wb.va & 0xFFFFFFFC)
+            gc.CP_HQD_PQ_RPTR_REPORT_ADDR_HI.write((self.wb.va >> 32) & 0xFFFF)
+            gc.CP_MEC_DOORBELL_RANGE_LOWER.write(0)
+            gc.CP_MEC_DOORBELL_RANGE_UPPER.write(DOORBELL_RANGE_UPPER)
+            gc.CP_HQD_PQ_WPTR_LO.write(0)
+            gc.CP_HQD_PQ_WPTR_HI.write(0)
+            gc.CP_HQD_VMID.write(0)
+            gc.CP_HQD_ACTIVE.write(1)
+
+    def selected(self):
+        gc, me, pipe, queue = self.gc, 1, self.pipe, self.queue
+
+        class Sel:
+            def __enter__(self):
+                gc.GRBM_GFX_CNTL.write(MEID=me, PIPEID=pipe, QUEUEID=queue)
+
+            def __exit__(self, *exc):
+                gc.GRBM_GFX_CNTL.write(0)
+        return Sel()
+
+    def submit(self, words: list[int], ring_doorbell: bool = True) -> None:
+        dev = self.gpu.dev
+        n = RING_BYTES // 4
+        for w in words:
+            dev.vram.write(self.ring.vram.addr + 4 * (self.wptr % n), (w & 0xFFFFFFFF).to_bytes(4, "little"))
+            self.wptr += 1
+        if ring_doorbell:
+            dev.pci.bar(2).write64(self.doorbell * 4, self.wptr)
+
+    def rptr_report(self) -> int:
+        return int.from_bytes(self.gpu.dev.vram.read(self.wb.vram.addr, 4), "little")
+
+    def active(self) -> bool:
+        with self.selected():
+            return bool(self.gc.CP_HQD_ACTIVE.read() & 1)
+
+    def dequeue(self) -> None:
+        with self.selected():
+            self.gc.CP_HQD_DEQUEUE_REQUEST.write(1)
+            assert not self.gc.CP_HQD_ACTIVE.read() & 1
+            self.gc.CP_HQD_DEQUEUE_REQUEST.write(0)
+
+
+@pytest.fixture(scope="module")
+def gpu(debian_firmware):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=90, vram_size=1 << 30))
+        g.sim = g.dev.pci.dev
+        yield g
+        g.fini()
+
+
+@pytest.fixture
+def sim(gpu):
+    """The simulated board; its errors from one test do not leak into the next."""
+    gpu.sim.errors.clear()
+    return gpu.sim
+
+
+_queues = iter(range(1, 1000))
+
+
+@pytest.fixture
+def queue(gpu):
+    """A fresh queue (pipe 0..3, queue 0..7 round robin) with its own doorbell."""
+    n = next(_queues)
+    q = Queue(gpu, n % 4, (n // 4) % 8, 2 * (n % 64) + 6)
+    yield q
+    q.dequeue()
+
+
+def buf(gpu, size=4096):
+    m = gpu.gmc.map_vram(size)
+    gpu.dev.vram.write(m.vram.addr, bytes(size))
+    return m
+
+
+def u32(gpu, m, off=0, n=1) -> list[int]:
+    return list(np.frombuffer(gpu.dev.vram.read(m.vram.addr + off, 4 * n), np.uint32))
+
+
+def u64(gpu, m, off=0) -> int:
+    return int.from_bytes(gpu.dev.vram.read(m.vram.addr + off, 8), "little")
+
+
+def busy(gpu) -> bool:
+    return bool(gpu.dev.reg("GC").CP_STAT.read())
+
+
+# ------------------------------------------------------------------------------------------------
+# packets
+
+
+def test_write_data_and_release_mem_fence(gpu, sim, queue):
+    out = buf(gpu)
+    queue.submit(write_data(out.va, 0x11, 0x22, 0x33) + release_mem(out.va + 64, 0x1_0000_0007)
+                 + release_mem(out.va + 128, data_sel=1, data=0xABCD) + pkt3(P.PACKET3_NOP, 0)
+                 + [0xC0000000 | 0x3FFF << 16 | P.PACKET3_NOP << 8])        # amdgpu's one-dword NOP
+    assert u32(gpu, out, 0, 3) == [0x11, 0x22, 0x33]
+    assert u64(gpu, out, 64) == 0x1_0000_0007
+    assert u32(gpu, out, 128, 2) == [0xABCD, 0]                      # DATA_SEL 1: the low dword only
+    assert queue.rptr_report() == queue.wptr                           # all consumed
+    with queue.selected():
+        assert gpu.dev.reg("GC").CP_HQD_PQ_RPTR.read() == queue.wptr
+    assert not busy(gpu) and not sim.errors, sim.errors
+
+
+def test_ring_wraps_and_copy_data(gpu, sim, queue):
+    out = buf(gpu)
+    queue.submit(pkt3(P.PACKET3_NOP, *[0] * (RING_BYTES // 4 - 4)))    # leaves 3 dwords before the end
+    for i in range(3):
+        queue.submit(write_data(out.va + 4 * i, i + 1))               # the second one wraps around
+    src, dst = 5, 5 << 8                                               # immediate data -> memory
+    queue.submit(pkt3(P.PACKET3_COPY_DATA, src | dst | 1 << 16, 0xDEAD, 0xBEEF, out.va + 32, (out.va + 32) >> 32))
+    scratch = gpu.dev.reg("GC").SCRATCH_REG0
+    scratch.write(0x1234)
+    queue.submit(pkt3(P.PACKET3_COPY_DATA, 0 | dst, scratch.addr >> 2, 0, out.va + 48, (out.va + 48) >> 32))
+    queue.submit(pkt3(P.PACKET3_WRITE_DATA, 0, scratch.addr >> 2, 0, 0x4321))      # DST_SEL 0: a register
+    assert u32(gpu, out, 0, 3) == [1, 2, 3]
+    assert u32(gpu, out, 32, 2) == [0xDEAD, 0xBEEF]
+    assert u32(gpu, out, 48) == [0x1234] and scratch.read() == 0x4321
+    assert queue.rptr_report() == queue.wptr % (RING_BYTES // 4)
+    assert not sim.errors, sim.errors
+
+
+def test_timestamps_are_monotonic(gpu, sim, queue):
+    out = buf(gpu)
+    for i in range(4):
+        queue.submit(release_mem(out.va + 8 * i, data_sel=3))
+    gpu.dev.reg("GC").GRBM_STATUS.read()                               # the clock moves on
+    queue.submit(release_mem(out.va + 32, data_sel=3))
+    ts = [u64(gpu, out, 8 * i) for i in range(5)]
+    assert all(a < b for a, b in zip(ts, ts[1:])), ts
+    assert not sim.errors
+
+
+def test_wait_reg_mem_blocks_until_memory_matches(gpu, sim, queue):
+    flag, out = buf(gpu), buf(gpu)
+    queue.submit(wait_mem(flag.va, 1) + write_data(out.va, 0x5A))
+    gpu.dev.reg("GC").GRBM_STATUS.read()
+    assert u32(gpu, out) == [0] and busy(gpu)                         # blocked, the queue is busy
+    assert queue.rptr_report() == 0
+    gpu.dev.vram.write(flag.vram.addr, (2).to_bytes(4, "little"))    # not what it waits for
+    gpu.dev.reg("GC").GRBM_STATUS.read()
+    assert u32(gpu, out) == [0]
+    gpu.dev.vram.write(flag.vram.addr, (1).to_bytes(4, "little"))
+    gpu.dev.reg("GC").GRBM_STATUS.read()                               # a clock step: the CP polls again
+    assert u32(gpu, out) == [0x5A] and not busy(gpu)
+    # greater-or-equal on a masked value, satisfied at once
+    queue.submit(wait_mem(flag.va, 0x1, mask=0xF, function=5) + write_data(out.va, 0x6B))
+    assert u32(gpu, out) == [0x6B]
+    assert not sim.errors, sim.errors
+
+
+def test_wait_reg_mem_write_then_wait_on_registers(gpu, sim, queue):
+    # gfx_v11_0_ring_emit_hdp_flush: write the HDP flush request, wait for the done bit
+    nbio, out = gpu.dev.reg("NBIF"), buf(gpu)
+    req, done = nbio.BIF_BX_PF0_GPU_HDP_FLUSH_REQ.addr >> 2, nbio.BIF_BX_PF0_GPU_HDP_FLUSH_DONE.addr >> 2
+    bit = 1 << 4
+    queue.submit(pkt3(P.PACKET3_WAIT_REG_MEM, 3 | 1 << 6, req, done, bit, bit, 0x20) + write_data(out.va, 7))
+    assert u32(gpu, out) == [7] and nbio.BIF_BX_PF0_GPU_HDP_FLUSH_DONE.read() & bit
+    assert not sim.errors, sim.errors
+
+
+def test_indirect_buffer(gpu, sim, queue):
+    out, ib = buf(gpu), buf(gpu)
+    words = write_data(out.va, 1, 2) + release_mem(out.va + 16, 99)
+    gpu.dev.vram.write(ib.vram.addr, np.array(words, np.uint32).tobytes())
+    control = P.INDIRECT_BUFFER_VALID | len(words)                     # VMID 0
+    queue.submit(pkt3(P.PACKET3_INDIRECT_BUFFER, ib.va, ib.va >> 32, control) + write_data(out.va + 32, 3))
+    assert u32(gpu, out, 0, 2) == [1, 2] and u64(gpu, out, 16) == 99 and u32(gpu, out, 32) == [3]
+    assert not sim.errors, sim.errors
+
+
+def test_release_mem_interrupt_when_enabled(gpu, sim, queue):
+    out = buf(gpu)
+    gpu.ih.poll()
+    gc = gpu.dev.reg("GC")
+    reg = gc.reg(f"CP_ME1_PIPE{queue.pipe}_INT_CNTL")
+    reg.update(TIME_STAMP_INT_ENABLE=0)
+    queue.submit(release_mem(out.va, 1, int_sel=2, ctx=0x77))
+    assert u64(gpu, out) == 1
+    assert not [iv for iv in gpu.ih.poll() if iv.client_id == IHIDS.SOC21_IH_CLIENTID_GRBM_CP]
+    reg.update(TIME_STAMP_INT_ENABLE=1)
+    queue.submit(release_mem(out.va, 2, int_sel=2, ctx=0x77))
+    eops = [iv for iv in gpu.ih.poll() if iv.client_id == IHIDS.SOC21_IH_CLIENTID_GRBM_CP]
+    reg.update(TIME_STAMP_INT_ENABLE=0)
+    assert len(eops) == 1
+    iv = eops[0]
+    assert iv.src_id == IHIDS.GFX_11_0_0__SRCID__CP_EOP_INTERRUPT and iv.src_data[0] == 0x77
+    # gfx_v11_0_eop_irq's decoding
+    assert ((iv.ring_id & 0x0C) >> 2, iv.ring_id & 0x03, (iv.ring_id & 0x70) >> 4) == (1, queue.pipe, queue.queue)
+    assert not sim.errors, sim.errors
+
+
+# ------------------------------------------------------------------------------------------------
+# strictness: hangs, resets, doorbells, a halted MEC
+
+
+@pytest.mark.parametrize("bad, why", [
+    (pkt3(P.PACKET3_DRAW_INDEX_AUTO, 0, 0), "unknown PM4 opcode 0x2d"),
+    (pkt3(P.PACKET3_RELEASE_MEM, 0, 0, 0, 0, 0, 0), "RELEASE_MEM with 6 body dwords"),
+    ([0x00001234], "type-0 packet"),
+])
+def test_bad_packet_hangs_the_queue_until_dequeued(gpu, sim, queue, bad, why):
+    out = buf(gpu)
+    queue.submit(write_data(out.va, 1))
+    at = queue.wptr
+    queue.submit(bad + write_data(out.va + 4, 2))
+    assert u32(gpu, out, 0, 2) == [1, 0]                               # stopped at the bad packet
+    assert queue.rptr_report() == at
+    assert busy(gpu) and gpu.dev.reg("GC").GRBM_STATUS.decode()["GUI_ACTIVE"]
+    assert any(why in e.message and "hung" in e.message for e in sim.errors), sim.errors
+    queue.submit(write_data(out.va + 8, 3))                            # a hung queue stays hung
+    assert u32(gpu, out, 8) == [0] and busy(gpu)
+    queue.dequeue()                                                    # the reset upstream does
+    assert not busy(gpu)
+    queue.__init__(gpu, queue.pipe, queue.queue, queue.doorbell)       # set up again: runs
+    queue.submit(write_data(out.va + 12, 4))
+    assert u32(gpu, out, 12) == [4]
+
+
+def test_fault_on_packet_address_hangs_with_fault_registers(gpu, sim, queue):
+    gpu.ih.poll()
+    unmapped = (1 << 44) + (900 << 20)                                  # in the VRAM window, never mapped
+    queue.submit(write_data(unmapped, 1))
+    assert busy(gpu)
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address == unmapped and fault.write
+    assert any(iv.client_id == IHIDS.SOC21_IH_CLIENTID_GFX for iv in gpu.ih.poll())
+    assert any("WRITE_DATA" in e.message for e in sim.errors)
+
+
+def test_doorbell_outside_the_mec_range_does_not_reach_it(gpu, sim, queue):
+    out = buf(gpu)
+    gc = gpu.dev.reg("GC")
+    gc.CP_MEC_DOORBELL_RANGE_UPPER.write(queue.doorbell * 4 - 4)
+    try:
+        queue.submit(write_data(out.va, 1))
+        assert u32(gpu, out) == [0]
+        assert any("CP_MEC_DOORBELL_RANGE" in e.message for e in sim.errors)
+    finally:
+        gc.CP_MEC_DOORBELL_RANGE_UPPER.write(DOORBELL_RANGE_UPPER)
+    queue.submit([])                                                   # rung again, in range now
+    assert u32(gpu, out) == [1]
+
+
+def test_queue_does_not_run_while_the_mec_is_halted(gpu, sim, queue):
+    out = buf(gpu)
+    gc = gpu.dev.reg("GC")
+    cntl = gc.CP_MEC_RS64_CNTL.read()
+    gc.CP_MEC_RS64_CNTL.update(MEC_HALT=1)
+    try:
+        queue.submit(write_data(out.va, 1))
+        for _ in range(3):
+            gc.GRBM_STATUS.read()
+        assert u32(gpu, out) == [0] and queue.rptr_report() == 0
+    finally:
+        gc.CP_MEC_RS64_CNTL.write(cntl)
+    gc.GRBM_STATUS.read()                                              # the MEC runs again: the queue goes on
+    assert u32(gpu, out) == [1]
+    assert not sim.errors, sim.errors
+
+
+def test_pipe_reset_clears_a_hung_queue(gpu, sim, queue):
+    queue.submit(pkt3(P.PACKET3_DRAW_INDEX_AUTO, 0, 0))
+    assert busy(gpu) and queue.active()
+    gc = gpu.dev.reg("GC")
+    cntl = gc.CP_MEC_RS64_CNTL.read()
+    gc.CP_MEC_RS64_CNTL.update(MEC_HALT=1, **{f"MEC_PIPE{queue.pipe}_RESET": 1})
+    gc.CP_MEC_RS64_CNTL.write(cntl)
+    assert not busy(gpu) and not queue.active()
+
+
+# ------------------------------------------------------------------------------------------------
+# dispatch: SET_SH_REG + DISPATCH_DIRECT, as a driver sets up a clang-built kernel
+
+INITIATOR = 1 | 1 << 2 | 1 << 15          # COMPUTE_SHADER_EN, FORCE_START_AT_000, CS_W32_EN
+
+
+@pytest.fixture(scope="module")
+def add_f32(tmp_path_factory):
+    if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
+        pytest.skip("clang-15 and ld.lld-15 are needed to build the kernel")
+    out = tmp_path_factory.mktemp("cp_kernels")
+    obj, so = out / "add_f32.o", out / "add_f32.so"
+    subprocess.run(["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
+                    "-nogpulib", "-O2", "-c", str(KERNELS / "add_f32.cl"), "-o", str(obj)], check=True)
+    subprocess.run(["ld.lld-15", "-shared", str(obj), "-o", str(so)], check=True)
+    return CodeObject.load(so).kernel("add_f32")
+
+
+def sh(gpu, name: str, *values: int) -> list[int]:
+    reg = gpu.dev.reg("GC").reg(name).addr >> 2
+    return pkt3(P.PACKET3_SET_SH_REG, reg - P.PACKET3_SET_SH_REG_START, *values)
+
+
+def upload(gpu, data: bytes):
+    m = gpu.gmc.map_vram(max(len(data), 1))
+    gpu.dev.vram.write(m.vram.addr, data)
+    return m
+
+
+def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False) -> list[int]:
+    """What a driver emits for a clang kernel: code and kernargs in memory, the user SGPRs its descriptor
+    enables (AMDGPUUsage order), its RSRC registers, the workgroup size and the dispatch."""
+    kd = kern.descriptor
+    code = upload(gpu, kern.code)
+    kernargs = upload(gpu, pack_kernargs(kern, args).ljust(kd.kernarg_size + 256, b"\0"))
+    grid = tuple(g * b for g, b in zip(groups, block))
+    packet = upload(gpu, dispatch_packet(grid, block, kernargs.va))
+    values = {"dispatch_ptr": packet.va, "kernarg_segment_ptr": kernargs.va}
+    if swap_pointers:
+        values = {"dispatch_ptr": kernargs.va, "kernarg_segment_ptr": packet.va}
+    user = [0] * 16
+    for name, at, count in kd.user_sgpr_layout():
+        v = values.get(name, 0)
+        user[at:at + count] = [(v >> (32 * j)) & 0xFFFFFFFF for j in range(count)]
+    lds_granules = -(-kd.group_segment_fixed_size // 512)
+    rsrc2 = kd.compute_pgm_rsrc2 | lds_granules << 15
+    return (sh(gpu, "COMPUTE_PGM_LO", code.va >> 8, code.va >> 40)
+            + sh(gpu, "COMPUTE_PGM_RSRC1", kd.compute_pgm_rsrc1, rsrc2)
+            + sh(gpu, "COMPUTE_PGM_RSRC3", kd.compute_pgm_rsrc3)
+            + sh(gpu, "COMPUTE_NUM_THREAD_X", *block)
+            + sh(gpu, "COMPUTE_USER_DATA_0", *user)
+            + pkt3(P.PACKET3_DISPATCH_DIRECT, *groups, INITIATOR))
+
+
+def test_clang_kernel_dispatch_matches_numpy(gpu, sim, queue, add_f32):
+    n = 1000
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+    ma, mb, mo, ts = upload(gpu, a.tobytes()), upload(gpu, b.tobytes()), buf(gpu, 4 * n), buf(gpu)
+    words = (release_mem(ts.va, data_sel=3)
+             + kernel_packets(gpu, add_f32, [mo.va, ma.va, mb.va, np.uint32(n)], (-(-n // 64), 1, 1), (64, 1, 1))
+             + release_mem(ts.va + 8, data_sel=3) + release_mem(ts.va + 16, 5))
+    queue.submit(words)
+    out = np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.float32)
+    np.testing.assert_array_equal(out, a + b)
+    assert u64(gpu, ts, 16) == 5 and not busy(gpu)
+    start, end = u64(gpu, ts, 0), u64(gpu, ts, 8)
+    assert end > start                                                 # the kernel took GPU time
+    assert not sim.errors, sim.errors
+
+
+def test_user_data_the_kernel_does_not_expect_reads_garbage(gpu, sim, queue, add_f32):
+    """The hardware loads COMPUTE_USER_DATA as written: with the kernarg and dispatch pointers swapped the
+    kernel reads its arguments from the dispatch packet (n = its private segment size, 0) and computes
+    nothing; the same packets with the pointers right compute the sum."""
+    ones, mo = upload(gpu, np.ones(16, np.float32).tobytes()), buf(gpu)
+    for swap, want in ((True, 0.0), (False, 2.0)):
+        queue.submit(kernel_packets(gpu, add_f32, [mo.va, ones.va, ones.va, np.uint32(16)], (1, 1, 1), (16, 1, 1),
+                                    swap_pointers=swap))
+        assert (np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 64), np.float32) == want).all()
+    assert not busy(gpu) and not sim.errors, sim.errors
+
+
+def test_kernel_fault_hangs_the_queue_with_fault_registers_and_iv(gpu, sim, queue, add_f32):
+    gpu.ih.poll()
+    n = 64
+    ma, fence = upload(gpu, np.ones(n, np.float32).tobytes()), buf(gpu)
+    unmapped = (1 << 44) + (800 << 20)
+    queue.submit(kernel_packets(gpu, add_f32, [unmapped, ma.va, ma.va, np.uint32(n)], (1, 1, 1), (64, 1, 1))
+                 + release_mem(fence.va, 1))
+    assert u64(gpu, fence) == 0 and busy(gpu)                          # the fence never comes
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address == unmapped and fault.write and fault.vmid == 0
+    ivs = [iv for iv in gpu.ih.poll() if iv.client_id == IHIDS.SOC21_IH_CLIENTID_GFX]
+    assert ivs and ivs[0].src_data[0] == (unmapped >> 12) & 0xFFFFFFFF
+    assert any("faulted" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+
+
+def test_kernel_that_never_ends_keeps_the_queue_busy(gpu, sim, queue):
+    """Register-level: no descriptor at all, just COMPUTE_PGM_* and a loop (s_branch -1)."""
+    code, fence = upload(gpu, (0xBFA0FFFF).to_bytes(4, "little") + (0xBFB00000).to_bytes(4, "little")), buf(gpu)
+    cp = sim.blocks["CP"]
+    cp.kernel_max_steps = 2000
+    try:
+        queue.submit(sh(gpu, "COMPUTE_PGM_LO", code.va >> 8, code.va >> 40) + sh(gpu, "COMPUTE_PGM_RSRC1", 0, 0)
+                     + sh(gpu, "COMPUTE_NUM_THREAD_X", 32, 1, 1) + pkt3(P.PACKET3_DISPATCH_DIRECT, 1, 1, 1, INITIATOR)
+                     + release_mem(fence.va, 1))
+    finally:
+        cp.kernel_max_steps = 500_000
+    for _ in range(5):
+        assert busy(gpu) and u64(gpu, fence) == 0
+    assert any("still running" in e.message for e in sim.errors), sim.errors
+    queue.dequeue()
+    assert not busy(gpu)
