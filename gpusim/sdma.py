@@ -37,11 +37,12 @@ The gfx ring (queue 0 of each engine; sdma_v6_0_gfx_resume, sdma_v6_0_ring_set_w
   write there takes the upper half from the dword above). Without the doorbell, RB_WPTR/_HI register writes
   move it (ignored as a kick while MINOR_PTR_UPDATE.ENABLE is set, as gfx_resume brackets its pointer reset).
 - Packets (header: op bits 7:0, sub_op 15:8): NOP (COUNT more dwords follow, burst NOP), COPY LINEAR (count =
-  bytes - 1 in a 30-bit field; any byte alignment), WRITE LINEAR (COUNT = dwords - 1, dword-aligned
-  destination), FENCE (32-bit value, dword-aligned), TRAP (an IV: client SOC21_IH_CLIENTID_GFX, source
-  GFX_11_0_0__SRCID__SDMA_TRAP, ring_id = instance << 4 | queue, src_data[0] = INT_CONTEXT, as
-  sdma_v6_0_process_trap_irq decodes it; only while SDMA{i}_CNTL.TRAP_ENABLE, set_trap_irq_state), POLL_REGMEM
-  (memory with MEM_POLL or a register at byte address ADDR_LO; (value & mask) FUNC reference, FUNC 0 always,
+  bytes - 1 in a 30-bit field, so up to 1 GiB per packet; any byte alignment. Upstream's copy_max_bytes and
+  fill_max_bytes of 0x400000 are navi10's 22-bit field carried over, a driver limit, not v6's), WRITE LINEAR
+  (COUNT = dwords - 1, dword-aligned destination), FENCE (32-bit value, dword-aligned), TRAP (an IV: client
+  SOC21_IH_CLIENTID_GFX, source GFX_11_0_0__SRCID__SDMA_TRAP, ring_id = instance << 4 | queue, src_data[0] =
+  INT_CONTEXT, as sdma_v6_0_process_trap_irq decodes it; only while SDMA{i}_CNTL.TRAP_ENABLE, set_trap_irq_state),
+  POLL_REGMEM (memory with MEM_POLL or a register at byte address ADDR_LO; (value & mask) FUNC reference, FUNC 0 always,
   1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >; HDP_FLUSH writes the reference to the register at ADDR_HI (the NBIO flush
   request) and polls ADDR_LO (flush done), as sdma_v6_0_ring_emit_hdp_flush emits it), CONSTANT FILL (count =
   bytes - 1, FILLSIZE = log2 of the element taken from the data dword), TIMESTAMP (SET/GET/GET_GLOBAL, 8-byte
@@ -236,7 +237,8 @@ class SDMA(Block):
 
     def _ring(self, i: int) -> tuple[int, int, dict]:
         cntl = self._fields(i, "QUEUE0_RB_CNTL")
-        base = self.get(GC, reg(i, "QUEUE0_RB_BASE")) << 8 | (self.get(GC, reg(i, "QUEUE0_RB_BASE_HI")) & 0xFFFFFF) << 40
+        base_hi = self.get(GC, reg(i, "QUEUE0_RB_BASE_HI")) & 0xFFFFFF
+        base = self.get(GC, reg(i, "QUEUE0_RB_BASE")) << 8 | base_hi << 40
         return base, 4 << cntl["RB_SIZE"], cntl
 
     def _pending(self, i: int) -> int:
@@ -315,7 +317,8 @@ class SDMA(Block):
         rptr = (self._ptr(i, "RPTR") + 4 * ndw) & M64
         self._set_ptr(i, "RPTR", rptr)
         if cntl["RPTR_WRITEBACK_ENABLE"]:
-            addr = self.get(GC, reg(i, "QUEUE0_RB_RPTR_ADDR_LO")) & ~3 | self.get(GC, reg(i, "QUEUE0_RB_RPTR_ADDR_HI")) << 32
+            addr = (self.get(GC, reg(i, "QUEUE0_RB_RPTR_ADDR_LO")) & ~3
+                    | self.get(GC, reg(i, "QUEUE0_RB_RPTR_ADDR_HI")) << 32)
             self._write(i, cntl["RB_VMID"], addr, struct.pack("<Q", rptr), "rptr writeback")
 
     # -- memory through the GC hub ------------------------------------------------------------------------
