@@ -127,8 +127,11 @@ class ArgLayout:
         """Writes the explicit arguments at view[offset + their offsets]."""
         if len(args) != self.n:
             raise self._count_error(args)
+        vals = list(args)
         try:
-            self.struct.pack_into(view, offset + self.start, *[a.va if b else a for a, b in zip(args, self.is_buffer)])
+            for i in self.buffer_index:
+                vals[i] = vals[i].va
+            self.struct.pack_into(view, offset + self.start, *vals)
         except (AttributeError, struct.error, TypeError, OverflowError):
             vals = self._untyped(args)
             if vals is None:
@@ -407,6 +410,11 @@ class Device(abc.ABC):
 
     @abc.abstractmethod
     def copyout(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes: ...
+
+    @abc.abstractmethod
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
+        """GPU copy between buffers of this device, or between this device and another of the same
+        backend; returns when done."""
 
     @abc.abstractmethod
     def program(self, code_object: bytes, name: str) -> Program: ...

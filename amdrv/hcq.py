@@ -1,0 +1,687 @@
+"""The AM backend of hcq: `hcq.open("am:sim")` lands in `open_device`.
+
+    dev = open_device("am:sim")                   # boots through AMGPU.open; slot=/fresh= pick a sim GPU
+    buf = dev.alloc(1 << 20)                      # VRAM, mapped at gmc.VRAM_VA + its offset
+    dev.copyin(buf, data); dev.copyout(buf)       # BAR0 directly when it reaches, else SDMA via host memory
+    prog = dev.program(code_object, "saxpy")
+    prog(y, x, 2.0, n, global_size=(n // 256,), local_size=(256,), wait=True)   # seconds of GPU time
+
+Memory the CPU writes per launch lives in host memory the GPU reaches through the GMC (pcie DMA
+buffers mapped with gmc.map_system): signals (16 bytes each: value, timestamp), and an arena of
+launch slots (a 64-byte hsa_kernel_dispatch_packet, then the kernarg segment). Code objects are
+loaded into VRAM whole, so the descriptor and code keep their relative addresses.
+
+A kernel launch is the program's precomputed PM4 template (ACQUIRE_MEM; SET_SH_REG of COMPUTE_PGM_LO/HI,
+RSRC1/2/3, TMPRING_SIZE, USER_DATA_0..15, START_X..Z, NUM_THREAD_X..Z, RESOURCE_LIMITS; DISPATCH_DIRECT)
+copied into the queue's dword array and patched at known indices: the user SGPRs the kernel descriptor
+enables (AMDGPUUsage order: private segment buffer, dispatch ptr, queue ptr, kernarg segment ptr,
+dispatch id, flat scratch init, private segment size), the work-group size and the workgroup counts.
+COMPUTE_PGM_RSRC2.LDS_SIZE is filled from the group segment size (GFX11: 512-byte units, AMDGPUUsage),
+as the CP firmware does for AQL dispatches; the dispatch packet carries workgroup sizes and the grid in
+work-items (global_size * local_size), as the kernels read them through the dispatch pointer.
+
+Timestamps are RELEASE_MEM writes of the GPU clock counter (DATA_SEL 3), 100 MHz on SOC21
+(soc21_get_xclk: the reference clock).
+"""
+from __future__ import annotations
+
+import struct
+import time
+from array import array
+
+from amdrv import pm4
+from amdrv import sdma_packets
+from amdrv.am import AMGPU
+from amdrv.queue import ComputeQueue, SDMAQueue
+from amdrv.isa.codeobj import RSRC2, CodeObject, CodeObjectError
+from hcq.api import (ArgLayout, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, Program, Signal,
+                     Var, kernel_args)
+
+PAGE = 4096
+XCLK_HZ = 100e6
+SIGNAL_BYTES = 16
+PACKET_BYTES = 64
+ARENA_BYTES = 4 << 20
+KERNARG_TAIL = 256         # compilers load kernargs in wide chunks that may run past the last one
+SDMA_STAGING = 4 << 20
+_M32 = 0xFFFFFFFF
+# hsa_kernel_dispatch_packet_t: header, setup, workgroup_size_x/y/z, reserved0, grid_size_x/y/z,
+# private_segment_size, group_segment_size, kernel_object, kernarg_address, reserved2, completion_signal
+_PACKET = struct.Struct("<HHHHHHIIIIIQQQQ")
+_HSA_PACKET_TYPE_KERNEL_DISPATCH = 2
+_LDS_GRANULE = 512
+_LDS_SHIFT, _LDS_MASK = next((lo, (1 << w) - 1) for n, lo, w in RSRC2 if n == "granulated_lds_size")
+_USER_SGPR_REGS = 16
+_HIDDEN_ZERO = "zero"
+
+
+def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
+    """Boots the GPU a device string names and wraps it. For simulated GPUs, slot=N and fresh=True pick
+    and power on a particular one (two GPUs in one process are two slots); other kwargs go to AMGPU.open."""
+    slot, fresh = kwargs.pop("slot", None), kwargs.pop("fresh", False)
+    device = spec
+    if slot is not None or fresh:
+        from amdrv import device_spec
+        parsed = device_spec.parse(spec)
+        if parsed.provider != "sim":
+            raise HCQError(f"{spec}: slot= and fresh= choose simulated GPUs only")
+        from pcie import open_function
+        device = open_function("sim", *parsed.args, slot=slot, fresh=fresh)
+    return AMHCQDevice(AMGPU.open(device, **kwargs), spec if slot is None else f"{spec}#{slot}")
+
+
+class _Arena:
+    """Launch slots in mapped host memory, handed out round-robin. Before the cursor wraps onto memory
+    an earlier launch may still read, the device waits for the timeline value the wrap recorded."""
+
+    __slots__ = ("buf", "map", "mem", "va", "size", "at", "fence")
+
+    def __init__(self, gpu, size: int):
+        self.buf = gpu.dev.pci.alloc_dma(size + KERNARG_TAIL)
+        self.map = gpu.gmc.map_system(self.buf)
+        self.mem, self.va, self.size, self.at, self.fence = self.buf.view, self.map.va, size, 0, 0
+
+
+class _Kernel:
+    """What a launch needs of a loaded kernel, precomputed: the PM4 template and its patch indices."""
+
+    __slots__ = ("template", "i_user", "user", "i_dp", "i_ka", "i_threads", "i_dispatch", "slot", "kd_va", "group", "private",
+                 "hidden", "image")
+
+    def __init__(self, gc, kern, image: Buffer, group: int, private: int):
+        kd = kern.descriptor
+        self.image, self.group, self.private = image, group, private
+        base = image.va
+        self.kd_va = base + kern.descriptor_address
+        entry = base + kern.code_address
+        if entry & 0xFF:
+            raise HCQError(f"kernel {kern.name}: code entry {entry:#x} is not 256-byte aligned (COMPUTE_PGM_LO "
+                           "holds address bits 39:8); link the code object with lld")
+        rsrc2 = kd.compute_pgm_rsrc2 & ~(_LDS_MASK << _LDS_SHIFT)
+        rsrc2 |= min(-(-group // _LDS_GRANULE), _LDS_MASK) << _LDS_SHIFT
+        initiator = gc.COMPUTE_DISPATCH_INITIATOR.encode(COMPUTE_SHADER_EN=1, FORCE_START_AT_000=1,
+                                                         CS_W32_EN=int(kd.wave32))
+        b = pm4.PM4()
+        b.acquire_mem()
+        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_LO"), (entry >> 8) & _M32, entry >> 40)
+        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC1"), kd.compute_pgm_rsrc1, rsrc2)
+        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC3"), kd.compute_pgm_rsrc3)
+        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_TMPRING_SIZE"), 0)
+        self.i_user = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_USER_DATA_0"), *(0,) * _USER_SGPR_REGS)
+        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_START_X"), 0, 0, 0)
+        self.i_threads = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_NUM_THREAD_X"), 1, 1, 1)
+        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_RESOURCE_LIMITS"), 0)
+        self.i_dispatch = b.dispatch_direct(1, 1, 1, initiator)
+        self.template = b.buf
+        # user SGPRs: {name: first SGPR}; a launch patches the ones that vary
+        self.user = {name: at for name, at, _ in kd.user_sgpr_layout()}
+        self.i_dp = self.i_user + self.user["dispatch_ptr"] if "dispatch_ptr" in self.user else -1
+        self.i_ka = self.i_user + self.user["kernarg_segment_ptr"] if "kernarg_segment_ptr" in self.user else -1
+        for name in ("private_segment_buffer", "flat_scratch_init"):
+            if name in self.user or private:
+                raise HCQError(f"kernel {kern.name} uses private (scratch) memory ({private} bytes per work-item, "
+                               f"{name}); the AM HCQ backend does not set up scratch yet")
+        kernarg = max(kern.kernarg_size, 16)
+        self.slot = PACKET_BYTES + (kernarg + 63) // 64 * 64
+        self.hidden = None
+
+
+class AMHCQDevice(Device):
+    """An AMGPU serving hcq. `gpu` is the amdrv.am.AMGPU underneath."""
+
+    timestamp_hz = XCLK_HZ
+
+    def __init__(self, gpu: AMGPU, name: str):
+        self.gpu, self.name = gpu, name
+        self.gc = gpu.dev.reg("GC")
+        self.vram = gpu.dev.vram
+        self._signal_pages: list = []
+        self._free_signals: list[Signal] = []
+        self.arena = _Arena(gpu, ARENA_BYTES)
+        self._staging = None
+        self.compute, self.sdma = ComputeQueue(gpu), SDMAQueue(gpu)
+        self.timeline = self.new_signal(0)
+        self.timeline.name = f"{name} timeline"
+        self.timeline_value = 0
+        self._timing = (self.new_signal(), self.new_signal())
+        self._buffers: set = set()
+        self._closed = False
+        # copyin/copyout up to this many bytes go through BAR0 when it reaches the buffer; larger ones by
+        # SDMA. On the simulator (and on PCIe hosts writing write-combined BAR memory) the CPU copy wins
+        # at every size; 0 sends every copy through SDMA.
+        self.direct_max = 1 << 62
+
+    # ------------------------------------------------------------------ memory
+    def alloc(self, nbytes: int) -> Buffer:
+        if nbytes <= 0:
+            raise HCQError(f"{self.name}: alloc of {nbytes} bytes; sizes are positive")
+        m = self.gpu.gmc.map_vram(nbytes, tag="hcq buffer")
+        return Buffer(self, m.va, nbytes, m)
+
+    def free(self, buf: Buffer) -> None:
+        if buf.base is not None:
+            raise HCQError(f"{self.name}: {buf} is a view; free the buffer it views")
+        self.synchronize()
+        self.gpu.gmc.unmap(buf.mem)
+        buf.mem = None
+
+    def _vram_offset(self, buf: Buffer) -> int:
+        m = buf.mem
+        if m is None or m.vram is None:
+            raise HCQError(f"{self.name}: {buf} is not live VRAM of this device (freed, or another device's)")
+        return m.vram.addr + (buf.va - m.va)
+
+    def _direct(self, off: int, n: int) -> bool:
+        return self.vram.direct is not None and off + n <= self.vram.visible and n <= self.direct_max
+
+    def copyin(self, buf: Buffer, data, offset: int = 0) -> None:
+        mv = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else memoryview(data)
+        n = mv.nbytes
+        if offset < 0 or offset + n > buf.size:
+            raise HCQError(f"{self.name}: copyin of {n} bytes at offset {offset} overruns {buf}")
+        if not n:
+            return
+        self.synchronize()  # a kernel in flight may still read the old contents
+        off = self._vram_offset(buf) + offset
+        if self._direct(off, n):
+            self.vram.direct[off:off + n] = mv
+            self.gpu.nbio.hdp_flush()  # CPU writes through BAR0 reach VRAM past the HDP before engines read
+        else:
+            self._sdma_through_staging(buf.va + offset, n, mv, None)
+
+    def copyout(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        n = buf.size - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > buf.size:
+            raise HCQError(f"{self.name}: copyout of {n} bytes at offset {offset} overruns {buf}")
+        self.synchronize()
+        off = self._vram_offset(buf) + offset
+        if self._direct(off, n):
+            return bytes(self.vram.direct[off:off + n])
+        out = bytearray(n)
+        self._sdma_through_staging(buf.va + offset, n, None, memoryview(out))
+        return bytes(out)
+
+    def _staging_map(self):
+        if self._staging is None:
+            dma = self.gpu.dev.pci.alloc_dma(SDMA_STAGING)
+            self._staging = (dma, self.gpu.gmc.map_system(dma))
+        return self._staging
+
+    def _sdma_through_staging(self, va: int, n: int, src: memoryview | None, dst: memoryview | None) -> None:
+        """copyin (src) or copyout (dst) in staging-sized pieces: host memory <-> VRAM by SDMA."""
+        dma, m = self._staging_map()
+        for at in range(0, n, SDMA_STAGING):
+            k = min(SDMA_STAGING, n - at)
+            q = AMCopyQueue(self)
+            if src is not None:
+                dma.view[:k] = src[at:at + k]
+                q.copy_va(va + at, m.va, k)
+            else:
+                q.copy_va(m.va, va + at, k)
+            q.signal(self.timeline, self.next_timeline())
+            q.submit()
+            self.synchronize()
+            if dst is not None:
+                dst[at:at + k] = dma.view[:k]
+
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
+        """GPU copy of nbytes (default: all of src) from src to dst, by SDMA; returns when done. Buffers of
+        two GPUs are copied through host memory both GPUs map: the source GPU's SDMA writes it, the
+        destination's reads it, the CPU touches none of the bytes."""
+        n = src.size if nbytes is None else nbytes
+        if n > src.size or n > dst.size:
+            raise HCQError(f"{self.name}: copy of {n} bytes from {src} to {dst} overruns a buffer")
+        if src.device is self and dst.device is self:
+            q = AMCopyQueue(self)
+            q.copy(dst, src, n)
+            q.signal(self.timeline, self.next_timeline())
+            q.submit()
+            self.synchronize()
+            return
+        if self not in (src.device, dst.device) or not isinstance(src.device, AMHCQDevice) \
+                or not isinstance(dst.device, AMHCQDevice):
+            raise HCQError(f"{self.name}: copy from {src} to {dst}: neither is this device's, or one is not an AM GPU")
+        a, b = src.device, dst.device
+        a.synchronize()
+        b.synchronize()
+        dma, m_a = a._staging_map()
+        m_b = b.gpu.gmc.map_system(dma)  # the same host pages, in the destination GPU's address space
+        try:
+            for at in range(0, n, SDMA_STAGING):
+                k = min(SDMA_STAGING, n - at)
+                for dev, d, s_ in ((a, m_a.va, src.va + at), (b, dst.va + at, m_b.va)):
+                    q = AMCopyQueue(dev)
+                    q.copy_va(d, s_, k)
+                    q.signal(dev.timeline, dev.next_timeline())
+                    q.submit()
+                    dev.synchronize()
+        finally:
+            b.gpu.gmc.unmap(m_b)
+
+    # ------------------------------------------------------------------ signals
+    def new_signal(self, value: int = 0) -> Signal:
+        if not self._free_signals:
+            dma = self.gpu.dev.pci.alloc_dma(PAGE)
+            m = self.gpu.gmc.map_system(dma)
+            self._signal_pages.append((dma, m))
+            q = dma.view.cast("Q")
+            for i in range(PAGE // SIGNAL_BYTES - 1, -1, -1):
+                self._free_signals.append(Signal(self, m.va + i * SIGNAL_BYTES, q[2 * i:2 * i + 2]))
+        s = self._free_signals.pop()
+        s.mem[0], s.mem[1] = value, 0
+        return s
+
+    def _wait(self, signal: Signal, value: int, timeout: float) -> None:
+        t_end = time.perf_counter() + timeout
+        mem, poll = signal.mem, self.gc.GRBM_STATUS.read
+        n = 0
+        while mem[0] < value:
+            poll()  # a register read: on the simulator's stepped clock this is what lets the GPU run
+            n += 1
+            if n & 63 == 0:
+                self._check_faults()
+                if time.perf_counter() > t_end:
+                    raise HCQTimeout(self._hang_report(signal, value, timeout))
+
+    def _check_faults(self) -> None:
+        gmc = self.gpu.gmc
+        for iv in self.gpu.ih.poll():
+            fault = gmc.fault_from_iv(iv)
+            if fault is not None:
+                raise HCQFault(f"{self.name}: {fault}; the compute queue stopped ({self._queue_state()}); "
+                               "call recover() before the next launch")
+
+    def _queue_state(self) -> str:
+        return "; ".join(f"{q.name}: {q.state()}"
+                         for q in (self.compute, self.sdma))
+
+    def _hang_report(self, signal: Signal, value: int, timeout: float) -> str:
+        fault = self.gpu.gmc.decode_fault("GC")
+        f = f"; fault: {fault}" if fault else "; no fault latched"
+        return (f"{self.name}: {signal.name} did not reach {value} within {timeout:g} s (it reads {signal.value}): "
+                f"{self._queue_state()}{f}; call recover() to reset the engines")
+
+    def recover(self) -> list[str]:
+        """Resets the compute and copy engines and re-creates their queues (amdrv.queue.recover), drops
+        what was in flight, and leaves the timeline at the last value handed out so synchronize()
+        returns. Returns the faults that were pending, in words."""
+        faults = self.gpu.recover()
+        self._halt_graphics_pipes()
+        self.timeline.value = self.timeline_value
+        self.arena.at, self.arena.fence = 0, 0
+        return faults
+
+    def _halt_graphics_pipes(self) -> None:
+        """amdrv.queue's GFX soft reset writes CP_ME_CNTL = 0 as gfx_v11_0_soft_reset does, which on a GPU
+        whose graphics ME/PFP were never started (this driver runs compute only) unhalts them at a
+        start address no one set, and GRBM_STATUS then reads busy forever. Put them back: halted, their
+        pipes pulsed through reset."""
+        cntl = self.gc.CP_ME_CNTL
+        resets = {f"{e}_PIPE{p}_RESET": 1 for e in ("ME", "PFP") for p in (0, 1)}
+        cntl.write(cntl.encode(ME_HALT=1, PFP_HALT=1, **resets))
+        cntl.write(cntl.encode(ME_HALT=1, PFP_HALT=1))
+
+    # ------------------------------------------------------------------ programs
+    def program(self, code_object, name: str) -> Program:
+        try:
+            co = code_object if isinstance(code_object, CodeObject) else CodeObject(bytes(code_object))
+            kern = co.kernel(name)
+        except CodeObjectError as e:
+            raise HCQError(f"{self.name}: {e}") from None
+        if not kern.descriptor.wave32:
+            raise HCQError(f"kernel {name} is wave64; the AM HCQ backend launches wave32 kernels")
+        image = self._load_image(co)
+        args = kernel_args(kern.metadata.get(".args", []))
+        layout = ArgLayout(name, args, kern.kernarg_size)
+        group = kern.descriptor.group_segment_fixed_size
+        private = kern.descriptor.private_segment_fixed_size
+        k = _Kernel(self.gc, kern, image, group, private)
+        k.hidden = _hidden_plan(layout)
+        return Program(self, name, layout, k, group, kern.metadata.get(".max_flat_workgroup_size", 1024))
+
+    def _load_image(self, co: CodeObject) -> Buffer:
+        end = max(va + memsz for va, _, _, memsz in co.segments)
+        buf = self.alloc(end)
+        image = bytearray(end)
+        for va, off, filesz, _ in co.segments:
+            image[va:va + filesz] = co.data[off:off + filesz]
+        self.copyin(buf, image)
+        return buf
+
+    # ------------------------------------------------------------------ queues
+    def compute_queue(self) -> AMComputeQueue:
+        return AMComputeQueue(self)
+
+    def copy_queue(self) -> AMCopyQueue:
+        return AMCopyQueue(self)
+
+    def _write_launch(self, k: _Kernel, layout: ArgLayout, args, g, l_) -> int:
+        """Writes the dispatch packet and kernargs into a new launch slot; returns the slot's GPU address.
+        The hot path of every launch: locals only, one pack_into each for kernargs and packet."""
+        a = self.arena
+        at = a.at
+        if at + k.slot > a.size:
+            at = self._wrap()
+        a.at = at + k.slot
+        mem = a.mem
+        layout.pack_into(mem, at + PACKET_BYTES, args)
+        va = a.va + at
+        gx, gy, gz = g
+        lx, ly, lz = l_
+        _PACKET.pack_into(mem, at, _HSA_PACKET_TYPE_KERNEL_DISPATCH,
+                          3 if gz > 1 or lz > 1 else 2 if gy > 1 or ly > 1 else 1, lx, ly, lz, 0,
+                          gx * lx, gy * ly, gz * lz, k.private, k.group, k.kd_va, va + PACKET_BYTES, 0, 0)
+        if k.hidden:
+            _fill_hidden(k.hidden, mem, at + PACKET_BYTES, g, l_)
+        return va
+
+    def _wrap(self) -> int:
+        """The arena is full: start over at 0 once launches that used that memory are done."""
+        a = self.arena
+        if a.fence:
+            self.timeline.wait(a.fence)
+        a.fence, a.at = self.timeline_value, 0
+        return 0
+
+    def _launch(self, prog: Program, args, global_size, local_size, wait: bool, timeout) -> float | None:
+        g, l_ = prog.check_sizes(global_size, local_size)
+        q = AMComputeQueue(self)
+        if wait:
+            t0, t1 = self._timing
+            q.timestamp(t0)
+            q.exec(prog, args, g, l_)
+            q.timestamp(t1)
+        else:
+            q.exec(prog, args, g, l_)
+        q.signal(self.timeline, self.next_timeline())
+        q.submit()
+        if wait:
+            self.timeline.wait(self.timeline_value, timeout)
+            return (t1.mem[1] - t0.mem[1]) / XCLK_HZ
+        return None
+
+    # ------------------------------------------------------------------ graphs
+    def _build_graph(self, graph: Graph, values: dict) -> None:
+        """Runs of consecutive launches become one compute queue, runs of copies one copy queue; each
+        queue after the first waits for the one before through a graph-private signal, and the last
+        signals the timeline. Uses of each variable are recorded as patch points."""
+        sync = self.new_signal()
+        runs: list[list] = []       # [queue, index of its leading wait or -1, index of its tail signal]
+        patches: dict[str, list] = {}
+        for step in graph.steps:
+            compute = step[0] == "exec"
+            if not runs or isinstance(runs[-1][0], AMComputeQueue) != compute:
+                q = AMComputeQueue(self) if compute else AMCopyQueue(self)
+                runs.append([q, q.wait(sync, 0) if runs else -1, -1])
+            q = runs[-1][0]
+            if compute:
+                _, prog, args, g, l_ = step
+                idx = q.exec(prog, [values[a.name] if isinstance(a, Var) else a for a in args], g, l_)
+                mem, base = q.kernarg_slot(idx)
+                lay = prog.layout
+                for i, a in enumerate(args):
+                    if isinstance(a, Var):
+                        patches.setdefault(a.name, []).append(
+                            (mem, base + lay.arg_offsets[i], lay.arg_structs[i], lay.is_buffer[i]))
+            else:
+                _, dst, src, n = step
+                idx = q.copy(*(values[x.name] if isinstance(x, Var) else x for x in (dst, src)), n)
+                for x, field in ((dst, "dst"), (src, "src")):
+                    if isinstance(x, Var):
+                        patches.setdefault(x.name, []).append((q, idx, None, field))
+        for i, run in enumerate(runs):
+            run[2] = run[0].signal(self.timeline if i == len(runs) - 1 else sync, 0)
+        graph.backend = (runs, sync, patches)
+        graph.fence, graph.seq = 0, 0
+        self._replay_graph(graph, {})
+
+    def _replay_graph(self, graph: Graph, values: dict) -> None:
+        if graph.fence and self.timeline.mem[0] < graph.fence:
+            self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
+        runs, sync, patches = graph.backend
+        for name, v in values.items():
+            try:
+                uses = patches[name]
+            except KeyError:
+                raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has {sorted(patches)}") from None
+            for mem, off, st, field in uses:
+                if st is None:
+                    mem.update_copy(off, **{field: v})
+                else:
+                    st.pack_into(mem, off, v.va if field else v)
+        seq, last = graph.seq, len(runs) - 1
+        for i, (q, wait_idx, tail_idx) in enumerate(runs):
+            if wait_idx >= 0:
+                q.update_wait(wait_idx, value=seq + i)
+            q.update_signal(tail_idx, value=self.next_timeline() if i == last else seq + i + 1)
+            q.submit()
+        graph.seq = seq + last
+        graph.fence = self.timeline_value
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.gpu.fini()
+
+
+def _hidden_plan(layout: ArgLayout):
+    """[(offset in the kernarg segment, struct code, what)] for hidden arguments, or None."""
+    if not layout.hidden:
+        return None
+    return [(a.offset, "<" + {1: "B", 2: "H", 4: "I", 8: "Q"}.get(a.size, f"{a.size}s"), a.what) for a in layout.hidden]
+
+
+def _fill_hidden(plan, mem, base: int, g, l_) -> None:
+    """Code object v5's hidden_block_count/group_size/remainder/grid_dims get the launch's values;
+    every other hidden argument (global offsets, printf/hostcall/heap/queue pointers) is 0."""
+    for off, code, what in plan:
+        if what.startswith("hidden_block_count_"):
+            v = g["xyz".index(what[-1])]
+        elif what.startswith("hidden_group_size_"):
+            v = l_["xyz".index(what[-1])]
+        elif what == "hidden_grid_dims":
+            v = 3 if g[2] > 1 or l_[2] > 1 else 2 if g[1] > 1 or l_[1] > 1 else 1
+        else:
+            v = 0 if not code.endswith("s") else b""
+        struct.pack_into(code, mem, base + off, v)
+
+
+def _template(build) -> tuple[array, int]:
+    """A packet built once by the amdrv.pm4/sdma_packets builder with placeholder values, and the index
+    its builder returned: queues copy it and patch the values, which costs a fraction of building."""
+    b = array("I")
+    return b, build(b)
+
+
+_C_WAIT = _template(lambda b: pm4.PM4(b).wait_reg_mem(0, 0))
+_C_SIGNAL = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_64))
+_C_STAMP = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_GPU_CLOCK))
+
+
+class AMComputeQueue(HWQueue):
+    """PM4 commands for the device's MEC compute queue (amdrv.pm4), patched in place by update_*."""
+
+    __slots__ = ("dev", "b", "buf", "cmds")
+
+    def __init__(self, dev: AMHCQDevice):
+        self.dev, self.b = dev, pm4.PM4()
+        self.buf = self.b.buf
+        self.cmds: list[tuple] = []   # (kind, dword index[, launch slot address, program])
+
+    def _put(self, kind: str, template, va: int, value: int | None) -> int:
+        b = self.buf
+        t, rel = template
+        i = len(b) + rel
+        b.extend(t)
+        b[i] = va & _M32
+        b[i + 1] = va >> 32
+        if value is not None:
+            b[i + 2] = value & _M32
+            if kind == "signal":
+                b[i + 3] = value >> 32
+        self.cmds.append((kind, i))
+        return len(self.cmds) - 1
+
+    def wait(self, signal: Signal, value: int) -> int:
+        return self._put("wait", _C_WAIT, signal.va, value & _M32)
+
+    def signal(self, signal: Signal, value: int) -> int:
+        return self._put("signal", _C_SIGNAL, signal.va, value)
+
+    def timestamp(self, signal: Signal) -> int:
+        return self._put("timestamp", _C_STAMP, signal.va + 8, None)
+
+    def memory_barrier(self) -> int:
+        self.cmds.append(("barrier", self.b.acquire_mem()))
+        return len(self.cmds) - 1
+
+    def exec(self, prog: Program, args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> int:
+        k = prog.handle
+        g, l_ = global_size, local_size
+        if len(g) != 3 or len(l_) != 3 or not 0 < l_[0] * l_[1] * l_[2] <= prog.max_local or min(g) < 1:
+            g, l_ = prog.check_sizes(g, l_)
+        va = self.dev._write_launch(k, prog.layout, args, g, l_)
+        b = self.buf
+        at = len(b)
+        b.extend(k.template)
+        _patch_exec(b, at, k, va, g, l_)
+        self.cmds.append(("exec", at, va, prog))
+        return len(self.cmds) - 1
+
+    def kernarg_slot(self, index: int) -> tuple[memoryview, int]:
+        """(memory, offset) of a launch's kernarg segment, for graphs that patch single arguments."""
+        kind, _, va, _ = self._cmd(index, "exec")
+        a = self.dev.arena
+        return a.mem, va - a.va + PACKET_BYTES
+
+    def _cmd(self, index: int, kind: str) -> tuple:
+        c = self.cmds[index]
+        if c[0] != kind:
+            raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
+        return c
+
+    def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
+        i = self._cmd(index, "signal")[1]
+        b = self.buf
+        if signal is not None:
+            b[i], b[i + 1] = signal.va & _M32, signal.va >> 32
+        if value is not None:
+            b[i + 2], b[i + 3] = value & _M32, value >> 32
+
+    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
+        i = self._cmd(index, "wait")[1]
+        if signal is not None:
+            self.buf[i], self.buf[i + 1] = signal.va & _M32, signal.va >> 32
+        if value is not None:
+            self.buf[i + 2] = value & _M32
+
+    def update_exec(self, index: int, args=None, global_size=None, local_size=None) -> None:
+        _, at, va, prog = self._cmd(index, "exec")
+        a, k = self.dev.arena, prog.handle
+        off = va - a.va
+        if args is not None:
+            prog.layout.pack_into(a.mem, off + PACKET_BYTES, args)
+        if global_size is not None or local_size is not None:
+            p = _PACKET.unpack_from(a.mem, off)
+            old_l = p[2:5]
+            g, l_ = prog.check_sizes(global_size or tuple(n // m for n, m in zip(p[6:9], old_l)),
+                                     local_size or old_l)
+            dims = 3 if g[2] > 1 or l_[2] > 1 else 2 if g[1] > 1 or l_[1] > 1 else 1
+            _PACKET.pack_into(a.mem, off, p[0], dims, l_[0], l_[1], l_[2], 0, g[0] * l_[0], g[1] * l_[1],
+                              g[2] * l_[2], *p[9:])
+            if k.hidden:
+                _fill_hidden(k.hidden, a.mem, off + PACKET_BYTES, g, l_)
+            _patch_exec(self.buf, at, k, va, g, l_)
+
+    def submit(self) -> None:
+        self.dev.compute.submit(self.buf)
+
+
+def _patch_exec(b: array, at: int, k: _Kernel, va: int, g, l_) -> None:
+    """The launch's values into a copy of the program's template at `at`: dispatch and kernarg pointers
+    (where the descriptor asks for them), work-group size, workgroup counts."""
+    if k.i_dp >= 0:
+        i = at + k.i_dp
+        b[i] = va & _M32
+        b[i + 1] = va >> 32
+    if k.i_ka >= 0:
+        i = at + k.i_ka
+        ka = va + PACKET_BYTES
+        b[i] = ka & _M32
+        b[i + 1] = ka >> 32
+    t = at + k.i_threads
+    b[t], b[t + 1], b[t + 2] = l_
+    t = at + k.i_dispatch
+    b[t], b[t + 1], b[t + 2] = g
+
+
+class AMCopyQueue(HWQueue):
+    """SDMA commands for the device's SDMA queue (amdrv.sdma_packets), patched in place by update_*."""
+
+    __slots__ = ("dev", "b", "buf", "cmds")
+
+    def __init__(self, dev: AMHCQDevice):
+        self.dev, self.b = dev, sdma_packets.SDMA()
+        self.buf = self.b.buf
+        self.cmds: list[tuple] = []
+
+    def wait(self, signal: Signal, value: int) -> int:
+        self.cmds.append(("wait", self.b.poll_mem(signal.va, value & _M32)))
+        return len(self.cmds) - 1
+
+    def signal(self, signal: Signal, value: int) -> int:
+        self.cmds.append(("signal", self.b.fence(signal.va, value, bits64=True)))
+        return len(self.cmds) - 1
+
+    def timestamp(self, signal: Signal) -> int:
+        self.cmds.append(("timestamp", self.b.timestamp(signal.va + 8)))
+        return len(self.cmds) - 1
+
+    def memory_barrier(self) -> int:
+        self.cmds.append(("barrier", self.b.gcr()))
+        return len(self.cmds) - 1
+
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
+        if nbytes > dst.size or nbytes > src.size:
+            raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes from {src} to {dst} overruns a buffer")
+        return self.copy_va(dst.va, src.va, nbytes)
+
+    def copy_va(self, dst: int, src: int, nbytes: int) -> int:
+        self.cmds.append(("copy", self.b.copy(dst, src, nbytes)))
+        return len(self.cmds) - 1
+
+    def _cmd(self, index: int, kind: str) -> tuple:
+        c = self.cmds[index]
+        if c[0] != kind:
+            raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
+        return c
+
+    def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
+        i = self._cmd(index, "signal")[1]   # the low value dword; address at -2; high fence at +4
+        b = self.buf
+        if signal is not None:
+            b[i - 2], b[i - 1] = signal.va & _M32, signal.va >> 32
+            hi = signal.va + 4
+            b[i + 2], b[i + 3] = hi & _M32, hi >> 32
+        if value is not None:
+            b[i], b[i + 4] = value & _M32, value >> 32
+
+    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
+        i = self._cmd(index, "wait")[1]
+        if signal is not None:
+            self.buf[i], self.buf[i + 1] = signal.va & _M32, signal.va >> 32
+        if value is not None:
+            self.buf[i + 2] = value & _M32
+
+    def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
+        b = self.buf
+        for n, i in enumerate(self._cmd(index, "copy")[1]):
+            step = n * sdma_packets.COPY_MAX_BYTES
+            for buf, at in ((src, i + 2), (dst, i + 4)):
+                if buf is not None:
+                    a = buf.va + step
+                    b[at], b[at + 1] = a & _M32, a >> 32
+
+    def submit(self) -> None:
+        self.dev.sdma.submit(self.buf)

@@ -1,0 +1,205 @@
+"""The hcq contract on am:sim, end to end: clang-built OpenCL kernels through hcq match numpy; copies
+(BAR0 and SDMA) of many sizes at unaligned offsets; ordering across the copy and compute queues; graph
+replay with new inputs; hangs and faults become errors that recover() clears; timestamps; two GPUs."""
+import struct
+
+import numpy as np
+import pytest
+
+import hcq
+
+RNG = np.random.default_rng(7)
+
+
+def f32(dev, a):
+    b = dev.alloc(max(a.nbytes, 4))
+    dev.copyin(b, a)
+    return b
+
+
+def read(dev, buf, dtype, n=None):
+    return np.frombuffer(dev.copyout(buf), dtype)[:n]
+
+
+def test_add_saxpy_local_reverse(dev, kernel_corpus):
+    n = 1000
+    a, b = RNG.random(n, np.float32), RNG.random(n, np.float32)
+    ba, bb, out = f32(dev, a), f32(dev, b), dev.alloc(4 * n)
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    seconds = add(out, ba, bb, n, global_size=(4,), local_size=(256,), wait=True)
+    assert seconds > 0 and np.array_equal(read(dev, out, np.float32), a + b)
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    saxpy(out, ba, 3.0, n, global_size=(8,), local_size=(128,), wait=True)
+    assert np.allclose(read(dev, out, np.float32), 3 * a + (a + b))
+    rev = dev.program(kernel_corpus["local_reverse"], "local_reverse")
+    rev(out, ba, n, global_size=(4,), local_size=(256,))  # wait=False: the copyout synchronizes
+    got = read(dev, out, np.float32)
+    want = np.concatenate([a, -np.ones(24, np.float32)]).reshape(4, 256)[:, ::-1].ravel()[:n]
+    assert np.array_equal(got, want)
+
+
+def test_matmul_tiled_2d(dev, kernel_corpus):
+    m, k, n = 24, 20, 16
+    A, B = RNG.random((m, k), np.float32), RNG.random((k, n), np.float32)
+    C = dev.alloc(4 * m * n)
+    mm = dev.program(kernel_corpus["matmul_tiled"], "matmul_tiled")
+    mm(C, f32(dev, A), f32(dev, B), m, n, k, global_size=(2, 3, 1), local_size=(8, 8, 1), wait=True)
+    assert np.allclose(read(dev, C, np.float32).reshape(m, n), A @ B, rtol=1e-5)
+
+
+def test_reduce_sum_and_atomics(dev, kernel_corpus):
+    n = 700
+    a = RNG.integers(-1000, 1000, n, dtype=np.int32)
+    ba = f32(dev, a)
+    total, partial = dev.alloc(4), dev.alloc(4 * 3)
+    dev.copyin(total, np.zeros(1, np.int32))
+    red = dev.program(kernel_corpus["reduce_sum"], "reduce_sum")
+    red(total, partial, ba, n, global_size=(3,), local_size=(256,), wait=True)
+    assert read(dev, total, np.int32)[0] == a.sum()
+    assert np.array_equal(read(dev, partial, np.int32), np.pad(a, (0, 68)).reshape(3, 256).sum(1))
+    acc = dev.alloc(4 * 9)
+    dev.copyin(acc, np.array([1 << 30, -(1 << 30), 0, -1, 0, 0, 0, 0, 0], np.int32))
+    tickets = dev.alloc(4 * n)
+    at = dev.program(kernel_corpus["atomics"], "atomics")
+    at(acc, tickets, ba, n, global_size=(3,), local_size=(256,), wait=True)
+    got = read(dev, acc, np.int32)
+    assert got[0] == a.min() and got[1] == a.max() and got[4] == n
+    assert np.array_equal(np.sort(read(dev, tickets, np.int32)), np.arange(n))
+
+
+def test_grid3d_dispatch_packet_sizes(dev, kernel_corpus):
+    nx, ny, nz = 6, 5, 3
+    out = dev.alloc(8 * nx * ny * nz)
+    g = dev.program(kernel_corpus["grid3d"], "grid3d")
+    g(out, nx, ny, nz, global_size=(2, 3, 3), local_size=(3, 2, 1), wait=True)
+    ids = read(dev, out, np.uint32).reshape(nz, ny, nx, 2)
+    z, y, x = np.meshgrid(range(nz), range(ny), range(nx), indexing="ij")
+    assert np.array_equal(ids[..., 0], (x % 3) | (y % 2) << 8)
+    assert np.array_equal(ids[..., 1], (x // 3) | (y // 2) << 8 | z << 16)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["bar0", "sdma"])
+def test_copies_sizes_and_unaligned_offsets(dev, direct):
+    if not direct:
+        dev.direct_max = 0
+    big = dev.alloc((3 << 20) + 64)
+    ref = bytearray(big.size)
+    for size, off in ((1, 0), (1, 7), (3, 4093), (4096, 1), (65537, 3), (1 << 20, 12345), (3 << 20, 61)):
+        data = RNG.integers(0, 256, size, dtype=np.uint8)
+        dev.copyin(big, data, offset=off)
+        ref[off:off + size] = data.tobytes()
+        assert dev.copyout(big, size, off) == data.tobytes()
+    assert dev.copyout(big) == bytes(ref)
+
+
+def test_gpu_copy_within_device(dev):
+    a, b = dev.alloc(100000), dev.alloc(100000)
+    data = RNG.integers(0, 256, 99991, dtype=np.uint8).tobytes()
+    dev.copyin(a, data)
+    dev.copy(b.view(5), a.view(0, 99991))
+    assert dev.copyout(b, 99991, 5) == data
+
+
+def test_ordering_copy_kernel_copy_across_queues(dev, kernel_corpus):
+    n = 512
+    x = RNG.random(n, np.float32)
+    host_in, dev_in, dev_out, host_out = f32(dev, x), dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(4 * n)
+    dev.copyin(dev_out, np.zeros(n, np.float32))
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    s1, s2 = dev.new_signal(), dev.new_signal()
+    c1, k, c2 = dev.copy_queue(), dev.compute_queue(), dev.copy_queue()
+    c2.wait(s2, 1)
+    c2.copy(host_out, dev_out, 4 * n)
+    c2.signal(dev.timeline, dev.next_timeline())
+    k.wait(s1, 1)
+    k.exec(add, [dev_out, dev_in, dev_in, n], (2, 1, 1), (256, 1, 1))
+    k.signal(s2, 1)
+    c1.copy(dev_in, host_in, 4 * n)
+    c1.signal(s1, 1)
+    k.submit()    # first: it must wait for the copy behind it
+    c1.submit()
+    c2.submit()   # same SDMA ring as c1: it waits for the kernel
+    dev.synchronize(timeout=5)
+    assert np.array_equal(read(dev, host_out, np.float32), x + x)
+    # the same queues again with new signal values and input, without rebuilding
+    dev.copyin(host_in, np.ones(n, np.float32))
+    c2.update_wait(0, value=2)
+    k.update_wait(0, value=2)
+    k.update_signal(2, value=2)
+    c1.update_signal(1, value=2)
+    c2.update_signal(2, value=dev.next_timeline())
+    for q in (k, c1, c2):
+        q.submit()
+    dev.synchronize(timeout=5)
+    assert np.array_equal(read(dev, host_out, np.float32), np.full(n, 2, np.float32))
+
+
+def test_graph_replay_with_changed_inputs(dev, kernel_corpus):
+    n = 256
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    y, out = dev.alloc(4 * n), dev.alloc(4 * n)
+    xs = [RNG.random(n, np.float32) for _ in range(3)]
+    bufs = [f32(dev, x) for x in xs]
+    g = dev.graph()
+    xv, alpha = g.var("x"), g.var("alpha")
+    g.copy(y, bufs[0], 4 * n)                                        # y = x0
+    g.exec(saxpy, y, xv, alpha, n, global_size=(1,), local_size=(256,))   # y += alpha * x
+    g.exec(saxpy, y, xv, alpha, n, global_size=(1,), local_size=(256,))   # twice
+    g.copy(out, y, 4 * n)
+    for i, a in ((1, 2.0), (2, 0.5), (1, -1.0)):
+        g(x=bufs[i], alpha=a, wait=True)
+        want = xs[0] + a * xs[i] + a * xs[i]
+        assert np.allclose(read(dev, out, np.float32), want, rtol=1e-6)
+
+
+def test_timestamps_monotonic(dev, kernel_corpus):
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    b = dev.alloc(4096)
+    stamps, q = [], dev.compute_queue()
+    sigs = [dev.new_signal() for _ in range(4)]
+    for s in sigs:
+        q.timestamp(s)
+        q.exec(add, [b, b, b, 1024], (4, 1, 1), (256, 1, 1))
+    q.signal(dev.timeline, dev.next_timeline())
+    q.submit()
+    dev.synchronize(timeout=5)
+    stamps = [s.timestamp_ticks for s in sigs]
+    assert all(0 < a < b for a, b in zip(stamps, stamps[1:]))
+    times = [add(b, b, b, 1024, global_size=(4,), local_size=(256,), wait=True) for _ in range(3)]
+    assert all(t > 0 for t in times)
+
+
+def test_hang_times_out_then_recover(dev, kernel_corpus):
+    flag = dev.alloc(4)
+    dev.copyin(flag, bytes(4))
+    spin = dev.program(kernel_corpus["faults"], "spin")
+    with pytest.raises(hcq.HCQTimeout, match=r"timeline did not reach 1 .*compute queue ME1 pipe 0 queue 0: rptr"):
+        spin(flag, global_size=(1,), local_size=(32,), wait=True, timeout=0.5)
+    dev.recover()
+    test_add_saxpy_local_reverse(dev, kernel_corpus)
+
+
+def test_fault_is_decoded_then_recover(dev, kernel_corpus):
+    poke = dev.program(kernel_corpus["faults"], "poke")
+    bad = (1 << 44) - (1 << 30)   # below the VRAM window: mapped by nothing
+    with pytest.raises(hcq.HCQFault, match=rf"page fault at {bad:#x}.*write.*recover\(\)"):
+        poke(bad, 5, global_size=(1,), local_size=(1,), wait=True, timeout=5)
+    dev.recover()
+    ok = dev.alloc(4)
+    poke(ok.va, 77, global_size=(1,), local_size=(1,), wait=True)
+    assert struct.unpack("<I", dev.copyout(ok))[0] == 77
+
+
+def test_two_gpus_copy_between(dev, debian_firmware):
+    other = hcq.open("am:sim", slot=1, fresh=True)
+    try:
+        assert other.gpu.dev.pci is not dev.gpu.dev.pci
+        data = RNG.integers(0, 256, 300001, dtype=np.uint8).tobytes()
+        a, b = dev.alloc(len(data)), other.alloc(len(data) + 3)
+        dev.copyin(a, data)
+        other.copy(b.view(3), a)
+        assert other.copyout(b, len(data), 3) == data
+        dev.copy(a.view(0, 1000), b.view(3, 1000))
+        assert dev.copyout(a, 1000) == data[:1000]
+    finally:
+        other.close()
