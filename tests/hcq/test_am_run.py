@@ -170,6 +170,9 @@ def test_timestamps_monotonic(dev, kernel_corpus):
 
 
 def test_hang_times_out_then_recover(dev, kernel_corpus):
+    # The simulated CP gives up on a dispatch after this many executor steps and hangs the queue; the
+    # default (hundreds of thousands) is the right order for hardware-like behaviour but slow here.
+    dev.gpu.dev.pci.dev.blocks["CP"].kernel_max_steps = 5000
     flag = dev.alloc(4)
     dev.copyin(flag, bytes(4))
     spin = dev.program(kernel_corpus["faults"], "spin")
