@@ -172,8 +172,14 @@ class _Queue:
 
     @property
     def rptr(self) -> int:
-        """Dwords the engine has consumed (from its rptr write-back)."""
-        return self.wb[0] * self.wptr_unit // 4
+        """Where the engine reads in the ring, in dwords from its start (the rptr write-back, which
+        the CP reports wrapped at the ring size)."""
+        return self.wb[0] * self.wptr_unit // 4 % self.ring_dw
+
+    @property
+    def pending(self) -> int:
+        """Dwords submitted that the engine has not read yet."""
+        return (self.wptr - self.rptr) % self.ring_dw
 
     def submit(self, dwords) -> None:
         """Copies dwords (array('I'), a uint32 numpy array or a list of ints) into the ring and rings the
@@ -184,10 +190,10 @@ class _Queue:
                 dwords = memoryview(dwords).cast("B").cast("I")
             except TypeError:
                 dwords = memoryview(struct.pack(f"<{n}I", *dwords)).cast("I")
-        if n > self.ring_dw:
+        if n >= self.ring_dw:
             raise QueueError(f"{self.name}: {n} dwords do not fit the {self.ring_dw}-dword ring; "
                              "submit in parts or use an indirect buffer")
-        if self.wptr + n - self.rptr > self.ring_dw:
+        if self.pending + n >= self.ring_dw:  # one dword short of full: a full ring would read as empty
             self._wait_room(n)
         at = self.wptr % self.ring_dw
         first = min(n, self.ring_dw - at)
@@ -200,7 +206,7 @@ class _Queue:
         self.doorbell.write64(self.doorbell_index * 4, value)
 
     def _wait_room(self, n: int) -> None:
-        ok, _ = poll(lambda: (self._tick(), self.rptr)[1], lambda r: self.wptr + n - r <= self.ring_dw, 2.0, 1000)
+        ok, _ = poll(lambda: (self._tick(), self.pending)[1], lambda p: p + n < self.ring_dw, 2.0, 1000)
         if not ok:
             raise self._error(f"the ring stays full ({n} dwords to add)")
 
@@ -279,8 +285,8 @@ class ComputeQueue(_Queue):
     def init(self) -> None:
         """(Re)creates the queue with an empty ring: MQD, then the HQD registers, then CP_HQD_ACTIVE."""
         self._reset_ring()
-        gc, dev = self.gc, self.dev
-        self.dev.vram.write(self.eop.vram.addr, bytes(GFX11_MEC_HPD_SIZE))
+        dev = self.dev
+        dev.vram.write(self.eop.vram.addr, bytes(GFX11_MEC_HPD_SIZE))
         with grbm_lock(dev):
             self._select(self.me, self.pipe, self.queue)
             try:
@@ -380,7 +386,7 @@ class ComputeQueue(_Queue):
             finally:
                 self._select()
         return (f"rptr {self.rptr} (write-back) / {rptr} (CP_HQD_PQ_RPTR), wptr {self.wptr} "
-                f"(driver) / {wptr} (CP_HQD_PQ_WPTR), CP_HQD_ACTIVE {active}, "
+                f"(driver) / {wptr} (CP_HQD_PQ_WPTR) dwords, CP_HQD_ACTIVE {active}, "
                 f"GRBM_STATUS {self.gc.GRBM_STATUS.read():#010x}")
 
 
@@ -446,9 +452,9 @@ class SDMAQueue(_Queue):
         r = self._reg
         rptr = r("QUEUE0_RB_RPTR").read() | r("QUEUE0_RB_RPTR_HI").read() << 32
         wptr = r("QUEUE0_RB_WPTR").read() | r("QUEUE0_RB_WPTR_HI").read() << 32
-        return (f"rptr {self.rptr} dwords (write-back) / {rptr:#x} bytes (RB_RPTR), wptr {self.wptr} dwords "
-                f"(driver) / {wptr:#x} bytes (RB_WPTR), SDMA{self.engine}_STATUS_REG {r('STATUS_REG').read():#010x}, "
-                f"F32_CNTL {r('F32_CNTL').read():#010x}")
+        return (f"rptr {self.rptr} dwords into the ring (write-back) / {rptr:#x} bytes (RB_RPTR), "
+                f"wptr {self.wptr} dwords (driver) / {wptr:#x} bytes (RB_WPTR), "
+                f"SDMA{self.engine}_STATUS_REG {r('STATUS_REG').read():#010x}, F32_CNTL {r('F32_CNTL').read():#010x}")
 
 
 # ---------------------------------------------------------------- recovery

@@ -149,7 +149,8 @@ def add_f32(tmp_path_factory):
         pytest.skip("clang-15 and ld.lld-15 are needed to build the kernel")
     out = tmp_path_factory.mktemp("queue_kernels")
     obj, so = out / "add_f32.o", out / "add_f32.so"
-    for cmd in (CLANG + [str(KERNELS / "add_f32.cl"), "-o", str(obj)], ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
+    for cmd in (CLANG + [str(KERNELS / "add_f32.cl"), "-o", str(obj)],
+                ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
         subprocess.run(cmd, check=True, capture_output=True)
     return CodeObject.load(so)
 
@@ -287,3 +288,36 @@ def test_unmapped_store_gives_a_decoded_fault_then_recover(gpu, add_f32):
     bufs, want = run_add(gpu, q, launcher, done, 2)
     q.wait(done, 2, timeout_s=20)
     np.testing.assert_array_equal(np.frombuffer(gpu.dev.vram.read(bufs.vram.addr, want.nbytes), np.float32), want)
+
+
+def test_compute_waits_on_an_sdma_fence_ring_wraps_and_clock_is_monotonic(gpu):
+    q, s = ComputeQueue(gpu, pipe=2, ring_size=4096), SDMAQueue(gpu)
+    need_cp(gpu)
+    host = HostBuffer(gpu, 4096)
+    gate, done = Fence(host, 0), Fence(host, 8)
+    b = pm4.PM4()
+    b.wait_reg_mem(gate.va, 1, function=pm4.WAIT_GE)     # blocks until the SDMA queue writes the gate
+    b.release_mem(host.va + 16, data_sel=pm4.DATA_GPU_CLOCK)
+    b.release_mem(host.va + 24, data_sel=pm4.DATA_GPU_CLOCK)
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    with pytest.raises(QueueError, match="timed out"):
+        q.wait(done, 1, timeout_s=0.02, min_reads=300)
+    assert done.value == 0
+    sb = S.SDMA()
+    sb.fence(gate.va, 1)
+    s.submit(sb.buf)
+    q.wait(done, 1, timeout_s=5)
+    t0, t1 = struct.unpack_from("<QQ", host.view, 16)
+    assert 0 < t0 <= t1
+    # 60 dwords a time through a 1024-dword ring: the copy wraps at its end
+    b = pm4.PM4()
+    b.nop(52)
+    v = b.release_mem(done.va, 0) + 2
+    for value in range(2, 40):
+        b.buf[v] = value
+        q.submit(b.buf)
+    q.wait(done, 39, timeout_s=5)
+    assert q.wptr > q.ring_dw
+    with pytest.raises(QueueError, match="do not fit the 1024-dword ring"):
+        q.submit([0] * 1024)
