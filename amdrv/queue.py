@@ -233,11 +233,10 @@ class _Queue:
                                       self._faults())
 
     def _faults(self) -> list[str]:
-        """VM faults from the IH ring and the GC hub's latch, in words (both cleared)."""
-        gmc, out = self.gpu.gmc, []
-        for iv in self.gpu.ih.poll():
-            f = gmc.fault_from_iv(iv)
-            out.append(str(f) if f is not None else str(iv))
+        """VM faults from the IH ring and the hubs' latches, in words (both cleared). Other interrupts
+        (end-of-pipe, SDMA traps) are consumed: nothing in the AM driver waits on them."""
+        gmc = self.gpu.gmc
+        out = [str(f) for f in map(gmc.fault_from_iv, self.gpu.ih.poll()) if f is not None]
         for hub in ("GC", "MM"):
             f = gmc.decode_fault(hub)
             if f is not None:
@@ -512,10 +511,7 @@ def recover(gpu) -> list[str]:
     resets as upstream, latched VM faults cleared, the IH ring drained; then every queue created on
     this GPU is set up again with an empty ring (pending work is lost). Returns the faults that were
     pending, in words. Raises QueueError when an engine does not come back (then boot cold)."""
-    faults = []
-    for iv in gpu.ih.poll():
-        f = gpu.gmc.fault_from_iv(iv)
-        faults.append(str(f) if f is not None else str(iv))
+    faults = [str(f) for f in map(gpu.gmc.fault_from_iv, gpu.ih.poll()) if f is not None]
     _reset_compute(gpu)
     _reset_sdma(gpu)
     for hub in ("GC", "MM"):
