@@ -353,7 +353,8 @@ class Graph:
         self.steps: list[tuple] = []       # ("exec", prog, args, g, l) | ("copy", dst, src, n)
         self.vars: dict[str, Var] = {}
         self.built = False
-        self._patches: dict[str, list] = {}
+        self.backend = None                # the backend's built form (queues, patch points)
+        self.fence = self.seq = 0          # backend bookkeeping: last replay's timeline value, sequence
 
     def var(self, name: str) -> Var:
         return self.vars.setdefault(name, Var(name))

@@ -141,14 +141,14 @@ def test_graph_replay_with_changed_inputs(dev, kernel_corpus):
     xs = [RNG.random(n, np.float32) for _ in range(3)]
     bufs = [f32(dev, x) for x in xs]
     g = dev.graph()
-    xv, alpha = g.var("x"), g.var("alpha")
-    g.copy(y, bufs[0], 4 * n)                                        # y = x0
+    xv, alpha, init = g.var("x"), g.var("alpha"), g.var("init")
+    g.copy(y, init, 4 * n)                                           # y = init
     g.exec(saxpy, y, xv, alpha, n, global_size=(1,), local_size=(256,))   # y += alpha * x
     g.exec(saxpy, y, xv, alpha, n, global_size=(1,), local_size=(256,))   # twice
     g.copy(out, y, 4 * n)
-    for i, a in ((1, 2.0), (2, 0.5), (1, -1.0)):
-        g(x=bufs[i], alpha=a, wait=True)
-        want = xs[0] + a * xs[i] + a * xs[i]
+    for i, a, j in ((1, 2.0, 0), (2, 0.5, 0), (1, -1.0, 2)):
+        g(x=bufs[i], alpha=a, init=bufs[j], wait=True)
+        want = xs[j] + a * xs[i] + a * xs[i]
         assert np.allclose(read(dev, out, np.float32), want, rtol=1e-6)
 
 
@@ -206,3 +206,15 @@ def test_two_gpus_copy_between(dev, debian_firmware):
         assert dev.copyout(a, 1000) == data[:1000]
     finally:
         other.close()
+
+
+def test_copy_256mib_through_bar0(dev):
+    """256 MiB at an unaligned offset, through the large BAR0 (about a second). The same size through
+    SDMA is only planned (test_am_build.test_copy_planning_splits_256mib): the simulated SDMA moves
+    about 10 MB/s, so executing it would take most of a minute."""
+    n = 256 << 20
+    data = np.arange(n // 4, dtype=np.uint32)
+    b = dev.alloc(n + 8)
+    dev.copyin(b, data, offset=5)
+    assert np.array_equal(np.frombuffer(dev.copyout(b, n, 5), np.uint32), data)
+    dev.free(b)
