@@ -321,3 +321,21 @@ def test_compute_waits_on_an_sdma_fence_ring_wraps_and_clock_is_monotonic(gpu):
     assert q.wptr > q.ring_dw
     with pytest.raises(QueueError, match="do not fit the 1024-dword ring"):
         q.submit([0] * 1024)
+
+
+def test_sdma_copy_to_unmapped_memory_is_a_decoded_fault_then_recover(gpu):
+    s = SDMAQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = S.SDMA()
+    b.copy(UNMAPPED_VA, host.va + 64, 64)
+    b.fence(done.va, 1)
+    s.submit(b.buf)
+    with pytest.raises(QueueError, match=r"SDMA0 queue 0: .*(?i:fault).*0x7f0000000000.*write"):
+        s.wait(done, 1, timeout_s=1, min_reads=2000)
+    gpu.recover()
+    assert gpu.gmc.decode_fault("GC") is None
+    b = S.SDMA()
+    b.fence(done.va, 2)
+    s.submit(b.buf)
+    s.wait(done, 2, timeout_s=5)
