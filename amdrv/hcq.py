@@ -184,7 +184,7 @@ class AMHCQDevice(Device):
         self.synchronize()  # a kernel in flight may still read the old contents
         off = self._vram_offset(buf) + offset
         if self._direct(off, n):
-            self.vram.direct[off:off + n] = mv
+            self.vram.write(off, mv)   # the mapped BAR0: a memcpy, counted as bulk bytes
             self.gpu.nbio.hdp_flush()  # CPU writes through BAR0 reach VRAM past the HDP before engines read
         else:
             self._sdma_through_staging(buf.va + offset, n, mv, None)
@@ -196,7 +196,7 @@ class AMHCQDevice(Device):
         self.synchronize()
         off = self._vram_offset(buf) + offset
         if self._direct(off, n):
-            return bytes(self.vram.direct[off:off + n])
+            return self.vram.read(off, n)
         out = bytearray(n)
         self._sdma_through_staging(buf.va + offset, n, None, memoryview(out))
         return bytes(out)
