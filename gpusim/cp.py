@@ -40,7 +40,8 @@ the time a CP would spend polling, so an HDP flush request completes), and on ev
 of a privileged queue (PQ_CONTROL.PRIV_STATE) runs in the VMID of its control word, otherwise in the
 queue's. The GPU clock counter (RELEASE_MEM DATA_SEL 3, COPY_DATA SRC_SEL 9) counts 100 MHz ticks of a
 clock that is the device clock plus the work the CP did (PACKET_NS per packet, gpusim.dispatch.work_ns
-per dispatch), so timestamps are monotonic and a kernel takes time. CP_PQ_WPTR_POLL_CNTL polling and
+per dispatch; in the stepped mode a dispatch also moves the device clock on by that time), so timestamps
+are monotonic and a kernel takes time. CP_PQ_WPTR_POLL_CNTL polling and
 the EOP buffer are not modeled (the doorbell or CP_HQD_PQ_WPTR_LO/HI give the write pointer).
 """
 from __future__ import annotations
@@ -112,13 +113,21 @@ class CP(Block):
         self._idle_polls = 0
         self.dispatches = 0
         self._busy = False
+        self._in_event = False
 
     # -- the GPU clock --------------------------------------------------------------------------------
     def now_ns(self) -> int:
         return max(self.clock_ns, self.dev.now_ns)
 
-    def advance(self, ns: int) -> None:
+    def advance(self, ns: int, device: bool = False) -> None:
+        """The CP spent ns. With `device` (kernel work) the device clock catches up too, in the stepped
+        mode, so other engines' timestamps and scheduled work see the time pass (not from inside a clock
+        step: the clock never runs inside itself)."""
         self.clock_ns = self.now_ns() + ns
+        if device and self.dev.stepped and not self._in_event:
+            behind = -(-(self.clock_ns - self.dev.now_ns) // self.dev.STEP_NS)
+            if behind > 0:
+                self.dev.step(behind)
 
     def timestamp(self) -> int:
         return self.now_ns() // TIMESTAMP_NS
@@ -235,7 +244,11 @@ class CP(Block):
     def _poll(self) -> None:
         self._poll_at = None
         self._idle_polls += 1
-        self._kick()
+        self._in_event = True
+        try:
+            self._kick()
+        finally:
+            self._in_event = False
 
     def _update_busy(self) -> None:
         gfx = self.dev.blocks.get("GFX")
@@ -418,9 +431,9 @@ class CP(Block):
         try:
             insts, _ = run_dispatch(self.dev, q.sh, body[:3], body[3], self._exec_vmid(q), self.kernel_max_steps)
         except DispatchFailed as e:
-            self.advance(work_ns(e.instructions))
+            self.advance(work_ns(e.instructions), device=True)
             raise Hang(f"DISPATCH_DIRECT {tuple(body[:3])}: {e.why}") from None
-        self.advance(work_ns(insts))
+        self.advance(work_ns(insts), device=True)
         return True
 
     def _p_release_mem(self, q, body):
@@ -466,7 +479,7 @@ class CP(Block):
         for i in range(WAIT_INLINE_STEPS + 1):
             if _compare(function, value() & mask, ref & mask):
                 return True
-            if not self.dev.stepped or i == WAIT_INLINE_STEPS or q.waiting:
+            if not self.dev.stepped or self._in_event or i == WAIT_INLINE_STEPS or q.waiting:
                 return False
             self.dev.step()
         return False

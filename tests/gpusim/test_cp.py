@@ -447,3 +447,21 @@ def test_kernel_that_never_ends_keeps_the_queue_busy(gpu, sim, queue):
     assert any("still running" in e.message for e in sim.errors), sim.errors
     queue.dequeue()
     assert not busy(gpu)
+
+
+def test_async_clock_polls_a_blocked_wait(gpu, sim, queue):
+    import time
+    flag, out = buf(gpu), buf(gpu)
+    sim.start_async()
+    try:
+        queue.submit(wait_mem(flag.va, 1) + write_data(out.va, 9))
+        time.sleep(0.01)
+        assert u32(gpu, out) == [0]
+        gpu.dev.vram.write(flag.vram.addr, (1).to_bytes(4, "little"))    # no register access from here on
+        deadline = time.monotonic() + 5
+        while u32(gpu, out) != [9] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert u32(gpu, out) == [9]
+    finally:
+        sim.stop_async()
+    assert not sim.errors, sim.errors
