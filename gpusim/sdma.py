@@ -60,10 +60,13 @@ once both allow it.
 
 Simulator choices (no public fact): the queue runs synchronously on the doorbell (in stepped mode) until it
 is empty, blocked or hung, so a driver polling a fence in host memory makes progress; with the asynchronous
-clock it runs at the next step. Copies and fills advance the device clock by one step per BYTES_PER_STEP
-(32 KiB per 1 us step, about 32 GB/s), at least one. Timestamps count a 100 MHz reference clock
-(dev.now_ns // 10). A blocked POLL_REGMEM re-checks every max(1, INTERVAL) steps and on every doorbell;
-RETRY_COUNT 0xfff (what upstream emits) retries forever, a smaller count exhausted hangs the queue.
+clock it runs at the next step. Copies and fills take one step per BYTES_PER_STEP (32 KiB per 1 us step,
+about 32 GB/s), at least one: the engines' clock moves on by that, and in the stepped mode the device clock
+catches up (not from inside a clock step, e.g. a poll retry: the clock never runs inside itself).
+Timestamps count 100 MHz ticks of the largest of that clock, the device clock and the CP model's clock (the
+GPU clock counter is one counter), so they only grow. A blocked POLL_REGMEM re-checks every max(1, INTERVAL)
+steps and on every doorbell; RETRY_COUNT 0xfff (what upstream emits) retries forever, a smaller count
+exhausted hangs the queue.
 The F32 wptr polling (F32_WPTR_POLL_ENABLE, RB_WPTR_POLL_ADDR), queues 1..7, preemption and AQL mode are not
 modeled.
 
@@ -141,6 +144,8 @@ class SDMA(Block):
     def reset(self) -> None:
         self.busy = [False] * INSTANCES
         self.queues = [QueueState() for _ in range(INSTANCES)]
+        self.clock_ns = 0          # the device clock plus the transfer time the engines spent
+        self._in_event = False     # running from a scheduled event, i.e. inside a clock step
         for i in range(INSTANCES):
             self._power_on(i)
 
@@ -194,7 +199,7 @@ class SDMA(Block):
                 self.error(f"{reg(i, 'F32_CNTL')}.HALT written 0 but {' and '.join(why)}: SDMA{i} stays halted")
                 value = r.encode(value, HALT=1)
             else:
-                self.dev.schedule(0, self.kick, i)   # work written while halted runs now
+                self.dev.schedule(0, self._event_kick, i)   # work written while halted runs now
         return value
 
     def _r_status(self, i: int) -> int:
@@ -205,11 +210,11 @@ class SDMA(Block):
         return r.encode(v, INSIDE_IB=1) if self.queues[i].ib else v
 
     def _w_kick(self, i: int, value: int) -> None:
-        self.dev.schedule(0, self.kick, i)
+        self.dev.schedule(0, self._event_kick, i)
 
     def _w_wptr(self, i: int, value: int) -> None:
         if not self._fields(i, "QUEUE0_MINOR_PTR_UPDATE")["ENABLE"]:
-            self.dev.schedule(0, self.kick, i)
+            self.dev.schedule(0, self._event_kick, i)
 
     def doorbell(self, index: int, value: int) -> bool:
         """A BAR2 doorbell write (NBIO routing); True when it was one of the gfx rings'."""
@@ -223,7 +228,7 @@ class SDMA(Block):
             if self.dev.stepped:
                 self.kick(i)
             else:
-                self.dev.schedule(0, self.kick, i)
+                self.dev.schedule(0, self._event_kick, i)
             return True
         return False
 
@@ -256,6 +261,14 @@ class SDMA(Block):
         q.gen += 1
         self.error(f"SDMA{i} gfx ring hung at rptr {self._ptr(i, 'RPTR'):#x}: {why}; the queue stays stopped "
                    f"until GRBM_SOFT_RESET.SOFT_RESET_SDMA{i} (sdma_v6_0_soft_reset) or a mode1 reset")
+
+    def _event_kick(self, i: int) -> None:
+        """A kick from a scheduled event: inside a clock step, which a transfer must not step again."""
+        outer, self._in_event = self._in_event, True
+        try:
+            self.kick(i)
+        finally:
+            self._in_event = outer
 
     def kick(self, i: int) -> None:
         """Runs instance i's gfx ring until it is empty, blocked or hung."""
@@ -338,9 +351,20 @@ class SDMA(Block):
         except (DMAError, IndexError) as e:
             raise Hang(f"{what} write of {len(data)} bytes at {va:#x} failed: {e}") from None
 
+    def now_ns(self) -> int:
+        """The GPU clock as the engines see it: the device clock, plus transfer time not yet stepped, and
+        the CP's own lead (its work time), so timestamps of both engines only grow."""
+        cp = self.dev.blocks.get("CP")
+        return max(self.clock_ns, self.dev.now_ns, cp.now_ns() if cp is not None else 0)
+
     def _spend(self, nbytes: int) -> None:
-        """The bandwidth model: a transfer takes clock steps (events due meanwhile run)."""
-        self.dev.step(max(1, -(-nbytes // BYTES_PER_STEP)))
+        """The bandwidth model: a transfer of nbytes takes time. In the stepped mode the device clock steps
+        by it (events due meanwhile run), except inside a clock step, which never runs inside itself."""
+        self.clock_ns = self.now_ns() + max(1, -(-nbytes // BYTES_PER_STEP)) * self.dev.STEP_NS
+        if self.dev.stepped and not self._in_event:
+            behind = -(-(self.clock_ns - self.dev.now_ns) // self.dev.STEP_NS)
+            if behind > 0:
+                self.dev.step(behind)
 
     # -- packets -----------------------------------------------------------------------------------------
     def _packet(self, i: int, fetch, avail: int, vmid: int, priv: bool, where: tuple, in_ib: bool) -> bool:
@@ -473,7 +497,7 @@ class SDMA(Block):
         addr = d[1] | d[2] << 32
         if addr & 7:
             raise Hang(f"timestamp address {addr:#x} is not 8-byte aligned (WRITE_ADDR_31_3)")
-        self._write(i, vmid, addr, struct.pack("<Q", self.dev.now_ns // TICK_NS), "timestamp")
+        self._write(i, vmid, addr, struct.pack("<Q", self.now_ns() // TICK_NS), "timestamp")
         return True
 
     def _poll(self, i: int, d: list[int], vmid: int, where: tuple) -> bool:
@@ -511,7 +535,7 @@ class SDMA(Block):
 
     def _poll_retry(self, i: int, gen: int) -> None:
         if self.queues[i].gen == gen:
-            self.kick(i)
+            self._event_kick(i)
 
     def _indirect(self, i: int, d: list[int], in_ib: bool) -> bool:
         if in_ib:

@@ -445,3 +445,18 @@ def test_with_the_asynchronous_clock_the_queue_runs_on_its_own(gpu):
     finally:
         sim(gpu).stop_async()
     assert u32(gpu, out) == 4 and not sim(gpu).errors
+
+
+def test_a_copy_run_from_a_poll_retry_takes_time_without_stepping_the_clock_back(gpu):
+    ring = Ring(gpu)
+    flag, ts = gpu.gmc.map_vram(4096), gpu.gmc.map_vram(4096)
+    src, dst = gpu.gmc.map_vram(2 * MiB), gpu.gmc.map_vram(2 * MiB)
+    ring.emit(poll_mem(flag.va, 1, interval=1), timestamp(ts.va), copy(src.va, dst.va, 2 * MiB), timestamp(ts.va + 8))
+    gpu.dev.vram.write32(flag.vram.addr, 1)
+    before = sim(gpu).steps
+    ring.idle()                                          # the retry runs inside this read's clock step
+    assert sim(gpu).steps == before + 1
+    t0, t1 = struct.unpack("<2Q", vram(gpu, ts, 0, 16))
+    assert t1 - t0 >= 2 * MiB // (32 << 10) * 100
+    ring.emit(timestamp(ts.va + 16))
+    assert struct.unpack("<Q", vram(gpu, ts, 16, 8))[0] >= t1 and ring.idle()
