@@ -29,11 +29,11 @@ import struct
 import time
 from array import array
 
-from amdrv import pm4
-from amdrv import sdma_packets
+from amdrv import device_spec, pm4, sdma_packets
 from amdrv.am import AMGPU
 from amdrv.queue import ComputeQueue, SDMAQueue
 from amdrv.isa.codeobj import RSRC2, CodeObject, CodeObjectError
+from pcie import open_function
 from hcq.api import (ArgLayout, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, Program, Signal,
                      Var, kernel_args)
 
@@ -52,7 +52,6 @@ _HSA_PACKET_TYPE_KERNEL_DISPATCH = 2
 _LDS_GRANULE = 512
 _LDS_SHIFT, _LDS_MASK = next((lo, (1 << w) - 1) for n, lo, w in RSRC2 if n == "granulated_lds_size")
 _USER_SGPR_REGS = 16
-_HIDDEN_ZERO = "zero"
 
 
 def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
@@ -61,11 +60,9 @@ def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
     slot, fresh = kwargs.pop("slot", None), kwargs.pop("fresh", False)
     device = spec
     if slot is not None or fresh:
-        from amdrv import device_spec
         parsed = device_spec.parse(spec)
         if parsed.provider != "sim":
             raise HCQError(f"{spec}: slot= and fresh= choose simulated GPUs only")
-        from pcie import open_function
         device = open_function("sim", *parsed.args, slot=slot, fresh=fresh)
     return AMHCQDevice(AMGPU.open(device, **kwargs), spec if slot is None else f"{spec}#{slot}")
 
@@ -85,12 +82,19 @@ class _Arena:
 class _Kernel:
     """What a launch needs of a loaded kernel, precomputed: the PM4 template and its patch indices."""
 
-    __slots__ = ("template", "i_user", "user", "i_dp", "i_ka", "i_threads", "i_dispatch", "slot", "kd_va", "group", "private",
+    __slots__ = ("template", "i_dp", "i_ka", "i_threads", "i_dispatch", "slot", "kd_va", "group", "private",
                  "hidden", "image")
 
-    def __init__(self, gc, kern, image: Buffer, group: int, private: int):
+    def __init__(self, gc, kern, image: Buffer, layout: ArgLayout):
         kd = kern.descriptor
-        self.image, self.group, self.private = image, group, private
+        self.image, self.group, self.private = image, kd.group_segment_fixed_size, kd.private_segment_fixed_size
+        group = self.group
+        user = {name: at for name, at, _ in kd.user_sgpr_layout()}
+        scratch = [n for n in ("private_segment_buffer", "flat_scratch_init") if n in user]
+        if scratch or self.private:
+            raise HCQError(f"kernel {kern.name} uses private (scratch) memory ({self.private} bytes per work-item"
+                           f"{', asks for ' + ' and '.join(scratch) if scratch else ''}); the AM HCQ backend does "
+                           "not set up scratch yet")
         base = image.va
         self.kd_va = base + kern.descriptor_address
         entry = base + kern.code_address
@@ -107,23 +111,19 @@ class _Kernel:
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC1"), kd.compute_pgm_rsrc1, rsrc2)
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC3"), kd.compute_pgm_rsrc3)
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_TMPRING_SIZE"), 0)
-        self.i_user = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_USER_DATA_0"), *(0,) * _USER_SGPR_REGS)
+        i_user = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_USER_DATA_0"), *(0,) * _USER_SGPR_REGS)
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_START_X"), 0, 0, 0)
         self.i_threads = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_NUM_THREAD_X"), 1, 1, 1)
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_RESOURCE_LIMITS"), 0)
         self.i_dispatch = b.dispatch_direct(1, 1, 1, initiator)
         self.template = b.buf
-        # user SGPRs: {name: first SGPR}; a launch patches the ones that vary
-        self.user = {name: at for name, at, _ in kd.user_sgpr_layout()}
-        self.i_dp = self.i_user + self.user["dispatch_ptr"] if "dispatch_ptr" in self.user else -1
-        self.i_ka = self.i_user + self.user["kernarg_segment_ptr"] if "kernarg_segment_ptr" in self.user else -1
-        for name in ("private_segment_buffer", "flat_scratch_init"):
-            if name in self.user or private:
-                raise HCQError(f"kernel {kern.name} uses private (scratch) memory ({private} bytes per work-item, "
-                               f"{name}); the AM HCQ backend does not set up scratch yet")
+        # the user SGPRs a launch patches (AMDGPUUsage order, as the descriptor enables them); the others
+        # (queue ptr, dispatch id, private segment size) stay 0
+        self.i_dp = i_user + user["dispatch_ptr"] if "dispatch_ptr" in user else -1
+        self.i_ka = i_user + user["kernarg_segment_ptr"] if "kernarg_segment_ptr" in user else -1
         kernarg = max(kern.kernarg_size, 16)
         self.slot = PACKET_BYTES + (kernarg + 63) // 64 * 64
-        self.hidden = None
+        self.hidden = _hidden_plan(layout)
 
 
 class AMHCQDevice(Device):
@@ -159,6 +159,8 @@ class AMHCQDevice(Device):
         return Buffer(self, m.va, nbytes, m)
 
     def free(self, buf: Buffer) -> None:
+        if buf.device is not self:
+            raise HCQError(f"{self.name}: {buf} belongs to {buf.device.name}")
         if buf.base is not None:
             raise HCQError(f"{self.name}: {buf} is a view; free the buffer it views")
         self.synchronize()
@@ -330,14 +332,14 @@ class AMHCQDevice(Device):
             raise HCQError(f"{self.name}: {e}") from None
         if not kern.descriptor.wave32:
             raise HCQError(f"kernel {name} is wave64; the AM HCQ backend launches wave32 kernels")
+        layout = ArgLayout(name, kernel_args(kern.metadata.get(".args", [])), kern.kernarg_size)
         image = self._load_image(co)
-        args = kernel_args(kern.metadata.get(".args", []))
-        layout = ArgLayout(name, args, kern.kernarg_size)
-        group = kern.descriptor.group_segment_fixed_size
-        private = kern.descriptor.private_segment_fixed_size
-        k = _Kernel(self.gc, kern, image, group, private)
-        k.hidden = _hidden_plan(layout)
-        return Program(self, name, layout, k, group, kern.metadata.get(".max_flat_workgroup_size", 1024))
+        try:
+            k = _Kernel(self.gc, kern, image, layout)
+        except BaseException:
+            self.free(image)
+            raise
+        return Program(self, name, layout, k, k.group, kern.metadata.get(".max_flat_workgroup_size", 1024))
 
     def _load_image(self, co: CodeObject) -> Buffer:
         end = max(va + memsz for va, _, _, memsz in co.segments)

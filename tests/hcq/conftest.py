@@ -12,7 +12,7 @@ import hcq
 KERNELS = Path(__file__).resolve().parents[1] / "amdrv" / "isa" / "kernels"
 CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
          "-nogpulib", "-O2", "-c", "-I", str(KERNELS)]
-USED = ("add_f32", "saxpy", "matmul_tiled", "reduce_sum", "atomics", "local_reverse", "collatz", "grid3d")
+USED = ("add_f32", "saxpy", "matmul_tiled", "reduce_sum", "atomics", "local_reverse", "grid3d", "private_array")
 
 
 def _build(src: Path, out: Path) -> Path:

@@ -149,3 +149,10 @@ def test_program_errors_name_the_kernel(dev, kernel_corpus):
         prog(1, global_size=(1,), local_size=(1,))
     with pytest.raises(hcq.ArgumentError, match="at most 256 per workgroup"):
         prog(dev.alloc(4), dev.alloc(4), 1.0, 1, global_size=(1,), local_size=(512,))
+
+
+def test_scratch_kernels_are_refused_by_name(dev, kernel_corpus):
+    used = dev.gpu.dev.mm.in_use()
+    with pytest.raises(hcq.HCQError, match=r"kernel private_array uses private \(scratch\) memory \(\d+ bytes"):
+        dev.program(kernel_corpus["private_array"], "private_array")
+    assert dev.gpu.dev.mm.in_use() == used  # the image loaded for it was freed
