@@ -2,6 +2,7 @@
 facts: gfx_v11_0_kiq_init_register's HQD register writes (GRBM_GFX_CNTL selecting ME 1, a pipe and a
 queue), a ring of PM4 packets in GPU memory mapped through the booted driver's page table, the 64-bit
 doorbell carrying the write pointer. Packet layouts as gfx_v11_0.c emits them."""
+import pickle
 import shutil
 import subprocess
 
@@ -201,6 +202,8 @@ def test_wait_reg_mem_blocks_until_memory_matches(gpu, sim, queue):
     gpu.dev.reg("GC").GRBM_STATUS.read()
     assert u32(gpu, out) == [0] and busy(gpu)                         # blocked, the queue is busy
     assert queue.rptr_report() == 0
+    saved = pickle.loads(pickle.dumps(sim))                            # gpusim.persist pickles the device
+    assert any(q.waiting for q in saved.blocks["CP"].queues.values())
     gpu.dev.vram.write(flag.vram.addr, (2).to_bytes(4, "little"))    # not what it waits for
     gpu.dev.reg("GC").GRBM_STATUS.read()
     assert u32(gpu, out) == [0]
@@ -340,15 +343,23 @@ INITIATOR = 1 | 1 << 2 | 1 << 15          # COMPUTE_SHADER_EN, FORCE_START_AT_00
 
 
 @pytest.fixture(scope="module")
-def add_f32(tmp_path_factory):
+def kernels(tmp_path_factory):
+    """{name: Kernel} of clang-built corpus kernels."""
     if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
-        pytest.skip("clang-15 and ld.lld-15 are needed to build the kernel")
-    out = tmp_path_factory.mktemp("cp_kernels")
-    obj, so = out / "add_f32.o", out / "add_f32.so"
-    subprocess.run(["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
-                    "-nogpulib", "-O2", "-c", str(KERNELS / "add_f32.cl"), "-o", str(obj)], check=True)
-    subprocess.run(["ld.lld-15", "-shared", str(obj), "-o", str(so)], check=True)
-    return CodeObject.load(so).kernel("add_f32")
+        pytest.skip("clang-15 and ld.lld-15 are needed to build the kernels")
+    out, found = tmp_path_factory.mktemp("cp_kernels"), {}
+    for name in ("add_f32", "private_array"):
+        obj, so = out / f"{name}.o", out / f"{name}.so"
+        subprocess.run(["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
+                        "-nogpulib", "-O2", "-c", str(KERNELS / f"{name}.cl"), "-o", str(obj)], check=True)
+        subprocess.run(["ld.lld-15", "-shared", str(obj), "-o", str(so)], check=True)
+        found[name] = CodeObject.load(so).kernel(name)
+    return found
+
+
+@pytest.fixture(scope="module")
+def add_f32(kernels):
+    return kernels["add_f32"]
 
 
 def sh(gpu, name: str, *values: int) -> list[int]:
@@ -362,7 +373,7 @@ def upload(gpu, data: bytes):
     return m
 
 
-def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False) -> list[int]:
+def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=True) -> list[int]:
     """What a driver emits for a clang kernel: code and kernargs in memory, the user SGPRs its descriptor
     enables (AMDGPUUsage order), its RSRC registers, the workgroup size and the dispatch."""
     kd = kern.descriptor
@@ -379,7 +390,10 @@ def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False) -> list[
         user[at:at + count] = [(v >> (32 * j)) & 0xFFFFFFFF for j in range(count)]
     lds_granules = -(-kd.group_segment_fixed_size // 512)
     rsrc2 = kd.compute_pgm_rsrc2 | lds_granules << 15
+    # private memory: COMPUTE_TMPRING_SIZE.WAVESIZE in 256-byte units per (wave32) wave
+    wavesize = -(-kd.private_segment_fixed_size * 32 // 256) if scratch else 0
     return (sh(gpu, "COMPUTE_PGM_LO", code.va >> 8, code.va >> 40)
+            + sh(gpu, "COMPUTE_TMPRING_SIZE", 32 | wavesize << 12)
             + sh(gpu, "COMPUTE_PGM_RSRC1", kd.compute_pgm_rsrc1, rsrc2)
             + sh(gpu, "COMPUTE_PGM_RSRC3", kd.compute_pgm_rsrc3)
             + sh(gpu, "COMPUTE_NUM_THREAD_X", *block)
@@ -465,3 +479,21 @@ def test_async_clock_polls_a_blocked_wait(gpu, sim, queue):
     finally:
         sim.stop_async()
     assert not sim.errors, sim.errors
+
+
+def test_private_memory_from_tmpring_size(gpu, sim, queue, kernels):
+    kern = kernels["private_array"]
+    assert kern.descriptor.rsrc2["enable_private_segment"]
+    n = 96
+    a = np.random.default_rng(3).integers(-1000, 1000, n).astype(np.int32)
+    ma, mo = upload(gpu, a.tobytes()), buf(gpu, 4 * n)
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1)))
+    i = np.arange(n)
+    t = a[(i[:, None] + np.arange(64)) % n] * np.arange(64)
+    j = a.view(np.uint32) & 63
+    out = np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.int32)
+    assert np.array_equal(out, t[i, j] + t[i, (j * 7) & 63])
+    assert not sim.errors, sim.errors
+    # SCRATCH_EN without a wave size: the kernel's private accesses fail and the queue hangs
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch=False))
+    assert busy(gpu) and any("private" in e.message and "hung" in e.message for e in sim.errors), sim.errors
