@@ -24,7 +24,12 @@ Facts (amdgpu/gfx_v11_0.c, include/v11_structs.h, amdgpu/nvd.h, soc15d.h; gc_11_
 - The CP EOP interrupt (RELEASE_MEM INT_SEL): client SOC21_IH_CLIENTID_GRBM_CP, src
   GFX_11_0_0__SRCID__CP_EOP_INTERRUPT, ring_id = queue << 4 | me << 2 | pipe (gfx_v11_0_eop_irq decodes it),
   src_data[0] the packet's interrupt context; sent only while the pipe's CP_ME1_PIPEn_INT_CNTL.
-  TIME_STAMP_INT_ENABLE is set (gfx_v11_0_set_compute_eop_interrupt_state).
+  TIME_STAMP_INT_ENABLE is set (gfx_v11_0_set_compute_eop_interrupt_state). RELEASE_MEM's DATA_SEL (0 none,
+  1 32-bit low, 2 64-bit, 3 GPU clock counter), INT_SEL (1 interrupt only, 2 after write confirm, 3 data
+  after write confirm, 4 unconditionally with ctxid) and DST_SEL (0 memory, 1 TC_L2) values are
+  amdkfd/kfd_pm4_headers_ai.h's enums; WRITE_DATA's DST_SEL and WAIT_REG_MEM's fields are nvd.h's comments.
+  COPY_DATA's SRC_SEL/DST_SEL beyond amdgpu's register -> memory (0 -> 5) use the PM4 numbering as the
+  simulator reads it: 1/2 memory, 5 immediate, 9 GPU clock counter.
 
 Strictness: a queue runs only while its MEC pipe runs its firmware (gpusim.gfx); a doorbell outside
 CP_MEC_DOORBELL_RANGE does not reach the MEC. An unknown opcode, a packet of the wrong length, a
@@ -449,7 +454,9 @@ class CP(Block):
             self._write(self._exec_vmid(q), addr & ~7, value.to_bytes(8, "little"), "RELEASE_MEM")
         elif data_sel:
             raise Hang(f"RELEASE_MEM DATA_SEL {data_sel} is not modeled (0 none, 1/2 data, 3 GPU clock)")
-        if int_sel and self._eop_interrupt_enabled(q):
+        if int_sel > 4:
+            raise Hang(f"RELEASE_MEM INT_SEL {int_sel} (interrupt on a data compare) is not modeled")
+        if int_sel in (1, 2, 4) and self._eop_interrupt_enabled(q):   # 3: data after write confirm, no IV
             self.dev.post_interrupt(IVEntry(client_id=IHIDS.SOC21_IH_CLIENTID_GRBM_CP,
                                             source_id=IHIDS.GFX_11_0_0__SRCID__CP_EOP_INTERRUPT,
                                             ring_id=q.queue << 4 | q.me << 2 | q.pipe,
