@@ -137,6 +137,7 @@ class AMHCQDevice(Device):
         self.vram = gpu.dev.vram
         self._signal_pages: list = []
         self._free_signals: list[Signal] = []
+        self._host_keep: list = []   # host memory the GPU reads for the device's lifetime (graph IBs)
         self.arena = _Arena(gpu, ARENA_BYTES)
         self._staging = None
         self.compute, self.sdma = ComputeQueue(gpu), SDMAQueue(gpu)
@@ -406,16 +407,18 @@ class AMHCQDevice(Device):
     def _build_graph(self, graph: Graph, values: dict) -> None:
         """Runs of consecutive launches become one compute queue, runs of copies one copy queue; each
         queue after the first waits for the one before through a graph-private signal, and the last
-        signals the timeline. Uses of each variable are recorded as patch points."""
+        signals the timeline. A compute run's launches are written once into an indirect buffer in host
+        memory, so a replay submits a few dwords however many kernels the graph holds. Uses of each
+        variable are recorded as patch points (kernarg bytes, copy packet addresses)."""
         sync = self.new_signal()
-        runs: list[list] = []       # [queue, index of its leading wait or -1, index of its tail signal]
+        bodies: list = []   # per run: [queue, index of its leading wait or -1]; compute queues hold launches only
         patches: dict[str, list] = {}
         for step in graph.steps:
             compute = step[0] == "exec"
-            if not runs or isinstance(runs[-1][0], AMComputeQueue) != compute:
+            if not bodies or isinstance(bodies[-1][0], AMComputeQueue) != compute:
                 q = AMComputeQueue(self) if compute else AMCopyQueue(self)
-                runs.append([q, q.wait(sync, 0) if runs else -1, -1])
-            q = runs[-1][0]
+                bodies.append([q, q.wait(sync, 0) if bodies and not compute else -1])
+            q = bodies[-1][0]
             if compute:
                 _, prog, args, g, l_ = step
                 idx = q.exec(prog, [values[a.name] if isinstance(a, Var) else a for a in args], g, l_)
@@ -431,11 +434,25 @@ class AMHCQDevice(Device):
                 for x, field in ((dst, "dst"), (src, "src")):
                     if isinstance(x, Var):
                         patches.setdefault(x.name, []).append((q, idx, None, field))
-        for i, run in enumerate(runs):
-            run[2] = run[0].signal(self.timeline if i == len(runs) - 1 else sync, 0)
+        runs: list[tuple] = []       # (queue, index of its leading wait or -1, index of its tail signal)
+        for i, (q, w) in enumerate(bodies):
+            if isinstance(q, AMComputeQueue):
+                ib = self._host_copy(q.buf)
+                q = AMComputeQueue(self)
+                w = q.wait(sync, 0) if i else -1
+                q.indirect(ib)
+            runs.append((q, w, q.signal(self.timeline if i == len(bodies) - 1 else sync, 0)))
         graph.backend = (runs, sync, patches)
         graph.fence, graph.seq = 0, 0
         self._replay_graph(graph, {})
+
+    def _host_copy(self, dwords: array) -> tuple[int, int]:
+        """dwords copied into new host memory the GPU reaches: (GPU address, dword count), for an IB."""
+        dma = self.gpu.dev.pci.alloc_dma(max(len(dwords) * 4, PAGE))
+        m = self.gpu.gmc.map_system(dma)
+        dma.view[:len(dwords) * 4] = dwords.tobytes()
+        self._host_keep.append((dma, m))
+        return m.va, len(dwords)
 
     def _replay_graph(self, graph: Graph, values: dict) -> None:
         if graph.fence and self.timeline.mem[0] < graph.fence:
@@ -549,6 +566,11 @@ class AMComputeQueue(HWQueue):
         b.extend(k.template)
         _patch_exec(b, at, k, va, g, l_)
         self.cmds.append(("exec", at, va, prog))
+        return len(self.cmds) - 1
+
+    def indirect(self, ib: tuple[int, int]) -> int:
+        """Runs ib = (GPU address, dword count) of commands from here (INDIRECT_BUFFER, VMID 0)."""
+        self.cmds.append(("ib", self.b.indirect_buffer(ib[0], ib[1])))
         return len(self.cmds) - 1
 
     def kernarg_slot(self, index: int) -> tuple[memoryview, int]:

@@ -218,3 +218,20 @@ def test_copy_256mib_through_bar0(dev):
     dev.copyin(b, data, offset=5)
     assert np.array_equal(np.frombuffer(dev.copyout(b, n, 5), np.uint32), data)
     dev.free(b)
+
+
+def test_graph_larger_than_the_ring(dev, kernel_corpus):
+    """300 launches (about 20000 dwords of PM4, more than the 16384-dword ring) replay from an indirect
+    buffer."""
+    n = 32
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    x, y = RNG.random(n, np.float32), RNG.random(n, np.float32)
+    bx, by = f32(dev, x), f32(dev, y)
+    g = dev.graph()
+    alpha = g.var("alpha")
+    for _ in range(300):
+        g.exec(saxpy, by, bx, alpha, n, global_size=(1,), local_size=(32,))
+    g(alpha=0.25, wait=True)
+    assert np.allclose(read(dev, by, np.float32), y + 75 * x, rtol=1e-4)
+    g(alpha=-0.25, wait=True)
+    assert np.allclose(read(dev, by, np.float32), y, atol=1e-3)
