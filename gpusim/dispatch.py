@@ -43,6 +43,9 @@ class VMMemory:
     def __init__(self, gmc, vmid: int, client: int = 0):
         self.gmc, self.vmid, self.client = gmc, vmid, client
         self.fault: Exception | None = None
+        # (page, write, execute) -> Translation: nothing can invalidate the TLB while a dispatch runs
+        # (the driver waits for it), so one lookup per page and kind of access is enough
+        self._seen: dict[tuple[int, bool, bool], object] = {}
 
     def _pages(self, addrs: np.ndarray, size: int, write: bool, execute: bool = False):
         """A ByteSpace holding every page the accesses touch (in page order, so an access that runs into
@@ -51,13 +54,18 @@ class VMMemory:
         first = addrs >> U64(12)
         pages = np.unique(np.concatenate([first, (addrs + U64(size - 1)) >> U64(12)]))
         trans = []
+        seen = self._seen
         for p in pages.tolist():
-            va = p << 12
-            try:
-                trans.append(self.gmc.translate(self.vmid, va, write=write, execute=execute, client=self.client))
-            except VMFault as e:
-                self.fault = e
-                raise MemoryFault("global", va, size, write, str(e)) from None
+            t = seen.get((p, write, execute))
+            if t is None:
+                va = p << 12
+                try:
+                    t = self.gmc.translate(self.vmid, va, write=write, execute=execute, client=self.client)
+                except VMFault as e:
+                    self.fault = e
+                    raise MemoryFault("global", va, size, write, str(e)) from None
+                seen[(p, write, execute)] = t
+            trans.append(t)
         space = ByteSpace(len(pages) * PAGE, "global")
         for i, t in enumerate(trans):
             try:
