@@ -291,7 +291,7 @@ class AMHCQDevice(Device):
         for iv in self.gpu.ih.poll():
             fault = gmc.fault_from_iv(iv)
             if fault is not None:
-                raise HCQFault(f"{self.name}: {fault}; the compute queue stopped ({self._queue_state()}); "
+                raise HCQFault(f"{self.name}: {fault}; the queue that faulted stopped ({self._queue_state()}); "
                                "call recover() before the next launch")
 
     def _queue_state(self) -> str:
