@@ -492,8 +492,9 @@ def _hidden_plan(layout: ArgLayout):
 
 
 def _fill_hidden(plan, mem, base: int, g, l_) -> None:
-    """Code object v5's hidden_block_count/group_size/remainder/grid_dims get the launch's values;
-    every other hidden argument (global offsets, printf/hostcall/heap/queue pointers) is 0."""
+    """Code object v5's hidden_block_count/group_size/grid_dims get the launch's values; every other
+    hidden argument is 0: remainders (global_size counts whole workgroups), global offsets, and the
+    printf/hostcall/heap/queue pointers this backend does not provide."""
     for off, code, what in plan:
         if what.startswith("hidden_block_count_"):
             v = g["xyz".index(what[-1])]

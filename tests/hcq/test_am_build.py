@@ -156,3 +156,27 @@ def test_scratch_kernels_are_refused_by_name(dev, kernel_corpus):
     with pytest.raises(hcq.HCQError, match=r"kernel private_array uses private \(scratch\) memory \(\d+ bytes"):
         dev.program(kernel_corpus["private_array"], "private_array")
     assert dev.gpu.dev.mm.in_use() == used  # the image loaded for it was freed
+
+
+def test_hidden_arguments_of_code_object_v5(offline):
+    """Block counts, group sizes and grid dims get the launch's values; other hidden arguments 0."""
+    from amdrv.isa import assemble
+    from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+    hidden = ["hidden_block_count_x", "hidden_block_count_y", "hidden_block_count_z", "hidden_group_size_x",
+              "hidden_group_size_y", "hidden_group_size_z", "hidden_remainder_x", "hidden_global_offset_x",
+              "hidden_grid_dims"]
+    sizes = [4, 4, 4, 2, 2, 2, 2, 8, 2]
+    args, at = [KernelArg(0, 8, "global_buffer", "global", "out")], 8
+    for what, size in zip(hidden, sizes):
+        at = (at + size - 1) // size * size
+        args.append(KernelArg(at, size, what))
+        at += size
+    co = write_code_object([KernelSpec("k", assemble("s_endpgm"), args=args,
+                                       user_sgprs=("dispatch_ptr", "kernarg_segment_ptr"))])
+    dev = offline
+    prog = dev.program(co, "k")
+    out = dev.alloc(4)
+    q = dev.compute_queue()
+    mem, off = q.kernarg_slot(q.exec(prog, [out], (5, 3, 2), (16, 4, 1)))
+    got = [struct.unpack_from("<" + {2: "H", 4: "I", 8: "Q"}[a.size], mem, off + a.offset)[0] for a in args[1:]]
+    assert got == [5, 3, 2, 16, 4, 1, 0, 0, 3]
