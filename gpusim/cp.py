@@ -41,13 +41,14 @@ reset or a mode1 reset clears it.
 Simulator choices: a rung queue runs at once, to completion or until it blocks or hangs (deterministic;
 a driver polling a fence in memory sees it done); WAIT_REG_MEM that does not match blocks the queue and
 is polled again every clock step (in the stepped mode it first lets up to WAIT_INLINE_STEPS steps pass,
-the time a CP would spend polling, so an HDP flush request completes), and on every doorbell. An IB
+the time a CP would spend polling, so an HDP flush request completes), and on every doorbell. With
+CP_PQ_WPTR_POLL_CNTL.EN the CP also reads each queue's write pointer (u64, dwords) from
+CP_HQD_PQ_WPTR_POLL_ADDR at those polls. An IB
 of a privileged queue (PQ_CONTROL.PRIV_STATE) runs in the VMID of its control word, otherwise in the
 queue's. The GPU clock counter (RELEASE_MEM DATA_SEL 3, COPY_DATA SRC_SEL 9) counts 100 MHz ticks of a
 clock that is the device clock plus the work the CP did (PACKET_NS per packet, gpusim.dispatch.work_ns
 per dispatch; in the stepped mode a dispatch also moves the device clock on by that time), so timestamps
-are monotonic and a kernel takes time. CP_PQ_WPTR_POLL_CNTL polling and
-the EOP buffer are not modeled (the doorbell or CP_HQD_PQ_WPTR_LO/HI give the write pointer).
+are monotonic and a kernel takes time. The EOP buffer and the MQD in memory are not used.
 """
 from __future__ import annotations
 
@@ -105,6 +106,7 @@ class CP(Block):
         for n in self.hqd_names:
             self.on_write(GC, n, functools.partial(self._w_hqd, n))
             self.on_read(GC, n, functools.partial(self._r_hqd, n))
+        self.on_write(GC, "CP_PQ_WPTR_POLL_CNTL", self._w_wptr_poll_cntl)
         self.sh_names = {self.dev.reg_addr(GC, n): n for n in t.names() if n.startswith("COMPUTE_")}
         self.kernel_max_steps = KERNEL_MAX_STEPS
         self.dev.blocks["NBIO"].on_doorbell(0, (1 << 26) - 1, self._doorbell)
@@ -239,12 +241,34 @@ class CP(Block):
             self._again = True
             while self._again:
                 self._again = False
+                if self._wptr_polling():
+                    self._poll_wptrs()
                 for q in list(self.queues.values()):
                     if self._runs(q) and self._pending(q):
                         self._run(q)
         finally:
             self._running = False
         self._update_busy()
+
+    def _wptr_polling(self) -> bool:
+        return bool(self.dev.field(GC, "CP_PQ_WPTR_POLL_CNTL", "EN"))
+
+    def _w_wptr_poll_cntl(self, value: int) -> None:
+        if self.dev.table(GC)["CP_PQ_WPTR_POLL_CNTL"].decode(value)["EN"] and self._poll_at is None:
+            self._poll_at = self.dev.steps + 1
+            self.dev.schedule(1, self._poll)
+
+    def _poll_wptrs(self) -> None:
+        """CP_PQ_WPTR_POLL_CNTL.EN: the CP reads each running queue's write pointer (a u64 in dwords, as
+        amdgpu keeps it at wptr_cpu_addr) from CP_HQD_PQ_WPTR_POLL_ADDR/_HI in the queue's VMID."""
+        for q in self.queues.values():
+            addr = (q.regs.get("CP_HQD_PQ_WPTR_POLL_ADDR", 0) & ~3) | (q.regs.get("CP_HQD_PQ_WPTR_POLL_ADDR_HI", 0)
+                                                                     & 0xFFFF) << 32
+            if addr and self._runs(q):
+                try:
+                    q.wptr = int.from_bytes(self._read(self._vmid(q), addr, 8, "write pointer poll"), "little")
+                except Hang as e:
+                    self._hang(q, str(e))
 
     def _poll(self) -> None:
         self._poll_at = None
@@ -265,7 +289,8 @@ class CP(Block):
         if smu is not None and busy != self._busy:
             smu.set_activity("gfx", 1.0 if busy else 0.0)
         self._busy = busy
-        if any(not q.hung and self._pending(q) for q in self.queues.values()) and self._poll_at is None:
+        polled = self._wptr_polling() and any(q.active and not q.hung for q in self.queues.values())
+        if (polled or any(not q.hung and self._pending(q) for q in self.queues.values())) and self._poll_at is None:
             self._poll_at = self.dev.steps + (1 if self._idle_polls < 64 else 16)
             self.dev.schedule(self._poll_at - self.dev.steps, self._poll)
 

@@ -61,6 +61,8 @@ class Queue:
                                        PRIV_STATE=1, KMD_QUEUE=1)
             gc.CP_HQD_PQ_RPTR_REPORT_ADDR.write(self.wb.va & 0xFFFFFFFC)
             gc.CP_HQD_PQ_RPTR_REPORT_ADDR_HI.write((self.wb.va >> 32) & 0xFFFF)
+            gc.CP_HQD_PQ_WPTR_POLL_ADDR.write((self.wb.va + 8) & 0xFFFFFFFC)
+            gc.CP_HQD_PQ_WPTR_POLL_ADDR_HI.write(((self.wb.va + 8) >> 32) & 0xFFFF)
             gc.CP_MEC_DOORBELL_RANGE_LOWER.write(0)
             gc.CP_MEC_DOORBELL_RANGE_UPPER.write(DOORBELL_RANGE_UPPER)
             gc.CP_HQD_PQ_WPTR_LO.write(0)
@@ -85,6 +87,7 @@ class Queue:
         for w in words:
             dev.vram.write(self.ring.vram.addr + 4 * (self.wptr % n), (w & 0xFFFFFFFF).to_bytes(4, "little"))
             self.wptr += 1
+        dev.vram.write(self.wb.vram.addr + 8, self.wptr.to_bytes(8, "little"))   # amdgpu's wptr_cpu_addr
         if ring_doorbell:
             dev.pci.bar(2).write64(self.doorbell * 4, self.wptr)
 
@@ -497,3 +500,23 @@ def test_private_memory_from_tmpring_size(gpu, sim, queue, kernels):
     # SCRATCH_EN without a wave size: the kernel's private accesses fail and the queue hangs
     queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch=False))
     assert busy(gpu) and any("private" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+
+
+def test_write_pointer_polling(gpu, sim, queue):
+    out = buf(gpu)
+    gc = gpu.dev.reg("GC")
+    queue.submit(write_data(out.va, 1), ring_doorbell=False)
+    gc.GRBM_STATUS.read()
+    assert u32(gpu, out) == [0]                                        # no doorbell, no polling: nothing
+    gc.CP_PQ_WPTR_POLL_CNTL.update(EN=1)
+    try:
+        gc.GRBM_STATUS.read()
+        gc.GRBM_STATUS.read()
+        assert u32(gpu, out) == [1]                                    # the CP read the write pointer
+        queue.submit(write_data(out.va + 4, 2), ring_doorbell=False)
+        for _ in range(3):
+            gc.GRBM_STATUS.read()
+        assert u32(gpu, out, 4) == [2]
+    finally:
+        gc.CP_PQ_WPTR_POLL_CNTL.update(EN=0)
+    assert not sim.errors, sim.errors
