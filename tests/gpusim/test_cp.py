@@ -351,7 +351,7 @@ def kernels(tmp_path_factory):
     if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
         pytest.skip("clang-15 and ld.lld-15 are needed to build the kernels")
     out, found = tmp_path_factory.mktemp("cp_kernels"), {}
-    for name in ("add_f32", "private_array", "grid3d"):
+    for name in ("add_f32", "private_array", "grid3d", "local_reverse"):
         obj, so = out / f"{name}.o", out / f"{name}.so"
         subprocess.run(["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
                         "-nogpulib", "-O2", "-c", str(KERNELS / f"{name}.cl"), "-o", str(obj)], check=True)
@@ -376,7 +376,7 @@ def upload(gpu, data: bytes):
     return m
 
 
-def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=True,
+def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=True, lds=True,
                    initiator=INITIATOR) -> list[int]:
     """What a driver emits for a clang kernel: code and kernargs in memory, the user SGPRs its descriptor
     enables (AMDGPUUsage order), its RSRC registers, the workgroup size and the dispatch."""
@@ -392,7 +392,7 @@ def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=
     for name, at, count in kd.user_sgpr_layout():
         v = values.get(name, 0)
         user[at:at + count] = [(v >> (32 * j)) & 0xFFFFFFFF for j in range(count)]
-    lds_granules = -(-kd.group_segment_fixed_size // 512)
+    lds_granules = -(-kd.group_segment_fixed_size // 512) if lds else 0     # RSRC2.LDS_SIZE
     rsrc2 = kd.compute_pgm_rsrc2 | lds_granules << 15
     # private memory: COMPUTE_TMPRING_SIZE.WAVESIZE in 256-byte units per (wave32) wave
     wavesize = -(-kd.private_segment_fixed_size * 32 // 256) if scratch else 0
@@ -553,3 +553,19 @@ def test_dispatch_initiator_bits(gpu, sim, queue, add_f32):
     # CS_W32_EN clear asks for wave64, which the executor does not model: the queue hangs, saying so
     queue.submit(kernel_packets(gpu, add_f32, args, (2, 1, 1), (64, 1, 1), initiator=INITIATOR & ~(1 << 15)))
     assert busy(gpu) and any("wave64" in e.message for e in sim.errors)
+
+
+def test_lds_from_rsrc2(gpu, sim, queue, kernels):
+    kern = kernels["local_reverse"]
+    assert kern.descriptor.group_segment_fixed_size == 1024
+    n = 512
+    a = np.arange(n, dtype=np.float32)
+    ma, mo = upload(gpu, a.tobytes()), buf(gpu, 4 * n)
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (2, 1, 1), (256, 1, 1)))
+    out = np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.float32)
+    assert np.array_equal(out, a.reshape(2, 256)[:, ::-1].ravel())
+    assert not sim.errors, sim.errors
+    # the descriptor's group segment size means nothing to the hardware: without RSRC2.LDS_SIZE the
+    # kernel's LDS accesses are out of its allocation
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (2, 1, 1), (256, 1, 1), lds=False))
+    assert busy(gpu) and any("LDS" in e.message and "hung" in e.message for e in sim.errors), sim.errors
