@@ -309,20 +309,9 @@ class AMHCQDevice(Device):
         what was in flight, and leaves the timeline at the last value handed out so synchronize()
         returns. Returns the faults that were pending, in words."""
         faults = self.gpu.recover()
-        self._halt_graphics_pipes()
         self.timeline.value = self.timeline_value
         self.arena.at, self.arena.fence = 0, 0
         return faults
-
-    def _halt_graphics_pipes(self) -> None:
-        """amdrv.queue's GFX soft reset writes CP_ME_CNTL = 0 as gfx_v11_0_soft_reset does, which on a GPU
-        whose graphics ME/PFP were never started (this driver runs compute only) unhalts them at a
-        start address no one set, and GRBM_STATUS then reads busy forever. Put them back: halted, their
-        pipes pulsed through reset."""
-        cntl = self.gc.CP_ME_CNTL
-        resets = {f"{e}_PIPE{p}_RESET": 1 for e in ("ME", "PFP") for p in (0, 1)}
-        cntl.write(cntl.encode(ME_HALT=1, PFP_HALT=1, **resets))
-        cntl.write(cntl.encode(ME_HALT=1, PFP_HALT=1))
 
     # ------------------------------------------------------------------ programs
     def program(self, code_object, name: str) -> Program:

@@ -474,7 +474,12 @@ def _reset_compute(gpu) -> None:
     gc.GRBM_SOFT_RESET.update(**resets)
     gc.GRBM_SOFT_RESET.update(**{k: 0 for k in resets})
     gc.CP_SOFT_RESET_CNTL.update(CMP_HQD_REG_RESET=1)
-    gc.CP_ME_CNTL.write(0)
+    # Upstream writes CP_ME_CNTL = 0 here, which also unhalts the graphics ME/PFP. This driver runs
+    # compute only and never gave them a start address, so keep them halted, their pipes pulsed through
+    # reset; otherwise they run from address 0 and GRBM_STATUS reads busy forever.
+    resets = {f"{e}_PIPE{p}_RESET": 1 for e in ("ME", "PFP") for p in (0, 1)}
+    gc.CP_ME_CNTL.write(gc.CP_ME_CNTL.encode(ME_HALT=1, PFP_HALT=1, **resets))
+    gc.CP_ME_CNTL.write(gc.CP_ME_CNTL.encode(ME_HALT=1, PFP_HALT=1))
     gc.CP_MEC_RS64_CNTL.write(0)
     ok, v = poll(gc.CP_VMID_RESET.read, lambda v: v == 0, USEC_TIMEOUT, 1000)
     if not ok:
