@@ -498,7 +498,8 @@ def test_private_memory_from_tmpring_size(gpu, sim, queue, kernels):
     out = np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.int32)
     assert np.array_equal(out, t[i, j] + t[i, (j * 7) & 63])
     assert not sim.errors, sim.errors
-    # SCRATCH_EN without a wave size: the kernel's private accesses fail and the queue hangs
+    # SCRATCH_EN without a wave size: the kernel's private accesses are outside its allocation (the
+    # executor refuses them: the queue hangs)
     queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch=False))
     assert busy(gpu) and any("private" in e.message and "hung" in e.message for e in sim.errors), sim.errors
 
@@ -566,6 +567,7 @@ def test_lds_from_rsrc2(gpu, sim, queue, kernels):
     assert np.array_equal(out, a.reshape(2, 256)[:, ::-1].ravel())
     assert not sim.errors, sim.errors
     # the descriptor's group segment size means nothing to the hardware: without RSRC2.LDS_SIZE the
-    # kernel's LDS accesses are out of its allocation
+    # kernel's LDS accesses are outside its allocation (hardware drops them silently and the kernel computes
+    # garbage; the executor refuses them, so the simulated queue hangs, naming the access)
     queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (2, 1, 1), (256, 1, 1), lds=False))
     assert busy(gpu) and any("LDS" in e.message and "hung" in e.message for e in sim.errors), sim.errors
