@@ -31,6 +31,9 @@ U8, U32, U64 = np.uint8, np.uint32, np.uint64
 PAGE = 4096
 LDS_GRANULE = 512
 SCRATCH_WAVE_UNIT = 256
+# GC hub fault client ids (gfxhub_v3_0.c gfxhub_client_ids): shader memory goes through TCP, instruction
+# fetch through the SQC's instruction side
+CLIENT_TCP, CLIENT_SQC_INST = 8, 9
 DISPATCH_NS = 2000               # launch overhead of one dispatch
 WAVE_INSTRUCTION_NS = 0.05       # ~4 cycles at 2.5 GHz over the 192 SIMDs of Navi31, in parallel
 
@@ -40,7 +43,7 @@ class VMMemory:
     access translates its pages through gmc.translate, so unmapped or protected pages fault the way the
     hardware reports it (fault registers, IH entry). The VMFault is kept in `fault`."""
 
-    def __init__(self, gmc, vmid: int, client: int = 0):
+    def __init__(self, gmc, vmid: int, client: int = CLIENT_TCP):
         self.gmc, self.vmid, self.client = gmc, vmid, client
         self.fault: Exception | None = None
         # (page, write, execute) -> Translation: nothing can invalidate the TLB while a dispatch runs
@@ -60,7 +63,8 @@ class VMMemory:
             if t is None:
                 va = p << 12
                 try:
-                    t = self.gmc.translate(self.vmid, va, write=write, execute=execute, client=self.client)
+                    t = self.gmc.translate(self.vmid, va, write=write, execute=execute,
+                                           client=CLIENT_SQC_INST if execute else self.client)
                 except VMFault as e:
                     self.fault = e
                     raise MemoryFault("global", va, size, write, str(e)) from None

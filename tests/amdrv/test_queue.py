@@ -274,6 +274,7 @@ def test_unmapped_store_gives_a_decoded_fault_then_recover(gpu, add_f32):
     with pytest.raises(QueueError, match=r"(?i)fault.*0x7f0000000000") as e:
         q.wait(done, 1, timeout_s=1, min_reads=2000)
     assert "no VM fault" not in str(e.value) and "write" in str(e.value)
+    assert "TCP" in str(e.value)  # a shader store reaches memory through the TCP (gfxhub_client_ids)
     gpu.recover()
     assert gpu.gmc.decode_fault("GC") is None
     bufs, want = run_add(gpu, q, launcher, done, 2)
