@@ -31,6 +31,7 @@ from array import array
 
 from amdrv import device_spec, pm4, sdma_packets
 from amdrv.am import AMGPU
+from amdrv.pagetable import MTYPE_UC
 from amdrv.queue import ComputeQueue, SDMAQueue
 from amdrv.isa.codeobj import RSRC2, CodeObject, CodeObjectError
 from pcie import open_function
@@ -45,6 +46,13 @@ ARENA_BYTES = 4 << 20
 KERNARG_TAIL = 256         # compilers load kernargs in wide chunks that may run past the last one
 SDMA_STAGING = 4 << 20
 _M32 = 0xFFFFFFFF
+
+
+def _pages(nbytes: int) -> int:
+    """DMA memory comes in whole pages: the GPU maps pages, so all of the last one must be ours."""
+    return (max(nbytes, 1) + PAGE - 1) // PAGE * PAGE
+
+
 # hsa_kernel_dispatch_packet_t: header, setup, workgroup_size_x/y/z, reserved0, grid_size_x/y/z,
 # private_segment_size, group_segment_size, kernel_object, kernarg_address, reserved2, completion_signal
 _PACKET = struct.Struct("<HHHHHHIIIIIQQQQ")
@@ -74,7 +82,7 @@ class _Arena:
     __slots__ = ("buf", "map", "mem", "va", "size", "at", "fence")
 
     def __init__(self, gpu, size: int):
-        self.buf = gpu.dev.pci.alloc_dma(size + KERNARG_TAIL)
+        self.buf = gpu.dev.pci.alloc_dma(_pages(size + KERNARG_TAIL))
         self.map = gpu.gmc.map_system(self.buf)
         self.mem, self.va, self.size, self.at, self.fence = self.buf.view, self.map.va, size, 0, 0
 
@@ -153,10 +161,13 @@ class AMHCQDevice(Device):
         self.direct_max = 1 << 62
 
     # ------------------------------------------------------------------ memory
-    def alloc(self, nbytes: int) -> Buffer:
+    def alloc(self, nbytes: int, *, host: bool = False, uncached: bool = False) -> Buffer:
         if nbytes <= 0:
             raise HCQError(f"{self.name}: alloc of {nbytes} bytes; sizes are positive")
-        m = self.gpu.gmc.map_vram(nbytes, tag="hcq buffer")
+        if host:  # system pages are mapped snooped and uncached (MTYPE UC) either way
+            m = self.gpu.gmc.map_system(self.gpu.dev.pci.alloc_dma(_pages(nbytes)))
+        else:
+            m = self.gpu.gmc.map_vram(nbytes, tag="hcq buffer", mtype=MTYPE_UC if uncached else None)
         return Buffer(self, m.va, nbytes, m)
 
     def free(self, buf: Buffer) -> None:
@@ -166,7 +177,17 @@ class AMHCQDevice(Device):
             raise HCQError(f"{self.name}: {buf} is a view; free the buffer it views")
         self.synchronize()
         self.gpu.gmc.unmap(buf.mem)
+        if buf.mem.dma is not None:
+            buf.mem.dma.free()
         buf.mem = None
+
+    def _host_view(self, buf: Buffer, offset: int, n: int) -> memoryview | None:
+        """The CPU's view of part of a host buffer (None for VRAM buffers)."""
+        m = buf.mem
+        if m is None or m.dma is None:
+            return None
+        at = buf.va - m.va + offset
+        return m.dma.view[at:at + n]
 
     def _vram_offset(self, buf: Buffer) -> int:
         m = buf.mem
@@ -185,6 +206,9 @@ class AMHCQDevice(Device):
         if not n:
             return
         self.synchronize()  # a kernel in flight may still read the old contents
+        if (host := self._host_view(buf, offset, n)) is not None:
+            host[:] = mv
+            return
         off = self._vram_offset(buf) + offset
         if self._direct(off, n):
             self.vram.write(off, mv)   # the mapped BAR0: a memcpy, counted as bulk bytes
@@ -197,6 +221,8 @@ class AMHCQDevice(Device):
         if offset < 0 or n < 0 or offset + n > buf.size:
             raise HCQError(f"{self.name}: copyout of {n} bytes at offset {offset} overruns {buf}")
         self.synchronize()
+        if (host := self._host_view(buf, offset, n)) is not None:
+            return bytes(host)
         off = self._vram_offset(buf) + offset
         if self._direct(off, n):
             return self.vram.read(off, n)
@@ -437,7 +463,7 @@ class AMHCQDevice(Device):
 
     def _host_copy(self, dwords: array) -> tuple[int, int]:
         """dwords copied into new host memory the GPU reaches: (GPU address, dword count), for an IB."""
-        dma = self.gpu.dev.pci.alloc_dma(max(len(dwords) * 4, PAGE))
+        dma = self.gpu.dev.pci.alloc_dma(_pages(len(dwords) * 4))
         m = self.gpu.gmc.map_system(dma)
         dma.view[:len(dwords) * 4] = dwords.tobytes()
         self._host_keep.append((dma, m))

@@ -106,7 +106,7 @@ class HostBuffer:
 
     def __init__(self, gpu, size: int):
         self.gpu = gpu
-        self.dma = gpu.dev.pci.alloc_dma(max(size, GPU_PAGE))
+        self.dma = gpu.dev.pci.alloc_dma((max(size, 1) + GPU_PAGE - 1) // GPU_PAGE * GPU_PAGE)
         try:
             self.mapping = gpu.gmc.map_system(self.dma)
         except BaseException:

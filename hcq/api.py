@@ -400,7 +400,10 @@ class Device(abc.ABC):
     timeline_value: int = 0
 
     @abc.abstractmethod
-    def alloc(self, nbytes: int) -> Buffer: ...
+    def alloc(self, nbytes: int, *, host: bool = False, uncached: bool = False) -> Buffer:
+        """Device memory (VRAM) by default; host=True: host memory the GPU reaches over the bus (the CPU
+        reads and writes it directly); uncached=True: the GPU bypasses its caches for it (for memory
+        another agent polls or writes while kernels run)."""
 
     @abc.abstractmethod
     def free(self, buf: Buffer) -> None: ...

@@ -345,8 +345,11 @@ class GMC:
         pt = self._need_pt()
         size = buf.size if size is None else size
         size = (size + PAGE - 1) & ~(PAGE - 1)
-        if not 0 < size <= (buf.size + PAGE - 1) & ~(PAGE - 1):
-            raise GMCError(f"{self.dev.name}: cannot map {size:#x} bytes of a {buf.size:#x}-byte DMA buffer")
+        if not 0 < size <= buf.size:
+            # the GPU maps whole pages: a last page only partly backed would let it reach host memory
+            # that is not the buffer's
+            raise GMCError(f"{self.dev.name}: cannot map {size:#x} bytes (whole 4 KiB pages) of a "
+                           f"{buf.size:#x}-byte DMA buffer; allocate DMA memory in whole pages")
         va = self._system_va.alloc(size)
         if va is None:
             raise GMCError(f"{self.dev.name}: the {SYSTEM_VA_SIZE >> 40} TiB host-memory VA window is full; "

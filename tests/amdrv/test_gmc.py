@@ -48,8 +48,10 @@ def test_vram_and_system_mappings_translate_as_mapped(chip):
         for off in [0, m.size - 1] + [rng.randrange(m.size) for _ in range(20)]:
             check_same(gmc, s, m.va + off)
             assert gmc.translate(m.va + off).addr == m.vram.addr + off
-    buf = dev.pci.alloc_dma(5 * 4096 + 123)
-    sysm = gmc.map_system(buf)
+    with pytest.raises(GMCError, match="whole 4 KiB pages"):  # a partly backed last page is refused
+        gmc.map_system(dev.pci.alloc_dma(5 * 4096 + 123))
+    buf = dev.pci.alloc_dma(6 * 4096)
+    sysm = gmc.map_system(buf, 5 * 4096 + 123)  # a size inside the buffer rounds up to whole pages
     assert sysm.va >= SYSTEM_VA and sysm.size == 6 * 4096
     for off in (0, 4096, 4096 + 17, buf.size - 1):
         check_same(gmc, s, sysm.va + off)

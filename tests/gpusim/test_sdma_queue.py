@@ -201,7 +201,8 @@ def test_copy_vram_to_vram_any_size_and_alignment(gpu, n, src_off, dst_off):
 def test_copy_between_host_and_vram(gpu):
     ring = Ring(gpu)
     n = MiB + 4099
-    host_src, host_dst = gpu.dev.pci.alloc_dma(n + 8192), gpu.dev.pci.alloc_dma(n + 8192)
+    pages = (n + 8192 + 4095) & ~4095  # the GPU maps whole pages
+    host_src, host_dst = gpu.dev.pci.alloc_dma(pages), gpu.dev.pci.alloc_dma(pages)
     hs, hd = gpu.gmc.map_system(host_src), gpu.gmc.map_system(host_dst)
     v = gpu.gmc.map_vram(n + 8192)
     data = pattern(n, 3)

@@ -235,3 +235,25 @@ def test_graph_larger_than_the_ring(dev, kernel_corpus):
     assert np.allclose(read(dev, by, np.float32), y + 75 * x, rtol=1e-4)
     g(alpha=-0.25, wait=True)
     assert np.allclose(read(dev, by, np.float32), y, atol=1e-3)
+
+
+def test_host_and_uncached_buffers(dev, kernel_corpus):
+    """A kernel reads host memory and writes uncached VRAM; the CPU sees host buffers without a copy."""
+    n = 300
+    a, b = RNG.random(n, np.float32), RNG.random(n, np.float32)
+    ha, hb = dev.alloc(4 * n, host=True), dev.alloc(4 * n, host=True)
+    out = dev.alloc(4 * n, uncached=True)
+    dev.copyin(ha, a)
+    dev.copyin(hb.view(8), b[2:])  # a view at an offset lands at that offset
+    dev.copyin(hb, b[:2])
+    assert ha.mem.dma is not None and out.mem.vram is not None
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    add(out, ha, hb, n, global_size=(2,), local_size=(256,), wait=True)
+    assert np.array_equal(read(dev, out, np.float32), a + b)
+    dev.copy(ha, out, 4 * n)  # the GPU writes host memory: the CPU reads it back as is
+    dev.synchronize()
+    assert np.array_equal(np.frombuffer(dev.copyout(ha), np.float32), a + b)
+    for buf in (ha, hb, out):
+        dev.free(buf)
+    with pytest.raises(hcq.HCQError):
+        dev.copyout(ha)
