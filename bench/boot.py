@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pcie  # noqa: E402
 from amdrv.am import AMGPU  # noqa: E402
+from amdrv.firmware import FirmwareError  # noqa: E402
 
 SLOT = 7  # out of the way of the default slots
 
@@ -67,4 +68,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except FirmwareError as e:  # the usual first-run problem: say how to get the firmware, no traceback
+        sys.exit(f"{e}\n(or run `make demo` once: it seeds the cache from Debian's firmware-amd-graphics)")

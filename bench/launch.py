@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import hcq  # noqa: E402
 from amdrv.isa import assemble  # noqa: E402
 from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object  # noqa: E402
+from amdrv.firmware import FirmwareError  # noqa: E402
 
 SLOT = 6  # out of the way of the default slots
 TARGETS_US = {"fresh_queue": 10.0, "graph_replay": 1.0}
@@ -134,4 +135,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except FirmwareError as e:  # the usual first-run problem: say how to get the firmware, no traceback
+        sys.exit(f"{e}\n(or run `make demo` once: it seeds the cache from Debian's firmware-amd-graphics)")
