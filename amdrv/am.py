@@ -209,7 +209,7 @@ class AMGPU:
     def _mode1_reset(self) -> None:
         self.smu.mode1_reset()
         # The ASIC is at power-on: fresh blocks, and the boot allocations replayed from the start.
-        self.dev.mm = VRAMAllocator(self.dev.mm.vram_size)
+        self.dev.mm = VRAMAllocator(self.dev.mm.vram_size, visible=self.dev.vram.visible)
         self._build_blocks()
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
 

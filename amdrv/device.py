@@ -98,7 +98,7 @@ class AMDevice:
         self.vram = VRAM(pci.bar(0), self.mmio, vram_size, pci.counters)
         self.disc = discovery.read_discovery(self.vram.read, vram_size)
         self.chip = self._identify()
-        self.mm = VRAMAllocator(vram_size)
+        self.mm = VRAMAllocator(vram_size, visible=self.vram.visible)
         self.firmware = firmware or FirmwareStore()
         self.fb_base: int | None = None  # MC address of VRAM offset 0, set by the GMC block
         self._blocks: dict[tuple[str, int], regs.IPBlock] = {}

@@ -7,6 +7,9 @@ Layout, from the top of VRAM down:
     [boot_base, boot_end)                   boot region: firmware, TMR, rings, boot page tables
     [0, boot_base)                          heap
 
+With a small BAR (`visible` < VRAM) the boot region ends at the top of the CPU-visible window instead,
+and the VRAM above it up to the reserved top is heap too.
+
 amdgpu reserves the top of VRAM (amdgpu_ttm_reserve_tmr: the VBIOS's reserved size, else
 DISCOVERY_TMR_OFFSET). The boot region sits at a fixed place below it and is handed out by a bump
 pointer, never freed, so the same sequence of boot allocations lands at the same addresses on every
@@ -64,11 +67,15 @@ def fmt_size(n: int) -> str:
 
 
 class VRAMAllocator:
-    def __init__(self, vram_size: int, *, boot_size: int = BOOT_SIZE, reserved_top: int = DISCOVERY_TMR_OFFSET):
+    def __init__(self, vram_size: int, *, boot_size: int = BOOT_SIZE, reserved_top: int = DISCOVERY_TMR_OFFSET,
+                 visible: int | None = None):
         if vram_size % PAGE or vram_size <= 0:
             raise VRAMError(f"VRAM size {vram_size:#x} is not a positive multiple of {PAGE:#x}")
         self.vram_size = vram_size
-        self.boot_end = _align_down(vram_size - reserved_top, HUGE)
+        top = _align_down(vram_size - reserved_top, HUGE)
+        # With a small BAR the CPU reaches VRAM past `visible` only through MM_INDEX/MM_DATA (three
+        # register writes a dword): keep the boot region, which the CPU fills, inside the window.
+        self.boot_end = min(top, _align_down(visible, HUGE)) if visible is not None else top
         self.boot_base = self.boot_end - _align_up(boot_size, HUGE)
         if self.boot_base <= 0:
             raise VRAMError(f"VRAM of {fmt_size(vram_size)} cannot hold a {fmt_size(boot_size)} boot region "
@@ -76,10 +83,11 @@ class VRAMAllocator:
         self._boot_next = self.boot_base
         self._boot: list[Block] = []
         # free ranges, sorted and disjoint: parallel lists of starts and ends
-        self._starts: list[int] = [0]
-        self._ends: list[int] = [self.boot_base]
+        self._starts: list[int] = [0] + ([self.boot_end] if self.boot_end < top else [])
+        self._ends: list[int] = [self.boot_base] + ([top] if self.boot_end < top else [])
         self._live: dict[int, Block] = {}
         self._in_use = 0
+        self.heap_size = sum(e - s for s, e in zip(self._starts, self._ends))
 
     # ---------------------------------------------------------------- boot region
     def alloc_boot(self, size: int, align: int = PAGE, tag: str = "") -> Block:
@@ -180,7 +188,7 @@ class VRAMAllocator:
 
     def __repr__(self) -> str:
         return (f"<VRAMAllocator {fmt_size(self.vram_size)}: heap {fmt_size(self._in_use)} in use of "
-                f"{fmt_size(self.boot_base)}, boot {fmt_size(self.boot_used)} of "
+                f"{fmt_size(self.heap_size)}, boot {fmt_size(self.boot_used)} of "
                 f"{fmt_size(self.boot_end - self.boot_base)} at {self.boot_base:#x}>")
 
 

@@ -14,6 +14,7 @@ from gpusim import provider as sim  # tests may look inside the simulator; amdrv
 from gpusim.gmc import VMFault as SimFault
 
 SLOT = 12
+GiB = 1 << 30
 MiB = 1 << 20
 
 
@@ -145,12 +146,17 @@ def test_fault_registers_decoded_in_words(chip):
         gmc.decode_fault("XX")
 
 
-def test_small_bar_tables_in_the_boot_region_go_through_mm_index():
+def test_small_bar_boot_region_visible_and_vram_above_the_window_mapped():
     dev, gmc, s = boot(small_bar=True)
-    assert gmc.root.addr >= dev.vram.visible             # the root sits above the 256 MiB BAR
-    m = gmc.map_vram(2 * MiB, boot=True, align=2 * MiB)
+    assert gmc.root.addr + 4096 <= dev.vram.visible       # the boot region sits inside the 256 MiB BAR
+    m = gmc.map_vram(2 * GiB)                              # only fits above the window: heap up there
+    assert m.vram.addr >= dev.vram.visible
     check_same(gmc, s, m.va + 12345)
-    assert s.blocks["GMC"].translate(0, m.va).pte & (1 << 54)   # one 2 MiB page (PDE_PTE)
+    assert s.blocks["GMC"].translate(0, m.va).pte & (1 << 54)   # huge pages (PDE_PTE)
+    before = dev.pci.counters.snapshot()
+    dev.vram.write(m.vram.addr + 4096, b"indirect")        # the CPU reaches it through MM_INDEX/MM_DATA
+    assert (dev.pci.counters - before).mmio_writes >= 6
+    assert s.blocks["GMC"].read(0, m.va + 4096, 8) == b"indirect"
 
 
 def test_map_before_init_is_an_error():

@@ -155,3 +155,15 @@ def test_random_alloc_free_against_a_page_bitmap():
     for b in live:
         a.free(b)
     assert a.in_use() == 0 and a.free_ranges() == [(0, a.boot_base)]
+
+
+def test_small_bar_keeps_the_boot_region_cpu_visible():
+    vis = 256 << 20
+    mm = VRAMAllocator(24 << 30, visible=vis)
+    assert mm.boot_end == vis and mm.boot_base == vis - BOOT_SIZE
+    big = mm.alloc(4 << 30)  # the VRAM above the window is heap
+    assert big.addr >= vis and big.end <= (24 << 30) - (64 << 10)
+    low = mm.alloc(1 << 20)
+    assert low.end <= mm.boot_base
+    # large BAR: unchanged layout
+    assert VRAMAllocator(24 << 30, visible=32 << 30).boot_end == VRAMAllocator(24 << 30).boot_end
