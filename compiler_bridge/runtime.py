@@ -1,0 +1,174 @@
+"""Devices that run scheduled kernels: "c" (the host reference, backend_c) or any hcq device string.
+
+    register_codegen("rdna3", fn)   # fn(kernel: ir.Kernel) -> (code_object_bytes, kernel_name, launch)
+    dev = get_device("am:sim")      # opened once per process; buffers live on it until read back
+
+`launch` is (global_size, local_size) as hcq's prog() takes them: workgroup counts and work items per
+workgroup, 3-tuples (ir.launch_dims gives the IR's rule). On an am device the codegen is the one named by
+the CODEGEN environment variable, else "rdna3" when registered, else "llvm". Codegens register themselves
+when their module is imported; get_device imports the known codegen modules that exist.
+
+Default device (default_device()): $DEVICE (an hcq device string, or "c"); else a real AMD GPU through AM
+when one is present and not driven by a kernel driver; else "am:sim".
+
+Every launch is appended to `launches` (kernel name, device, GPU seconds or None) so callers and tests
+can count kernels.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler_bridge import ir
+
+_CODEGENS: dict[str, object] = {}
+_CODEGEN_MODULES = ("compiler_bridge.codegen_rdna3", "compiler_bridge.codegen_llvm")
+_DEVICES: dict[str, "Device"] = {}
+_NP = {"float32": np.float32, "int32": np.int32}
+
+
+@dataclass
+class Launch:
+    kernel: str
+    device: str
+    seconds: float | None
+
+
+launches: list[Launch] = []
+
+
+def register_codegen(name: str, fn) -> None:
+    """fn(kernel_ir) -> (code_object_bytes, kernel_name, (global_size, local_size))."""
+    _CODEGENS[name] = fn
+
+
+def codegens() -> dict:
+    _import_codegens()
+    return dict(_CODEGENS)
+
+
+def _import_codegens() -> None:
+    for m in _CODEGEN_MODULES:
+        try:
+            importlib.import_module(m)
+        except ModuleNotFoundError as exc:
+            if exc.name != m:
+                raise
+
+
+def default_device() -> str:
+    env = os.environ.get("DEVICE")
+    if env:
+        return env
+    try:
+        from pcie import discover
+        return "am:" + discover.pick_amd_gpu().address
+    except Exception:  # no GPU, no sysfs, every GPU busy: the simulator serves
+        return "am:sim"
+
+
+class DeviceBuffer:
+    """`n` elements of dtype ("float32" or "int32") on a device; freed when garbage collected."""
+
+    def __init__(self, device: "Device", handle, n: int, dtype: str):
+        self.device, self.handle, self.n, self.dtype = device, handle, n, dtype
+
+    def numpy(self) -> np.ndarray:
+        return self.device.download(self)
+
+
+class Device:
+    name: str
+
+    def upload(self, arr: np.ndarray) -> DeviceBuffer: ...
+    def alloc(self, n: int, dtype: str) -> DeviceBuffer: ...
+    def download(self, buf: DeviceBuffer) -> np.ndarray: ...
+    def run(self, kernel: ir.Kernel, bufs: list[DeviceBuffer]) -> None: ...
+
+
+class CDevice(Device):
+    """The host: buffers are numpy arrays, kernels are C (backend_c)."""
+    name = "c"
+
+    def __init__(self):
+        self._progs: dict[str, object] = {}
+
+    def upload(self, arr):
+        a = np.ascontiguousarray(arr).reshape(-1).copy()
+        return DeviceBuffer(self, a, a.size, str(a.dtype))
+
+    def alloc(self, n, dtype):
+        return DeviceBuffer(self, np.empty(n, _NP[dtype]), n, dtype)
+
+    def download(self, buf):
+        return buf.handle.copy()
+
+    def run(self, kernel, bufs):
+        from compiler_bridge.backend_c import CProgram
+        prog = self._progs.get(kernel.name)
+        if prog is None:
+            prog = self._progs[kernel.name] = CProgram(kernel)
+        prog(*(b.handle for b in bufs))
+        launches.append(Launch(kernel.name, self.name, None))
+
+
+class HCQDevice(Device):
+    """An hcq device; kernels through a registered codegen; programs cached by kernel name."""
+
+    def __init__(self, spec: str, codegen: str | None = None):
+        import hcq
+        self.name = spec
+        _import_codegens()
+        self.codegen = codegen or os.environ.get("CODEGEN") or next(
+            (c for c in ("rdna3", "llvm") if c in _CODEGENS), None)
+        if self.codegen not in _CODEGENS:
+            raise RuntimeError(f"compiler_bridge: no code generator for {spec} (asked for {self.codegen!r}; "
+                               f"registered: {sorted(_CODEGENS) or 'none'}); use DEVICE=c for the host")
+        self.dev = hcq.open(spec)
+        self._progs: dict[str, tuple] = {}
+
+    def upload(self, arr):
+        a = np.ascontiguousarray(arr).reshape(-1)
+        buf = self.alloc(a.size, str(a.dtype))
+        self.dev.copyin(buf.handle, a.tobytes())
+        return buf
+
+    def alloc(self, n, dtype):
+        handle = self.dev.alloc(max(4 * n, 4))
+        buf = DeviceBuffer(self, handle, n, dtype)
+        weakref.finalize(buf, _free, self.dev, handle)
+        return buf
+
+    def download(self, buf):
+        return np.frombuffer(self.dev.copyout(buf.handle, 4 * buf.n), _NP[buf.dtype]).copy()
+
+    def run(self, kernel, bufs):
+        entry = self._progs.get(kernel.name)
+        if entry is None:
+            code, name, launch = _CODEGENS[self.codegen](kernel)
+            entry = self._progs[kernel.name] = (self.dev.program(code, name), launch)
+        prog, (gsz, lsz) = entry
+        secs = prog(*(b.handle for b in bufs), global_size=tuple(gsz), local_size=tuple(lsz), wait=True)
+        launches.append(Launch(kernel.name, self.name, secs))
+
+    def close(self):
+        self.dev.close()
+
+
+def _free(dev, handle):
+    try:
+        dev.free(handle)
+    except Exception:  # the device was closed first: its memory went with it
+        pass
+
+
+def get_device(name: str | None = None) -> Device:
+    """The device named (or the default), opened once per process."""
+    name = name or default_device()
+    if name not in _DEVICES:
+        _DEVICES[name] = CDevice() if name.lower() == "c" else HCQDevice(name)
+    return _DEVICES[name]
