@@ -1,0 +1,377 @@
+"""A PCI function behind an ASM24xx USB-to-PCIe bridge: the `usb` pcie provider.
+
+    open_function(spec="", *, backend=None, timeout_ms=1000) -> USBFunction
+    parse_device_string("am:usb" | "am:usb:BUS-ADDR") -> (provider, args)
+
+Config space and MMIO are TLPs the bridge's engine sends (amdrv.usb.protocol). Posted memory writes are
+queued and sent at `BAR.flush()` or before the next read, which is the ordering PCIe gives posted writes
+anyway; the engine's address/byte-enable/type bytes are cached so unchanged ones are not rewritten.
+At open the driver walks the bridges from bus 0 to the first display-class endpoint, programs each
+bridge's bus numbers and memory windows, and places the GPU's memory BARs below 4 GiB (3-dword TLPs
+only), so a BAR must fit there: the 256 MiB VRAM aperture does, a resized one does not.
+
+The GPU reaches host memory only through the bridge: `alloc_dma` hands out 4 KiB pages of the bridge's
+own memory at the bus addresses the GPU must use; their host view is a shadow the caller moves with
+`push()`/`pull()` (docs/usb.md, limits).
+"""
+from __future__ import annotations
+
+import struct
+import time
+
+from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
+from amdrv.usb import protocol as p
+from amdrv.usb.link import BOTLink, BridgeError, BridgeNotFound, Command, find_bridges, name_of
+
+MAX_BRIDGE_DEPTH = 8
+MMIO_BASE = 0x1000_0000      # where memory BARs start (below 4 GiB)
+MMIO_LIMIT = 1 << 32
+POLLS = 64                   # status reads before a request counts as unanswered
+RETRIES = 3                  # a timed-out TLP is retried this often (tinygrad retries too)
+CRS_RETRIES = 10
+
+
+class LinkDown(BridgeError):
+    pass
+
+
+class GPUNotAnswering(BridgeError):
+    pass
+
+
+def parse_device_string(text: str) -> tuple[str, tuple]:
+    """`am:usb` -> ("usb", ("",)), `am:usb:3-7` -> ("usb", ("3-7",)); for amdrv.device_spec."""
+    parts = text.strip().split(":")
+    if len(parts) < 2 or parts[0].lower() != "am" or parts[1].lower() != "usb" or len(parts) > 3:
+        raise PCIError(f"{text!r} is not a USB device string; expected am:usb or am:usb:BUS-ADDR (e.g. am:usb:3-7)")
+    if len(parts) == 2:
+        return "usb", ("",)
+    bus, dash, addr = parts[2].partition("-")
+    if not (dash and bus.isdigit() and addr.isdigit()):
+        raise PCIError(f"{text!r}: USB location {parts[2]!r} is not BUS-ADDR (decimal, as `lsusb` prints "
+                       f"'Bus 003 Device 007' -> 3-7)")
+    return "usb", (f"{int(bus)}-{int(addr)}",)
+
+
+def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000) -> USBFunction:
+    """The `driverless.pcie` entry point "usb": spec "" (first bridge) or "BUS-ADDR"."""
+    found = find_bridges(backend)
+    if not found:
+        raise BridgeNotFound("usb: no ASM24xx USB-to-PCIe bridge found (ids 174c:236x/246x, 2d01:3666); is the "
+                             "enclosure plugged in and powered, and can this user open it (docs/usb.md)?")
+    if spec:
+        chosen = [d for d in found if name_of(d) == spec]
+        if not chosen:
+            raise BridgeNotFound(f"usb: no bridge at {spec}; bridges: {', '.join(name_of(d) for d in found)}")
+        found = chosen
+    return USBFunction(found[0], timeout_ms=timeout_ms)
+
+
+class USBBAR(BAR):
+    def __init__(self, fn: USBFunction, index: int, address: int, size: int):
+        self.fn, self.index, self.address, self.size = fn, index, address, size
+
+    def read32(self, offset: int) -> int:
+        self._check(offset, 4, 4)
+        self.fn.counters.mmio_reads += 1
+        return self.fn._mem_read(self.address + offset, 4)
+
+    def write32(self, offset: int, value: int) -> None:
+        self._check(offset, 4, 4)
+        self.fn.counters.mmio_writes += 1
+        self.fn._mem_write(self.address + offset, 4, value & 0xFFFFFFFF)
+
+    def read(self, offset: int, size: int) -> bytes:
+        self._check(offset, size)
+        self.fn.counters.bulk_read_bytes += size
+        out = bytearray()
+        for a, n in _pieces(self.address + offset, size):
+            out += self.fn._mem_read(a, n).to_bytes(n, "little")
+        return bytes(out)
+
+    def write(self, offset: int, data: bytes) -> None:
+        self._check(offset, len(data))
+        self.fn.counters.bulk_write_bytes += len(data)
+        pos = 0
+        for a, n in _pieces(self.address + offset, len(data)):
+            self.fn._mem_write(a, n, int.from_bytes(data[pos:pos + n], "little"))
+            pos += n
+
+    def flush(self) -> None:
+        self.fn.flush()
+
+
+def _pieces(address: int, size: int):
+    """Splits a byte range into accesses that stay inside one dword (a TLP's byte enables)."""
+    end = address + size
+    while address < end:
+        n = min(4 - (address & 3), end - address)
+        yield address, n
+        address += n
+
+
+class WindowBuffer(DMABuffer):
+    """A 4 KiB page of the bridge's memory: the GPU reaches it at `bus_address()`, the host through a
+    shadow: `push()` sends the shadow to the bridge, `pull()` fetches what the GPU wrote."""
+
+    def __init__(self, fn: USBFunction, page: int, size: int):
+        self.fn, self.page, self.size = fn, page, size
+        self.xdata, self.bus, self.how = p.WINDOW_PAGES[page]
+        self._shadow = bytearray(p.WINDOW_PAGE)
+        self._view: memoryview | None = memoryview(self._shadow)[:size]
+
+    @property
+    def view(self) -> memoryview:
+        if self._view is None:
+            raise PCIError(f"{self.fn.address}: DMA window page {self.bus:#x} used after free")
+        return self._view
+
+    def bus_address(self, offset: int = 0) -> int:
+        if not 0 <= offset < self.size:
+            raise PCIError(f"{self.fn.address}: offset {offset:#x} is outside the {self.size:#x}-byte DMA buffer")
+        return self.bus + offset
+
+    def push(self) -> None:
+        self.fn._window_push(self)
+
+    def pull(self, offset: int = 0, size: int | None = None) -> None:
+        size = self.size - offset if size is None else size
+        self._shadow[offset:offset + size] = self.fn._xdata_read(self.xdata + offset, size)
+
+    def free(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._view = None
+            self.fn._window[self.page] = None
+
+
+class USBFunction(PCIFunction):
+    def __init__(self, dev, timeout_ms: int = 1000):
+        super().__init__(f"usb:{name_of(dev)}")
+        self.link = BOTLink(dev, self.counters, timeout_ms)
+        self._pending: list[Command] = []
+        self._cache: dict[int, int] = {}
+        self._window: list[WindowBuffer | None] = [None] * len(p.WINDOW_PAGES)
+        self._bars: dict[int, USBBAR] = {}
+        try:
+            self._xdata_write_now(p.INIT_WRITES)
+            self.gpu_bus = self._enumerate()
+        except BaseException:
+            self.link.close()
+            raise
+
+    # -- XDATA
+
+    def _queue_write(self, address: int, data: bytes, cached: bool) -> None:
+        for i, b in enumerate(data):
+            a = address + i
+            if cached and self._cache.get(a) == b:
+                continue
+            self._pending.append(Command(p.xdata_write_cdb(a, b)))
+            self._cache[a] = b
+
+    def _xdata_write_now(self, writes) -> None:
+        for address, data in writes:
+            self._queue_write(address, data, cached=False)
+        self.flush()
+
+    def _xdata_read(self, address: int, size: int) -> bytes:
+        self.flush()
+        cmds = [Command(p.xdata_read_cdb(address + o, min(p.XDATA_READ_MAX, size - o)),
+                        read=min(p.XDATA_READ_MAX, size - o)) for o in range(0, size, p.XDATA_READ_MAX)]
+        for o in range(size):
+            self._cache.pop(address + o, None)
+        return b"".join(self.link.execute(cmds))
+
+    def flush(self) -> None:
+        """Sends the queued posted writes (one batch; over BOT each is still its own round trip)."""
+        if self._pending:
+            batch, self._pending = self._pending, []
+            self.link.execute(batch)
+
+    # -- TLPs
+
+    def _request(self, fmt_type: int, address: int, size: int, value: int | None, what: str) -> int | None:
+        offset = address & 3
+        if value is not None:
+            self._queue_write(p.TLP_DATA, struct.pack(">I", (value << 8 * offset) & 0xFFFFFFFF), cached=True)
+        self._queue_write(p.TLP_ADDRESS, struct.pack(">I", address & 0xFFFFFFFC), cached=True)
+        self._queue_write(p.TLP_BYTE_ENABLE, bytes((((1 << size) - 1) << offset,)), cached=True)
+        self._queue_write(p.TLP_FMT_TYPE, bytes((fmt_type,)), cached=True)
+        self._queue_write(p.TLP_KICK, bytes((p.TLP_KICK_VALUE,)), cached=False)
+        self._queue_write(p.TLP_STATUS, bytes((p.TLP_STATUS_SENT,)), cached=False)
+        if p.is_posted(fmt_type):
+            return None
+        for o in range(4):                     # the completion overwrites the data register
+            self._cache.pop(p.TLP_DATA + o, None)
+        for attempt in range(RETRIES + 1):
+            self.flush()
+            status = self._poll(what)
+            if status & p.TLP_STATUS_DONE:
+                break
+            self._queue_write(p.TLP_STATUS, bytes((p.TLP_STATUS_ERROR,)), cached=False)   # clear, resend
+            if attempt < RETRIES:
+                self._queue_write(p.TLP_KICK, bytes((p.TLP_KICK_VALUE,)), cached=False)
+                self._queue_write(p.TLP_STATUS, bytes((p.TLP_STATUS_SENT,)), cached=False)
+        else:
+            self.flush()
+            raise self._no_answer(what)
+        raw = self._xdata_read(p.TLP_DATA, p.TLP_COMPLETION + 2 - p.TLP_DATA)
+        cpl = struct.unpack_from(">H", raw, p.TLP_COMPLETION - p.TLP_DATA)[0]
+        status, count = cpl >> 13, cpl & 0xFFF
+        if status:
+            raise _CompletionError(status, f"{self.address}: {what}: "
+                                           f"{p.COMPLETION_STATUS.get(status, f'reserved status {status:#05b}')}")
+        expected = 4 if fmt_type & 0xBE == p.CFGRD0 else size
+        if value is None and count != expected:
+            raise BridgeError(f"{self.address}: {what}: completion byte count {count} (expected {expected})")
+        if value is None:
+            return (struct.unpack_from(">I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
+        return None
+
+    def _poll(self, what: str) -> int:
+        for _ in range(POLLS):
+            status = self._xdata_read(p.TLP_STATUS, 1)[0]
+            if status & (p.TLP_STATUS_DONE | p.TLP_STATUS_ERROR):
+                return status
+        raise self._no_answer(what)
+
+    def _no_answer(self, what: str) -> BridgeError:
+        if getattr(self, "gpu_bus", None) is None and what.startswith("config read 0x0 at 00:00.0"):
+            return LinkDown(f"{self.address}: nothing answers on the bridge's PCIe port (bus 0): the PCIe link "
+                            f"behind the bridge is down; check the GPU's power cables and reseat the card")
+        return GPUNotAnswering(f"{self.address}: {what}: no completion after {RETRIES + 1} tries; the GPU "
+                               f"does not answer (powered off, hung, or link lost)")
+
+    def _config(self, bus: int, offset: int, size: int, value: int | None = None) -> int | None:
+        if size not in (1, 2, 4) or offset % size or not 0 <= offset < 0x1000:
+            raise PCIError(f"{self.address}: config access of {size} bytes at {offset:#x} is misaligned or out of range")
+        fmt = (p.CFGWR0 if value is not None else p.CFGRD0) | (p.CFG_TYPE1 if bus else 0)
+        what = f"config {'write' if value is not None else 'read'} {offset:#x} at {bus:02x}:00.0"
+        for _ in range(CRS_RETRIES):
+            try:
+                return self._request(fmt, p.config_address(bus, 0, 0, offset) | (offset & 3), size, value, what)
+            except _CompletionError as e:
+                if e.status != 2:
+                    raise
+                time.sleep(0.001)    # CRS: the device is still initializing
+        raise GPUNotAnswering(f"{self.address}: {what}: the device kept answering 'retry' (still initializing)")
+
+    def _mem_read(self, address: int, size: int) -> int:
+        return self._request(p.MRD32, address, size, None, f"memory read at {address:#x}")
+
+    def _mem_write(self, address: int, size: int, value: int) -> None:
+        self._request(p.MWR32, address, size, value, f"memory write at {address:#x}")
+
+    # -- the PCIe tree behind the bridge
+
+    def _enumerate(self) -> int:
+        self.gpu_bus = None
+        for bus in range(MAX_BRIDGE_DEPTH):
+            try:
+                vendor = self._config(bus, 0, 2)
+            except _CompletionError as e:
+                if bus == 0:
+                    raise LinkDown(f"{self.address}: the bridge's PCIe port answers {e}; the link is down") from None
+                raise GPUNotAnswering(f"{self.address}: nothing at bus {bus} behind the bridge ({e}); the GPU "
+                                      f"does not answer: check its power and seating") from None
+            if vendor in (0xFFFF, 0):
+                raise GPUNotAnswering(f"{self.address}: bus {bus} reads vendor {vendor:#06x}: no device answers")
+            header = self._config(bus, 0x0E, 1) & 0x7F
+            if header == 1:
+                self._config(bus, 0x18, 4, bus | ((bus + 1) << 8) | (MAX_BRIDGE_DEPTH << 16))
+                self._config(bus, 0x20, 4, ((MMIO_LIMIT - 1) >> 16 & 0xFFF0) << 16 | (MMIO_BASE >> 16))
+                self._config(bus, 0x24, 4, ((MMIO_LIMIT - 1) >> 16 & 0xFFF0) << 16 | (MMIO_BASE >> 16))
+                self._config(bus, 0x28, 4, 0)
+                self._config(bus, 0x2C, 4, 0)
+                self._config(bus, 0x04, 2, 0x0006)       # memory space, bus master (forwards GPU DMA)
+                continue
+            if self._config(bus, 0x0B, 1) != 0x03:
+                raise GPUNotAnswering(f"{self.address}: the endpoint at bus {bus} ({vendor:04x}) is not a GPU "
+                                      f"(class {self._config(bus, 0x0B, 1):#04x})")
+            self.gpu_bus = bus
+            self._assign_bars()
+            return bus
+        raise GPUNotAnswering(f"{self.address}: more than {MAX_BRIDGE_DEPTH} bridges and no GPU behind the bridge")
+
+    def _assign_bars(self) -> None:
+        bus, found, reg = self.gpu_bus, [], 0x10
+        self._config(bus, 0x04, 2, self._config(bus, 0x04, 2) & ~0x6)   # decode off while sizing
+        while reg < 0x28:
+            low = self._config(bus, reg, 4)
+            if low & 1:                                                # I/O BAR: not used over USB
+                reg += 4
+                continue
+            wide = (low >> 1) & 3 == 2
+            self._config(bus, reg, 4, 0xFFFFFFFF)
+            mask = self._config(bus, reg, 4) & ~0xF
+            if wide:
+                self._config(bus, reg + 4, 4, 0xFFFFFFFF)
+                mask |= self._config(bus, reg + 4, 4) << 32
+            size = (~mask + 1) & ((1 << (64 if wide else 32)) - 1)
+            if size:
+                found.append(((reg - 0x10) // 4, reg, wide, size))
+            reg += 8 if wide else 4
+        address = MMIO_BASE
+        for index, reg, wide, size in sorted(found, key=lambda b: -b[3]):
+            address = -(-address // size) * size
+            if address + size > MMIO_LIMIT:
+                raise BridgeError(f"{self.address}: BAR{index} ({size >> 20} MiB) does not fit below 4 GiB next to "
+                                  f"the others; the bridge path needs the 256 MiB VRAM aperture (no resizable BAR)")
+            self._config(bus, reg, 4, address & 0xFFFFFFFF)
+            if wide:
+                self._config(bus, reg + 4, 4, 0)
+            self._bars[index] = USBBAR(self, index, address, size)
+            address += size
+        self._config(bus, 0x04, 2, self._config(bus, 0x04, 2) | 0x2)     # memory decode on
+
+    # -- PCIFunction
+
+    def config_read(self, offset: int, size: int) -> int:
+        self.counters.config_reads += 1
+        return self._config(self.gpu_bus, offset, size)
+
+    def config_write(self, offset: int, size: int, value: int) -> None:
+        self.counters.config_writes += 1
+        self._config(self.gpu_bus, offset, size, value & ((1 << 8 * size) - 1))
+
+    def bar(self, index: int) -> BAR:
+        if index not in self._bars:
+            raise PCIError(f"{self.address}: BAR{index} is not a memory BAR placed behind the bridge; "
+                           f"memory BARs: {', '.join(f'BAR{i}' for i in sorted(self._bars)) or 'none'}")
+        return self._bars[index]
+
+    def alloc_dma(self, size: int) -> DMABuffer:
+        if not 0 < size <= p.WINDOW_PAGE:
+            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's DMA window gives pages of "
+                           f"{p.WINDOW_PAGE:#x} bytes at most (docs/usb.md, limits)")
+        for page, used in enumerate(self._window):
+            if used is None:
+                self._window[page] = buf = WindowBuffer(self, page, size)
+                return buf
+        raise PCIError(f"{self.address}: all {len(self._window)} pages of the bridge's DMA window are in use "
+                       f"(bus {', '.join(hex(b) for _, b, _ in p.WINDOW_PAGES)}); free one first")
+
+    def _window_push(self, buf: WindowBuffer) -> None:
+        data = bytes(buf._shadow)
+        if buf.how == "scsi":      # the whole page in one WRITE(16), then the firmware's bookkeeping reset
+            self.flush()
+            self.link.execute([Command(p.write16_cdb(0, p.WINDOW_PAGE), write=data)])
+            self._xdata_write_now(p.WRITE16_RESETS)
+        else:
+            self._queue_write(buf.xdata, data[:buf.size], cached=True)
+            self.flush()
+
+    def close(self) -> None:
+        if self.link is not None:
+            try:
+                self.flush()
+            finally:
+                self.link.close()
+                self.link = None
+
+
+class _CompletionError(BridgeError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status

@@ -1,0 +1,359 @@
+"""amdrv.usb: the PCI function behind an ASM24xx bridge, against a TEST DOUBLE of the bridge.
+
+FakeBridge below is a test double, not the simulator: a pyusb backend that implements only what the
+driver's protocol needs, from the same public facts (Bulk-Only Transport; vendor SCSI 0xE4/0xE5 on XDATA;
+WRITE(16) into XDATA 0xF000; the TLP engine registers at 0xB210-0xB296), with one bridge at bus 0 and a
+Navi31-like endpoint behind it. gpusim.usb_bridge (written independently) replaces it once it lands.
+"""
+from __future__ import annotations
+
+import errno
+import struct
+from types import SimpleNamespace
+
+import pytest
+import usb.backend
+import usb.core
+
+from amdrv.usb import protocol as p
+from amdrv.usb.link import BridgeNotFound, TransferStalled
+from amdrv.usb.transport import GPUNotAnswering, LinkDown, open_function, parse_device_string
+from pcie.interface import PCIError
+
+OUT_EP, IN_EP = 0x02, 0x81
+
+
+def _desc(**kw):
+    return SimpleNamespace(extra_descriptors=[], **kw)
+
+
+class FakePCIe:
+    """Bus 0: a bridge (type 1 header); its secondary bus: a GPU endpoint with BAR0 (64-bit prefetchable
+    256 MiB), BAR2 (64-bit prefetchable 2 MiB), BAR4 (I/O), BAR5 (32-bit 1 MiB)."""
+    SIZES = {0: 256 << 20, 2: 2 << 20, 4: 256, 5: 1 << 20}
+
+    def __init__(self, gpu_present=True):
+        self.bridge, self.gpu = bytearray(4096), bytearray(4096)
+        struct.pack_into("<HH", self.bridge, 0, 0x1B21, 0x2463)
+        self.bridge[0x0E], self.bridge[0x0B] = 0x01, 0x06
+        struct.pack_into("<HH", self.gpu, 0, 0x1002, 0x744C)
+        self.gpu[0x0E], self.gpu[0x0B] = 0x80, 0x03
+        struct.pack_into("<IIIIII", self.gpu, 0x10, 0xC, 0, 0xC, 0, 0x1, 0x0)
+        self.gpu_present = gpu_present
+        self.mem: dict[int, int] = {}
+
+    def _bar_of(self, address):
+        if not self.gpu[0x04] & 0x2:
+            return None
+        for i, size in self.SIZES.items():
+            if i == 4:
+                continue
+            base = struct.unpack_from("<I", self.gpu, 0x10 + 4 * i)[0] & ~0xF
+            if base <= address < base + size:
+                return i
+        return None
+
+    def config(self, bus, reg, be, write, value):
+        if bus == 0:
+            space = self.bridge
+        elif bus == self.bridge[0x19] and self.gpu_present:
+            space = self.gpu
+        else:
+            return 1, 0                       # unsupported request
+        old = struct.unpack_from("<I", space, reg)[0]
+        if write:
+            new = old
+            for lane in range(4):
+                if be >> lane & 1:
+                    new = (new & ~(0xFF << 8 * lane)) | (value & (0xFF << 8 * lane))
+            if space is self.gpu and 0x10 <= reg < 0x28:
+                i = (reg - 0x10) // 4
+                if new == 0xFFFFFFFF:         # sizing
+                    if i in self.SIZES:
+                        new = ((~(self.SIZES[i] - 1)) & 0xFFFFFFFF) | (old & 0xF)
+                    elif i - 1 in (0, 2):
+                        new = 0xFFFFFFFF
+                    else:
+                        new = 0
+                elif i in self.SIZES:
+                    new = (new & ~(self.SIZES[i] - 1) & ~0xF) | (old & 0xF)
+            struct.pack_into("<I", space, reg, new & 0xFFFFFFFF)
+            return 0, 0
+        return 0, old
+
+    def memory(self, address, be, write, value):
+        if self._bar_of(address) is None:
+            return 1, 0
+        old = self.mem.get(address, 0)
+        if write:
+            for lane in range(4):
+                if be >> lane & 1:
+                    old = (old & ~(0xFF << 8 * lane)) | (value & (0xFF << 8 * lane))
+            self.mem[address] = old
+            return 0, 0
+        return 0, old
+
+
+class FakeBridge(usb.backend.IBackend):
+    """TEST DOUBLE of an ASM24xx bridge behind a pyusb backend (see module docstring)."""
+
+    def __init__(self, pcie=None, link_up=True, gpu_silent=False, stall_after=None, bus=3, address=7):
+        self.pcie, self.link_up, self.gpu_silent = pcie or FakePCIe(), link_up, gpu_silent
+        self.stall_after, self.commands = stall_after, 0
+        self.xdata = bytearray(0x20000)
+        self.bus, self.address = bus, address
+        self._cbw = None
+        self._pending_in: bytes | None = None
+        self._csw: bytes | None = None
+        self.log: list[bytes] = []
+
+    # descriptors
+    def enumerate_devices(self):
+        return [self]
+
+    def get_device_descriptor(self, dev):
+        return _desc(bLength=18, bDescriptorType=1, bcdUSB=0x320, bDeviceClass=0, bDeviceSubClass=0,
+                     bDeviceProtocol=0, bMaxPacketSize0=9, idVendor=0x174C, idProduct=0x2463, bcdDevice=0x100,
+                     iManufacturer=0, iProduct=0, iSerialNumber=0, bNumConfigurations=1, address=self.address,
+                     bus=self.bus, port_number=1, port_numbers=(1,), speed=None)
+
+    def get_configuration_descriptor(self, dev, config):
+        return _desc(bLength=9, bDescriptorType=2, wTotalLength=32, bNumInterfaces=1, bConfigurationValue=1,
+                     iConfiguration=0, bmAttributes=0x80, bMaxPower=0)
+
+    def get_interface_descriptor(self, dev, intf, alt, config):
+        if intf or alt:
+            raise IndexError
+        return _desc(bLength=9, bDescriptorType=4, bInterfaceNumber=0, bAlternateSetting=0, bNumEndpoints=2,
+                     bInterfaceClass=8, bInterfaceSubClass=6, bInterfaceProtocol=0x50, iInterface=0)
+
+    def get_endpoint_descriptor(self, dev, ep, intf, alt, config):
+        return _desc(bLength=7, bDescriptorType=5, bEndpointAddress=(IN_EP, OUT_EP)[ep], bmAttributes=2,
+                     wMaxPacketSize=1024, bInterval=0, bRefresh=0, bSynchAddress=0)
+
+    def open_device(self, dev):
+        return self
+
+    def close_device(self, h):
+        pass
+
+    def get_configuration(self, h):
+        return 1
+
+    def set_configuration(self, h, v):
+        pass
+
+    def claim_interface(self, h, i):
+        pass
+
+    def release_interface(self, h, i):
+        pass
+
+    def set_interface_altsetting(self, h, i, a):
+        pass
+
+    def is_kernel_driver_active(self, h, i):
+        return False
+
+    def clear_halt(self, h, ep):
+        self._cbw = self._pending_in = self._csw = None
+
+    # Bulk-Only Transport
+    def bulk_write(self, h, ep, intf, data, timeout):
+        data = bytes(data)
+        if self._cbw is None:
+            sig, tag, length, flags, lun, cblen, cdb = struct.unpack("<IIIBBB16s", data)
+            assert sig == p.CBW_SIGNATURE and len(data) == 31
+            self.commands += 1
+            if self.stall_after is not None and self.commands > self.stall_after:
+                raise usb.core.USBTimeoutError("Operation timed out", -7, errno.ETIMEDOUT)
+            self._cbw = (tag, length, flags, cdb[:cblen])
+            self.log.append(cdb[:cblen])
+            if not (length and not flags & 0x80):
+                self._run(None)
+        else:
+            self._run(data)
+        return len(data)
+
+    def bulk_read(self, h, ep, intf, buff, timeout):
+        if self._pending_in is not None:
+            out, self._pending_in = self._pending_in, None
+        else:
+            out, self._csw = self._csw, None
+            self._cbw = None
+        buff[:len(out)] = type(buff)("B", out)
+        return len(out)
+
+    def _run(self, data_out):
+        tag, length, flags, cdb = self._cbw
+        status = 0
+        if cdb[0] == p.XDATA_READ:
+            a = ((cdb[2] << 16 | cdb[3] << 8 | cdb[4]) & p.XDATA_MASK)
+            assert cdb[2] & 0xFE == 0x50
+            self._pending_in = bytes(self.xdata[a:a + cdb[1]])
+        elif cdb[0] == p.XDATA_WRITE:
+            self._xwrite((cdb[2] << 16 | cdb[3] << 8 | cdb[4]) & p.XDATA_MASK, cdb[1])
+        elif cdb[0] == p.SCSI_WRITE16:
+            self.xdata[0xF000:0xF000 + len(data_out)] = data_out
+        else:
+            status = 1
+        self._csw = struct.pack("<IIIB", p.CSW_SIGNATURE, tag, 0, status)
+
+    def _xwrite(self, a, v):
+        if a == p.TLP_STATUS:
+            self.xdata[a] &= ~v
+            return
+        self.xdata[a] = v
+        if a == p.TLP_KICK and v == p.TLP_KICK_VALUE:
+            self._tlp()
+
+    def _tlp(self):
+        x = self.xdata
+        fmt, be = x[p.TLP_FMT_TYPE], x[p.TLP_BYTE_ENABLE]
+        address = struct.unpack_from(">I", x, p.TLP_ADDRESS)[0]
+        value = struct.unpack_from(">I", x, p.TLP_DATA)[0]
+        x[p.TLP_STATUS] = (x[p.TLP_STATUS] & ~0x3) | p.TLP_STATUS_SENT
+        write = bool(fmt & 0x40)
+        if not self.link_up or (self.gpu_silent and (fmt & 1 or fmt & 0xBF == 0)):
+            x[p.TLP_STATUS] |= p.TLP_STATUS_ERROR
+            return
+        if fmt & 0xBE == p.CFGRD0:
+            st, val = self.pcie.config(address >> 24, address & 0xFFC, be, write, value)
+            count = 4
+        else:
+            st, val = self.pcie.memory(address, be, write, value)
+            count = bin(be).count("1")
+        if write and fmt & 0xDF == p.MWR32:
+            return
+        struct.pack_into(">I", x, p.TLP_DATA, val)
+        struct.pack_into(">H", x, p.TLP_COMPLETION, st << 13 | (0 if st else count))
+        x[p.TLP_STATUS] |= p.TLP_STATUS_DONE
+
+
+@pytest.fixture
+def bridge():
+    return FakeBridge()
+
+
+@pytest.fixture
+def fn(bridge):
+    f = open_function(backend=bridge)
+    yield f
+    f.close()
+
+
+def test_enumerates_and_reads_gpu_ids(fn, bridge):
+    assert (fn.vendor_id, fn.device_id) == (0x1002, 0x744C)
+    assert fn.address == "usb:3-7" and fn.gpu_bus == 1
+    assert fn.config_read(0x0B, 1) == 0x03
+    # the bridge forwards bus 1, the BARs sit below 4 GiB, largest first, memory decode on
+    assert bridge.pcie.bridge[0x19] == 1
+    assert fn.bar(0).address == 0x1000_0000 and fn.bar(0).size == 256 << 20
+    assert fn.bar(2).address == 0x2000_0000 and fn.bar(5).address == 0x2020_0000
+    assert fn.config_read(0x04, 2) & 0x2
+    with pytest.raises(PCIError, match="BAR4"):
+        fn.bar(4)
+
+
+def test_register_reads_and_writes(fn, bridge):
+    regs = fn.bar(5)
+    regs.write32(0x100, 0xDEADBEEF)
+    regs.write32(0x104, 0x01234567)
+    assert regs.read32(0x100) == 0xDEADBEEF and regs.read32(0x104) == 0x01234567
+    assert bridge.pcie.mem[0x2020_0100] == 0xDEADBEEF
+    regs.write64(0x200, 0x1122334455667788)
+    assert regs.read64(0x200) == 0x1122334455667788
+    assert fn.counters.mmio_reads == 4 and fn.counters.mmio_writes == 4
+
+
+def test_posted_writes_are_batched_until_a_read(fn, bridge):
+    regs = fn.bar(5)
+    before, n = fn.counters.round_trips, len(bridge.log)
+    regs.write32(0x10, 1)
+    regs.write32(0x14, 2)
+    assert fn.counters.round_trips == before and len(bridge.log) == n       # nothing sent yet
+    assert 0x2020_0010 not in bridge.pcie.mem
+    regs.flush()
+    assert bridge.pcie.mem[0x2020_0010] == 1 and bridge.pcie.mem[0x2020_0014] == 2
+    writes = fn.counters.round_trips - before
+    # a dword write: changed data/address bytes, the kick and the status clear; never more than 10
+    assert writes <= 2 * 10
+    regs.write32(0x10, 3)
+    t = fn.counters.round_trips
+    assert regs.read32(0x10) == 3                                            # the read flushed the write first
+    read_cost = fn.counters.round_trips - t
+    assert read_cost <= 16
+
+
+def test_awkward_sizes_through_bar0_both_ways(fn):
+    vram = fn.bar(0)
+    for offset, size in ((0, 1), (1, 2), (3, 5), (5, 13), (0x1001, 31)):
+        data = bytes((offset * 7 + i * 13) & 0xFF for i in range(size))
+        vram.write(offset, data)
+        assert vram.read(offset, size) == data
+    vram.write(2, b"\xAA")
+    assert vram.read(0, 4)[2] == 0xAA
+
+
+def test_dma_window_pages_both_ways(fn, bridge):
+    buf = fn.alloc_dma(1000)
+    assert buf.bus_address(0) == 0x200000 and buf.bus_address(999) == 0x200000 + 999
+    buf.view[:7] = b"payload"
+    t = fn.counters.round_trips
+    buf.push()
+    assert bridge.xdata[0xF000:0xF007] == b"payload"
+    assert fn.counters.round_trips - t == 1 + 5                 # WRITE(16) and the firmware's reset bytes
+    bridge.xdata[0xF100:0xF105] = b"fromG"                        # what the GPU wrote there
+    buf.pull(0x100, 5)
+    assert bytes(buf.view[0x100:0x105]) == b"fromG"
+    sys_page = fn.alloc_dma(0x1000)
+    assert sys_page.bus_address() == 0x820000
+    sys_page.view[3:5] = b"hi"
+    sys_page.push()
+    assert bridge.xdata[0xA003:0xA005] == b"hi"
+    with pytest.raises(PCIError, match="in use"):
+        fn.alloc_dma(16)
+    with pytest.raises(PCIError, match="pages of"):
+        fn.alloc_dma(0x1001)
+    buf.free()
+    with pytest.raises(PCIError, match="after free"):
+        buf.view
+    assert fn.alloc_dma(64).bus_address() == 0x200000
+
+
+def test_stall_mid_transfer_is_an_error_not_a_hang(bridge):
+    f = open_function(backend=bridge)
+    bridge.stall_after = bridge.commands + 3
+    with pytest.raises(TransferStalled, match="timed out .*stalled"):
+        f.bar(0).read(0, 64)
+    f.link.close()
+
+
+def test_no_bridge():
+    class Empty(FakeBridge):
+        def enumerate_devices(self):
+            return []
+    with pytest.raises(BridgeNotFound, match="no ASM24xx"):
+        open_function(backend=Empty())
+    with pytest.raises(BridgeNotFound, match="no bridge at 9-9; bridges: 3-7"):
+        open_function("9-9", backend=FakeBridge())
+
+
+def test_link_down():
+    with pytest.raises(LinkDown, match="link behind the bridge is down"):
+        open_function(backend=FakeBridge(link_up=False))
+
+
+def test_gpu_absent_or_silent():
+    with pytest.raises(GPUNotAnswering, match="nothing at bus 1"):
+        open_function(backend=FakeBridge(pcie=FakePCIe(gpu_present=False)))
+    with pytest.raises(GPUNotAnswering, match="does not answer"):
+        open_function(backend=FakeBridge(gpu_silent=True))
+
+
+def test_device_strings():
+    assert parse_device_string("am:usb") == ("usb", ("",))
+    assert parse_device_string("am:usb:003-007") == ("usb", ("3-7",))
+    for bad in ("am:usb:3", "am:usb:x-1", "am:sim", "am:usb:1-2:3"):
+        with pytest.raises(PCIError):
+            parse_device_string(bad)
