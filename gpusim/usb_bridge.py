@@ -1,0 +1,603 @@
+"""An ASMedia ASM24xx USB-to-PCIe bridge (ASM2464PD class) in front of a simulated GPU, as pyusb sees it.
+
+    backend(chip="navi31", *, pid=0x2464, gpu_bus=4, **sim) -> BridgeBackend  (a usb.backend.IBackend)
+    usb.core.find(idVendor=0x174C, backend=b); b.bridge is the ASM24Bridge (counters, inject())
+
+What is modeled is the stock firmware's path, as public reverse engineering documents it (docs/usb.md has
+every fact with its source): a USB mass-storage interface (alt 0 Bulk-Only, alt 1 UAS) whose vendor SCSI
+commands 0xE4/0xE5 read and write the bridge's XDATA memory; the PCIe TLP engine registers in XDATA
+(0xB210..0xB296) that send one-dword config and memory requests and return their completion; SCSI
+WRITE(16) that lands bulk data in the bridge's SRAM at PCIe address 0x200000 + LBA * 512, which the GPU
+reaches by bus-master DMA and the 8051 sees through a 4 KiB window at XDATA 0xF000. Behind the bridge is
+the topology seen through a real enclosure: type-1 bridges on buses 0..gpu_bus-1 (ASM2461 switch ports,
+the Navi upstream/downstream ports), each with secondary/subordinate bus numbers the host must program
+before a type-1 config request reaches the next bus, and the GPU's function 0 on gpu_bus.
+
+The wire: SuperSpeed+ 10 Gbit/s (128b/132b) with 1024-byte bulk packets; every transfer is counted with
+its packet overhead, every SCSI command and control transfer is a round trip (LinkCounters).
+Failures (ASM24Bridge.inject): "stall" (a bulk transfer never completes: USBTimeoutError, and the bridge
+stays wedged until a USB reset), "drop" (device gone: USBError ENODEV, find() no longer sees it),
+"gpu_silent" (non-posted TLPs to the GPU get no completion: status bit 0), "link_down" (the PCIe link
+behind the bridge is down: no TLP gets a completion, posted writes vanish).
+"""
+from __future__ import annotations
+
+import errno
+import struct
+from dataclasses import dataclass
+
+import usb.backend
+import usb.core
+
+from gpusim import provider
+from gpusim.bus import Bus
+from gpusim.device import DMAError
+
+VENDOR_ASMEDIA = 0x174C
+PRODUCTS = (0x2463, 0x2464)             # ASM2463 / ASM2464PD in their stock (ROM) firmware
+
+# Endpoints (tinygrad's USB3 class: data in 0x81, status 0x83, data out 0x02, command 0x04).
+EP_DATA_IN, EP_STATUS, EP_DATA_OUT, EP_COMMAND = 0x81, 0x83, 0x02, 0x04
+MAX_PACKET = 1024                       # SuperSpeed bulk
+
+# SCSI operation codes.
+OP_TEST_UNIT_READY, OP_REQUEST_SENSE = 0x00, 0x03
+OP_WRITE16 = 0x8A
+OP_XDATA_READ, OP_XDATA_WRITE = 0xE4, 0xE5
+XDATA_READ_MAX = 0xFF                   # E4's length is one CDB byte
+XDATA_ADDR_MASK = 0x1FFFF               # the CDB carries (addr & 0x1FFFF) | 0x500000
+BLOCK = 512
+
+# XDATA map (bridge registers and windows).
+XDATA_SIZE = 0x20000
+TLP_FMT_TYPE = 0xB210
+TLP_BYTE_EN = 0xB217
+TLP_ADDR = 0xB218                       # 4 bytes, big-endian
+TLP_DATA = 0xB220                       # 4 bytes, big-endian: write data, then the read completion data
+TLP_CPL = 0xB22A                        # 2 bytes, big-endian: status << 13 | byte count
+TLP_ARM = 0xB254                        # the host writes 0x0F before each request
+TLP_CPL_DATA = 0xB284                   # bit 0: the completion carried data (CplD)
+TLP_STATUS = 0xB296                     # bit 2 (write): send; bit 1: completion in; bit 0: timeout/error
+ST_ERROR, ST_DONE, ST_SEND = 0x01, 0x02, 0x04
+SRAM_XDATA_WINDOW = 0xF000              # the 8051's 4 KiB view of the SRAM's start
+SRAM_XDATA_WINDOW_SIZE = 0x1000
+
+# The SRAM data buffer on the PCIe side (where the GPU's DMA lands).
+SRAM_BUS_BASE = 0x200000
+SRAM_SIZE = 6 << 20                     # 0x200000 up to below the queue region at 0x820000, in whole MiB
+
+# TLP fmt/type bytes (PCIe base spec: fmt in bits 7:5, type in 4:0; 3-DW headers, 32-bit addresses).
+MRD32, MWR32, CFGRD0, CFGRD1, CFGWR0, CFGWR1 = 0x00, 0x40, 0x04, 0x05, 0x44, 0x45
+CPL_SC, CPL_UR = 0b000, 0b001
+
+# Type-1 bridges in front of the GPU, as seen through an ASM2464PD enclosure with an RX 7900 XTX.
+BRIDGE_IDS = {0: (0x1B21, 0x2461), 1: (0x1B21, 0x2461), 2: (0x1002, 0x1478), 3: (0x1002, 0x1479)}
+
+# Link timing model: USB 3.2 Gen 2 (10 Gbit/s, 128b/132b). Per data packet: a data packet header with
+# framing (20 bytes), the payload's CRC-32 and end framing (8), the receiver's ACK transaction packet with
+# framing (20). Per transfer one more transaction packet (the IN request or ERDY that opens it).
+LINK_BITS_PER_S = 10e9 * 128 / 132
+PACKET_OVERHEAD = 48
+TRANSFER_OVERHEAD = 20
+TURNAROUND_S = 50e-6                    # firmware time per command (an assumption, not a measurement)
+
+BOT_CBW_SIG, BOT_CSW_SIG = 0x43425355, 0x53425355
+UAS_COMMAND_IU, UAS_SENSE_IU = 0x01, 0x03
+SENSE_ILLEGAL_REQUEST = 0x05
+ASC_INVALID_OPCODE, ASC_LBA_OUT_OF_RANGE, ASC_INVALID_FIELD = 0x20, 0x21, 0x24
+
+LIBUSB_ERROR_NO_DEVICE, LIBUSB_ERROR_TIMEOUT, LIBUSB_ERROR_PIPE = -4, -7, -9
+
+
+@dataclass
+class LinkCounters:
+    """What the USB link carried: transfers, round trips (SCSI commands and control transfers, each waits
+    for the device's answer), payload and wire bytes (payload plus packet overhead), and TLPs sent."""
+    transfers: int = 0
+    round_trips: int = 0
+    commands: int = 0
+    payload_bytes: int = 0
+    wire_bytes: int = 0
+    tlps: int = 0
+
+    def seconds(self) -> float:
+        """Modeled link time: the wire bytes at 10 Gbit/s plus a firmware turnaround per round trip."""
+        return self.wire_bytes * 8 / LINK_BITS_PER_S + self.round_trips * TURNAROUND_S
+
+    def snapshot(self) -> LinkCounters:
+        return LinkCounters(**vars(self))
+
+
+def wire_bytes(payload: int) -> int:
+    packets = max(1, -(-payload // MAX_PACKET))
+    return payload + packets * PACKET_OVERHEAD + TRANSFER_OVERHEAD
+
+
+class BridgeBus(Bus):
+    """The PCIe side as the GPU's DMA sees it: the bridge's SRAM at 0x200000; nothing else is host memory."""
+
+    def __init__(self, sram: bytearray):
+        super().__init__()
+        self.sram = sram
+
+    def _span(self, addr: int, n: int, what: str) -> int:
+        if not SRAM_BUS_BASE <= addr <= addr + n <= SRAM_BUS_BASE + SRAM_SIZE:
+            raise DMAError(f"DMA {what} of {n} bytes at bus address {addr:#x}: behind the USB bridge only its "
+                           f"SRAM ({SRAM_BUS_BASE:#x}..{SRAM_BUS_BASE + SRAM_SIZE:#x}) is reachable")
+        return addr - SRAM_BUS_BASE
+
+    def read(self, addr: int, n: int) -> bytes:
+        at = self._span(addr, n, "read")
+        return bytes(self.sram[at:at + n])
+
+    def write(self, addr: int, data) -> None:
+        at = self._span(addr, len(data), "write")
+        self.sram[at:at + len(data)] = bytes(data)
+
+
+class _Type1:
+    """A switch port's config header: ids, header type 1, and the bus-number registers the host programs."""
+
+    def __init__(self, vid: int, did: int):
+        self.space = bytearray(4096)
+        struct.pack_into("<HH", self.space, 0, vid, did)
+        self.space[0x0B], self.space[0x0E] = 0x06, 0x01      # class: bridge; header type 1
+
+    def read(self, reg: int) -> int:
+        return int.from_bytes(self.space[reg:reg + 4], "little")
+
+    def write(self, reg: int, value: int, be: int) -> None:
+        for k in range(4):
+            if be >> k & 1 and reg + k >= 0x04 and not 0x08 <= reg + k < 0x10:   # ids, class: read-only
+                self.space[reg + k] = (value >> (8 * k)) & 0xFF
+
+    @property
+    def secondary(self) -> int:
+        return self.space[0x19]
+
+    @property
+    def subordinate(self) -> int:
+        return self.space[0x1A]
+
+
+class ASM24Bridge:
+    """The bridge: XDATA with the TLP engine, the SRAM, the SCSI command set, and injected failures."""
+
+    def __init__(self, fn: provider.SimFunction, gpu_bus: int = 4):
+        self.fn, self.dev, self.gpu_bus = fn, fn.dev, gpu_bus
+        self.xdata = bytearray(XDATA_SIZE)
+        self.sram = bytearray(SRAM_SIZE)
+        self.bridges = {b: _Type1(*BRIDGE_IDS.get(b, (0x1B21, 0x2461))) for b in range(gpu_bus)}
+        self.counters = LinkCounters()
+        self.faults: dict[str, int] = {}    # kind -> transfers to let through first ("stall")
+        self.wedged = False
+        self.gone = False
+        self.link_up = True
+        self.gpu_answers = True
+        self.status, self.sense = 0, (0, 0)
+        self._cdb, self._last_sense = b"", bytes(18)
+        provider.BUS.unplug(self.dev)       # the GPU's DMA now reaches only the bridge's SRAM
+        BridgeBus(self.sram).plug(self.dev)
+
+    # -- failures -------------------------------------------------------------------------------
+    def inject(self, kind: str, after: int = 0) -> None:
+        """"stall" (the bulk transfer `after` transfers from now never completes), "drop", "gpu_silent",
+        "link_down"; heal() undoes the last two."""
+        if kind == "stall":
+            self.faults["stall"] = after
+        elif kind == "drop":
+            self.gone = True
+        elif kind == "gpu_silent":
+            self.gpu_answers = False
+        elif kind == "link_down":
+            self.link_up = False
+        else:
+            raise ValueError(f"usb bridge: unknown failure {kind!r}; stall, drop, gpu_silent, link_down")
+
+    def heal(self) -> None:
+        self.link_up = self.gpu_answers = True
+
+    # -- XDATA ----------------------------------------------------------------------------------
+    def xdata_read(self, addr: int, n: int) -> bytes:
+        out = bytearray()
+        for a in range(addr, addr + n):
+            a &= XDATA_ADDR_MASK
+            w = a - SRAM_XDATA_WINDOW
+            out.append(self.sram[w] if 0 <= w < SRAM_XDATA_WINDOW_SIZE else self.xdata[a])
+        return bytes(out)
+
+    def xdata_write(self, addr: int, value: int) -> None:
+        addr &= XDATA_ADDR_MASK
+        w = addr - SRAM_XDATA_WINDOW
+        if 0 <= w < SRAM_XDATA_WINDOW_SIZE:
+            self.sram[w] = value
+        elif addr == TLP_STATUS:
+            st = self.xdata[addr] & ~(value & (ST_ERROR | ST_DONE))      # write 1 to clear
+            self.xdata[addr] = st
+            if value & ST_SEND:
+                self._send_tlp()
+        else:
+            self.xdata[addr] = value
+
+    # -- the TLP engine -------------------------------------------------------------------------
+    def _send_tlp(self) -> None:
+        x = self.xdata
+        fmt_type, be = x[TLP_FMT_TYPE], x[TLP_BYTE_EN]
+        addr = struct.unpack_from(">I", x, TLP_ADDR)[0] & ~3    # a TLP addresses dwords; lanes are the BEs
+        data = struct.unpack_from(">I", x, TLP_DATA)[0]
+        x[TLP_STATUS] &= ~(ST_ERROR | ST_DONE)
+        self.counters.tlps += 1
+        if be >> 4 or fmt_type not in (MRD32, MWR32, CFGRD0, CFGRD1, CFGWR0, CFGWR1):
+            # One dword of payload is all the engine holds: a last-DW byte enable (a longer TLP) or a type
+            # it does not send is refused without going on the link.
+            x[TLP_STATUS] |= ST_ERROR
+            return
+        posted = fmt_type == MWR32
+        if not self.link_up:
+            x[TLP_STATUS] |= ST_DONE if posted else ST_ERROR
+            return
+        if fmt_type in (MRD32, MWR32):
+            status, value = self._memory(addr, be, data if posted else None)
+            byte_count = self._byte_count(be)
+        else:
+            status, value = self._config(fmt_type, addr, be, data if fmt_type & 0x40 else None)
+            byte_count = 4
+        if status is None:                  # no completion arrived: completion timeout
+            x[TLP_STATUS] |= ST_DONE if posted else ST_ERROR
+            return
+        if not posted:
+            struct.pack_into(">H", x, TLP_CPL, (status << 13) | byte_count)
+            has_data = status == CPL_SC and not fmt_type & 0x40
+            x[TLP_CPL_DATA] = (x[TLP_CPL_DATA] & ~1) | int(has_data)
+            if has_data:
+                struct.pack_into(">I", x, TLP_DATA, value)
+        x[TLP_STATUS] |= ST_DONE
+
+    @staticmethod
+    def _byte_count(be: int) -> int:
+        if not be:
+            return 1
+        return (be.bit_length()) - ((be & -be).bit_length() - 1)
+
+    def _config(self, fmt_type: int, addr: int, be: int, value: int | None) -> tuple[int | None, int]:
+        bus, dev, func, reg = addr >> 24, (addr >> 19) & 0x1F, (addr >> 16) & 7, addr & 0xFFC
+        if (fmt_type & 1) != (bus > 0) or not self._routes_to(bus):
+            return CPL_UR, 0
+        if dev or func:
+            return CPL_UR, 0                # one function per bus (the GPU's audio function is not modeled)
+        if bus in self.bridges:
+            br = self.bridges[bus]
+            if value is not None:
+                br.write(reg, value, be)
+            return CPL_SC, br.read(reg)
+        if bus != self.gpu_bus:
+            return CPL_UR, 0
+        if not self.gpu_answers:
+            return None, 0
+        if value is not None:
+            for k in range(4):
+                if be >> k & 1:
+                    self.fn.config_write(reg + k, 1, (value >> (8 * k)) & 0xFF)
+            return CPL_SC, 0
+        return CPL_SC, self.fn.config_read(reg, 4)
+
+    def _routes_to(self, bus: int) -> bool:
+        """A type-1 request climbs down the chain of bridges whose bus ranges hold its bus."""
+        cur = 0
+        while cur != bus:
+            br = self.bridges.get(cur)
+            if br is None or not br.secondary <= bus <= br.subordinate or br.secondary != cur + 1:
+                return False
+            cur = br.secondary
+        return True
+
+    def _memory(self, addr: int, be: int, value: int | None) -> tuple[int | None, int]:
+        pci = self.dev.pci
+        hit = next((i for i in (0, 2, 5) if pci.addrs[i] <= addr < pci.addrs[i] + pci.sizes[i]), None)
+        if hit is None or not pci.memory_enabled:
+            return (CPL_UR, 0) if value is None else (CPL_SC, 0)    # a posted write to nowhere vanishes
+        if not self.gpu_answers:
+            return None, 0
+        bar, off = self.fn.bar(hit), addr - pci.addrs[hit]
+        if off + 4 > self.dev.vram.size and hit == 0:
+            return CPL_UR, 0
+        if value is None:
+            return CPL_SC, bar.read32(off)
+        if be == 0xF:
+            bar.write32(off, value)
+        elif hit == 0:
+            for k in range(4):
+                if be >> k & 1:
+                    bar.write(off + k, bytes([(value >> (8 * k)) & 0xFF]))
+        else:                               # registers take whole dwords: merge with what they hold
+            old = bar.read32(off)
+            mask = sum(0xFF << (8 * k) for k in range(4) if be >> k & 1)
+            bar.write32(off, (old & ~mask) | (value & mask))
+        return CPL_SC, 0
+
+    # -- SCSI -----------------------------------------------------------------------------------
+    def begin(self, cdb: bytes) -> int:
+        """Starts a SCSI command; returns its data phase: +n bytes it takes, -n bytes it offers, 0 none.
+        The data moves through data_in()/data_out(); `status` and `sense` are its outcome."""
+        self._last_sense = self.sense_data()        # REQUEST SENSE reports the previous command's
+        self.counters.commands += 1
+        self.counters.round_trips += 1
+        self._cdb, self.status, self.sense = bytes(cdb), 0, (0, 0)
+        op = cdb[0] if cdb else None
+        if op == OP_XDATA_READ:
+            return -cdb[1]
+        if op == OP_XDATA_WRITE:
+            self.xdata_write((cdb[2] << 16) | (cdb[3] << 8) | cdb[4], cdb[1])
+            return 0
+        if op == OP_WRITE16 and len(cdb) >= 16:
+            lba, blocks = struct.unpack_from(">QI", cdb, 2)
+            if (lba + blocks) * BLOCK > SRAM_SIZE:
+                return self._fail(ASC_LBA_OUT_OF_RANGE)
+            return blocks * BLOCK
+        if op == OP_REQUEST_SENSE:
+            return -min(cdb[4], 18)
+        if op == OP_TEST_UNIT_READY:
+            return 0
+        return self._fail(ASC_INVALID_OPCODE)
+
+    def _fail(self, asc: int) -> int:
+        self.status, self.sense = 2, (SENSE_ILLEGAL_REQUEST, asc)     # CHECK CONDITION, no data phase
+        return 0
+
+    def sense_data(self) -> bytes:
+        """Fixed-format sense data (SPC: response code 0x70, key in byte 2, ASC in byte 12)."""
+        key, asc = self.sense
+        out = bytearray(18)
+        out[0], out[2], out[7], out[12] = 0x70, key, 10, asc
+        return bytes(out)
+
+    def data_in(self, n: int) -> bytes:
+        cdb = self._cdb
+        if cdb[0] == OP_XDATA_READ:
+            return self.xdata_read((cdb[2] << 16) | (cdb[3] << 8) | cdb[4], n)
+        return self._last_sense[:n]
+
+    def data_out(self, at: int, data: bytes) -> None:
+        """WRITE(16) data: into the SRAM from LBA * 512 on."""
+        base = struct.unpack_from(">Q", self._cdb, 2)[0] * BLOCK + at
+        self.sram[base:base + len(data)] = data
+
+
+def _as(buff, data: bytes):
+    return type(buff)(buff.typecode, data) if hasattr(buff, "typecode") else data
+
+
+class _Desc:
+    def __init__(self, **kw):
+        self.extra_descriptors = []
+        self.__dict__.update(kw)
+
+
+# UAS pipe ids (UAS 1.0, Pipe Usage descriptor): command 1, status 2, data-in 3, data-out 4.
+UAS_PIPES = {EP_COMMAND: 1, EP_STATUS: 2, EP_DATA_IN: 3, EP_DATA_OUT: 4}
+UAS_STREAMS_LOG2 = 5            # 32 streams per endpoint in the SuperSpeed endpoint companion
+
+
+def _endpoint(addr: int, uas: bool) -> _Desc:
+    d = _Desc(bLength=7, bDescriptorType=5, bEndpointAddress=addr, bmAttributes=2,
+              wMaxPacketSize=MAX_PACKET, bInterval=0, bRefresh=0, bSynchAddress=0)
+    if uas:     # SuperSpeed endpoint companion (streams on the bulk pipes but command), then Pipe Usage
+        streams = 0 if addr == EP_COMMAND else UAS_STREAMS_LOG2
+        d.extra_descriptors = [6, 0x30, 15, streams, 0, 0, 4, 0x24, UAS_PIPES[addr], 0]
+    return d
+
+
+# alt 0: Bulk-Only (class 08 SCSI 06 protocol 0x50); alt 1: UAS (protocol 0x62)
+ALTS = {0: (0x50, (EP_DATA_IN, EP_DATA_OUT)), 1: (0x62, (EP_DATA_IN, EP_STATUS, EP_DATA_OUT, EP_COMMAND))}
+
+
+class BridgeBackend(usb.backend.IBackend):
+    """pyusb backend presenting one ASM24xx bridge; transfers run the bridge model."""
+
+    def __init__(self, bridge: ASM24Bridge, pid: int = 0x2464, bus: int = 1, address: int = 2):
+        if pid not in PRODUCTS:
+            raise ValueError(f"usb bridge: product id {pid:#06x} is not an ASM24xx ({PRODUCTS})")
+        self.bridge, self.pid, self.bus, self.address = bridge, pid, bus, address
+        self.alt = 0
+        self._reset_protocol()
+
+    def _reset_protocol(self) -> None:
+        self.phase = "command"      # command, in, out, status
+        self.expect = self.moved = self.direction = self.tag = 0
+        self.host_in = False
+
+    # -- descriptors ----------------------------------------------------------------------------
+    def enumerate_devices(self):
+        return [] if self.bridge.gone else [self]
+
+    def get_device_descriptor(self, dev):
+        return _Desc(bLength=18, bDescriptorType=1, bcdUSB=0x0320, bDeviceClass=0, bDeviceSubClass=0,
+                     bDeviceProtocol=0, bMaxPacketSize0=9, idVendor=VENDOR_ASMEDIA, idProduct=self.pid,
+                     bcdDevice=0x0100, iManufacturer=0, iProduct=0, iSerialNumber=0, bNumConfigurations=1,
+                     address=self.address, bus=self.bus, port_number=1, port_numbers=(1,), speed=5)
+
+    def get_configuration_descriptor(self, dev, config):
+        return _Desc(bLength=9, bDescriptorType=2, wTotalLength=9 + 9 * 2 + 7 * 6 + 10 * 4, bNumInterfaces=1,
+                     bConfigurationValue=1, iConfiguration=0, bmAttributes=0x80, bMaxPower=112)
+
+    def get_interface_descriptor(self, dev, intf, alt, config):
+        if intf != 0 or alt not in ALTS:
+            raise IndexError("usb bridge: one interface with alternate settings 0 (BOT) and 1 (UAS)")
+        proto, eps = ALTS[alt]
+        return _Desc(bLength=9, bDescriptorType=4, bInterfaceNumber=0, bAlternateSetting=alt,
+                     bNumEndpoints=len(eps), bInterfaceClass=0x08, bInterfaceSubClass=0x06,
+                     bInterfaceProtocol=proto, iInterface=0)
+
+    def get_endpoint_descriptor(self, dev, ep, intf, alt, config):
+        return _endpoint(ALTS[alt][1][ep], alt == 1)
+
+    # -- handles --------------------------------------------------------------------------------
+    def open_device(self, dev):
+        self._alive()
+        return self
+
+    def close_device(self, dev_handle):
+        pass
+
+    def set_configuration(self, dev_handle, config_value):
+        self._alive()
+
+    def get_configuration(self, dev_handle):
+        return 1
+
+    def set_interface_altsetting(self, dev_handle, intf, altsetting):
+        self._alive()
+        self.alt = altsetting
+        self._reset_protocol()
+
+    def claim_interface(self, dev_handle, intf):
+        self._alive()
+
+    def release_interface(self, dev_handle, intf):
+        pass
+
+    def is_kernel_driver_active(self, dev_handle, intf):
+        return False
+
+    def detach_kernel_driver(self, dev_handle, intf):
+        pass
+
+    def attach_kernel_driver(self, dev_handle, intf):
+        pass
+
+    def clear_halt(self, dev_handle, ep):
+        self._alive()
+
+    def reset_device(self, dev_handle):
+        """A USB port reset: the firmware restarts its protocol state; XDATA and SRAM keep their bytes."""
+        self._alive()
+        self.bridge.wedged = False
+        self.bridge.faults.pop("stall", None)
+        self._reset_protocol()
+
+    # -- transfers ------------------------------------------------------------------------------
+    def _alive(self) -> None:
+        if self.bridge.gone:
+            raise usb.core.USBError("No such device (it may have been disconnected)", LIBUSB_ERROR_NO_DEVICE,
+                                    errno.ENODEV)
+
+    def _transfer(self, n: int) -> None:
+        self._alive()
+        b = self.bridge
+        if "stall" in b.faults:
+            if b.faults["stall"] == 0:
+                del b.faults["stall"]
+                b.wedged = True
+            else:
+                b.faults["stall"] -= 1
+        if b.wedged:
+            raise usb.core.USBTimeoutError("Operation timed out", LIBUSB_ERROR_TIMEOUT, errno.ETIMEDOUT)
+        b.counters.transfers += 1
+        b.counters.payload_bytes += n
+        b.counters.wire_bytes += wire_bytes(n)
+
+    @staticmethod
+    def _pipe(why: str):
+        return usb.core.USBError(f"Pipe error ({why})", LIBUSB_ERROR_PIPE, errno.EPIPE)
+
+    def bulk_write(self, dev_handle, ep, intf, data, timeout):
+        data = bytes(data)
+        self._transfer(len(data))
+        uas = self.alt == 1
+        if (ep == EP_COMMAND and uas) or (ep == EP_DATA_OUT and not uas and self.phase == "command"):
+            self._command(data, uas)
+        elif ep == EP_DATA_OUT and self.phase == "out":
+            if self.moved + len(data) > self.expect:
+                raise self._pipe(f"{len(data)} bytes past the {self.expect}-byte data phase")
+            if self.direction > 0:          # what the command takes lands; the rest is dropped
+                self.bridge.data_out(self.moved, data[:max(0, self.direction - self.moved)])
+            self.moved += len(data)
+            if self.moved == self.expect:
+                self.phase = "status"
+        else:
+            raise self._pipe(f"endpoint {ep:#04x} takes no data in phase {self.phase!r}")
+        return len(data)
+
+    def _command(self, data: bytes, uas: bool) -> None:
+        if uas:
+            if len(data) < 32 or data[0] != UAS_COMMAND_IU:
+                raise self._pipe("not a UAS command IU")
+            self.tag, cdb = struct.unpack_from(">H", data, 2)[0], data[16:32]
+            self.direction = self.bridge.begin(cdb)
+            self.expect, self.host_in = abs(self.direction), self.direction < 0
+        else:
+            if len(data) != 31 or struct.unpack_from("<I", data)[0] != BOT_CBW_SIG:
+                raise self._pipe("not a 31-byte CBW")
+            self.tag, self.expect, flags = struct.unpack_from("<IIB", data, 4)
+            self.host_in = bool(flags & 0x80)
+            self.direction = self.bridge.begin(data[15:15 + data[14]])
+        self.moved = 0
+        self.phase = ("in" if self.host_in else "out") if self.expect else "status"
+
+    def bulk_read(self, dev_handle, ep, intf, buff, timeout):
+        uas = self.alt == 1
+        if ep == EP_DATA_IN and self.phase == "in":
+            n = min(len(buff), self.expect - self.moved)
+            have = self.bridge.data_in(-self.direction) if self.direction < 0 else b""
+            chunk = have[self.moved:self.moved + n]
+            chunk += bytes(n - len(chunk))          # BOT: the device pads what it does not have
+            self._transfer(n)
+            buff[:n] = _as(buff, chunk)
+            self.moved += n
+            if self.moved == self.expect:
+                self.phase = "status"
+            return n
+        if (ep == EP_STATUS and uas) or (ep == EP_DATA_IN and not uas):
+            if self.phase != "status":
+                self._transfer(0)
+                raise self._pipe(f"no status to send in phase {self.phase!r}")
+            out = self._status_block(uas)
+            self._transfer(len(out))
+            n = min(len(buff), len(out))
+            buff[:n] = _as(buff, out[:n])
+            self._reset_protocol()
+            return n
+        self._transfer(0)
+        raise self._pipe(f"endpoint {ep:#04x} has nothing to send in phase {self.phase!r}")
+
+    def _status_block(self, uas: bool) -> bytes:
+        b = self.bridge
+        if uas:
+            sense = b.sense_data() if b.status else b""
+            return struct.pack(">BBHHB7xH", UAS_SENSE_IU, 0, self.tag, 0, b.status, len(sense)) + sense
+        # BOT (Bulk-Only Transport 1.0, 6.7): the device wanting more data than the host allowed, or
+        # data the other way, is a phase error; less data than allowed leaves a residue.
+        d, offered = self.direction, abs(self.direction)
+        agree = d == 0 or (d < 0) == self.host_in
+        if d and (not agree or offered > self.expect):
+            status = 2
+        else:
+            status = 1 if b.status else 0
+        residue = self.expect - (min(offered, self.expect) if agree else 0)
+        return struct.pack("<IIIB", BOT_CSW_SIG, self.tag, residue, status)
+
+    def ctrl_transfer(self, dev_handle, bmRequestType, bRequest, wValue, wIndex, data, timeout):
+        self._alive()
+        b = self.bridge
+        b.counters.round_trips += 1
+        n = len(data) if data is not None else 0
+        self._transfer(n)
+        if bmRequestType == 0x21 and bRequest == 0xFF:          # Bulk-Only Mass Storage Reset
+            self._reset_protocol()
+            return 0
+        if bmRequestType & 0x80:
+            raise self._pipe(f"control request {bmRequestType:#04x}/{bRequest:#04x} is not supported")
+        if bmRequestType & 0x60 == 0x40:                      # vendor requests: the stock firmware has none
+            raise self._pipe(f"vendor control request {bRequest:#04x}: the stock firmware stalls it")
+        return n
+
+
+def open_bridge(chip: str = "navi31", *, gpu_bus: int = 4, **sim) -> ASM24Bridge:
+    """A bridge in front of the simulated GPU of `chip` (sim keywords go to gpusim.provider.open_function)."""
+    return ASM24Bridge(provider.open_function(chip, **sim), gpu_bus=gpu_bus)
+
+
+def backend(chip: str = "navi31", *, pid: int = 0x2464, gpu_bus: int = 4, bridge: ASM24Bridge | None = None,
+            **sim) -> BridgeBackend:
+    """The pyusb backend for usb.core.find(..., backend=...): one ASM24xx bridge with the GPU behind it."""
+    return BridgeBackend(bridge or open_bridge(chip, gpu_bus=gpu_bus, **sim), pid=pid)

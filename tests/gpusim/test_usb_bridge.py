@@ -1,0 +1,287 @@
+"""The simulated ASM24xx bridge, driven by hand through pyusb with its backend.
+
+The protocol is written out here from the public facts (docs/usb.md), not taken from the model: Bulk-Only
+CBW/CSW (USB Mass Storage Bulk-Only Transport 1.0) and UAS command/sense IUs; vendor SCSI 0xE4 (read
+XDATA: [E4, len, 0x50 | addr bit 16, addr 15:8, addr 7:0, 0]) and 0xE5 (write one XDATA byte: [E5, value,
+same address bytes, 0]); the TLP engine: 0xB220 data and 0xB218 address (big-endian), 0xB217 byte enables,
+0xB210 fmt/type, 0xB254 = 0x0F, 0xB296 = 0x04 sends; 0xB296 bit 1 completion, bit 0 timeout; 0xB22A
+(big-endian) completion status << 13 | byte count; 0xB284 bit 0 completion with data; SCSI WRITE(16) puts
+data in the SRAM at PCIe 0x200000 + LBA * 512, whose first 4 KiB the bridge shows at XDATA 0xF000.
+"""
+from __future__ import annotations
+
+import errno
+import itertools
+import struct
+
+import pytest
+import usb.core
+
+from gpusim import usb_bridge
+
+VID, PID = 0x174C, 0x2464
+EP_IN, EP_OUT, EP_STATUS, EP_CMD = 0x81, 0x02, 0x83, 0x04
+GPU_BUS = 4
+SRAM_PCI = 0x200000
+
+
+class Host:
+    """What a driver would do, written from the facts above."""
+
+    def __init__(self, dev, uas: bool = False):
+        self.dev, self.uas, self.tags = dev, uas, itertools.count(1)
+        dev.set_configuration()
+        dev.set_interface_altsetting(0, 1 if uas else 0)
+
+    def scsi(self, cdb: bytes, data_in: int = 0, data_out: bytes | None = None, length: int | None = None):
+        """One command; returns (data, status, residue or sense)."""
+        tag = next(self.tags)
+        if self.uas:
+            self.dev.write(EP_CMD, struct.pack(">BBHBBBB8x", 1, 0, tag, 0, 0, 0, 0) + cdb.ljust(16, b"\0"))
+            got = bytes(self.dev.read(EP_IN, data_in)) if data_in else None
+            if data_out is not None:
+                self.dev.write(EP_OUT, data_out)
+            iu = bytes(self.dev.read(EP_STATUS, 64))
+            assert iu[0] == 3 and struct.unpack_from(">H", iu, 2)[0] == tag
+            return got, iu[6], iu[16:16 + struct.unpack_from(">H", iu, 14)[0]]
+        n = length if length is not None else (data_in or len(data_out or b""))
+        cbw = struct.pack("<IIIBBB", 0x43425355, tag, n, 0x80 if data_in else 0, 0, len(cdb)) + cdb.ljust(16, b"\0")
+        self.dev.write(EP_OUT, cbw)
+        got = bytes(self.dev.read(EP_IN, n)) if data_in else None
+        if data_out is not None:
+            self.dev.write(EP_OUT, data_out)
+        sig, t, residue, status = struct.unpack("<IIIB", bytes(self.dev.read(EP_IN, 13)))
+        assert sig == 0x53425355 and t == tag
+        return got, status, residue
+
+    @staticmethod
+    def _a(addr: int) -> bytes:
+        a = (addr & 0x1FFFF) | 0x500000
+        return bytes((a >> 16, (a >> 8) & 0xFF, a & 0xFF))
+
+    def xr(self, addr: int, n: int) -> bytes:
+        data, status, _ = self.scsi(bytes([0xE4, n]) + self._a(addr) + b"\0", data_in=n)
+        assert status == 0
+        return data
+
+    def xw(self, addr: int, data: bytes) -> None:
+        for i, b in enumerate(data):
+            assert self.scsi(bytes([0xE5, b]) + self._a(addr + i) + b"\0")[1] == 0
+
+    def tlp(self, fmt: int, addr: int, value: int | None = None, be: int = 0xF):
+        """Returns (completion status, byte count, data), None for a posted write, or 'timeout'."""
+        if value is not None:
+            self.xw(0xB220, struct.pack(">I", value))
+        self.xw(0xB218, struct.pack(">I", addr))
+        self.xw(0xB217, bytes([be]))
+        self.xw(0xB210, bytes([fmt]))
+        self.xw(0xB254, b"\x0f")
+        self.xw(0xB296, b"\x04")
+        st = self.xr(0xB296, 1)[0]
+        if fmt == 0x40:
+            return None
+        if st & 1:
+            self.xw(0xB296, b"\x01")
+            return "timeout"
+        assert st == 2
+        cpl = struct.unpack(">H", self.xr(0xB22A, 2))[0]
+        with_data = self.xr(0xB284, 1)[0] & 1
+        data = struct.unpack(">I", self.xr(0xB220, 4))[0] if with_data else None
+        return cpl >> 13, cpl & 0xFFF, data
+
+    def cfg(self, bus: int, reg: int, value: int | None = None, be: int = 0xF):
+        fmt = (0x44 if value is not None else 0x04) | int(bus > 0)
+        return self.tlp(fmt, (bus << 24) | reg, value, be)
+
+    def enumerate(self) -> None:
+        """Give each bridge on buses 0..3 its secondary/subordinate bus numbers (primary | sec << 8 | sub << 16)."""
+        for bus in range(GPU_BUS):
+            assert self.cfg(bus, 0x18, bus | ((bus + 1) << 8) | (GPU_BUS << 16))[0] == 0
+
+
+@pytest.fixture
+def rig():
+    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=60)
+    dev = usb.core.find(idVendor=VID, backend=b)
+    return b.bridge, dev
+
+
+def test_found_with_asmedia_ids_and_mass_storage_interfaces(rig):
+    bridge, dev = rig
+    assert (dev.idVendor, dev.idProduct) == (VID, PID)
+    assert usb.core.find(idVendor=VID, idProduct=0x2463, backend=usb_bridge.backend(bridge=bridge)) is None
+    assert usb.core.find(idVendor=VID, idProduct=0x2463,
+                         backend=usb_bridge.backend(bridge=bridge, pid=0x2463)) is not None
+    with pytest.raises(ValueError, match="not an ASM24xx"):
+        usb_bridge.backend(bridge=bridge, pid=0x1234)
+    cfg = dev[0]
+    alts = {(i.bAlternateSetting, i.bInterfaceClass, i.bInterfaceSubClass, i.bInterfaceProtocol):
+            sorted(e.bEndpointAddress for e in i) for i in cfg}
+    assert alts == {(0, 8, 6, 0x50): [0x02, 0x81], (1, 8, 6, 0x62): [0x02, 0x04, 0x81, 0x83]}
+    assert all(e.wMaxPacketSize == 1024 for i in cfg for e in i)
+
+
+@pytest.mark.parametrize("uas", [False, True])
+def test_gpu_ids_by_config_tlp_once_the_bridges_route(rig, uas):
+    bridge, dev = rig
+    h = Host(dev, uas)
+    # Type 0 to bus 0 reaches the first switch port; the GPU's bus is unreachable until bus numbers are set.
+    assert h.cfg(0, 0)[0] == 0 and h.cfg(0, 0)[2] & 0xFFFF == 0x1B21
+    assert h.cfg(GPU_BUS, 0)[0] == 1                                    # UR
+    h.enumerate()
+    status, count, ids = h.cfg(GPU_BUS, 0)
+    assert (status, count, ids) == (0, 4, 0x744C1002)
+    assert h.cfg(2, 0)[2] == 0x14781002 and h.cfg(3, 0)[2] == 0x14791002
+    assert h.cfg(GPU_BUS, 0x10000 | 0)[0] == 1                          # function 1 (audio) is not there
+    # A config write completes without data; the GPU takes it (bus mastering on).
+    status, _, data = h.cfg(GPU_BUS, 0x04, 0x0006, be=0x3)
+    assert (status, data) == (0, None) and bridge.dev.pci.bus_master
+
+
+def test_bar5_register_and_bar0_by_memory_tlps(rig):
+    bridge, dev = rig
+    h = Host(dev)
+    h.enumerate()
+    bar5 = h.cfg(GPU_BUS, 0x24)[2] & ~0xF
+    reg = bridge.dev.reg_addr("GC", "SCRATCH_REG0") * 4
+    assert h.tlp(0x40, bar5 + reg, 0x12345678) is None                 # posted
+    assert bridge.dev.regs.peek(reg // 4) == 0x12345678
+    assert h.tlp(0x00, bar5 + reg) == (0, 4, 0x12345678)
+    assert h.tlp(0x40, bar5 + reg, 0xAB << 8, be=0x2) is None           # one byte lane, merged
+    assert h.tlp(0x00, bar5 + reg) == (0, 4, 0x1234AB78)
+    assert h.tlp(0x00, bar5 + reg, be=0xC)[:2] == (0, 2)                # byte count = enabled span
+    # BAR0 sits above 4 GiB until the host moves it: the engine only sends 32-bit addresses.
+    assert h.tlp(0x00, 0xE0000000)[0] == 1
+    h.cfg(GPU_BUS, 0x10, 0xE0000000)
+    h.cfg(GPU_BUS, 0x14, 0)
+    h.tlp(0x40, 0xE0000000 + 0x1000, 0xDEADBEEF)
+    h.tlp(0x40, 0xE0000000 + 0x1004, 0x00770000, be=0x4)
+    assert bridge.dev.vram.read(0x1000, 8) == bytes.fromhex("efbeadde00007700")
+    # Memory decode off: the GPU answers UR.
+    h.cfg(GPU_BUS, 0x04, 0x0000, be=0x3)
+    assert h.tlp(0x00, bar5 + reg)[0] == 1
+
+
+@pytest.mark.parametrize("uas", [False, True])
+def test_bulk_copies_through_the_sram_window_both_ways(rig, uas):
+    bridge, dev = rig
+    h = Host(dev, uas)
+    h.enumerate()
+    h.cfg(GPU_BUS, 0x04, 0x0006, be=0x3)                                # memory + bus master
+    gpu = bridge.dev
+    # Host -> SRAM by WRITE(16): 3 blocks at LBA 7; the GPU reads them by DMA at 0x200000 + 7 * 512.
+    payload = bytes((i * 7 + 3) & 0xFF for i in range(3 * 512))
+    cdb = struct.pack(">BBQIBB", 0x8A, 0, 7, 3, 0, 0)
+    assert h.scsi(cdb, data_out=payload)[1] == 0
+    assert gpu.dma_read(SRAM_PCI + 7 * 512 + 5, 1001) == payload[5:1006]
+    # GPU -> SRAM by DMA at awkward offsets and sizes; the host reads the 4 KiB window at XDATA 0xF000.
+    for off, n in ((0, 1), (3, 255), (777, 77), (4096 - 13, 13)):
+        data = bytes((off + i * 13) & 0xFF for i in range(n))
+        gpu.dma_write(SRAM_PCI + off, data)
+        assert h.xr(0xF000 + off, n) == data
+    # Outside the SRAM the bridge has nothing: the GPU's DMA fails as unmapped.
+    with pytest.raises(usb_bridge.DMAError, match="SRAM"):
+        gpu.dma_read(SRAM_PCI + usb_bridge.SRAM_SIZE - 4, 8)
+
+
+def test_bot_length_disagreements(rig):
+    bridge, dev = rig
+    h = Host(dev)
+    # The host allows 8 bytes for an E4 of 16: phase error (Hi < Di); of 4: residue 4 (Hi > Di).
+    a = Host._a(0xF000)
+    assert h.scsi(bytes([0xE4, 16]) + a + b"\0", data_in=8)[1:] == (2, 0)
+    data, status, residue = h.scsi(bytes([0xE4, 4]) + a + b"\0", data_in=8)
+    assert (status, residue, len(data)) == (0, 4, 8)
+    # WRITE(16) of 2 blocks with 1000 bytes allowed: the device wants more than the host sends.
+    assert h.scsi(struct.pack(">BBQIBB", 0x8A, 0, 0, 2, 0, 0), data_out=bytes(1000))[1] == 2
+
+
+def test_limits_are_refused_as_hardware_would(rig):
+    bridge, dev = rig
+    h = Host(dev)
+    h.enumerate()
+    bar5 = h.cfg(GPU_BUS, 0x24)[2] & ~0xF
+    reg = bridge.dev.reg_addr("GC", "SCRATCH_REG0") * 4
+    # A payload longer than one dword (a last-DW byte enable) is refused before it reaches the link.
+    sent = bridge.counters.tlps
+    assert h.tlp(0x00, bar5 + reg, be=0xFF) == "timeout"
+    h.tlp(0x40, bar5 + reg, 0x5555, be=0xFF)
+    assert h.xr(0xB296, 1)[0] & 1 and bridge.dev.regs.peek(reg // 4) != 0x5555
+    assert bridge.counters.tlps == sent + 2
+    # WRITE(16) past the SRAM: CHECK CONDITION, REQUEST SENSE says ILLEGAL REQUEST, LBA out of range.
+    blocks = usb_bridge.SRAM_SIZE // 512
+    assert h.scsi(struct.pack(">BBQIBB", 0x8A, 0, blocks - 1, 2, 0, 0), data_out=bytes(1024))[1] == 1
+    sense, status, _ = h.scsi(bytes([0x03, 0, 0, 0, 18, 0]), data_in=18)
+    assert status == 0 and (sense[2], sense[12]) == (0x05, 0x21)
+    # Opcodes the bridge does not have (READ(16) is not documented to read the SRAM back).
+    uas = Host(dev, uas=True)
+    _, status, sense = uas.scsi(struct.pack(">BBQIBB", 0x88, 0, 0, 1, 0, 0), data_in=0)
+    assert status == 2 and (sense[2], sense[12]) == (0x05, 0x20)
+    # Vendor control requests are the open firmware's, not the stock firmware's: they stall.
+    with pytest.raises(usb.core.USBError) as e:
+        dev.ctrl_transfer(0x40, 0xE4, 0, 0, b"\0")
+    assert e.value.errno == errno.EPIPE
+
+
+def test_stall_times_out_and_holds_until_usb_reset(rig):
+    bridge, dev = rig
+    h = Host(dev)
+    assert h.xr(0xF000, 4) == bytes(4)
+    bridge.inject("stall", after=1)                                     # the CBW passes, the data does not
+    with pytest.raises(usb.core.USBTimeoutError) as e:
+        h.xr(0xF000, 4)
+    assert e.value.errno == errno.ETIMEDOUT and e.value.backend_error_code == -7
+    with pytest.raises(usb.core.USBTimeoutError):
+        h.xr(0xF000, 4)
+    dev.reset()
+    assert h.xr(0xF000, 4) == bytes(4)
+
+
+def test_dropped_link_is_no_device(rig):
+    bridge, dev = rig
+    h = Host(dev)
+    bridge.inject("drop")
+    with pytest.raises(usb.core.USBError) as e:
+        h.xr(0xB296, 1)
+    assert e.value.errno == errno.ENODEV and not isinstance(e.value, usb.core.USBTimeoutError)
+    assert usb.core.find(idVendor=VID, backend=usb_bridge.backend(bridge=bridge)) is None
+
+
+def test_silent_gpu_and_link_down(rig):
+    bridge, dev = rig
+    h = Host(dev)
+    h.enumerate()
+    bar5 = h.cfg(GPU_BUS, 0x24)[2] & ~0xF
+    bridge.inject("gpu_silent")
+    assert h.cfg(GPU_BUS, 0) == "timeout"
+    assert h.tlp(0x00, bar5) == "timeout"
+    assert h.cfg(0, 0)[0] == 0                                          # the switch still answers
+    bridge.heal()
+    bridge.inject("link_down")
+    assert h.cfg(0, 0) == "timeout" and h.cfg(GPU_BUS, 0) == "timeout"
+    assert h.tlp(0x40, bar5, 1) is None and h.xr(0xB296, 1)[0] == 2    # posted: nothing to wait for
+    bridge.heal()
+    assert h.cfg(GPU_BUS, 0)[2] == 0x744C1002
+
+
+def test_counters_round_trips_and_wire_bytes(rig):
+    bridge, dev = rig
+    h = Host(dev)
+    c0 = bridge.counters.snapshot()
+    h.xr(0xF000, 4)
+    c = bridge.counters
+    assert (c.round_trips - c0.round_trips, c.transfers - c0.transfers, c.commands - c0.commands) == (1, 3, 1)
+    assert c.payload_bytes - c0.payload_bytes == 31 + 4 + 13
+    assert c.wire_bytes - c0.wire_bytes == sum(usb_bridge.wire_bytes(n) for n in (31, 4, 13))
+    # A 64 KiB WRITE(16): one round trip, 64 packets, payload efficiency above 95 %.
+    c0 = c.snapshot()
+    h.scsi(struct.pack(">BBQIBB", 0x8A, 0, 0, 128, 0, 0), data_out=bytes(65536))
+    moved, wire = c.payload_bytes - c0.payload_bytes, c.wire_bytes - c0.wire_bytes
+    assert c.round_trips - c0.round_trips == 1 and 0.95 < 65536 / wire < 1 and moved == 65536 + 44
+    t = c.seconds() - c0.seconds()
+    assert wire * 8 / 10e9 < t < wire * 8 / 9.6e9 + 2 * usb_bridge.TURNAROUND_S
+    # A TLP read costs its E5 writes and E4 reads: each a round trip.
+    h.enumerate()
+    c0 = c.snapshot()
+    h.cfg(GPU_BUS, 0)
+    assert c.round_trips - c0.round_trips == 8 + 4                      # 8 E5 writes, 4 E4 reads
