@@ -297,6 +297,7 @@ class USBFunction(PCIFunction):
     def _assign_bars(self) -> None:
         bus, found, reg = self.gpu_bus, [], 0x10
         self._config(bus, 0x04, 2, self._config(bus, 0x04, 2) & ~0x6)   # decode off while sizing
+        self._shrink_resizable_bars()
         while reg < 0x28:
             low = self._config(bus, reg, 4)
             if low & 1:                                                # I/O BAR: not used over USB
@@ -324,6 +325,25 @@ class USBFunction(PCIFunction):
             self._bars[index] = USBBAR(self, index, address, size)
             address += size
         self._config(bus, 0x04, 2, self._config(bus, 0x04, 2) | 0x2)     # memory decode on
+
+    def _shrink_resizable_bars(self) -> None:
+        """Every BAR in the Physical Resizable BAR capability (PCI_EXT_CAP_ID_REBAR 0x15, pci_regs.h) goes to
+        its smallest size, so all fit below 4 GiB for 3-dword TLPs: the 256 MiB VRAM aperture of small-BAR."""
+        bus, cap, seen = self.gpu_bus, 0x100, set()
+        while cap and cap not in seen:
+            seen.add(cap)
+            header = self._config(bus, cap, 4)
+            if header & 0xFFFF == 0x15:
+                count = (self._config(bus, cap + 8, 4) >> 5) & 7
+                for i in range(count):
+                    sizes = self._config(bus, cap + 4 + 8 * i, 4) >> 4
+                    ctrl = self._config(bus, cap + 8 + 8 * i, 4)
+                    if sizes:
+                        smallest = (sizes & -sizes).bit_length() - 1
+                        if (ctrl >> 8) & 0x3F != smallest:
+                            self._config(bus, cap + 8 + 8 * i, 4, (ctrl & ~0x3F00) | (smallest << 8))
+                return
+            cap = header >> 20
 
     # -- PCIFunction
 
