@@ -381,9 +381,9 @@ UAS_STREAMS_LOG2 = 5            # 32 streams per endpoint in the SuperSpeed endp
 def _endpoint(addr: int, uas: bool) -> _Desc:
     d = _Desc(bLength=7, bDescriptorType=5, bEndpointAddress=addr, bmAttributes=2,
               wMaxPacketSize=MAX_PACKET, bInterval=0, bRefresh=0, bSynchAddress=0)
-    if uas:     # SuperSpeed endpoint companion (streams on the bulk pipes but command), then Pipe Usage
-        streams = 0 if addr == EP_COMMAND else UAS_STREAMS_LOG2
-        d.extra_descriptors = [6, 0x30, 15, streams, 0, 0, 4, 0x24, UAS_PIPES[addr], 0]
+    # SuperSpeed endpoint companion (bMaxBurst 15); UAS: streams on all but the command pipe, Pipe Usage
+    streams = UAS_STREAMS_LOG2 if uas and addr != EP_COMMAND else 0
+    d.extra_descriptors = [6, 0x30, 15, streams, 0, 0] + ([4, 0x24, UAS_PIPES[addr], 0] if uas else [])
     return d
 
 
@@ -399,6 +399,7 @@ class BridgeBackend(usb.backend.IBackend):
             raise ValueError(f"usb bridge: product id {pid:#06x} is not an ASM24xx ({PRODUCTS})")
         self.bridge, self.pid, self.bus, self.address = bridge, pid, bus, address
         self.alt = 0
+        self.alts = (0,) if pid == 0x2463 else (0, 1)     # the ROM (0x2463) has Bulk-Only only
         self._reset_protocol()
 
     def _reset_protocol(self) -> None:
@@ -413,16 +414,17 @@ class BridgeBackend(usb.backend.IBackend):
     def get_device_descriptor(self, dev):
         return _Desc(bLength=18, bDescriptorType=1, bcdUSB=0x0320, bDeviceClass=0, bDeviceSubClass=0,
                      bDeviceProtocol=0, bMaxPacketSize0=9, idVendor=VENDOR_ASMEDIA, idProduct=self.pid,
-                     bcdDevice=0x0100, iManufacturer=0, iProduct=0, iSerialNumber=0, bNumConfigurations=1,
+                     bcdDevice=0x0001, iManufacturer=2, iProduct=3, iSerialNumber=1, bNumConfigurations=1,
                      address=self.address, bus=self.bus, port_number=1, port_numbers=(1,), speed=5)
 
     def get_configuration_descriptor(self, dev, config):
-        return _Desc(bLength=9, bDescriptorType=2, wTotalLength=9 + 9 * 2 + 7 * 6 + 10 * 4, bNumInterfaces=1,
-                     bConfigurationValue=1, iConfiguration=0, bmAttributes=0x80, bMaxPower=112)
+        total = sum(9 + sum(7 + 6 + 4 * (a == 1) for _ in ALTS[a][1]) for a in self.alts)
+        return _Desc(bLength=9, bDescriptorType=2, wTotalLength=9 + total, bNumInterfaces=1,
+                     bConfigurationValue=1, iConfiguration=0, bmAttributes=0xC0, bMaxPower=0)
 
     def get_interface_descriptor(self, dev, intf, alt, config):
-        if intf != 0 or alt not in ALTS:
-            raise IndexError("usb bridge: one interface with alternate settings 0 (BOT) and 1 (UAS)")
+        if intf != 0 or alt not in self.alts:
+            raise IndexError(f"usb bridge: one interface, alternate settings {self.alts} (0 BOT, 1 UAS)")
         proto, eps = ALTS[alt]
         return _Desc(bLength=9, bDescriptorType=4, bInterfaceNumber=0, bAlternateSetting=alt,
                      bNumEndpoints=len(eps), bInterfaceClass=0x08, bInterfaceSubClass=0x06,
@@ -447,6 +449,8 @@ class BridgeBackend(usb.backend.IBackend):
 
     def set_interface_altsetting(self, dev_handle, intf, altsetting):
         self._alive()
+        if intf != 0 or altsetting not in self.alts:
+            raise usb.core.USBError(f"Pipe error (no alternate setting {altsetting})", LIBUSB_ERROR_PIPE, errno.EPIPE)
         self.alt = altsetting
         self._reset_protocol()
 

@@ -110,8 +110,11 @@ def test_found_with_asmedia_ids_and_mass_storage_interfaces(rig):
     bridge, dev = rig
     assert (dev.idVendor, dev.idProduct) == (VID, PID)
     assert usb.core.find(idVendor=VID, idProduct=0x2463, backend=usb_bridge.backend(bridge=bridge)) is None
-    assert usb.core.find(idVendor=VID, idProduct=0x2463,
-                         backend=usb_bridge.backend(bridge=bridge, pid=0x2463)) is not None
+    rom = usb.core.find(idVendor=VID, idProduct=0x2463, backend=usb_bridge.backend(bridge=bridge, pid=0x2463))
+    # The ROM's descriptor set (cyrozap's lsusb dump): Bulk-Only only, 44 bytes, self-powered.
+    assert (rom[0].wTotalLength, rom[0].bmAttributes, [i.bInterfaceProtocol for i in rom[0]]) == (44, 0xC0, [0x50])
+    with pytest.raises(ValueError, match="No matching interface"):
+        rom.set_interface_altsetting(0, 1)
     with pytest.raises(ValueError, match="not an ASM24xx"):
         usb_bridge.backend(bridge=bridge, pid=0x1234)
     cfg = dev[0]
