@@ -119,7 +119,7 @@ class CDevice(Device):
 class HCQDevice(Device):
     """An hcq device; kernels through a registered codegen; programs cached by kernel name."""
 
-    def __init__(self, spec: str, codegen: str | None = None):
+    def __init__(self, spec: str, codegen: str | None = None, **open_kwargs):
         import hcq
         self.name = spec
         _import_codegens()
@@ -128,7 +128,7 @@ class HCQDevice(Device):
         if self.codegen not in _CODEGENS:
             raise RuntimeError(f"compiler_bridge: no code generator for {spec} (asked for {self.codegen!r}; "
                                f"registered: {sorted(_CODEGENS) or 'none'}); use DEVICE=c for the host")
-        self.dev = hcq.open(spec)
+        self.dev = hcq.open(spec, **open_kwargs)
         self._progs: dict[str, tuple] = {}
 
     def upload(self, arr):
@@ -170,5 +170,20 @@ def get_device(name: str | None = None) -> Device:
     """The device named (or the default), opened once per process."""
     name = name or default_device()
     if name not in _DEVICES:
-        _DEVICES[name] = CDevice() if name.lower() == "c" else HCQDevice(name)
+        open_device(name)
     return _DEVICES[name]
+
+
+def open_device(name: str, codegen: str | None = None, **open_kwargs) -> Device:
+    """Opens (or reopens) the device that tensors naming `name` use; open_kwargs go to hcq.open
+    (e.g. fresh=True for a newly powered simulated GPU)."""
+    close_device(name)
+    _DEVICES[name] = CDevice() if name.lower() == "c" else HCQDevice(name, codegen, **open_kwargs)
+    return _DEVICES[name]
+
+
+def close_device(name: str) -> None:
+    """Closes the device opened for `name` (hcq fini); tensors still on it can no longer be read."""
+    dev = _DEVICES.pop(name, None)
+    if isinstance(dev, HCQDevice):
+        dev.close()

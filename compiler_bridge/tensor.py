@@ -51,7 +51,7 @@ class Tensor:
         else:
             arr = np.asarray(data)
             dt = dtype or _np_dtype(arr.dtype)
-            arr = np.ascontiguousarray(arr.astype({"float32": np.float32, "int32": np.int32, "bool": np.bool_}[dt]))
+            arr = np.array(arr, {"float32": np.float32, "int32": np.int32, "bool": np.bool_}[dt], order="C")
             self.node = Node("buffer", shape=arr.shape, dtype=dt, data=arr)
         self.device = device or runtime.default_device()
 
