@@ -1,0 +1,96 @@
+"""clang-15 as a compiler of OpenCL C to AMDHSA code objects for gfx1100, with an on-disk cache.
+
+    compile_opencl(source, mcpu="gfx1100") -> bytes      the linked code object (ELF, ET_DYN)
+
+The pipeline is the one the ISA corpus uses (tests/amdrv/isa/conftest.py): `clang-15 -x cl
+-cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib -O2 -c`, then `ld.lld-15 -shared`.
+No device library is linked, so sources read work-item ids through the amdgcn builtins.
+
+Results are cached by the sha256 of (source, mcpu, flags) in `$DRIVERLESS_CACHE_DIR/kernels`, else
+`$XDG_CACHE_HOME/driverless/kernels`, else `~/.cache/driverless/kernels` (one file per code object,
+written atomically), and in memory for the process. A missing clang-15 or ld.lld-15 raises
+`ClangMissing` (a RuntimeError) naming the Debian packages to install; a compile error raises
+`ClangError` with clang's diagnostics and the source.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+CLANG, LLD = "clang-15", "ld.lld-15"
+FLAGS = ("-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-nogpulib", "-O2")
+
+
+class ClangError(RuntimeError):
+    """clang-15 or ld.lld-15 rejected a generated source."""
+
+
+class ClangMissing(ClangError):
+    """clang-15 or ld.lld-15 is not installed."""
+
+
+_memo: dict[str, bytes] = {}
+stats = {"compiles": 0, "disk_hits": 0, "memory_hits": 0}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("DRIVERLESS_CACHE_DIR")
+    if base:
+        return Path(base) / "kernels"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "driverless" / "kernels"
+
+
+def available() -> bool:
+    return bool(shutil.which(CLANG) and shutil.which(LLD))
+
+
+def _tools() -> tuple[str, str]:
+    clang, lld = shutil.which(CLANG), shutil.which(LLD)
+    if not clang or not lld:
+        missing = " and ".join(t for t, p in ((CLANG, clang), (LLD, lld)) if not p)
+        raise ClangMissing(f"the LLVM code generator needs {missing} on PATH (Debian: apt-get install "
+                           "clang-15 lld-15); the rdna3 generator needs neither")
+    return clang, lld
+
+
+def compile_opencl(source: str, mcpu: str = "gfx1100", use_cache: bool = True) -> bytes:
+    key = hashlib.sha256("\0".join((source, mcpu, *FLAGS)).encode()).hexdigest()
+    if use_cache and key in _memo:
+        stats["memory_hits"] += 1
+        return _memo[key]
+    path = cache_dir() / f"{key}.co"
+    if use_cache and path.is_file():
+        data = path.read_bytes()
+        if data[:4] == b"\x7fELF":
+            stats["disk_hits"] += 1
+            _memo[key] = data
+            return data
+    clang, lld = _tools()
+    with tempfile.TemporaryDirectory(prefix="driverless-cl-") as tmp:
+        src, obj, so = Path(tmp, "k.cl"), Path(tmp, "k.o"), Path(tmp, "k.so")
+        src.write_text(source)
+        for cmd in ([clang, *FLAGS, f"-mcpu={mcpu}", "-c", str(src), "-o", str(obj)],
+                    [lld, "-shared", str(obj), "-o", str(so)]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                numbered = "\n".join(f"{i + 1:4d}  {l}" for i, l in enumerate(source.splitlines()))
+                raise ClangError(f"{Path(cmd[0]).name} failed ({r.returncode}):\n{r.stderr.strip()}\n"
+                                 f"source:\n{numbered}")
+        data = so.read_bytes()
+    stats["compiles"] += 1
+    _memo[key] = data
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmpname = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmpname, path)
+        except OSError:
+            pass        # a read-only cache is not an error: the code object is in hand
+    return data

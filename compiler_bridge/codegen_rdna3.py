@@ -1,0 +1,561 @@
+"""The RDNA3 code generator: kernel IR (compiler_bridge.ir) -> gfx1100 wave32 machine code of our own.
+
+    assembly(kernel) -> str          the program in LLVM syntax (what amdrv.isa.assemble takes)
+    generate(kernel) -> (code_object_bytes, kernel_name, (global_size, local_size))   registered "rdna3"
+
+No LLVM is involved: the text goes through amdrv.isa.assemble and codeobj.write_code_object.
+
+Kernel shape. User SGPRs: the kernarg segment pointer in s[0:1]; the workgroup id x follows in s2;
+v0 holds the work-item id x. The prologue loads every buffer pointer (s_load_b64 into an even SGPR
+pair from s4 up) and scalar parameter (s_load_b32) from the kernarg segment, where they sit as the
+IR says (8-byte pointers in order, then 4-byte scalars), waits lgkmcnt(0), computes
+gid = s2 * L + v0 into v1 (L from ir.launch_dims, baked in), and masks exec to gid < n with
+v_cmp + s_and_saveexec_b32 (s3 keeps the old exec); a wave with no live lane branches to s_endpgm.
+
+Values and registers. Constants are immediates (inline or literal), never registers. A value is
+uniform when it is derived only from constants, scalar parameters and reduce indices through int32
+or bool ops: it lives in an SGPR and is computed by SALU (s_add_i32, s_mul_i32, s_cmp + s_cselect_b32,
+...). Everything else (gid, loads, every float op) lives in a VGPR. Bools are 0/1 in a register;
+compares go through VCC (v_cmp, then v_cndmask_b32 0/1). Allocation is a linear scan over the SSA
+values in program order: each value lives from its definition to its last use, and a value defined
+before a reduce and used inside it lives to the end of that reduce (the loop's back edge). A value's
+register is never the destination of an op that reads it, so multi-instruction expansions are safe;
+v2..v7 and s[NS-2:NS-1] are scratch for those expansions. Running out of registers (no spilling)
+raises RegisterSpill naming the kernel. Dead values (no use) are not computed.
+
+Memory. global_load_b32/global_store_b32 with the buffer pointer as SADDR and idx*4 as the 32-bit
+VGPR offset. Loads are tracked in issue order: before an op reads a loaded value, s_waitcnt
+vmcnt(k) waits for it with k = loads issued after it (VMEM loads return in order).
+
+Reductions: a do-while loop (length >= 1) with an SGPR counter: body, accumulate (v_add_f32 /
+v_max_f32 / v_add_nc_u32 / v_max_i32 into a VGPR accumulator initialised to the identity), s_add_i32,
+s_cmp_lt_u32, s_cbranch_scc1.
+
+Precision (float32, denormals kept: the descriptor's FLOAT_DENORM_MODE_32 is 3):
+    add sub mul, max, neg (sign flip), relu    exact / correctly rounded, as hardware does them
+    div      the v_div_scale / v_rcp_f32 / two Newton-Raphson FMA steps / v_div_fmas / v_div_fixup
+             sequence: correctly rounded, with IEEE results for 0, inf, NaN and denormals
+    sqrt     v_sqrt_f32 (1 ulp on hardware)
+    exp(x)   v_exp_f32(x * log2(e)): relative error about 1 ulp + |x| * 6e-8 (the rounding of the
+             scaled argument): within 2e-6 for |x| <= 30
+    log(x)   v_log_f32(x) * ln(2): relative error about 2 ulp, absolute near x = 1
+    sigmoid  v_rcp_f32(1 + v_exp_f32(-x * log2(e))); tanh(x) = 1 - 2 * rcp(1 + exp2(2x log2 e)):
+             absolute error about 2e-7
+    cast     v_cvt_i32_f32 (truncation; NaN gives 0), v_cvt_f32_i32 (round to nearest)
+int32: add/sub/mul wrap (v_add_nc_u32, v_sub_nc_u32, v_mul_lo_u32); idiv/mod by a positive constant d
+with a non-negative dividend (the IR's promise): shifts and masks for powers of two, otherwise
+q = mul_hi_u32(x, m) >> (l - 1) with l = ceil(log2 d), m = ceil(2**(31 + l) / d), exact for
+0 <= x < 2**31; mod = x - q * d. Constant operands of int ops are folded at compile time.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from amdrv.isa import asm
+from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+from compiler_bridge import ir
+from compiler_bridge.runtime import register_codegen
+
+NV, NS = 256, 104          # VGPRs v0..v255; SGPRs s0..s103 (vcc is apart)
+VTMP = (2, 3, 4, 5, 6, 7)  # scratch VGPRs for expansions
+LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
+
+
+class CodegenError(ir.IRError):
+    """The IR holds something this generator cannot emit; the message names the kernel and the op."""
+
+
+class RegisterSpill(CodegenError):
+    """The kernel needs more registers than gfx11 has and this generator does not spill."""
+
+
+def f32bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _lit(bits: int) -> str:
+    bits &= 0xFFFFFFFF
+    signed = bits - (1 << 32) if bits & 0x80000000 else bits
+    return str(signed) if -16 <= signed <= 64 else f"0x{bits:08x}"
+
+
+class Val:
+    """Where a value lives: kind 'v' (VGPR), 's' (SGPR) or 'k' (a 32-bit constant, `bits`)."""
+    __slots__ = ("kind", "reg", "bits", "dtype")
+
+    def __init__(self, kind, dtype, reg=0, bits=0):
+        self.kind, self.dtype, self.reg, self.bits = kind, dtype, reg, bits & 0xFFFFFFFF
+
+    def __str__(self):
+        return f"{self.kind}{self.reg}" if self.kind != "k" else _lit(self.bits)
+
+    @property
+    def ival(self) -> int:      # the constant as a signed int32
+        return self.bits - (1 << 32) if self.bits & 0x80000000 else self.bits
+
+
+def _wrap(x: int) -> int:
+    return x & 0xFFFFFFFF
+
+
+def _trunc_div(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _fold_int(o: str, a: int, b: int | None = None):
+    if o == "add": return a + b
+    if o == "sub": return a - b
+    if o == "mul": return a * b
+    if o == "max": return max(a, b)
+    if o == "neg": return -a
+    if o == "relu": return max(a, 0)
+    if o == "idiv": return _trunc_div(a, b)
+    if o == "mod": return a - _trunc_div(a, b) * b
+    if o == "cmplt": return int(a < b)
+    if o == "cmple": return int(a <= b)
+    if o == "cmpeq": return int(a == b)
+    if o == "cmpne": return int(a != b)
+    return None
+
+
+def magic(d: int) -> tuple[int, int]:
+    """(m, shift) with x // d == mul_hi_u32(x, m) >> shift for 0 <= x < 2**31 (d >= 3, not a power of 2)."""
+    l_ = (d - 1).bit_length()
+    m = -(-(1 << (31 + l_)) // d)
+    assert m < 1 << 32
+    return m, l_ - 1
+
+
+class _Gen:
+    def __init__(self, k: ir.Kernel):
+        self.k = k
+        self.lines: list[str] = []
+        self.vals: dict[int, Val] = {}
+        self.pending: list[int] = []     # value ids of loads in flight, in issue order
+        self.labels = 0
+        (_, _, _), (self.local, _, _) = ir.launch_dims(k)
+        self._liveness()
+
+    # ----------------------------------------------------------------------------- liveness
+    def _liveness(self):
+        self.defpos: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.oppos: dict[int, int] = {}    # id(op) -> position
+        loops = []
+        pos = [0]
+
+        def use(v, p):
+            self.last[v] = max(self.last.get(v, -1), p)
+
+        def walk(body):
+            for op in body:
+                p = pos[0]
+                pos[0] += 1
+                self.oppos[id(op)] = p
+                if op.op == "reduce":
+                    r = op.arg
+                    self.defpos[op.id] = self.defpos[r.var] = p
+                    walk(op.body)
+                    end = pos[0]
+                    pos[0] += 1
+                    self.oppos[("end", id(op))] = end
+                    use(r.var, end)
+                    use(op.id, end)
+                    use(r.result, end)
+                    loops.append((p, end))
+                else:
+                    for s in op.srcs:
+                        use(s, p)
+                    if op.id >= 0:
+                        self.defpos[op.id] = p
+
+        walk(self.k.body)
+        for v, d in self.defpos.items():
+            self.last.setdefault(v, -1)
+        for start, end in loops:
+            for v, d in self.defpos.items():
+                if d < start and self.last[v] > start:
+                    self.last[v] = max(self.last[v], end)
+        self.used = {v for v, p in self.last.items() if p >= 0}
+
+    # ---------------------------------------------------------------------------- registers
+    def _setup_regs(self, first_sgpr: int):
+        self.free_v = list(range(VTMP[-1] + 1, NV))
+        self.stmp = (NS - 2, NS - 1)
+        self.free_s = list(range(first_sgpr, NS - 2))
+        self.live: list[tuple[int, int]] = []      # (last use, value id) of register-held values
+
+    def _expire(self, p: int):
+        keep = []
+        for last, v in self.live:
+            if last < p:
+                val = self.vals[v]
+                (self.free_v if val.kind == "v" else self.free_s).append(val.reg)
+            else:
+                keep.append((last, v))
+        self.live = keep
+        self.free_v.sort()
+        self.free_s.sort()
+
+    def _alloc(self, vid: int, kind: str, dtype: str) -> Val:
+        pool = self.free_v if kind == "v" else self.free_s
+        if not pool:
+            what = "VGPRs" if kind == "v" else "SGPRs"
+            raise RegisterSpill(f"kernel {self.k.name}: out of {what} at value %{vid} (v0..v{VTMP[-1]} and "
+                                f"s0..s{3 + 2 * len(self.k.bufs) + len(self.k.scalars)} are taken by the prologue "
+                                "and scratch); this generator does not spill: split the kernel")
+        val = Val(kind, dtype, pool.pop(0))
+        self.vals[vid] = val
+        self.live.append((self.last[vid], vid))
+        return val
+
+    # --------------------------------------------------------------------------------- emission
+    def emit(self, line: str):
+        self.lines.append(line)
+
+    def label(self) -> str:
+        self.labels += 1
+        return f"L{self.labels}"
+
+    def wait_for(self, ids):
+        idx = [self.pending.index(i) for i in ids if i in self.pending]
+        if idx:
+            i = max(idx)
+            self.emit(f"s_waitcnt vmcnt({min(63, len(self.pending) - 1 - i)})")
+            self.pending = self.pending[i + 1:]
+
+    def vsrcs(self, srcs: list[Val], scalar_ok: int = 1) -> list[str]:
+        """Operand text for a VALU op: at most `scalar_ok` non-VGPR operands (the first ones); the rest are
+        copied into scratch VGPRs."""
+        out, budget, tmp = [], scalar_ok, iter(VTMP[::-1])
+        for s in srcs:
+            if s.kind == "v":
+                out.append(str(s))
+            elif budget > 0:
+                budget -= 1
+                out.append(str(s))
+            else:
+                t = f"v{next(tmp)}"
+                self.emit(f"v_mov_b32 {t}, {s}")
+                out.append(t)
+        return out
+
+    def to_v(self, s: Val, tmp: int) -> str:
+        if s.kind == "v":
+            return str(s)
+        self.emit(f"v_mov_b32 v{tmp}, {s}")
+        return f"v{tmp}"
+
+    # ----------------------------------------------------------------------------------- ops
+    def run(self) -> str:
+        k = self.k
+        nb = len(k.bufs)
+        self.ptr = [4 + 2 * i for i in range(nb)]
+        first = 4 + 2 * nb
+        for i, _ in enumerate(k.bufs):
+            self.emit(f"s_load_b64 s[{self.ptr[i]}:{self.ptr[i] + 1}], s[0:1], 0x{8 * i:x}")
+        self.sparam = []
+        for j, _ in enumerate(k.scalars):
+            self.emit(f"s_load_b32 s{first + j}, s[0:1], 0x{8 * nb + 4 * j:x}")
+            self.sparam.append(first + j)
+        self._setup_regs(first + len(k.scalars))
+        self.emit(f"s_mul_i32 s3, s2, {self.local}")
+        self.emit("v_add_nc_u32 v1, s3, v0")
+        self.emit(f"v_cmp_gt_u32 vcc_lo, {_lit(k.size)}, v1")
+        self.emit("s_and_saveexec_b32 s3, vcc_lo")
+        self.emit("s_cbranch_execz Lend")
+        if k.scalars or nb:
+            self.emit("s_waitcnt lgkmcnt(0)")
+        self.body(k.body)
+        self.emit("Lend:")
+        self.emit("s_endpgm")
+        return "\n".join(self.lines) + "\n"
+
+    def body(self, ops):
+        for op in ops:
+            p = self.oppos[id(op)]
+            self._expire(p)
+            if op.op == "store":
+                self.store(op)
+            elif op.op == "reduce":
+                if op.id in self.used:
+                    self.reduce(op, p)
+            elif op.id in self.used:
+                self.wait_for(op.srcs)
+                self.op(op)
+
+    def store(self, op):
+        self.wait_for(op.srcs)
+        idx, val = (self.vals[s] for s in op.srcs)
+        off = self.offset(idx)
+        data = self.to_v(val, 3)
+        self.emit(f"global_store_b32 {off}, {data}, s[{self.ptr[op.arg]}:{self.ptr[op.arg] + 1}]")
+
+    def offset(self, idx: Val) -> str:
+        if idx.kind == "k":
+            self.emit(f"v_mov_b32 v2, {_lit(idx.bits * 4)}")
+        else:
+            self.emit(f"v_lshlrev_b32 v2, 2, {idx}")
+        return "v2"
+
+    def reduce(self, op, p):
+        r = op.arg
+        acc = self._alloc(op.id, "v", op.dtype)
+        var = self._alloc(r.var, "s", "int32")
+        if r.kind == "sum":
+            init = 0
+        else:
+            init = f32bits(-math.inf) if op.dtype == "float32" else 0x80000000
+        self.emit(f"v_mov_b32 {acc}, {_lit(init)}")
+        self.emit(f"s_mov_b32 {var}, 0")
+        top = self.label()
+        self.emit(f"{top}:")
+        self.body(op.body)
+        self.wait_for([r.result])
+        x = self.vals[r.result]
+        mn = {("sum", "float32"): "v_add_f32", ("max", "float32"): "v_max_f32",
+              ("sum", "int32"): "v_add_nc_u32", ("max", "int32"): "v_max_i32"}[(r.kind, op.dtype)]
+        self.emit(f"{mn} {acc}, {x}, {acc}")
+        self.emit(f"s_add_i32 {var}, {var}, 1")
+        self.emit(f"s_cmp_lt_u32 {var}, {_lit(r.length)}")
+        self.emit(f"s_cbranch_scc1 {top}")
+        # the body's values are gone; their registers were expired inside the body or expire now
+        self._expire(self.oppos[("end", id(op))])
+
+    def const(self, op, bits):
+        self.vals[op.id] = Val("k", op.dtype, bits=bits)
+
+    def op(self, op):
+        o, d = op.op, op.dtype
+        src = [self.vals[s] for s in op.srcs]
+        if o == "gid":
+            self.vals[op.id] = Val("v", "int32", 1)      # v1 for the whole kernel, never freed
+            return
+        if o == "const":
+            bits = f32bits(op.arg) if d == "float32" else int(op.arg)
+            return self.const(op, bits)
+        if o == "param":
+            self.vals[op.id] = Val("s", d, self.sparam[op.arg])
+            return
+        if o == "load":
+            dst = self._alloc(op.id, "v", d)
+            off = self.offset(src[0])
+            self.emit(f"global_load_b32 {dst}, {off}, s[{self.ptr[op.arg]}:{self.ptr[op.arg] + 1}]")
+            self.pending.append(op.id)
+            return
+        sd = [s.dtype for s in src]
+        isint = all(t in ("int32", "bool") for t in sd) and d in ("int32", "bool")
+        # int constant folding
+        if isint and src and all(s.kind == "k" for s in src):
+            if o == "where":
+                return self.const(op, src[1].bits if src[0].bits else src[2].bits)
+            if o == "cast":
+                return self.const(op, int(src[0].ival != 0) if d == "bool" else src[0].bits)
+            v = _fold_int(o, *[s.ival for s in src])
+            if v is not None:
+                return self.const(op, _wrap(v))
+        if isint and all(s.kind in "sk" for s in src):
+            return self.salu(op, src)
+        return self.valu(op, src)
+
+    # SALU: uniform int32/bool values
+    def salu(self, op, src):
+        o = op.op
+        dst = self._alloc(op.id, "s", op.dtype)
+        a = src[0]
+        b = src[1] if len(src) > 1 else None
+        simple = {"add": "s_add_i32", "sub": "s_sub_i32", "mul": "s_mul_i32", "max": "s_max_i32"}
+        if a.kind == "k" and b is not None and b.kind == "k":
+            raise CodegenError(f"kernel {self.k.name}: unfolded constant op {o}")
+        if o in simple:
+            self.emit(f"{simple[o]} {dst}, {a}, {b}")
+        elif o == "neg":
+            self.emit(f"s_sub_i32 {dst}, 0, {a}")
+        elif o == "relu":
+            self.emit(f"s_max_i32 {dst}, {a}, 0")
+        elif o in ("idiv", "mod"):
+            dv = self.divisor(op, b)
+            if dv & (dv - 1) == 0:
+                if o == "idiv":
+                    self.emit(f"s_lshr_b32 {dst}, {a}, {dv.bit_length() - 1}")
+                else:
+                    self.emit(f"s_and_b32 {dst}, {a}, {_lit(dv - 1)}")
+            else:
+                m, sh = magic(dv)
+                t = f"s{self.stmp[0]}"
+                self.emit(f"s_mul_hi_u32 {t}, {a}, {_lit(m)}")
+                if o == "idiv":
+                    self.emit(f"s_lshr_b32 {dst}, {t}, {sh}")
+                else:
+                    self.emit(f"s_lshr_b32 {t}, {t}, {sh}")
+                    self.emit(f"s_mul_i32 {t}, {t}, {_lit(dv)}")
+                    self.emit(f"s_sub_i32 {dst}, {a}, {t}")
+        elif o in ir.COMPARE:
+            cc = {"cmplt": "lt_i32", "cmple": "le_i32", "cmpeq": "eq_u32", "cmpne": "lg_u32"}[o]
+            self.emit(f"s_cmp_{cc} {a}, {b}")
+            self.emit(f"s_cselect_b32 {dst}, 1, 0")
+        elif o == "where":
+            c, x, y = src
+            if x.kind == "k" and y.kind == "k" and not (-16 <= x.ival <= 64 and -16 <= y.ival <= 64) \
+                    and x.bits != y.bits:
+                self.emit(f"s_mov_b32 s{self.stmp[0]}, {x}")
+                x = Val("s", x.dtype, self.stmp[0])
+            if c.kind == "k":
+                self.emit(f"s_mov_b32 {dst}, {x if c.bits else y}")
+            else:
+                self.emit(f"s_cmp_lg_u32 {c}, 0")
+                self.emit(f"s_cselect_b32 {dst}, {x}, {y}")
+        elif o == "cast":
+            if op.dtype == "bool":
+                self.emit(f"s_cmp_lg_u32 {a}, 0")
+                self.emit(f"s_cselect_b32 {dst}, 1, 0")
+            else:
+                self.emit(f"s_mov_b32 {dst}, {a}")
+        else:
+            raise CodegenError(f"kernel {self.k.name}: no SALU form for {o} {op.dtype}")
+
+    def divisor(self, op, b: Val) -> int:
+        if b is None or b.kind != "k" or b.ival <= 0:
+            raise CodegenError(f"kernel {self.k.name} at {op.op} %{op.id}: the divisor must be a positive "
+                               "constant (the IR's rule for idiv/mod)")
+        return b.ival
+
+    # VALU: everything per-lane and every float op
+    def valu(self, op, src):
+        o, d = op.op, op.dtype
+        dst = self._alloc(op.id, "v", d)
+        sd = src[0].dtype if src else d
+        fl = sd == "float32"
+        a = src[0]
+        e = self.emit
+        if o in ("add", "sub", "mul", "max"):
+            mn = {"add": "v_add_f32", "sub": "v_sub_f32", "mul": "v_mul_f32", "max": "v_max_f32"}[o] if fl else \
+                {"add": "v_add_nc_u32", "sub": "v_sub_nc_u32", "mul": "v_mul_lo_u32", "max": "v_max_i32"}[o]
+            x, y = self.vsrcs(src)
+            e(f"{mn} {dst}, {x}, {y}")
+        elif o == "neg":
+            (x,) = self.vsrcs(src)
+            e(f"v_xor_b32 {dst}, 0x80000000, {x}" if fl else f"v_sub_nc_u32 {dst}, 0, {x}")
+        elif o == "relu":
+            (x,) = self.vsrcs(src)
+            e(f"v_max_f32 {dst}, 0, {x}" if fl else f"v_max_i32 {dst}, 0, {x}")
+        elif o == "div":
+            x = self.to_v(src[0], 5)
+            y = self.to_v(src[1], 6)
+            e(f"v_div_scale_f32 v2, null, {y}, {y}, {x}")      # scaled denominator
+            e(f"v_div_scale_f32 v3, vcc_lo, {x}, {y}, {x}")    # scaled numerator; VCC for div_fmas
+            e("v_rcp_f32 v4, v2")
+            e("v_fma_f32 v7, -v2, v4, 1.0")
+            e("v_fmac_f32 v4, v7, v4")                        # refined reciprocal
+            e(f"v_mul_f32 {dst}, v3, v4")
+            e(f"v_fma_f32 v7, -v2, {dst}, v3")
+            e(f"v_fmac_f32 {dst}, v7, v4")
+            e(f"v_fma_f32 v7, -v2, {dst}, v3")
+            e(f"v_div_fmas_f32 v7, v7, v4, {dst}")
+            e(f"v_div_fixup_f32 {dst}, v7, {y}, {x}")
+        elif o == "sqrt":
+            (x,) = self.vsrcs(src)
+            e(f"v_sqrt_f32 {dst}, {x}")
+        elif o == "exp":
+            x = self.to_v(src[0], 3)
+            e(f"v_mul_f32 v2, {_lit(f32bits(LOG2E))}, {x}")
+            e(f"v_exp_f32 {dst}, v2")
+        elif o == "log":
+            x = self.to_v(src[0], 3)
+            e(f"v_log_f32 v2, {x}")
+            e(f"v_mul_f32 {dst}, {_lit(f32bits(LN2))}, v2")
+        elif o in ("sigmoid", "tanh"):
+            x = self.to_v(src[0], 3)
+            scale = -LOG2E if o == "sigmoid" else 2 * LOG2E
+            e(f"v_mul_f32 v2, {_lit(f32bits(scale))}, {x}")
+            e("v_exp_f32 v2, v2")
+            e("v_add_f32 v2, 1.0, v2")
+            if o == "sigmoid":
+                e(f"v_rcp_f32 {dst}, v2")
+            else:
+                e("v_rcp_f32 v2, v2")
+                e(f"v_fma_f32 {dst}, -2.0, v2, 1.0")
+        elif o in ir.COMPARE:
+            if fl:
+                cc = {"cmplt": "lt_f32", "cmple": "le_f32", "cmpeq": "eq_f32", "cmpne": "neq_f32"}[o]
+            else:
+                cc = {"cmplt": "lt_i32", "cmple": "le_i32", "cmpeq": "eq_u32", "cmpne": "ne_u32"}[o]
+            x, y = self.vsrcs(src)
+            e(f"v_cmp_{cc} vcc_lo, {x}, {y}")
+            e(f"v_cndmask_b32 {dst}, 0, 1, vcc_lo")
+        elif o == "where":
+            c, x, y = src
+            if c.kind == "k":
+                (v,) = self.vsrcs([x if c.bits else y])
+                e(f"v_mov_b32 {dst}, {v}")
+                return
+            (cs,) = self.vsrcs([c])
+            e(f"v_cmp_ne_u32 vcc_lo, 0, {cs}" if c.kind == "v" else f"v_cmp_ne_u32 vcc_lo, {cs}, 0")
+            ys, xs = self.vsrcs([y, x])
+            e(f"v_cndmask_b32 {dst}, {ys}, {xs}, vcc_lo")
+        elif o == "cast":
+            (x,) = self.vsrcs(src)
+            if d == sd:
+                e(f"v_mov_b32 {dst}, {x}")
+            elif d == "bool":
+                e(f"v_cmp_neq_f32 vcc_lo, 0, {x}" if fl else f"v_cmp_ne_u32 vcc_lo, 0, {x}")
+                e(f"v_cndmask_b32 {dst}, 0, 1, vcc_lo")
+            elif d == "float32":
+                e(f"v_cvt_f32_i32 {dst}, {x}")
+            elif fl:
+                e(f"v_cvt_i32_f32 {dst}, {x}")
+            else:                                           # bool -> int32: already 0/1
+                e(f"v_mov_b32 {dst}, {x}")
+        elif o in ("idiv", "mod"):
+            dv = self.divisor(op, src[1])
+            (x,) = self.vsrcs([a])
+            if dv & (dv - 1) == 0:
+                if o == "idiv":
+                    e(f"v_lshrrev_b32 {dst}, {dv.bit_length() - 1}, {x}")
+                else:
+                    e(f"v_and_b32 {dst}, {_lit(dv - 1)}, {x}")
+            else:
+                m, sh = magic(dv)
+                e(f"v_mul_hi_u32 v2, {_lit(m)}, {x}")
+                if o == "idiv":
+                    e(f"v_lshrrev_b32 {dst}, {sh}, v2")
+                else:
+                    e(f"v_lshrrev_b32 v2, {sh}, v2")
+                    e(f"v_mul_lo_u32 v2, {_lit(dv)}, v2")
+                    e(f"v_sub_nc_u32 {dst}, {x}, v2")
+        else:
+            raise CodegenError(f"kernel {self.k.name} at {o} %{op.id}: no RDNA3 form for {o} on {sd}")
+
+
+def assembly(k: ir.Kernel) -> str:
+    ir.validate(k)
+    return _Gen(k).run()
+
+
+def kernel_spec(k: ir.Kernel, code: bytes) -> KernelSpec:
+    args = [KernelArg(8 * i, 8, "global_buffer", "global", b.name) for i, b in enumerate(k.bufs)]
+    args += [KernelArg(8 * len(k.bufs) + 4 * j, 4, "by_value", None, s.name) for j, s in enumerate(k.scalars)]
+    (_, _, _), (local, _, _) = ir.launch_dims(k)
+    return KernelSpec(k.name, code, args=args, user_sgprs=("kernarg_segment_ptr",), workgroup_ids=1,
+                      workitem_ids=1, max_flat_workgroup_size=local)
+
+
+_memo: dict[ir.Kernel, bytes] = {}
+
+
+def generate(k: ir.Kernel):
+    """(code object bytes, kernel name, (global_size, local_size)) as compiler_bridge.runtime takes them."""
+    co = _memo.get(k)
+    if co is None:
+        text = assembly(k)
+        try:
+            code = asm.assemble(text)
+        except asm.AsmError as exc:
+            raise CodegenError(f"kernel {k.name}: generated assembly does not assemble: {exc}\n{text}") from exc
+        co = _memo[k] = write_code_object([kernel_spec(k, code)])
+    return co, k.name, ir.launch_dims(k)
+
+
+register_codegen("rdna3", generate)
