@@ -17,13 +17,14 @@ rendering the graph below it, down to buffers and other realized nodes, which ar
   3. Elementwise consumers of a reduction are fused after its loop when they use each reduced value once
      per output element: `(x.sum(1) * 2).exp()` is one kernel.
   4. A reduce node is realized (its own kernel, stored to a buffer) when it reaches a consumer through a
-     broadcasting expand (recomputing it per broadcast element would multiply its cost) or has more than
-     one consumer. Other nodes with several consumers are recomputed in each kernel that uses them
-     (within one kernel, a value at the same index is computed once).
+     broadcasting expand or from inside another reduce's loop (recomputing it per broadcast element or
+     per loop trip would multiply its cost), or when it has more than one consumer. Other nodes with
+     several consumers are recomputed in each kernel that uses them (within one kernel, a value at the
+     same index is computed once).
   Consequences: `x - x.max(1, keepdims=True)` is 2 kernels; a row softmax
   (`e = (x - x.max(1, keepdims)).exp(); e / e.sum(1, keepdims)`) is SOFTMAX_KERNELS = 3; an MLP layer
   `relu(x @ w + b)` feeding another matmul is 1 kernel for the first matmul, and bias + relu ride in the
-  next matmul's loop.
+  next matmul's loop; softmax(x @ w) is 1 + 3 kernels.
 
 Index arithmetic is simplified while it is emitted (constant folding, x*1, x+0, and idiv/mod removed
 where value ranges prove them trivial, and (a*c + b) // c -> a for 0 <= b < c), so contiguous views cost
@@ -100,7 +101,7 @@ def _realize_set(roots: list[Node]) -> list[Node]:
                 if id(s) in realize:
                     continue
                 grow = n.op == "expand" and any(a != b for a, b in zip(s.shape, n.shape))
-                under = (expanded or grow) and n.op != "reduce"
+                under = expanded or grow or n.op == "reduce"
                 if s.op == "reduce" and under:
                     realize.add(id(s))
                     changed = True
