@@ -182,3 +182,18 @@ def test_non_constant_divisor_is_refused_by_name():
     k = b.kernel("vardiv", [ir.BufParam("o", "int32", 4, "w")], 4, [ir.ScalarParam("d", "int32")])
     with pytest.raises(R.CodegenError, match="kernel vardiv at idiv .*positive constant"):
         R.generate(k)
+
+
+def test_compile_bench_reports_both_generators():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "bench" / "compile.py"
+    r = subprocess.run([sys.executable, str(script), "-n", "1", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert {row["kernel"] for row in res["kernels"]} == set(SAMPLES)
+    assert all(row["rdna3_ms"] > 0 and row["rdna3_code_bytes"] > 0 for row in res["kernels"])
+    if res["clang"]:
+        assert all(row["llvm_ms"] > 0 and row["ratio"] > 0 for row in res["kernels"])

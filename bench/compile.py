@@ -1,0 +1,86 @@
+"""Compile time per kernel: our RDNA3 generator against clang-15 (the LLVM generator), same IR programs.
+
+    python bench/compile.py [-n RUNS] [--json]
+
+For each kernel of compiler_bridge.codegen_samples (elementwise chains, unary math, reductions, a
+softmax, a matmul, int32 index arithmetic, uniform arithmetic, register pressure), medians over RUNS
+fresh compiles of the IR to a code object, in milliseconds:
+  rdna3      codegen_rdna3: IR -> assembly text -> amdrv.isa.assemble -> codeobj.write_code_object
+             (the per-process memo bypassed)
+  llvm       codegen_llvm: IR -> OpenCL C -> clang-15 -O2 -> ld.lld-15 (the cache bypassed: two
+             processes per compile); absent when clang-15 is not installed
+  ratio      llvm / rdna3 (how many times faster our generator is), measured in the same run
+Also reported: machine code bytes of each (the kernel's code, s_endpgm and padding included).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from amdrv.isa import asm  # noqa: E402
+from amdrv.isa.codeobj import CodeObject, write_code_object  # noqa: E402
+from compiler_bridge import codegen_clang, codegen_llvm, codegen_rdna3  # noqa: E402
+from compiler_bridge.codegen_samples import samples  # noqa: E402
+
+
+def _rdna3(k) -> bytes:
+    return write_code_object([codegen_rdna3.kernel_spec(k, asm.assemble(codegen_rdna3.assembly(k)))])
+
+
+def _llvm(k) -> bytes:
+    return codegen_clang.compile_opencl(codegen_llvm.opencl_source(k), use_cache=False)
+
+
+def _median_ms(fn, k, runs):
+    times, out = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        out = fn(k)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3, out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-n", "--runs", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    a = ap.parse_args(argv)
+    have_clang = codegen_clang.available()
+    rows = []
+    for name, s in samples().items():
+        k = s.kernel
+        r_ms, r_co = _median_ms(_rdna3, k, a.runs)
+        row = {"kernel": name, "ir_ops": sum(1 for _ in k.walk()), "rdna3_ms": round(r_ms, 3),
+               "rdna3_code_bytes": len(CodeObject(r_co).kernel(k.name).code)}
+        if have_clang:
+            l_ms, l_co = _median_ms(_llvm, k, a.runs)
+            row.update(llvm_ms=round(l_ms, 3), llvm_code_bytes=len(CodeObject(l_co).kernel(k.name).code),
+                       ratio=round(l_ms / r_ms, 1))
+        rows.append(row)
+    summary = {"runs": a.runs, "clang": have_clang,
+               "rdna3_median_ms": round(statistics.median(r["rdna3_ms"] for r in rows), 3)}
+    if have_clang:
+        summary["llvm_median_ms"] = round(statistics.median(r["llvm_ms"] for r in rows), 3)
+    if a.json:
+        print(json.dumps({"kernels": rows, **summary}))
+        return 0
+    print(f"compile time per kernel, median of {a.runs} (ms)" + ("" if have_clang else "; clang-15 not installed"))
+    print(f"{'kernel':14} {'IR ops':>6} {'rdna3':>8} {'bytes':>6}" + (f" {'llvm':>8} {'bytes':>6} {'llvm/rdna3':>10}" if have_clang else ""))
+    for r in rows:
+        line = f"{r['kernel']:14} {r['ir_ops']:6d} {r['rdna3_ms']:8.2f} {r['rdna3_code_bytes']:6d}"
+        if have_clang:
+            line += f" {r['llvm_ms']:8.2f} {r['llvm_code_bytes']:6d} {r['ratio']:10.1f}"
+        print(line)
+    print("median: rdna3 %.2f ms" % summary["rdna3_median_ms"]
+          + (", llvm %.2f ms" % summary["llvm_median_ms"] if have_clang else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
