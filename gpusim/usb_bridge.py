@@ -116,11 +116,17 @@ def wire_bytes(payload: int) -> int:
 class BridgeBus(Bus):
     """The PCIe side as the GPU's DMA sees it: the bridge's SRAM at 0x200000; nothing else is host memory."""
 
-    def __init__(self, sram: bytearray):
+    def __init__(self, bridge: ASM24Bridge):
         super().__init__()
-        self.sram = sram
+        self.bridge, self.sram = bridge, bridge.sram
 
     def _span(self, addr: int, n: int, what: str) -> int:
+        off = next((b for b, br in sorted(self.bridge.bridges.items()) if not br.bus_master), None)
+        if off is not None:
+            raise DMAError(f"DMA {what} at bus address {addr:#x}: the bridge on bus {off} has bus mastering off "
+                           f"(its PCI_COMMAND bit 2), so the GPU's request goes no further upstream")
+        if not self.bridge.link_up:
+            raise DMAError(f"DMA {what} at bus address {addr:#x}: the PCIe link behind the USB bridge is down")
         if not SRAM_BUS_BASE <= addr <= addr + n <= SRAM_BUS_BASE + SRAM_SIZE:
             raise DMAError(f"DMA {what} of {n} bytes at bus address {addr:#x}: behind the USB bridge only its "
                            f"SRAM ({SRAM_BUS_BASE:#x}..{SRAM_BUS_BASE + SRAM_SIZE:#x}) is reachable")
@@ -155,6 +161,21 @@ class _Type1:
     def secondary(self) -> int:
         return self.space[0x19]
 
+    def forwards(self, addr: int) -> bool:
+        """A memory request goes down when memory space is enabled and the address is inside the memory
+        window or the prefetchable window (PCI-to-PCI bridge header: base/limit in 1 MiB units)."""
+        s = self.space
+        if not s[0x04] & 0x2:
+            return False
+        mb, ml, pb, pl, pbu, plu = struct.unpack_from("<HHHHII", s, 0x20)
+        mem = (mb & 0xFFF0) << 16, ((ml & 0xFFF0) << 16) | 0xFFFFF
+        pref = (((pb & 0xFFF0) << 16) | (pbu << 32)), (((pl & 0xFFF0) << 16) | 0xFFFFF | (plu << 32))
+        return any(lo <= addr <= hi for lo, hi in (mem, pref))
+
+    @property
+    def bus_master(self) -> bool:
+        return bool(self.space[0x04] & 0x4)
+
     @property
     def subordinate(self) -> int:
         return self.space[0x1A]
@@ -176,8 +197,12 @@ class ASM24Bridge:
         self.gpu_answers = True
         self.status, self.sense = 0, (0, 0)
         self._cdb, self._last_sense = b"", bytes(18)
+        # Nothing enumerates the GPU behind a USB bridge: its BARs are unassigned, decode and mastering off.
+        for off in (0x10, 0x14, 0x18, 0x1C, 0x20, 0x24):
+            fn.config_write(off, 4, 0)
+        fn.config_write(0x04, 2, 0)
         provider.BUS.unplug(self.dev)       # the GPU's DMA now reaches only the bridge's SRAM
-        BridgeBus(self.sram).plug(self.dev)
+        BridgeBus(self).plug(self.dev)
 
     # -- failures -------------------------------------------------------------------------------
     def inject(self, kind: str, after: int = 0) -> None:
@@ -293,6 +318,8 @@ class ASM24Bridge:
 
     def _memory(self, addr: int, be: int, value: int | None) -> tuple[int | None, int]:
         pci = self.dev.pci
+        if not all(self.bridges[b].forwards(addr) for b in self.bridges):
+            return (CPL_UR, 0) if value is None else (CPL_SC, 0)
         hit = next((i for i in (0, 2, 5) if pci.addrs[i] <= addr < pci.addrs[i] + pci.sizes[i]), None)
         if hit is None or not pci.memory_enabled:
             return (CPL_UR, 0) if value is None else (CPL_SC, 0)    # a posted write to nowhere vanishes
@@ -485,16 +512,16 @@ class BridgeBackend(usb.backend.IBackend):
             raise usb.core.USBError("No such device (it may have been disconnected)", LIBUSB_ERROR_NO_DEVICE,
                                     errno.ENODEV)
 
-    def _transfer(self, n: int) -> None:
+    def _transfer(self, n: int, bulk: bool = True) -> None:
         self._alive()
         b = self.bridge
-        if "stall" in b.faults:
+        if bulk and "stall" in b.faults:
             if b.faults["stall"] == 0:
                 del b.faults["stall"]
                 b.wedged = True
             else:
                 b.faults["stall"] -= 1
-        if b.wedged:
+        if bulk and b.wedged:
             raise usb.core.USBTimeoutError("Operation timed out", LIBUSB_ERROR_TIMEOUT, errno.ETIMEDOUT)
         b.counters.transfers += 1
         b.counters.payload_bytes += n
@@ -585,7 +612,7 @@ class BridgeBackend(usb.backend.IBackend):
         b = self.bridge
         b.counters.round_trips += 1
         n = len(data) if data is not None else 0
-        self._transfer(n)
+        self._transfer(n, bulk=False)
         if bmRequestType == 0x21 and bRequest == 0xFF:          # Bulk-Only Mass Storage Reset
             self._reset_protocol()
             return 0
@@ -596,9 +623,22 @@ class BridgeBackend(usb.backend.IBackend):
         return n
 
 
+_BRIDGES: dict[int, ASM24Bridge] = {}     # provider slot -> the bridge in front of its GPU
+
+
 def open_bridge(chip: str = "navi31", *, gpu_bus: int = 4, **sim) -> ASM24Bridge:
-    """A bridge in front of the simulated GPU of `chip` (sim keywords go to gpusim.provider.open_function)."""
-    return ASM24Bridge(provider.open_function(chip, **sim), gpu_bus=gpu_bus)
+    """The bridge in front of the simulated GPU of `chip` (sim keywords go to gpusim.provider.open_function).
+    Reopening the same device finds its enclosure as it was left (bus numbers, BARs, XDATA, SRAM); a new
+    device (fresh=True) comes with a new enclosure, just powered on."""
+    fn = provider.open_function(chip, **sim)
+    br = _BRIDGES.get(fn.slot)
+    if br is not None and br.dev is fn.dev and br.gpu_bus == gpu_bus:
+        provider.BUS.unplug(fn.dev)
+        BridgeBus(br).plug(fn.dev)
+        br.fn, br.gone, br.wedged = fn, False, False
+        return br
+    br = _BRIDGES[fn.slot] = ASM24Bridge(fn, gpu_bus=gpu_bus)
+    return br
 
 
 def backend(chip: str = "navi31", *, pid: int = 0x2464, gpu_bus: int = 4, bridge: ASM24Bridge | None = None,

@@ -23,6 +23,7 @@ VID, PID = 0x174C, 0x2464
 EP_IN, EP_OUT, EP_STATUS, EP_CMD = 0x81, 0x02, 0x83, 0x04
 GPU_BUS = 4
 SRAM_PCI = 0x200000
+BAR0, BAR2, BAR5 = 0xE0000000, 0xF0000000, 0xF0200000
 
 
 class Host:
@@ -98,6 +99,20 @@ class Host:
         for bus in range(GPU_BUS):
             assert self.cfg(bus, 0x18, bus | ((bus + 1) << 8) | (GPU_BUS << 16))[0] == 0
 
+    def assign(self, bridge_cmd: int = 0x6) -> None:
+        """What a BIOS would have done (nothing behind a USB bridge does): bridge memory windows
+        0xE0000000-0xFFFFFFFF (base/limit in 1 MiB units; prefetchable window empty: base > limit), memory
+        and bus mastering on the bridges; the GPU's BAR0 (64-bit), BAR2 (64-bit), BAR5 below 4 GiB; then its
+        memory decode and bus mastering."""
+        self.enumerate()
+        for bus in range(GPU_BUS):
+            self.cfg(bus, 0x20, 0xE000 | (0xFFF0 << 16))
+            self.cfg(bus, 0x24, 0x0000FFF0)
+            self.cfg(bus, 0x04, bridge_cmd, be=0x3)
+        for reg, value in ((0x10, BAR0), (0x14, 0), (0x18, BAR2), (0x1C, 0), (0x24, BAR5)):
+            self.cfg(GPU_BUS, reg, value)
+        self.cfg(GPU_BUS, 0x04, 0x0006, be=0x3)
+
 
 @pytest.fixture
 def rig():
@@ -134,6 +149,8 @@ def test_gpu_ids_by_config_tlp_once_the_bridges_route(rig, uas):
     h.enumerate()
     status, count, ids = h.cfg(GPU_BUS, 0)
     assert (status, count, ids) == (0, 4, 0x744C1002)
+    # Nothing enumerated the GPU: BARs unassigned, memory decode and bus mastering off.
+    assert h.cfg(GPU_BUS, 0x24)[2] == 0 and h.cfg(GPU_BUS, 0x04)[2] & 0x7 == 0
     assert h.cfg(2, 0)[2] == 0x14781002 and h.cfg(3, 0)[2] == 0x14791002
     assert h.cfg(GPU_BUS, 0x10000 | 0)[0] == 1                          # function 1 (audio) is not there
     # A config write completes without data; the GPU takes it (bus mastering on).
@@ -144,38 +161,40 @@ def test_gpu_ids_by_config_tlp_once_the_bridges_route(rig, uas):
 def test_bar5_register_and_bar0_by_memory_tlps(rig):
     bridge, dev = rig
     h = Host(dev)
-    h.enumerate()
-    bar5 = h.cfg(GPU_BUS, 0x24)[2] & ~0xF
     reg = bridge.dev.reg_addr("GC", "SCRATCH_REG0") * 4
-    assert h.tlp(0x40, bar5 + reg, 0x12345678) is None                 # posted
+    h.enumerate()
+    assert h.tlp(0x00, BAR5 + reg)[0] == 1                              # no bridge window forwards it yet
+    h.assign()
+    assert h.tlp(0x40, BAR5 + reg, 0x12345678) is None                  # posted
     assert bridge.dev.regs.peek(reg // 4) == 0x12345678
-    assert h.tlp(0x00, bar5 + reg) == (0, 4, 0x12345678)
-    assert h.tlp(0x40, bar5 + reg, 0xAB << 8, be=0x2) is None           # one byte lane, merged
-    assert h.tlp(0x00, bar5 + reg) == (0, 4, 0x1234AB78)
-    assert h.tlp(0x00, bar5 + reg, be=0xC)[:2] == (0, 2)                # byte count = enabled span
-    # BAR0 sits above 4 GiB until the host moves it: the engine only sends 32-bit addresses.
-    assert h.tlp(0x00, 0xE0000000)[0] == 1
-    h.cfg(GPU_BUS, 0x10, 0xE0000000)
-    h.cfg(GPU_BUS, 0x14, 0)
-    h.tlp(0x40, 0xE0000000 + 0x1000, 0xDEADBEEF)
-    h.tlp(0x40, 0xE0000000 + 0x1004, 0x00770000, be=0x4)
+    assert h.tlp(0x00, BAR5 + reg) == (0, 4, 0x12345678)
+    assert h.tlp(0x40, BAR5 + reg, 0xAB << 8, be=0x2) is None           # one byte lane, merged
+    assert h.tlp(0x00, BAR5 + reg) == (0, 4, 0x1234AB78)
+    assert h.tlp(0x00, BAR5 + reg, be=0xC)[:2] == (0, 2)                # byte count = enabled span
+    h.tlp(0x40, BAR0 + 0x1000, 0xDEADBEEF)
+    h.tlp(0x40, BAR0 + 0x1004, 0x00770000, be=0x4)
     assert bridge.dev.vram.read(0x1000, 8) == bytes.fromhex("efbeadde00007700")
+    assert h.tlp(0x00, 0xD0000000)[0] == 1                              # outside the bridges' windows
+    assert h.tlp(0x00, BAR5 + (1 << 20))[0] == 1                        # inside them, but no BAR there
     # Memory decode off: the GPU answers UR.
     h.cfg(GPU_BUS, 0x04, 0x0000, be=0x3)
-    assert h.tlp(0x00, bar5 + reg)[0] == 1
+    assert h.tlp(0x00, BAR5 + reg)[0] == 1
 
 
 @pytest.mark.parametrize("uas", [False, True])
 def test_bulk_copies_through_the_sram_window_both_ways(rig, uas):
     bridge, dev = rig
     h = Host(dev, uas)
-    h.enumerate()
-    h.cfg(GPU_BUS, 0x04, 0x0006, be=0x3)                                # memory + bus master
+    h.assign(bridge_cmd=0x2)
     gpu = bridge.dev
     # Host -> SRAM by WRITE(16): 3 blocks at LBA 7; the GPU reads them by DMA at 0x200000 + 7 * 512.
     payload = bytes((i * 7 + 3) & 0xFF for i in range(3 * 512))
     cdb = struct.pack(">BBQIBB", 0x8A, 0, 7, 3, 0, 0)
     assert h.scsi(cdb, data_out=payload)[1] == 0
+    with pytest.raises(usb_bridge.DMAError, match="bridge on bus 0 has bus mastering off"):
+        gpu.dma_read(SRAM_PCI, 4)
+    for bus in range(GPU_BUS):
+        h.cfg(bus, 0x04, 0x6, be=0x3)
     assert gpu.dma_read(SRAM_PCI + 7 * 512 + 5, 1001) == payload[5:1006]
     # GPU -> SRAM by DMA at awkward offsets and sizes; the host reads the 4 KiB window at XDATA 0xF000.
     for off, n in ((0, 1), (3, 255), (777, 77), (4096 - 13, 13)):
@@ -202,8 +221,8 @@ def test_bot_length_disagreements(rig):
 def test_limits_are_refused_as_hardware_would(rig):
     bridge, dev = rig
     h = Host(dev)
-    h.enumerate()
-    bar5 = h.cfg(GPU_BUS, 0x24)[2] & ~0xF
+    h.assign()
+    bar5 = BAR5
     reg = bridge.dev.reg_addr("GC", "SCRATCH_REG0") * 4
     # A payload longer than one dword (a last-DW byte enable) is refused before it reaches the link.
     sent = bridge.counters.tlps
@@ -253,8 +272,8 @@ def test_dropped_link_is_no_device(rig):
 def test_silent_gpu_and_link_down(rig):
     bridge, dev = rig
     h = Host(dev)
-    h.enumerate()
-    bar5 = h.cfg(GPU_BUS, 0x24)[2] & ~0xF
+    h.assign()
+    bar5 = BAR5
     bridge.inject("gpu_silent")
     assert h.cfg(GPU_BUS, 0) == "timeout"
     assert h.tlp(0x00, bar5) == "timeout"
@@ -263,8 +282,23 @@ def test_silent_gpu_and_link_down(rig):
     bridge.inject("link_down")
     assert h.cfg(0, 0) == "timeout" and h.cfg(GPU_BUS, 0) == "timeout"
     assert h.tlp(0x40, bar5, 1) is None and h.xr(0xB296, 1)[0] == 2    # posted: nothing to wait for
+    with pytest.raises(usb_bridge.DMAError, match="link .* is down"):
+        bridge.dev.dma_read(SRAM_PCI, 4)
     bridge.heal()
     assert h.cfg(GPU_BUS, 0)[2] == 0x744C1002
+
+
+def test_reopening_finds_the_enclosure_as_left():
+    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=61)
+    h = Host(usb.core.find(idVendor=VID, backend=b))
+    h.assign()
+    h.xw(0x0100, b"\x5a")
+    again = usb_bridge.backend("navi31", small_bar=True, slot=61)
+    assert again.bridge is b.bridge
+    h = Host(usb.core.find(idVendor=VID, backend=again))
+    assert h.cfg(GPU_BUS, 0x24)[2] == BAR5 and h.xr(0x0100, 1) == b"\x5a"
+    fresh = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=61)
+    assert fresh.bridge is not b.bridge and Host(usb.core.find(idVendor=VID, backend=fresh)).cfg(GPU_BUS, 0)[0] == 1
 
 
 def test_counters_round_trips_and_wire_bytes(rig):
