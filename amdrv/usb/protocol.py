@@ -112,6 +112,8 @@ def config_address(bus: int, dev: int, fn: int, offset: int) -> int:
     return (bus << 24) | (dev << 19) | (fn << 16) | (offset & 0xFFC)
 
 
-# The DMA window: bridge memory the GPU reaches at a bus address, and how the host fills it.
-WINDOW_PAGE = 0x1000
-WINDOW_PAGES = ((0xF000, 0x200000, "scsi"), (0xA000, 0x820000, "xdata"))   # (XDATA, bus address, push)
+# The DMA window: the bridge's SRAM, which the GPU reaches at bus 0x200000 + offset. The host fills it with
+# WRITE(16) at LBA offset // 512 (geohot/asm2464pd-firmware USBGPU.md: data lands at 0x200000 + LBA * 512)
+# and reads back only its first 4 KiB, through XDATA 0xF000 (cyrozap's memory map). Its size: tinygrad's
+# stock-firmware driver uses 0x80000 bytes there.
+WINDOW_BUS, WINDOW_XDATA, WINDOW_SIZE, WINDOW_PAGE = 0x200000, 0xF000, 0x80000, 0x1000

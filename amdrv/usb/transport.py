@@ -11,8 +11,8 @@ bridge's bus numbers and memory windows, and places the GPU's memory BARs below 
 only), so a BAR must fit there: the 256 MiB VRAM aperture does, a resized one does not.
 
 The GPU reaches host memory only through the bridge: `alloc_dma` hands out 4 KiB pages of the bridge's
-own memory at the bus addresses the GPU must use; their host view is a shadow the caller moves with
-`push()`/`pull()` (docs/usb.md, limits).
+SRAM (512 KiB at bus 0x200000) at the bus addresses the GPU must use; their host view is a shadow the
+caller moves with `push()` (any page) and `pull()` (the first page only) (docs/usb.md, Driver transport).
 """
 from __future__ import annotations
 
@@ -111,38 +111,44 @@ def _pieces(address: int, size: int):
 
 
 class WindowBuffer(DMABuffer):
-    """A 4 KiB page of the bridge's memory: the GPU reaches it at `bus_address()`, the host through a
-    shadow: `push()` sends the shadow to the bridge, `pull()` fetches what the GPU wrote."""
+    """Whole 4 KiB pages of the bridge's SRAM: the GPU reaches them at `bus_address()`, the host through a
+    shadow: `push()` sends the shadow (one WRITE(16) per page), `pull()` fetches what the GPU wrote, which
+    only the first page (XDATA 0xF000) allows."""
 
-    def __init__(self, fn: USBFunction, page: int, size: int):
-        self.fn, self.page, self.size = fn, page, size
-        self.xdata, self.bus, self.how = p.WINDOW_PAGES[page]
-        self._shadow = bytearray(p.WINDOW_PAGE)
+    def __init__(self, fn: USBFunction, first: int, pages: int, size: int):
+        self.fn, self.first, self.pages, self.size = fn, first, pages, size
+        self._shadow = bytearray(pages * p.WINDOW_PAGE)
         self._view: memoryview | None = memoryview(self._shadow)[:size]
 
     @property
     def view(self) -> memoryview:
         if self._view is None:
-            raise PCIError(f"{self.fn.address}: DMA window page {self.bus:#x} used after free")
+            raise PCIError(f"{self.fn.address}: DMA buffer at bus "
+                           f"{p.WINDOW_BUS + self.first * p.WINDOW_PAGE:#x} used after free")
         return self._view
 
     def bus_address(self, offset: int = 0) -> int:
         if not 0 <= offset < self.size:
             raise PCIError(f"{self.fn.address}: offset {offset:#x} is outside the {self.size:#x}-byte DMA buffer")
-        return self.bus + offset
+        return p.WINDOW_BUS + self.first * p.WINDOW_PAGE + offset
 
     def push(self) -> None:
-        self.fn._window_push(self)
+        self.view
+        self.fn._window_push(self.first, bytes(self._shadow))
 
     def pull(self, offset: int = 0, size: int | None = None) -> None:
         size = self.size - offset if size is None else size
-        self._shadow[offset:offset + size] = self.fn._xdata_read(self.xdata + offset, size)
+        if self.first or offset + size > p.WINDOW_PAGE:
+            raise PCIError(f"{self.fn.address}: the host reads back only the window's first 4 KiB page (XDATA "
+                           f"{p.WINDOW_XDATA:#x}, bus {p.WINDOW_BUS:#x}); allocate read-back buffers first, 4 KiB "
+                           f"at most")
+        self.view[offset:offset + size] = self.fn._xdata_read(p.WINDOW_XDATA + offset, size)
 
     def free(self) -> None:
         if self._view is not None:
             self._view.release()
             self._view = None
-            self.fn._window[self.page] = None
+            self.fn._window[self.first:self.first + self.pages] = [False] * self.pages
 
 
 class USBFunction(PCIFunction):
@@ -151,7 +157,7 @@ class USBFunction(PCIFunction):
         self.link = BOTLink(dev, self.counters, timeout_ms)
         self._pending: list[Command] = []
         self._cache: dict[int, int] = {}
-        self._window: list[WindowBuffer | None] = [None] * len(p.WINDOW_PAGES)
+        self._window = [False] * (p.WINDOW_SIZE // p.WINDOW_PAGE)     # pages in use
         self._bars: dict[int, USBBAR] = {}
         try:
             self._xdata_write_now(p.INIT_WRITES)
@@ -362,25 +368,25 @@ class USBFunction(PCIFunction):
         return self._bars[index]
 
     def alloc_dma(self, size: int) -> DMABuffer:
-        if not 0 < size <= p.WINDOW_PAGE:
-            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's DMA window gives pages of "
-                           f"{p.WINDOW_PAGE:#x} bytes at most (docs/usb.md, limits)")
-        for page, used in enumerate(self._window):
-            if used is None:
-                self._window[page] = buf = WindowBuffer(self, page, size)
-                return buf
-        raise PCIError(f"{self.address}: all {len(self._window)} pages of the bridge's DMA window are in use "
-                       f"(bus {', '.join(hex(b) for _, b, _ in p.WINDOW_PAGES)}); free one first")
+        """Pages of the bridge's SRAM, first fit; the first page is the only one the host can read back."""
+        pages = -(-size // p.WINDOW_PAGE)
+        if size <= 0 or pages > len(self._window):
+            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's DMA window holds "
+                           f"{p.WINDOW_SIZE:#x} bytes (docs/usb.md, limits)")
+        for first in range(len(self._window) - pages + 1):
+            if not any(self._window[first:first + pages]):
+                self._window[first:first + pages] = [True] * pages
+                return WindowBuffer(self, first, pages, size)
+        raise PCIError(f"{self.address}: no {pages} free pages left in the bridge's {p.WINDOW_SIZE >> 10} KiB DMA "
+                       f"window (bus {p.WINDOW_BUS:#x}); free a DMA buffer first")
 
-    def _window_push(self, buf: WindowBuffer) -> None:
-        data = bytes(buf._shadow)
-        if buf.how == "scsi":      # the whole page in one WRITE(16), then the firmware's bookkeeping reset
-            self.flush()
-            self.link.execute([Command(p.write16_cdb(0, p.WINDOW_PAGE), write=data)])
+    def _window_push(self, first: int, data: bytes) -> None:
+        """One WRITE(16) per 4 KiB page, each followed by the firmware's bookkeeping reset (as tinygrad does)."""
+        self.flush()
+        for i in range(0, len(data), p.WINDOW_PAGE):
+            lba = (first * p.WINDOW_PAGE + i) // p.BLOCK
+            self.link.execute([Command(p.write16_cdb(lba, p.WINDOW_PAGE), write=data[i:i + p.WINDOW_PAGE])])
             self._xdata_write_now(p.WRITE16_RESETS)
-        else:
-            self._queue_write(buf.xdata, data[:buf.size], cached=True)
-            self.flush()
 
     def close(self) -> None:
         if self.link is not None:

@@ -101,6 +101,7 @@ class FakeBridge(usb.backend.IBackend):
         self.pcie, self.link_up, self.gpu_silent = pcie or FakePCIe(), link_up, gpu_silent
         self.stall_after, self.commands = stall_after, 0
         self.xdata = bytearray(0x20000)
+        self.sram = bytearray(p.WINDOW_SIZE)     # GPU bus 0x200000; its first 4 KiB is XDATA 0xF000
         self.bus, self.address = bus, address
         self._cbw = None
         self._pending_in: bytes | None = None
@@ -190,11 +191,13 @@ class FakeBridge(usb.backend.IBackend):
         if cdb[0] == p.XDATA_READ:
             a = ((cdb[2] << 16 | cdb[3] << 8 | cdb[4]) & p.XDATA_MASK)
             assert cdb[2] & 0xFE == 0x50
-            self._pending_in = bytes(self.xdata[a:a + cdb[1]])
+            mem, a = (self.sram, a - 0xF000) if 0xF000 <= a < 0x10000 else (self.xdata, a)
+            self._pending_in = bytes(mem[a:a + cdb[1]])
         elif cdb[0] == p.XDATA_WRITE:
             self._xwrite((cdb[2] << 16 | cdb[3] << 8 | cdb[4]) & p.XDATA_MASK, cdb[1])
         elif cdb[0] == p.SCSI_WRITE16:
-            self.xdata[0xF000:0xF000 + len(data_out)] = data_out
+            lba = struct.unpack_from(">Q", cdb, 2)[0]
+            self.sram[lba * 512:lba * 512 + len(data_out)] = data_out
         else:
             status = 1
         self._csw = struct.pack("<IIIB", p.CSW_SIGNATURE, tag, 0, status)
@@ -301,20 +304,22 @@ def test_dma_window_pages_both_ways(fn, bridge):
     buf.view[:7] = b"payload"
     t = fn.counters.round_trips
     buf.push()
-    assert bridge.xdata[0xF000:0xF007] == b"payload"
+    assert bridge.sram[:7] == b"payload"
     assert fn.counters.round_trips - t == 1 + 5                 # WRITE(16) and the firmware's reset bytes
-    bridge.xdata[0xF100:0xF105] = b"fromG"                        # what the GPU wrote there
+    bridge.sram[0x100:0x105] = b"fromG"                           # what the GPU wrote there
     buf.pull(0x100, 5)
     assert bytes(buf.view[0x100:0x105]) == b"fromG"
-    sys_page = fn.alloc_dma(0x1000)
-    assert sys_page.bus_address() == 0x820000
-    sys_page.view[3:5] = b"hi"
-    sys_page.push()
-    assert bridge.xdata[0xA003:0xA005] == b"hi"
-    with pytest.raises(PCIError, match="in use"):
-        fn.alloc_dma(16)
-    with pytest.raises(PCIError, match="pages of"):
-        fn.alloc_dma(0x1001)
+    big = fn.alloc_dma(0x2001)                                    # three pages, after the first
+    assert big.bus_address(0) == 0x201000 and big.bus_address(0x2000) == 0x203000
+    big.view[0x1FFF:0x2001] = b"xy"
+    big.push()
+    assert bridge.sram[0x2FFF:0x3001] == b"xy"
+    with pytest.raises(PCIError, match="first 4 KiB"):
+        big.pull()
+    with pytest.raises(PCIError, match="holds"):
+        fn.alloc_dma(0x80001)
+    with pytest.raises(PCIError, match="no 128 free pages"):
+        fn.alloc_dma(0x80000)
     buf.free()
     with pytest.raises(PCIError, match="after free"):
         buf.view
@@ -398,8 +403,13 @@ def test_sim_bridge_registers_batching_and_awkward_copies(sim):
     buf = f.alloc_dma(333)
     buf.view[:] = bytes(i & 0xFF for i in range(333))
     buf.push()
+    buf.view[:] = bytes(333)
     buf.pull(1, 331)                                             # read back what the bridge holds
-    assert bytes(buf.view) == bytes(i & 0xFF for i in range(333))
+    assert bytes(buf.view) == b"\0" + bytes(i & 0xFF for i in range(1, 332)) + b"\0"
+    second = f.alloc_dma(4096)
+    second.view[:4] = b"\1\2\3\4"
+    second.push()                                                 # WRITE(16) at LBA 8
+    assert sim.bridge.sram[0x1000:0x1004] == b"\1\2\3\4"
     f.close()
 
 

@@ -1,0 +1,91 @@
+"""What the AM driver's USB transport costs, against the simulated ASM24xx bridge (gpusim.usb_bridge).
+
+    python bench/usb.py [--kib N] [--rtt-us US] [--json]
+
+Measured (counts are exact, from amdrv.usb's counters; the simulated bridge counts the same round trips):
+  open               round trips to enumerate the bridges, size and place the BARs
+  mmio_write/read    round trips per posted 32-bit register write (amortized, flushed) and per read
+  to_vram/from_vram  copies through BAR0 as TLPs: round trips per MiB, payload efficiency (payload bytes
+                     over all bytes on the wire: CBWs, CSWs, data phases) and the modeled throughput
+  window_push/pull   the bridge's DMA window (4 KiB pages at bus 0x200000/0x820000): the same figures
+Modeled throughput at 10 Gbit/s: wire bytes at 10 Gbit/s with 128b/132b coding plus one round-trip
+latency (--rtt-us, default 100 us, an assumption, not a measurement) per SCSI command.
+Not measured yet: round trips per warm boot and per kernel launch (an AM boot through the bridge does not
+complete yet: docs/usb.md, Driver transport), and real USB latency (no bridge attached to this machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+# This file is named usb.py: drop its own folder from the path, or `import usb` (pyusb) would find it.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+from amdrv.usb.transport import open_function  # noqa: E402
+
+LINE_RATE = 10e9 * 128 / 132 / 8   # bytes per second
+
+
+def _cost(fn, run, payload: int, rtt_s: float) -> dict:
+    c0, l0 = fn.counters.snapshot(), fn.link.stats.snapshot()
+    run()
+    fn.flush()
+    c, s = fn.counters - c0, fn.link.stats - l0
+    wire = s.wire_out + s.wire_in
+    seconds = wire / LINE_RATE + c.round_trips * rtt_s
+    mib = payload / (1 << 20)
+    return {"payload_bytes": payload, "round_trips": c.round_trips,
+            "round_trips_per_mib": round(c.round_trips / mib) if payload else None,
+            "wire_bytes": wire, "payload_efficiency": round(payload / wire, 4) if payload else None,
+            "modeled_MBps_10G": round(payload / seconds / 1e6, 3) if payload else None}
+
+
+def measure(kib: int, rtt_us: float) -> dict:
+    try:
+        from gpusim import usb_bridge
+    except ImportError:
+        raise SystemExit("bench/usb.py needs gpusim.usb_bridge (the simulated bridge)") from None
+    fn = open_function(backend=usb_bridge.backend("navi31", fresh=True))
+    rtt, n = rtt_us * 1e-6, kib * 1024
+    out = {"bridge": "gpusim.usb_bridge (ASM2464PD stock firmware model), Bulk-Only Transport",
+           "rtt_us_assumed": rtt_us, "open_round_trips": fn.counters.round_trips}
+    regs, vram, data = fn.bar(5), fn.bar(0), os.urandom(n)
+    scratch = 4 * 0xC040
+    w = _cost(fn, lambda: [regs.write32(scratch, i * 0x01010101) for i in range(64)], 0, rtt)
+    out["mmio_write_round_trips"] = w["round_trips"] / 64
+    r = _cost(fn, lambda: [regs.read32(scratch) for _ in range(64)], 0, rtt)
+    out["mmio_read_round_trips"] = r["round_trips"] / 64
+    out["to_vram"] = _cost(fn, lambda: vram.write(0x100000, data), n, rtt)
+    got = []
+    out["from_vram"] = _cost(fn, lambda: got.append(vram.read(0x100000, n)), n, rtt)
+    assert got[0] == data, "BAR0 copy came back different"
+    buf = fn.alloc_dma(4096)
+    buf.view[:] = data[:4096]
+    out["window_push_4k"] = _cost(fn, buf.push, 4096, rtt)
+    out["window_pull_4k"] = _cost(fn, buf.pull, 4096, rtt)
+    out["not_measured"] = ["warm_boot_round_trips", "launch_round_trips"]
+    fn.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kib", type=int, default=64, help="bytes copied each way through BAR0 (KiB)")
+    ap.add_argument("--rtt-us", type=float, default=100.0, help="assumed round-trip latency per SCSI command")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = ap.parse_args()
+    result = measure(args.kib, args.rtt_us)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for k, v in result.items():
+        print(f"{k:24} {v}")
+
+
+if __name__ == "__main__":
+    main()
