@@ -149,7 +149,8 @@ class CProgram:
             raise TypeError(f"{k.name}: {len(k.bufs)} buffers and {len(k.scalars)} scalars, got {len(args)} args")
         ptrs = []
         for b, a in zip(k.bufs, args):
-            if not (isinstance(a, np.ndarray) and a.dtype == _NP[b.dtype] and a.size >= b.size and a.flags.c_contiguous):
+            ok = isinstance(a, np.ndarray) and a.dtype == _NP[b.dtype] and a.flags.c_contiguous
+            if not (ok and a.size >= b.size):
                 raise TypeError(f"{k.name}: buffer {b.name} needs a contiguous {b.dtype} array of >= {b.size} "
                                 f"elements, got {getattr(a, 'dtype', type(a))} {getattr(a, 'shape', '')}")
             if b.access == "w" and not a.flags.writeable:

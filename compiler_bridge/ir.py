@@ -67,7 +67,7 @@ are listed here.  (changes: none yet)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 DTYPES = ("float32", "int32", "bool")
@@ -159,6 +159,7 @@ class Builder:
         self._next = 0
         self._stack: list[list[Op]] = [[]]
         self.dtypes: dict[int, str] = {}
+        self._vars: list[int] = []
 
     def _emit(self, op: str, dtype: str, srcs=(), arg=None, body=(), new_id: int | None = None) -> int:
         vid = self._new() if new_id is None else new_id
@@ -206,7 +207,7 @@ class Builder:
         var = self._new()
         self.dtypes[var] = "int32"
         self._stack.append([])
-        self._vars = getattr(self, "_vars", []) + [var]
+        self._vars.append(var)
         return var
 
     def end_reduce(self, kind: str, length: int, result: int) -> int:

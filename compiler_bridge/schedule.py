@@ -85,7 +85,7 @@ def _realize_set(roots: list[Node]) -> list[Node]:
         visited: set[tuple[int, bool]] = set()
         changed = False
 
-        def walk(n: Node, expanded: bool, top: bool):
+        def walk(n: Node, expanded: bool):
             nonlocal changed
             key = (id(n), expanded)
             if key in visited:
@@ -106,10 +106,10 @@ def _realize_set(roots: list[Node]) -> list[Node]:
                     realize.add(id(s))
                     changed = True
                     continue
-                walk(s, under, False)
+                walk(s, under)
 
         for rid in list(realize):
-            walk(nodes[rid], False, True)
+            walk(nodes[rid], False)
         for nid, c in consumers.items():
             n = nodes[nid]
             if c > 1 and n.op == "reduce" and not n.is_buffer and nid not in realize:
@@ -153,11 +153,12 @@ class _Emit:
         self.defs: dict[int, tuple] = {}
         self.consts: dict[int, object] = {}
 
-    def scope(self):
-        return (dict(self.cse), )
+    def scope(self) -> dict:
+        """What a reduce body must not leak: values it defines are out of scope after it."""
+        return dict(self.cse)
 
-    def restore(self, saved):
-        self.cse = saved[0]
+    def restore(self, saved: dict) -> None:
+        self.cse = saved
 
     def const(self, v, dtype: str) -> int:
         key = ("const", dtype, repr(v))

@@ -255,7 +255,7 @@ class Tensor:
             i = key.index(Ellipsis)
             n = self.ndim - (len(key) - 1 - key.count(None))
             key = key[:i] + (slice(None),) * n + key[i + 1:]
-        spec, drop, newshape, axis = [], [], [], 0
+        spec, newshape, axis = [], [], 0
         for k in key:
             if k is None:
                 newshape.append(("new",))
