@@ -39,8 +39,6 @@ from dataclasses import dataclass, replace
 from compiler_bridge import ir
 
 SOFTMAX_KERNELS = 3
-ELEMENTWISE = ir.UNARY + ir.BINARY + ir.COMPARE + ("where", "cast")
-MOVEMENT = ("reshape", "permute", "expand", "slice", "pad")
 
 
 class Node:
