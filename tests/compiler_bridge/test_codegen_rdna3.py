@@ -197,3 +197,17 @@ def test_compile_bench_reports_both_generators():
     assert all(row["rdna3_ms"] > 0 and row["rdna3_code_bytes"] > 0 for row in res["kernels"])
     if res["clang"]:
         assert all(row["llvm_ms"] > 0 and row["ratio"] > 0 for row in res["kernels"])
+
+
+def test_exp_is_accurate_over_the_whole_range():
+    n = 256
+    b = ir.Builder()
+    i = b.gid()
+    b.store(1, i, b.unary("exp", b.load(0, i, "float32")))
+    k = b.kernel("exp_range", [ir.BufParam("x", "float32", n, "r"), ir.BufParam("o", "float32", n, "w")], n)
+    xs = np.linspace(-110, 95, n).astype(np.float32)
+    xs[:7] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, 88.72]
+    got = S.run_wave(S.Sample(k, [xs]), *R.generate(k))[0]
+    with np.errstate(over="ignore"):
+        exact = np.exp(xs.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(got, exact, rtol=5e-7, atol=0, equal_nan=True)   # denormal results included
