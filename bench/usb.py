@@ -65,7 +65,7 @@ def measure(kib: int, rtt_us: float) -> dict:
     out["from_vram"] = _cost(fn, lambda: got.append(vram.read(0x100000, n)), n, rtt)
     assert got[0] == data, "BAR0 copy came back different"
     buf = fn.alloc_dma(4096)
-    buf.view[:] = data[:4096]
+    buf.view[:] = (data * 4)[:4096]
     out["window_push_4k"] = _cost(fn, buf.push, 4096, rtt)
     out["window_pull_4k"] = _cost(fn, buf.pull, 4096, rtt)
     out["not_measured"] = ["warm_boot_round_trips", "launch_round_trips"]

@@ -428,3 +428,18 @@ def test_sim_bridge_failures(sim):
     silent.bridge.inject("gpu_silent")
     with pytest.raises(GPUNotAnswering):
         open_function(backend=silent)
+
+
+def test_bench_usb_json(sim):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "bench" / "usb.py"
+    out = subprocess.run([sys.executable, str(script), "--kib", "1", "--json"], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    res = json.loads(out)
+    assert res["mmio_read_round_trips"] <= 5 and res["mmio_write_round_trips"] <= 7
+    assert res["window_push_4k"]["payload_efficiency"] > 0.9
+    assert 5 * 256 <= res["to_vram"]["round_trips"] <= 7 * 256 + 8   # <= 4 data bytes, address, kick, clear
+    assert "launch_round_trips" in res["not_measured"]
