@@ -44,7 +44,6 @@ MAX_PACKET = 1024                       # SuperSpeed bulk
 OP_TEST_UNIT_READY, OP_REQUEST_SENSE = 0x00, 0x03
 OP_WRITE16 = 0x8A
 OP_XDATA_READ, OP_XDATA_WRITE = 0xE4, 0xE5
-XDATA_READ_MAX = 0xFF                   # E4's length is one CDB byte
 XDATA_ADDR_MASK = 0x1FFFF               # the CDB carries (addr & 0x1FFFF) | 0x500000
 BLOCK = 512
 
@@ -55,9 +54,9 @@ TLP_BYTE_EN = 0xB217
 TLP_ADDR = 0xB218                       # 4 bytes, big-endian
 TLP_DATA = 0xB220                       # 4 bytes, big-endian: write data, then the read completion data
 TLP_CPL = 0xB22A                        # 2 bytes, big-endian: status << 13 | byte count
-TLP_ARM = 0xB254                        # the host writes 0x0F before each request
 TLP_CPL_DATA = 0xB284                   # bit 0: the completion carried data (CplD)
 TLP_STATUS = 0xB296                     # bit 2 (write): send; bit 1: completion in; bit 0: timeout/error
+# (0xB254, which the host sets to 0x0F before each request, is plain storage here: its meaning is unknown.)
 ST_ERROR, ST_DONE, ST_SEND = 0x01, 0x02, 0x04
 SRAM_XDATA_WINDOW = 0xF000              # the 8051's 4 KiB view of the SRAM's start
 SRAM_XDATA_WINDOW_SIZE = 0x1000
@@ -84,7 +83,7 @@ TURNAROUND_S = 50e-6                    # firmware time per command (an assumpti
 BOT_CBW_SIG, BOT_CSW_SIG = 0x43425355, 0x53425355
 UAS_COMMAND_IU, UAS_SENSE_IU = 0x01, 0x03
 SENSE_ILLEGAL_REQUEST = 0x05
-ASC_INVALID_OPCODE, ASC_LBA_OUT_OF_RANGE, ASC_INVALID_FIELD = 0x20, 0x21, 0x24
+ASC_INVALID_OPCODE, ASC_LBA_OUT_OF_RANGE = 0x20, 0x21
 
 LIBUSB_ERROR_NO_DEVICE, LIBUSB_ERROR_TIMEOUT, LIBUSB_ERROR_PIPE = -4, -7, -9
 
