@@ -21,6 +21,7 @@ from amdrv.usb.transport import GPUNotAnswering, LinkDown, open_function, parse_
 from pcie.interface import PCIError
 
 OUT_EP, IN_EP = 0x02, 0x81
+SIM_SLOT = 5     # a simulated-bus slot of its own, out of the way of other tests' GPUs
 
 
 def _desc(**kw):
@@ -369,7 +370,7 @@ def test_device_strings():
 @pytest.fixture
 def sim():
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-    return usb_bridge.backend("navi31", fresh=True)
+    return usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
 
 
 def test_sim_bridge_enumeration_and_counts_agree(sim):
@@ -420,11 +421,11 @@ def test_sim_bridge_failures(sim):
         f.bar(5).read32(0)
     f.link.close()
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-    down = usb_bridge.backend("navi31", fresh=True)
+    down = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
     down.bridge.inject("link_down")
     with pytest.raises(LinkDown):
         open_function(backend=down)
-    silent = usb_bridge.backend("navi31", fresh=True)
+    silent = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
     silent.bridge.inject("gpu_silent")
     with pytest.raises(GPUNotAnswering):
         open_function(backend=silent)
