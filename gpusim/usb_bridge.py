@@ -250,13 +250,13 @@ class ASM24Bridge:
         addr = struct.unpack_from(">I", x, TLP_ADDR)[0] & ~3    # a TLP addresses dwords; lanes are the BEs
         data = struct.unpack_from(">I", x, TLP_DATA)[0]
         x[TLP_STATUS] &= ~(ST_ERROR | ST_DONE)
-        self.counters.tlps += 1
         if be >> 4 or fmt_type not in (MRD32, MWR32, CFGRD0, CFGRD1, CFGWR0, CFGWR1):
             # One dword of payload is all the engine holds: a last-DW byte enable (a longer TLP) or a type
             # it does not send is refused without going on the link.
             x[TLP_STATUS] |= ST_ERROR
             return
         posted = fmt_type == MWR32
+        self.counters.tlps += 1
         if not self.link_up:
             x[TLP_STATUS] |= ST_DONE if posted else ST_ERROR
             return
