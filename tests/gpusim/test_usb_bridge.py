@@ -222,12 +222,11 @@ def test_limits_are_refused_as_hardware_would(rig):
     bridge, dev = rig
     h = Host(dev)
     h.assign()
-    bar5 = BAR5
     reg = bridge.dev.reg_addr("GC", "SCRATCH_REG0") * 4
     # A payload longer than one dword (a last-DW byte enable) is refused before it reaches the link.
     sent = bridge.counters.tlps
-    assert h.tlp(0x00, bar5 + reg, be=0xFF) == "timeout"
-    h.tlp(0x40, bar5 + reg, 0x5555, be=0xFF)
+    assert h.tlp(0x00, BAR5 + reg, be=0xFF) == "timeout"
+    h.tlp(0x40, BAR5 + reg, 0x5555, be=0xFF)
     assert h.xr(0xB296, 1)[0] & 1 and bridge.dev.regs.peek(reg // 4) != 0x5555
     assert bridge.counters.tlps == sent                                 # neither went on the link
     # WRITE(16) past the SRAM: CHECK CONDITION, REQUEST SENSE says ILLEGAL REQUEST, LBA out of range.
@@ -273,15 +272,14 @@ def test_silent_gpu_and_link_down(rig):
     bridge, dev = rig
     h = Host(dev)
     h.assign()
-    bar5 = BAR5
     bridge.inject("gpu_silent")
     assert h.cfg(GPU_BUS, 0) == "timeout"
-    assert h.tlp(0x00, bar5) == "timeout"
+    assert h.tlp(0x00, BAR5) == "timeout"
     assert h.cfg(0, 0)[0] == 0                                          # the switch still answers
     bridge.heal()
     bridge.inject("link_down")
     assert h.cfg(0, 0) == "timeout" and h.cfg(GPU_BUS, 0) == "timeout"
-    assert h.tlp(0x40, bar5, 1) is None and h.xr(0xB296, 1)[0] == 2    # posted: nothing to wait for
+    assert h.tlp(0x40, BAR5, 1) is None and h.xr(0xB296, 1)[0] == 2    # posted: nothing to wait for
     with pytest.raises(usb_bridge.DMAError, match="link .* is down"):
         bridge.dev.dma_read(SRAM_PCI, 4)
     bridge.heal()
