@@ -124,6 +124,9 @@ class Tensor:
     def _operands(self, other, reverse=False):
         o = other if isinstance(other, Tensor) else Tensor.full((), other, _scalar_dtype(other, self.dtype),
                                                                  self.device)
+        if o.device != self.device:
+            raise ValueError(f"Tensor: operands on different devices ({self.device} and {o.device}); "
+                             "read one back with .numpy() and make a Tensor on the other")
         dt = max(self.dtype, o.dtype, key=_RANK.get)
         shape = _broadcast_shape(self.shape, o.shape)
         a, b = self.cast(dt).broadcast_to(shape), o.cast(dt).broadcast_to(shape)

@@ -170,5 +170,7 @@ def test_errors_name_the_problem():
         T(f32(3, 4)) @ T(f32(3, 4))
     with pytest.raises(TypeError, match="unsupported dtype"):
         T(np.zeros(3, np.complex64))
+    with pytest.raises(ValueError, match="different devices"):
+        T(f32(3)) + Tensor(f32(3), device="am:sim")
     with pytest.raises(IndexError, match="out of range"):
         T(f32(3))[3]
