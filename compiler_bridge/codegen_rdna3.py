@@ -548,9 +548,56 @@ class _Gen:
             raise CodegenError(f"kernel {self.k.name} at {o} %{op.id}: no RDNA3 form for {o} on {sd}")
 
 
-def assembly(k: ir.Kernel) -> str:
+def optimize(k: ir.Kernel) -> ir.Kernel:
+    """Common subexpressions merged (same op, dtype, operands and arg, the first one in scope) and
+    loop-invariant ops hoisted out of reduces (an op whose operands are all defined outside a reduce's
+    body runs once before it; loads qualify, as the IR never loads a buffer the kernel stores)."""
+    rename: dict[int, int] = {}
+
+    def walk(body, table: dict, variant: set | None) -> tuple[list, list]:
+        """(ops that stay in this body, ops hoisted out of it). variant: the ids that change from one
+        iteration of this body's loop to the next (None at the top level, where nothing is hoisted)."""
+        keep, out = [], []
+        table = dict(table)
+
+        def place(op):
+            if op.op != "reduce":       # defined before every later op of this body, here or further out
+                table.setdefault((op.op, op.dtype, op.srcs, repr(op.arg)), op.id)
+            if variant is None or any(x in variant for x in op.srcs) or op.op == "reduce":
+                keep.append(op)
+                if variant is not None:
+                    variant.add(op.id)
+            else:
+                out.append(op)
+
+        for op in body:
+            srcs = tuple(rename.get(x, x) for x in op.srcs)
+            if op.op == "store":
+                keep.append(ir.Op(op.id, op.op, op.dtype, srcs, op.arg))
+            elif op.op == "reduce":
+                r = op.arg
+                stay, up = walk(op.body, table, {r.var})
+                for h in up:                  # invariant in the inner loop: here, or further out
+                    place(h)                  # (never a duplicate: the inner body saw this table)
+                arg = ir.Reduce(r.kind, r.length, r.var, rename.get(r.result, r.result))
+                place(ir.Op(op.id, op.op, op.dtype, (), arg, tuple(stay)))
+            else:
+                key = (op.op, op.dtype, srcs, repr(op.arg))
+                if key in table:
+                    rename[op.id] = table[key]
+                    continue
+                place(ir.Op(op.id, op.op, op.dtype, srcs, op.arg))
+        return keep, out
+
+    body, _ = walk(k.body, {}, None)
+    out = ir.Kernel(k.name, k.bufs, k.scalars, k.size, tuple(body))
+    ir.validate(out)
+    return out
+
+
+def assembly(k: ir.Kernel, opt: bool = True) -> str:
     ir.validate(k)
-    return _Gen(k).run()
+    return _Gen(optimize(k) if opt else k).run()
 
 
 def kernel_spec(k: ir.Kernel, code: bytes) -> KernelSpec:

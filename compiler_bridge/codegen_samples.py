@@ -154,6 +154,21 @@ def samples(seed: int = 0) -> dict[str, Sample]:
                                      [ir.ScalarParam("p", I), ir.ScalarParam("q", F)]),
                             [rng.standard_normal(n).astype(np.float32)], (11, 0.75))
 
+    # nested reduces with work that is invariant in the inner loop (j * K) or in both (i * J * K, y[i])
+    rows, J, K = 9, 3, 5
+    b = ir.Builder()
+    i = b.gid()
+    j = b.begin_reduce()
+    k = b.begin_reduce()
+    idx = b.binary("add", b.binary("add", b.binary("mul", i, b.const(J * K, I)), b.binary("mul", j, b.const(K, I))), k)
+    yi = b.load(1, i, F)
+    inner = b.end_reduce("max", K, b.binary("mul", b.load(0, idx, F), yi))
+    outer = b.end_reduce("sum", J, b.binary("add", inner, b.binary("mul", b.load(1, i, F), b.const(2.0, F))))
+    b.store(2, i, outer)
+    out["nested"] = Sample(b.kernel("nested", [_buf("x", F, rows * J * K, "r"), _buf("y", F, rows, "r"),
+                                               _buf("o", F, rows, "w")], rows),
+                           [rng.standard_normal(rows * J * K).astype(np.float32), rng.standard_normal(rows).astype(np.float32)])
+
     # many values live at once (register pressure): 24 loads, summed in reverse order of loading
     n, W = 33, 24
     b = ir.Builder()

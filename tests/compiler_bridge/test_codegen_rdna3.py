@@ -211,3 +211,31 @@ def test_exp_is_accurate_over_the_whole_range():
     with np.errstate(over="ignore"):
         exact = np.exp(xs.astype(np.float64)).astype(np.float32)
     np.testing.assert_allclose(got, exact, rtol=5e-7, atol=0, equal_nan=True)   # denormal results included
+
+
+def _loop_bodies(text):
+    """{label: instructions between `label:` and the branch back to it}"""
+    lines, out = text.splitlines(), {}
+    for n, line in enumerate(lines):
+        if line.startswith("s_cbranch_scc1 "):
+            label = line.split()[1]
+            start = lines.index(label + ":")
+            out[label] = lines[start + 1:n]
+    return out
+
+
+def test_invariants_are_hoisted_and_duplicates_merged():
+    k = SAMPLES["nested"].kernel
+    plain, opt = R.assembly(k, opt=False), R.assembly(k)
+    assert sum(l.startswith("global_load") for l in plain.splitlines()) == 3
+    loops = _loop_bodies(opt)
+    assert len(loops) == 2
+    inner = min(loops.values(), key=len)
+    outer = max(loops.values(), key=len)
+    # inner loop: one load (x) and the index add; y[i] (loaded twice in the IR) once, before both loops
+    assert sum(l.startswith("global_load") for l in inner) == 1
+    assert sum(l.startswith("global_load") for l in opt.splitlines()) == 2
+    assert not any("v_mul_lo_u32" in l for l in outer)               # i * J * K is outside both loops
+    assert len(opt.splitlines()) < len(plain.splitlines())
+    ref = S.run_reference(SAMPLES["nested"])
+    assert_close(S.run_wave(SAMPLES["nested"], *R.generate(k)), ref, "nested")
