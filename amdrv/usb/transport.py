@@ -20,6 +20,7 @@ import struct
 import time
 
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
+from pcie.lock import DeviceLock
 from amdrv.usb import protocol as p
 from amdrv.usb.link import BOTLink, BridgeError, BridgeNotFound, Command, find_bridges, name_of
 
@@ -53,8 +54,9 @@ def parse_device_string(text: str) -> tuple[str, tuple]:
     return "usb", (f"{int(bus)}-{int(addr)}",)
 
 
-def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000) -> USBFunction:
-    """The `driverless.pcie` entry point "usb": spec "" (first bridge) or "BUS-ADDR"."""
+def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000, lock_dir=None, root=None) -> USBFunction:
+    """The `driverless.pcie` entry point "usb": spec "" (first bridge) or "BUS-ADDR". lock_dir: where the
+    per-bridge lock file goes (pcie.lock); root (the sysfs root other providers take) is not used."""
     found = find_bridges(backend)
     if not found:
         raise BridgeNotFound("usb: no ASM24xx USB-to-PCIe bridge found (ids 174c:236x/246x, 2d01:3666); is the "
@@ -64,7 +66,7 @@ def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000) -> US
         if not chosen:
             raise BridgeNotFound(f"usb: no bridge at {spec}; bridges: {', '.join(name_of(d) for d in found)}")
         found = chosen
-    return USBFunction(found[0], timeout_ms=timeout_ms)
+    return USBFunction(found[0], timeout_ms=timeout_ms, lock_dir=lock_dir)
 
 
 class USBBAR(BAR):
@@ -152,9 +154,14 @@ class WindowBuffer(DMABuffer):
 
 
 class USBFunction(PCIFunction):
-    def __init__(self, dev, timeout_ms: int = 1000):
+    def __init__(self, dev, timeout_ms: int = 1000, lock_dir=None):
         super().__init__(f"usb:{name_of(dev)}")
-        self.link = BOTLink(dev, self.counters, timeout_ms)
+        self._lock = DeviceLock(self.address, lock_dir)     # one driver process per bridge
+        try:
+            self.link = BOTLink(dev, self.counters, timeout_ms)
+        except BaseException:
+            self._lock.release()
+            raise
         self._pending: list[Command] = []
         self._cache: dict[int, int] = {}
         self._window = [False] * (p.WINDOW_SIZE // p.WINDOW_PAGE)     # pages in use
@@ -164,6 +171,7 @@ class USBFunction(PCIFunction):
             self.gpu_bus = self._enumerate()
         except BaseException:
             self.link.close()
+            self._lock.release()
             raise
 
     # -- XDATA
@@ -395,6 +403,7 @@ class USBFunction(PCIFunction):
             finally:
                 self.link.close()
                 self.link = None
+                self._lock.release()
 
 
 class _CompletionError(BridgeError):

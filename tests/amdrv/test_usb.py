@@ -19,6 +19,7 @@ from amdrv.usb import protocol as p
 from amdrv.usb.link import BridgeNotFound, TransferStalled
 from amdrv.usb.transport import GPUNotAnswering, LinkDown, open_function, parse_device_string
 from pcie.interface import PCIError
+from pcie.lock import DeviceLock
 
 OUT_EP, IN_EP = 0x02, 0x81
 SIM_SLOT = 5     # a simulated-bus slot of its own, out of the way of other tests' GPUs
@@ -234,6 +235,13 @@ class FakeBridge(usb.backend.IBackend):
         x[p.TLP_STATUS] |= p.TLP_STATUS_DONE
 
 
+@pytest.fixture(autouse=True)
+def _private_locks(tmp_path, monkeypatch):
+    """Bridge locks in a folder of this test's own (every fake bridge is 3-7, every simulated one 1-2)."""
+    from amdrv.usb import transport
+    monkeypatch.setattr(transport, "DeviceLock", lambda address, directory=None: DeviceLock(address, tmp_path))
+
+
 @pytest.fixture
 def bridge():
     return FakeBridge()
@@ -332,7 +340,7 @@ def test_stall_mid_transfer_is_an_error_not_a_hang(bridge):
     bridge.stall_after = bridge.commands + 3
     with pytest.raises(TransferStalled, match="timed out .*stalled"):
         f.bar(0).read(0, 64)
-    f.link.close()
+    f.close()
 
 
 def test_no_bridge():
@@ -355,6 +363,11 @@ def test_gpu_absent_or_silent():
         open_function(backend=FakeBridge(pcie=FakePCIe(gpu_present=False)))
     with pytest.raises(GPUNotAnswering, match="does not answer"):
         open_function(backend=FakeBridge(gpu_silent=True))
+
+
+def test_one_driver_per_bridge(fn, bridge):
+    with pytest.raises(PCIError, match="busy"):
+        open_function(backend=bridge)
 
 
 def test_device_strings():
@@ -419,7 +432,7 @@ def test_sim_bridge_failures(sim):
     sim.bridge.inject("stall", after=2)
     with pytest.raises(TransferStalled):
         f.bar(5).read32(0)
-    f.link.close()
+    f.close()
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     down = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
     down.bridge.inject("link_down")
