@@ -41,3 +41,30 @@ def test_fused_kernels_on_am_sim(sim):
     u = (t(i)[::-1, 1:5].pad(((0, 1), (2, 0))) * 3 > 2).where(t(i)[0, 0] + 1, -1).sum(1)
     ref = np.where(np.pad(i[::-1, 1:5], ((0, 1), (2, 0))) * 3 > 2, i[0, 0] + 1, -1).sum(1)
     np.testing.assert_array_equal(u.numpy(), ref)
+
+
+def test_results_stay_on_the_device_until_read_back(sim, monkeypatch):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    reads = []
+    real = sim.dev.copyout
+    monkeypatch.setattr(sim.dev, "copyout", lambda buf, *a, **k: reads.append(buf) or real(buf, *a, **k))
+    sm = Tensor(x, device="am:sim").softmax(-1)
+    sm.realize()
+    assert reads == [] and sm.node.buffer.device is sim
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(sm.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+    assert reads == [sm.node.buffer.handle]                  # the 2 intermediates never left the GPU
+
+
+def test_codegen_choice(monkeypatch):
+    import hcq
+    monkeypatch.setattr(hcq, "open", lambda spec, **kw: object())
+    monkeypatch.setattr(runtime, "_CODEGENS", {"llvm": None, "rdna3": None})
+    monkeypatch.setattr(runtime, "_CODEGEN_MODULES", ())
+    monkeypatch.delenv("CODEGEN", raising=False)
+    assert runtime.HCQDevice("am:sim").codegen == "rdna3"
+    monkeypatch.setenv("CODEGEN", "llvm")
+    assert runtime.HCQDevice("am:sim").codegen == "llvm"
+    monkeypatch.setattr(runtime, "_CODEGENS", {})
+    with pytest.raises(RuntimeError, match="no code generator for am:sim.*registered: none.*DEVICE=c"):
+        runtime.HCQDevice("am:sim")
