@@ -78,8 +78,9 @@ def test_disassembles_and_descriptor_follows_code():
 
 
 @pytest.mark.skipif(not shutil.which("llvm-objdump-15"), reason="llvm-objdump-15 not installed")
-def test_llvm_objdump_accepts_code_object(tmp_path):
-    s = SAMPLES["softmax"]
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_llvm_objdump_accepts_code_object(tmp_path, sample):
+    s = SAMPLES[sample]
     co, name, _ = R.generate(s.kernel)
     path = tmp_path / "k.co"
     path.write_bytes(co)
@@ -239,3 +240,16 @@ def test_invariants_are_hoisted_and_duplicates_merged():
     assert len(opt.splitlines()) < len(plain.splitlines())
     ref = S.run_reference(SAMPLES["nested"])
     assert_close(S.run_wave(SAMPLES["nested"], *R.generate(k)), ref, "nested")
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 64, 65, 200])
+def test_partial_and_many_workgroups(n):
+    b = ir.Builder()
+    i = b.gid()
+    x = b.load(0, i, "float32")
+    b.store(1, i, b.binary("add", x, b.cast(i, "float32")))
+    k = b.kernel(f"sizes_{n}", [ir.BufParam("x", "float32", n, "r"), ir.BufParam("o", "float32", n, "w")], n)
+    s = S.Sample(k, [np.arange(n, dtype=np.float32) * 0.5])
+    co, name, launch = R.generate(k)
+    assert launch == ir.launch_dims(k)
+    assert_close(S.run_wave(s, co, name, launch), [np.arange(n, dtype=np.float32) * 1.5], f"n={n}")
