@@ -205,7 +205,10 @@ class Tensor:
         return r if keepdims else r.reshape(tuple(s for d, s in enumerate(x.shape) if d not in axes))
 
     def sum(self, axis=None, keepdims=False): return self._reduce("sum", axis, keepdims)
-    def max(self, axis=None, keepdims=False): return self._reduce("max", axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        r = self._reduce("max", axis, keepdims)
+        return r.cast("bool") if self.dtype == "bool" else r
 
     def mean(self, axis=None, keepdims=False) -> Tensor:
         n = math.prod(self.shape[a] for a in self._axes(axis))

@@ -61,6 +61,7 @@ def test_int_and_bool_arithmetic():
     close(T(m) + T(m), (m.astype(np.int32) * 2))            # bool arithmetic works in int32
     close(T(i).sum(axis=1), i.sum(axis=1).astype(np.int32))
     close(T(m).sum(), np.int32(m.sum()))
+    close(T(m).max(axis=1), m.max(axis=1))
     close(T(i).max(axis=0), i.max(axis=0))
 
 
