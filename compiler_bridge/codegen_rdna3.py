@@ -135,9 +135,30 @@ class _Gen:
         self.lines: list[str] = []
         self.vals: dict[int, Val] = {}
         self.pending: list[int] = []     # value ids of loads in flight, in issue order
+        self.v2_for = None               # the index value whose byte offset v2 holds
         self.labels = 0
         (_, _, _), (self.local, _, _) = ir.launch_dims(k)
+        self._fold_addresses()
         self._liveness()
+
+    def _fold_addresses(self):
+        """idx = add(base, c) with 0 <= 4c < 4096 used as a load/store index: the address becomes base * 4
+        with an immediate offset of 4c (the add is then computed only if something else uses it)."""
+        consts = {op.id: int(op.arg) for op in self.k.walk() if op.op == "const" and op.dtype == "int32"}
+        self.fold: dict[int, tuple[int, int]] = {}
+        for op in self.k.walk():
+            if op.op == "add" and op.dtype == "int32":
+                a, b = op.srcs
+                if (a in consts) != (b in consts):
+                    base, c = (b, consts[a]) if a in consts else (a, consts[b])
+                    if 0 <= 4 * c < 4096:
+                        self.fold[op.id] = (base, 4 * c)
+
+    def srcs_read(self, op) -> tuple:
+        """The values an op reads, with a folded load/store index replaced by its base."""
+        if op.op in ("load", "store") and op.srcs[0] in self.fold:
+            return (self.fold[op.srcs[0]][0],) + op.srcs[1:]
+        return op.srcs
 
     # ----------------------------------------------------------------------------- liveness
     def _liveness(self):
@@ -167,7 +188,7 @@ class _Gen:
                     use(r.result, end)
                     loops.append((p, end))
                 else:
-                    for s in op.srcs:
+                    for s in self.srcs_read(op):
                         use(s, p)
                     if op.id >= 0:
                         self.defpos[op.id] = p
@@ -215,6 +236,10 @@ class _Gen:
     # --------------------------------------------------------------------------------- emission
     def emit(self, line: str):
         self.lines.append(line)
+        # v2 keeps the byte offset of one index across loads/stores until something else writes it
+        parts = line.split(None, 1)
+        if line.endswith(":") or "branch" in parts[0] or len(parts) > 1 and parts[1].split(",")[0] == "v2":
+            self.v2_for = None
 
     def label(self) -> str:
         self.labels += 1
@@ -284,22 +309,26 @@ class _Gen:
                 if op.id in self.used:
                     self.reduce(op, p)
             elif op.id in self.used:
-                self.wait_for(op.srcs)
+                self.wait_for(self.srcs_read(op))
                 self.op(op)
 
     def store(self, op):
-        self.wait_for(op.srcs)
-        idx, val = (self.vals[s] for s in op.srcs)
-        off = self.offset(idx)
-        data = self.to_v(val, 3)
-        self.emit(f"global_store_b32 {off}, {data}, s[{self.ptr[op.arg]}:{self.ptr[op.arg] + 1}]")
+        self.wait_for(self.srcs_read(op))
+        off, imm = self.address(op.srcs[0])
+        data = self.to_v(self.vals[op.srcs[1]], 3)
+        self.emit(f"global_store_b32 {off}, {data}, s[{self.ptr[op.arg]}:{self.ptr[op.arg] + 1}]{imm}")
 
-    def offset(self, idx: Val) -> str:
+    def address(self, idx_id: int) -> tuple[str, str]:
+        """(the VGPR with the byte offset, the immediate offset modifier text) of element idx."""
+        base, imm = self.fold.get(idx_id, (idx_id, 0))
+        idx = self.vals[base]
         if idx.kind == "k":
-            self.emit(f"v_mov_b32 v2, {_lit(idx.bits * 4)}")
-        else:
+            self.emit(f"v_mov_b32 v2, {_lit(idx.bits * 4 + imm)}")
+            imm = 0
+        elif self.v2_for != base:
             self.emit(f"v_lshlrev_b32 v2, 2, {idx}")
-        return "v2"
+            self.v2_for = base
+        return "v2", f" offset:{imm}" if imm else ""
 
     def reduce(self, op, p):
         r = op.arg
@@ -330,7 +359,7 @@ class _Gen:
 
     def op(self, op):
         o, d = op.op, op.dtype
-        src = [self.vals[s] for s in op.srcs]
+        src = [self.vals[s] for s in op.srcs] if o != "load" else []
         if o == "gid":
             self.vals[op.id] = Val("v", "int32", 1)      # v1 for the whole kernel, never freed
             return
@@ -342,8 +371,8 @@ class _Gen:
             return
         if o == "load":
             dst = self._alloc(op.id, "v", d)
-            off = self.offset(src[0])
-            self.emit(f"global_load_b32 {dst}, {off}, s[{self.ptr[op.arg]}:{self.ptr[op.arg] + 1}]")
+            off, imm = self.address(op.srcs[0])
+            self.emit(f"global_load_b32 {dst}, {off}, s[{self.ptr[op.arg]}:{self.ptr[op.arg] + 1}]{imm}")
             self.pending.append(op.id)
             return
         sd = [s.dtype for s in src]
