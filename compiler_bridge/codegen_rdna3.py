@@ -23,8 +23,12 @@ register is never the destination of an op that reads it, so multi-instruction e
 v2..v7 and s[NS-2:NS-1] are scratch for those expansions. Running out of registers (no spilling)
 raises RegisterSpill naming the kernel. Dead values (no use) are not computed.
 
+Before allocation, `optimize` merges common subexpressions and hoists loop-invariant ops (loads
+included) out of reduces.
+
 Memory. global_load_b32/global_store_b32 with the buffer pointer as SADDR and idx*4 as the 32-bit
-VGPR offset. Loads are tracked in issue order: before an op reads a loaded value, s_waitcnt
+VGPR offset; an index `base + c` (0 <= 4c < 4096) becomes base*4 with `offset:4c`, and consecutive
+accesses through one base share the shift. Loads are tracked in issue order: before an op reads a loaded value, s_waitcnt
 vmcnt(k) waits for it with k = loads issued after it (VMEM loads return in order).
 
 Reductions: a do-while loop (length >= 1) with an SGPR counter: body, accumulate (v_add_f32 /

@@ -253,3 +253,11 @@ def test_partial_and_many_workgroups(n):
     co, name, launch = R.generate(k)
     assert launch == ir.launch_dims(k)
     assert_close(S.run_wave(s, co, name, launch), [np.arange(n, dtype=np.float32) * 1.5], f"n={n}")
+
+
+def test_constant_index_offsets_fold_into_the_instruction():
+    text = R.assembly(SAMPLES["pressure"].kernel).splitlines()
+    loads = [l for l in text if l.startswith("global_load_b32")]
+    assert len(loads) == 24 and sum("offset:" in l for l in loads) == 23
+    assert max(int(l.rsplit("offset:", 1)[1]) for l in loads if "offset:" in l) == 4 * 23
+    assert sum(l.startswith("v_lshlrev_b32 v2") for l in text) <= 2          # one shift for all 24 loads
