@@ -21,6 +21,9 @@ rendering the graph below it, down to buffers and other realized nodes, which ar
      per loop trip would multiply its cost), or when it has more than one consumer. Other nodes with
      several consumers are recomputed in each kernel that uses them (within one kernel, a value at the
      same index is computed once).
+  5. (in Tensor, before scheduling) A reduction of >= 4096 elements into fewer than 256 outputs becomes
+     two: partials over ~sqrt(length) rows padded with the identity, then their reduction, so a GPU gets
+     ~sqrt(length) work items instead of a handful.
   Consequences: `x - x.max(1, keepdims=True)` is 2 kernels; a row softmax
   (`e = (x - x.max(1, keepdims)).exp(); e / e.sum(1, keepdims)`) is SOFTMAX_KERNELS = 3; an MLP layer
   `relu(x @ w + b)` feeding another matmul is 1 kernel for the first matmul, and bias + relu ride in the

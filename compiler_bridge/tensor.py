@@ -18,6 +18,7 @@ from compiler_bridge import runtime
 from compiler_bridge.schedule import Node, schedule
 
 _RANK = {"bool": 0, "int32": 1, "float32": 2}
+SPLIT_LENGTH, SPLIT_OUTPUTS = 4096, 256  # reductions this long into fewer outputs run in two kernels
 
 
 def _np_dtype(dt) -> str:
@@ -201,8 +202,26 @@ class Tensor:
         if any(x.shape[a] == 0 for a in axes):
             raise ValueError(f"Tensor.{kind}: reduction over an empty axis of shape {x.shape}")
         kshape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
-        r = x._new("reduce", (x,), (kind, axes), kshape, x.dtype)
+        length = math.prod(x.shape[a] for a in axes)
+        if length >= SPLIT_LENGTH and math.prod(kshape) < SPLIT_OUTPUTS:
+            r = x._split_reduce(kind, axes, length).reshape(kshape)
+        else:
+            r = x._new("reduce", (x,), (kind, axes), kshape, x.dtype)
         return r if keepdims else r.reshape(tuple(s for d, s in enumerate(x.shape) if d not in axes))
+
+    def _split_reduce(self, kind, axes, length) -> Tensor:
+        """A long reduction into few outputs as two: partials over rows of ~sqrt(length), padded with the
+        identity, then their reduction, so a GPU runs ~sqrt(length) work items instead of a handful."""
+        keep = [d for d in range(self.ndim) if d not in axes]
+        outer = tuple(self.shape[d] for d in keep)
+        m = math.isqrt(length - 1) + 1
+        k = -(-length // m)
+        ident = 0 if kind == "sum" else (-math.inf if self.dtype == "float32" else -2**31)
+        x = self.permute(keep + list(axes)).reshape(outer + (length,))
+        x = x.pad([(0, 0)] * len(outer) + [(0, k * m - length)], ident).reshape(outer + (k, m))
+        nd = len(outer)
+        part = x._new("reduce", (x,), (kind, (nd + 1,)), outer + (k, 1), x.dtype)
+        return part._new("reduce", (part,), (kind, (nd,)), outer + (1, 1), x.dtype)
 
     def sum(self, axis=None, keepdims=False): return self._reduce("sum", axis, keepdims)
 

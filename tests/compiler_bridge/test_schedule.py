@@ -76,6 +76,19 @@ def test_softmax_and_mlp_kernel_counts():
     assert len(kernels((T(x) @ T(w1)).relu() @ T(w2))) == 2           # relu rides in the second matmul
 
 
+def test_long_reductions_split_in_two():
+    x = rng.uniform(-3, -1, 100_003).astype(np.float32)
+    part, total = kernels(T(x).max())
+    assert 310 <= part.size <= 320 and total.size == 1                 # ~sqrt(n) parallel partials
+    np.testing.assert_array_equal(T(x).max().numpy(), x.max())         # padded with -inf, not 0
+    assert len(kernels(T(x[:7 * 4095].reshape(7, 4095)).sum(1))) == 1   # short rows: one kernel
+    rows = x[:99_999].reshape(3, 33_333)
+    assert len(kernels(T(rows).sum(1))) == 2
+    np.testing.assert_allclose(T(rows).sum(1).numpy(), rows.sum(1), rtol=1e-5)
+    i = rng.integers(-9, -1, 5000).astype(np.int32)
+    assert Tensor(i, device="c").max().numpy() == i.max()
+
+
 def test_loop_invariant_loads_leave_the_loop():
     x = f32(4, 6)
     m = T(x).max(1, keepdims=True)
