@@ -30,6 +30,8 @@ MMIO_LIMIT = 1 << 32
 POLLS = 64                   # status reads before a request counts as unanswered
 RETRIES = 3                  # a timed-out TLP is retried this often (tinygrad retries too)
 CRS_RETRIES = 10
+MAX_PENDING = 512            # queued commands sent at once: a bulk copy goes out while it is being made, so
+                             # the read after it (a firmware wait with its own deadline) does not pay for it
 
 
 class LinkDown(BridgeError):
@@ -183,6 +185,8 @@ class USBFunction(PCIFunction):
                 continue
             self._pending.append(Command(p.xdata_write_cdb(a, b)))
             self._cache[a] = b
+        if len(self._pending) >= MAX_PENDING:
+            self.flush()
 
     def _xdata_write_now(self, writes) -> None:
         for address, data in writes:
