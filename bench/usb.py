@@ -10,8 +10,10 @@ Measured (counts are exact, from amdrv.usb's counters; the simulated bridge coun
   window_push/pull   the bridge's DMA window (4 KiB pages at bus 0x200000/0x820000): the same figures
 Modeled throughput at 10 Gbit/s: wire bytes at 10 Gbit/s with 128b/132b coding plus one round-trip
 latency (--rtt-us, default 100 us, an assumption, not a measurement) per SCSI command.
-Not measured yet: round trips per warm boot and per kernel launch (an AM boot through the bridge does not
-complete yet: docs/usb.md, Driver transport), and real USB latency (no bridge attached to this machine).
+  warm_boot          round trips of an AM warm boot through the bridge (the GPU cold-booted and left by fini
+                     over simulated PCIe first, small BAR); needs the firmware (DRIVERLESS_FIRMWARE_DIR)
+Not measured yet: round trips per kernel launch (hcq is not wired to the USB transport: docs/usb.md,
+Driver transport), and real USB latency (no bridge attached to this machine).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ sys.path.insert(0, str(_HERE.parent))
 from amdrv.usb.transport import open_function  # noqa: E402
 
 LINE_RATE = 10e9 * 128 / 132 / 8   # bytes per second
+BOOT_SLOT = 2
 
 
 def _cost(fn, run, payload: int, rtt_s: float) -> dict:
@@ -68,9 +71,29 @@ def measure(kib: int, rtt_us: float) -> dict:
     buf.view[:] = (data * 4)[:4096]
     out["window_push_4k"] = _cost(fn, buf.push, 4096, rtt)
     out["window_pull_4k"] = _cost(fn, buf.pull, 4096, rtt)
-    out["not_measured"] = ["warm_boot_round_trips", "launch_round_trips"]
     fn.close()
+    out["warm_boot"] = warm_boot()
+    out["not_measured"] = ["launch_round_trips"]
     return out
+
+
+def warm_boot() -> dict:
+    import pcie
+    from amdrv.am import AMGPU
+    from amdrv.firmware import FirmwareError
+    from gpusim import usb_bridge
+    try:
+        AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=BOOT_SLOT)).fini()
+    except FirmwareError as e:
+        return {"skipped": f"no firmware: {e}"}
+    fn = open_function(backend=usb_bridge.backend("navi31", slot=BOOT_SLOT))
+    before = fn.counters.snapshot()
+    gpu = AMGPU.open(fn)
+    spent = fn.counters - before
+    result = {"kind": gpu.boot_report.kind, "round_trips": spent.round_trips, "mmio_reads": spent.mmio_reads,
+              "mmio_writes": spent.mmio_writes, "bulk_write_bytes": spent.bulk_write_bytes, "aim": 500}
+    gpu.fini()
+    return result
 
 
 def main() -> None:

@@ -444,7 +444,8 @@ def test_sim_bridge_failures(sim):
         open_function(backend=silent)
 
 
-def test_bench_usb_json(sim):
+def test_bench_usb_json(sim, debian_firmware, monkeypatch):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     import json
     import subprocess
     import sys
@@ -457,6 +458,7 @@ def test_bench_usb_json(sim):
     assert res["window_push_4k"]["payload_efficiency"] > 0.9
     assert 5 * 256 <= res["to_vram"]["round_trips"] <= 7 * 256 + 8   # <= 4 data bytes, address, kick, clear
     assert "launch_round_trips" in res["not_measured"]
+    assert res["warm_boot"]["kind"] == "warm" and 0 < res["warm_boot"]["round_trips"] < 40_000
 
 
 def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
