@@ -71,7 +71,8 @@ def main(argv=None) -> int:
         print(json.dumps({"kernels": rows, **summary}))
         return 0
     print(f"compile time per kernel, median of {a.runs} (ms)" + ("" if have_clang else "; clang-15 not installed"))
-    print(f"{'kernel':14} {'IR ops':>6} {'rdna3':>8} {'bytes':>6}" + (f" {'llvm':>8} {'bytes':>6} {'llvm/rdna3':>10}" if have_clang else ""))
+    head = f"{'kernel':14} {'IR ops':>6} {'rdna3':>8} {'bytes':>6}"
+    print(head + (f" {'llvm':>8} {'bytes':>6} {'llvm/rdna3':>10}" if have_clang else ""))
     for r in rows:
         line = f"{r['kernel']:14} {r['ir_ops']:6d} {r['rdna3_ms']:8.2f} {r['rdna3_code_bytes']:6d}"
         if have_clang:

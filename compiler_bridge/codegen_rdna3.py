@@ -12,24 +12,24 @@ IR says (8-byte pointers in order, then 4-byte scalars), waits lgkmcnt(0), compu
 gid = s2 * L + v0 into v1 (L from ir.launch_dims, baked in), and masks exec to gid < n with
 v_cmp + s_and_saveexec_b32 (s3 keeps the old exec); a wave with no live lane branches to s_endpgm.
 
-Values and registers. Constants are immediates (inline or literal), never registers. A value is
-uniform when it is derived only from constants, scalar parameters and reduce indices through int32
-or bool ops: it lives in an SGPR and is computed by SALU (s_add_i32, s_mul_i32, s_cmp + s_cselect_b32,
-...). Everything else (gid, loads, every float op) lives in a VGPR. Bools are 0/1 in a register;
-compares go through VCC (v_cmp, then v_cndmask_b32 0/1). Allocation is a linear scan over the SSA
-values in program order: each value lives from its definition to its last use, and a value defined
-before a reduce and used inside it lives to the end of that reduce (the loop's back edge). A value's
-register is never the destination of an op that reads it, so multi-instruction expansions are safe;
-v2..v7 and s[NS-2:NS-1] are scratch for those expansions. Running out of registers (no spilling)
+Values and registers. Constants are immediates (inline or literal), never registers. A value is uniform
+when it is derived only from constants, scalar parameters and reduce indices through int32 or bool ops:
+it lives in an SGPR and is computed by SALU (s_add_i32, s_mul_i32, s_cmp + s_cselect_b32, ...), or in a
+VGPR when the SGPRs run out. Everything else (gid, loads, every float op) lives in a VGPR. Bools are 0/1
+in a register; compares go through VCC (v_cmp, then v_cndmask_b32 0/1). Allocation is a linear scan over
+the SSA values in program order: each value lives from its definition to its last use, and a value
+defined before a reduce and used inside it lives to the end of that reduce (the loop's back edge). A
+value's register is never the destination of an op that reads it, so multi-instruction expansions are
+safe; v2..v7 and s[NS-2:NS-1] are scratch for those expansions. Running out of registers (no spilling)
 raises RegisterSpill naming the kernel. Dead values (no use) are not computed.
 
 Before allocation, `optimize` merges common subexpressions and hoists loop-invariant ops (loads
 included) out of reduces.
 
-Memory. global_load_b32/global_store_b32 with the buffer pointer as SADDR and idx*4 as the 32-bit
-VGPR offset; an index `base + c` (0 <= 4c < 4096) becomes base*4 with `offset:4c`, and consecutive
-accesses through one base share the shift. Loads are tracked in issue order: before an op reads a loaded value, s_waitcnt
-vmcnt(k) waits for it with k = loads issued after it (VMEM loads return in order).
+Memory. global_load_b32/global_store_b32 with the buffer pointer as SADDR and idx*4 as the 32-bit VGPR
+offset; an index `base + c` (0 <= 4c < 4096) becomes base*4 with `offset:4c`, and consecutive accesses
+through one base share the shift. Loads are tracked in issue order: before an op reads a loaded value,
+s_waitcnt vmcnt(k) waits for it with k = loads issued after it (VMEM loads return in order).
 
 Reductions: a do-while loop (length >= 1) with an SGPR counter: body, accumulate (v_add_f32 /
 v_max_f32 / v_add_nc_u32 / v_max_i32 into a VGPR accumulator initialised to the identity), s_add_i32,
@@ -390,8 +390,8 @@ class _Gen:
             v = _fold_int(o, *[s.ival for s in src])
             if v is not None:
                 return self.const(op, _wrap(v))
-        if isint and all(s.kind in "sk" for s in src):
-            return self.salu(op, src)
+        if isint and all(s.kind in "sk" for s in src) and self.free_s:
+            return self.salu(op, src)            # (out of SGPRs: the VALU computes it into a VGPR)
         return self.valu(op, src)
 
     # SALU: uniform int32/bool values

@@ -41,7 +41,8 @@ def samples(seed: int = 0) -> dict[str, Sample]:
     z = b.binary("add", b.binary("mul", x, y), b.unary("exp", x))
     z = b.binary("div", z, b.binary("add", y, b.const(2.5, F)))
     b.store(2, i, b.unary("relu", z))
-    out["ew_chain"] = Sample(b.kernel("ew_chain", [_buf("x", F, n, "r"), _buf("y", F, n, "r"), _buf("o", F, n, "w")], n),
+    out["ew_chain"] = Sample(b.kernel("ew_chain", [_buf("x", F, n, "r"), _buf("y", F, n, "r"),
+                                                   _buf("o", F, n, "w")], n),
                              [rng.standard_normal(n).astype(np.float32), rng.uniform(-2, 2, n).astype(np.float32)])
 
     # unary math: log sqrt sigmoid tanh neg max sub, and division by a constant and by special values
@@ -72,7 +73,8 @@ def samples(seed: int = 0) -> dict[str, Sample]:
     j = b.begin_reduce()
     m = b.end_reduce("max", cols, b.load(0, b.binary("add", base, j), F))
     b.store(1, i, b.binary("add", s, m))
-    out["row_sum_max"] = Sample(b.kernel("row_sum_max", [_buf("x", F, rows * cols, "r"), _buf("o", F, rows, "w")], rows),
+    out["row_sum_max"] = Sample(b.kernel("row_sum_max", [_buf("x", F, rows * cols, "r"),
+                                                         _buf("o", F, rows, "w")], rows),
                                 [rng.standard_normal(rows * cols).astype(np.float32)])
 
     # softmax of each row: max, sum of exp(x - max), then one output element per item (nested reduces)
@@ -104,7 +106,8 @@ def samples(seed: int = 0) -> dict[str, Sample]:
     b.store(2, i, acc)
     out["matmul"] = Sample(b.kernel("matmul", [_buf("a", F, M * K, "r"), _buf("b", F, K * N, "r"),
                                                _buf("o", F, M * N, "w")], M * N),
-                           [rng.standard_normal(M * K).astype(np.float32), rng.standard_normal(K * N).astype(np.float32)])
+                           [rng.standard_normal(M * K).astype(np.float32),
+                            rng.standard_normal(K * N).astype(np.float32)])
 
     # int32: transpose by idiv/mod by a non-power-of-two, compares, where, casts, int reductions
     R, C = 7, 13
@@ -167,7 +170,8 @@ def samples(seed: int = 0) -> dict[str, Sample]:
     b.store(2, i, outer)
     out["nested"] = Sample(b.kernel("nested", [_buf("x", F, rows * J * K, "r"), _buf("y", F, rows, "r"),
                                                _buf("o", F, rows, "w")], rows),
-                           [rng.standard_normal(rows * J * K).astype(np.float32), rng.standard_normal(rows).astype(np.float32)])
+                           [rng.standard_normal(rows * J * K).astype(np.float32),
+                            rng.standard_normal(rows).astype(np.float32)])
 
     # many values live at once (register pressure): 24 loads, summed in reverse order of loading
     n, W = 33, 24

@@ -83,5 +83,6 @@ def test_missing_clang_is_a_clear_error(tmp_path, monkeypatch):
 @needs_clang
 def test_compile_error_shows_diagnostics_and_source(tmp_path, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_CACHE_DIR", str(tmp_path))
-    with pytest.raises(codegen_clang.ClangError, match=r"(?s)clang-15 failed .*undeclared identifier 'nope'.*source:\n   1  __kernel void bad"):
+    diag = r"(?s)clang-15 failed .*undeclared identifier 'nope'.*source:\n   1  __kernel void bad"
+    with pytest.raises(codegen_clang.ClangError, match=diag):
         codegen_clang.compile_opencl("__kernel void bad(__global float *o) { o[0] = nope; }\n")

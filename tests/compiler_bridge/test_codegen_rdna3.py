@@ -261,3 +261,19 @@ def test_constant_index_offsets_fold_into_the_instruction():
     assert len(loads) == 24 and sum("offset:" in l for l in loads) == 23
     assert max(int(l.rsplit("offset:", 1)[1]) for l in loads if "offset:" in l) == 4 * 23
     assert sum(l.startswith("v_lshlrev_b32 v2") for l in text) <= 2          # one shift for all 24 loads
+
+
+def test_uniform_values_move_to_vgprs_when_sgprs_run_out():
+    b = ir.Builder()
+    i = b.gid()
+    p = b.param(0, "int32")
+    us = [b.binary("mul", p, b.const(t + 2, "int32")) for t in range(120)]      # 120 live uniform ints
+    acc = i
+    for u in reversed(us):
+        acc = b.binary("add", b.binary("mul", acc, b.const(3, "int32")), u)
+    b.store(0, i, acc)
+    k = b.kernel("many_uniform", [ir.BufParam("o", "int32", 8, "w")], 8, [ir.ScalarParam("p", "int32")])
+    s = S.Sample(k, [], (7,))
+    assert_close(S.run_wave(s, *R.generate(k)), S.run_reference(s), "many_uniform")
+    text = R.assembly(k)
+    assert "s_mul_i32 s101" in text and "v_mul_lo_u32" in text
