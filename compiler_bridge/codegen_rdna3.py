@@ -310,7 +310,7 @@ class _Gen:
             if op.op == "store":
                 self.store(op)
             elif op.op == "reduce":
-                if op.id in self.used:
+                if op.id in self.used or any(o.op == "store" for o in ir._walk(op.body)):
                     self.reduce(op, p)
             elif op.id in self.used:
                 self.wait_for(self.srcs_read(op))

@@ -277,3 +277,23 @@ def test_uniform_values_move_to_vgprs_when_sgprs_run_out():
     assert_close(S.run_wave(s, *R.generate(k)), S.run_reference(s), "many_uniform")
     text = R.assembly(k)
     assert "s_mul_i32 s101" in text and "v_mul_lo_u32" in text
+
+
+def test_items_past_n_touch_nothing():
+    from amdrv.isa.wave import dispatch, pack_kernargs
+    from amdrv.isa.wave_memory import FlatMemory
+    n = 70                                   # two workgroups of 64: 58 idle items in the second
+    b = ir.Builder()
+    i = b.gid()
+    b.store(1, i, b.load(0, i, "float32"))
+    k = b.kernel("copy70", [ir.BufParam("x", "float32", n, "r"), ir.BufParam("o", "float32", n, "w")], n)
+    co, name, ((gx, _, _), (lx, _, _)) = R.generate(k)
+    assert gx * lx == 128
+    mem = FlatMemory()
+    x = np.arange(n, dtype=np.float32)
+    px = mem.upload(x.tobytes())
+    po = mem.upload(np.full(128, -7.0, np.float32).tobytes())
+    code = CodeObject(co)
+    dispatch(code, name, mem, (gx * lx,), (lx,), pack_kernargs(code.kernel(name), [px, po]))
+    out = mem.array(po, np.float32, 128)
+    assert np.array_equal(out[:n], x) and np.all(out[n:] == -7.0)
