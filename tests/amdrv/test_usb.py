@@ -16,7 +16,7 @@ import usb.backend
 import usb.core
 
 from amdrv.usb import protocol as p
-from amdrv.usb.link import BridgeNotFound, TransferStalled
+from amdrv.usb.link import BridgeError, BridgeNotFound, TransferStalled
 from amdrv.usb.transport import GPUNotAnswering, LinkDown, open_function, parse_device_string
 from pcie.interface import PCIError
 from pcie.lock import DeviceLock
@@ -442,6 +442,12 @@ def test_sim_bridge_failures(sim):
     silent.bridge.inject("gpu_silent")
     with pytest.raises(GPUNotAnswering):
         open_function(backend=silent)
+    unplugged = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
+    g = open_function(backend=unplugged)
+    unplugged.bridge.inject("drop")
+    with pytest.raises(BridgeError, match="gone"):
+        g.bar(5).read32(0)
+    g.close()
 
 
 def test_bench_usb_json(sim, debian_firmware, monkeypatch):
