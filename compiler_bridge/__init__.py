@@ -4,6 +4,6 @@ them into kernels of one small IR (compiler_bridge.ir), and code generators for 
     from compiler_bridge import Tensor
     Tensor(np.ones((3, 4))).softmax(-1).numpy()
 """
-from compiler_bridge.tensor import Tensor, where
+from compiler_bridge.tensor import Tensor, realize, where
 
-__all__ = ["Tensor", "where"]
+__all__ = ["Tensor", "realize", "where"]

@@ -101,14 +101,8 @@ class Tensor:
         return schedule([self.node])
 
     def realize(self) -> Tensor:
-        dev = runtime.get_device(self.device)
-        items = schedule([self.node])
-        _upload_inputs(dev, [self.node] + [n for it in items for n in it.inputs])
-        for it in items:
-            out = dev.alloc(it.out.size, it.kernel.bufs[0].dtype)
-            dev.run(it.kernel, [out] + [n.buffer for n in it.inputs])
-            it.out.buffer = out
-            it.out.srcs = ()  # realized: the graph below it can go
+        """Computes the tensor on its device (its buffer stays there)."""
+        realize(self)
         return self
 
     def numpy(self) -> np.ndarray:
@@ -352,6 +346,20 @@ def _scalar_dtype(v, other: str) -> str:
 
 def _coerce(v, dtype):
     return float(v) if dtype == "float32" else bool(v) if dtype == "bool" else int(v)
+
+
+def realize(*tensors: Tensor) -> None:
+    """Computes several tensors of one device in one schedule, so what they share is computed once."""
+    if len({t.device for t in tensors}) > 1:
+        raise ValueError(f"realize: tensors on different devices {sorted({t.device for t in tensors})}")
+    dev = runtime.get_device(tensors[0].device)
+    items = schedule([t.node for t in tensors])
+    _upload_inputs(dev, [t.node for t in tensors] + [n for it in items for n in it.inputs])
+    for it in items:
+        out = dev.alloc(it.out.size, it.kernel.bufs[0].dtype)
+        dev.run(it.kernel, [out] + [n.buffer for n in it.inputs])
+        it.out.buffer = out
+        it.out.srcs = ()  # realized: the graph below it can go
 
 
 def where(cond, a, b) -> Tensor:

@@ -89,6 +89,17 @@ def test_long_reductions_split_in_two():
     assert Tensor(i, device="c").max().numpy() == i.max()
 
 
+def test_realize_several_shares_their_kernels():
+    from compiler_bridge import realize
+    x = f32(6, 9)
+    h = T(x) @ T(f32(9, 9))
+    a, b = h.sum(0), h.max(1)             # h is a reduce with two consumers: realized once
+    before = len(runtime.launches)
+    realize(a, b)
+    assert len(runtime.launches) - before == 3
+    assert a.schedule() == [] and b.schedule() == []
+
+
 def test_loop_invariant_loads_leave_the_loop():
     x = f32(4, 6)
     m = T(x).max(1, keepdims=True)
