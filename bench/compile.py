@@ -10,7 +10,8 @@ fresh compiles of the IR to a code object, in milliseconds:
   llvm       codegen_llvm: IR -> OpenCL C -> clang-15 -O2 -> ld.lld-15 (the cache bypassed: two
              processes per compile); absent when clang-15 is not installed
   ratio      llvm / rdna3 (how many times faster our generator is), measured in the same run
-Also reported: machine code bytes of each (the kernel's code, s_endpgm and padding included).
+Also reported: machine code bytes of each (the kernel's code, s_endpgm and padding included) and the
+wave instructions each executes for the sample's inputs on amdrv.isa's wave executor (all waves summed).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from amdrv.isa import asm  # noqa: E402
 from amdrv.isa.codeobj import CodeObject, write_code_object  # noqa: E402
 from compiler_bridge import codegen_clang, codegen_llvm, codegen_rdna3  # noqa: E402
-from compiler_bridge.codegen_samples import samples  # noqa: E402
+from compiler_bridge.codegen_samples import run_wave, samples  # noqa: E402
 
 
 def _rdna3(k) -> bytes:
@@ -35,6 +36,12 @@ def _rdna3(k) -> bytes:
 
 def _llvm(k) -> bytes:
     return codegen_clang.compile_opencl(codegen_llvm.opencl_source(k), use_cache=False)
+
+
+def _executed(s, co) -> int:
+    st: dict = {}
+    run_wave(s, co, s.kernel.name, codegen_rdna3.ir.launch_dims(s.kernel), st)
+    return st["instructions"]
 
 
 def _median_ms(fn, k, runs):
@@ -57,11 +64,12 @@ def main(argv=None) -> int:
         k = s.kernel
         r_ms, r_co = _median_ms(_rdna3, k, a.runs)
         row = {"kernel": name, "ir_ops": sum(1 for _ in k.walk()), "rdna3_ms": round(r_ms, 3),
-               "rdna3_code_bytes": len(CodeObject(r_co).kernel(k.name).code)}
+               "rdna3_code_bytes": len(CodeObject(r_co).kernel(k.name).code),
+               "rdna3_wave_instructions": _executed(s, r_co)}
         if have_clang:
             l_ms, l_co = _median_ms(_llvm, k, a.runs)
             row.update(llvm_ms=round(l_ms, 3), llvm_code_bytes=len(CodeObject(l_co).kernel(k.name).code),
-                       ratio=round(l_ms / r_ms, 1))
+                       llvm_wave_instructions=_executed(s, l_co), ratio=round(l_ms / r_ms, 1))
         rows.append(row)
     summary = {"runs": a.runs, "clang": have_clang,
                "rdna3_median_ms": round(statistics.median(r["rdna3_ms"] for r in rows), 3)}
@@ -71,12 +79,14 @@ def main(argv=None) -> int:
         print(json.dumps({"kernels": rows, **summary}))
         return 0
     print(f"compile time per kernel, median of {a.runs} (ms)" + ("" if have_clang else "; clang-15 not installed"))
-    head = f"{'kernel':14} {'IR ops':>6} {'rdna3':>8} {'bytes':>6}"
-    print(head + (f" {'llvm':>8} {'bytes':>6} {'llvm/rdna3':>10}" if have_clang else ""))
+    head = f"{'kernel':14} {'IR ops':>6} {'rdna3':>8} {'bytes':>6} {'instrs':>7}"
+    print(head + (f" {'llvm':>8} {'bytes':>6} {'instrs':>7} {'llvm/rdna3':>10}" if have_clang else ""))
     for r in rows:
-        line = f"{r['kernel']:14} {r['ir_ops']:6d} {r['rdna3_ms']:8.2f} {r['rdna3_code_bytes']:6d}"
+        line = (f"{r['kernel']:14} {r['ir_ops']:6d} {r['rdna3_ms']:8.2f} {r['rdna3_code_bytes']:6d}"
+                f" {r['rdna3_wave_instructions']:7d}")
         if have_clang:
-            line += f" {r['llvm_ms']:8.2f} {r['llvm_code_bytes']:6d} {r['ratio']:10.1f}"
+            line += (f" {r['llvm_ms']:8.2f} {r['llvm_code_bytes']:6d} {r['llvm_wave_instructions']:7d}"
+                     f" {r['ratio']:10.1f}")
         print(line)
     print("median: rdna3 %.2f ms" % summary["rdna3_median_ms"]
           + (", llvm %.2f ms" % summary["llvm_median_ms"] if have_clang else ""))

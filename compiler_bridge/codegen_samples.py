@@ -215,8 +215,9 @@ def scalar_values(s: Sample) -> list:
             for p, v in zip(s.kernel.scalars, s.scalars)]
 
 
-def run_wave(s: Sample, code_object: bytes, name: str, launch) -> list[np.ndarray]:
-    """The written buffers after the kernel ran on amdrv.isa's wave executor (no device boot)."""
+def run_wave(s: Sample, code_object: bytes, name: str, launch, stats: dict | None = None) -> list[np.ndarray]:
+    """The written buffers after the kernel ran on amdrv.isa's wave executor (no device boot);
+    `stats` (a dict) receives the executed wave instructions and the wave count."""
     from amdrv.isa.codeobj import CodeObject
     from amdrv.isa.wave import dispatch, pack_kernargs
     from amdrv.isa.wave_memory import FlatMemory
@@ -226,7 +227,9 @@ def run_wave(s: Sample, code_object: bytes, name: str, launch) -> list[np.ndarra
     addrs = [mem.upload(a.tobytes()) if b.access == "r" else mem.alloc(a.nbytes)
              for a, b in zip(bufs, s.kernel.bufs)]
     (gx, _, _), (lx, _, _) = launch
-    dispatch(co, name, mem, (gx * lx,), (lx,), pack_kernargs(co.kernel(name), addrs + scalar_values(s)))
+    res = dispatch(co, name, mem, (gx * lx,), (lx,), pack_kernargs(co.kernel(name), addrs + scalar_values(s)))
+    if stats is not None:
+        stats.update(instructions=res.instructions, waves=res.waves)
     return [mem.array(addrs[t], _NP[s.kernel.bufs[t].dtype], s.kernel.bufs[t].size) for t in outputs(s.kernel)]
 
 

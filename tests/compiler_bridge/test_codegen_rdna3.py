@@ -195,7 +195,8 @@ def test_compile_bench_reports_both_generators():
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert {row["kernel"] for row in res["kernels"]} == set(SAMPLES)
-    assert all(row["rdna3_ms"] > 0 and row["rdna3_code_bytes"] > 0 for row in res["kernels"])
+    assert all(row["rdna3_ms"] > 0 and row["rdna3_code_bytes"] > 0 and row["rdna3_wave_instructions"] > 0
+               for row in res["kernels"])
     if res["clang"]:
         assert all(row["llvm_ms"] > 0 and row["ratio"] > 0 for row in res["kernels"])
 
