@@ -255,15 +255,13 @@ class USBFunction(PCIFunction):
         raise self._no_answer(what)
 
     def _no_answer(self, what: str) -> BridgeError:
-        if getattr(self, "gpu_bus", None) is None and what.startswith("config read 0x0 at 00:00.0"):
-            return LinkDown(f"{self.address}: nothing answers on the bridge's PCIe port (bus 0): the PCIe link "
-                            f"behind the bridge is down; check the GPU's power cables and reseat the card")
         return GPUNotAnswering(f"{self.address}: {what}: no completion after {RETRIES + 1} tries; the GPU "
                                f"does not answer (powered off, hung, or link lost)")
 
     def _config(self, bus: int, offset: int, size: int, value: int | None = None) -> int | None:
         if size not in (1, 2, 4) or offset % size or not 0 <= offset < 0x1000:
-            raise PCIError(f"{self.address}: config access of {size} bytes at {offset:#x} is misaligned or out of range")
+            raise PCIError(f"{self.address}: config access of {size} bytes at {offset:#x} is misaligned or out "
+                           f"of range")
         fmt = (p.CFGWR0 if value is not None else p.CFGRD0) | (p.CFG_TYPE1 if bus else 0)
         what = f"config {'write' if value is not None else 'read'} {offset:#x} at {bus:02x}:00.0"
         for _ in range(CRS_RETRIES):
@@ -288,6 +286,12 @@ class USBFunction(PCIFunction):
         for bus in range(MAX_BRIDGE_DEPTH):
             try:
                 vendor = self._config(bus, 0, 2)
+            except GPUNotAnswering:
+                if bus == 0:
+                    raise LinkDown(f"{self.address}: nothing answers on the bridge's PCIe port (bus 0): the PCIe "
+                                   f"link behind the bridge is down; check the GPU's power cables and reseat the "
+                                   f"card") from None
+                raise
             except _CompletionError as e:
                 if bus == 0:
                     raise LinkDown(f"{self.address}: the bridge's PCIe port answers {e}; the link is down") from None
