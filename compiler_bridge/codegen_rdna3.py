@@ -23,15 +23,16 @@ value's register is never the destination of an op that reads it, so multi-instr
 safe; v2..v7 and s[NS-2:NS-1] are scratch for those expansions. Running out of registers (no spilling)
 raises RegisterSpill naming the kernel. Dead values (no use) are not computed.
 
-Before allocation, `optimize` merges common subexpressions and hoists loop-invariant ops (loads
-included) out of reduces.
+Before allocation, `optimize` unrolls short reduces (at most UNROLL_LENGTH iterations and UNROLL_OPS
+ops unrolled; accumulated in index order from the identity, as the reference does), merges common
+subexpressions, and hoists loop-invariant ops (loads included) out of the remaining reduces.
 
 Memory. global_load_b32/global_store_b32 with the buffer pointer as SADDR and idx*4 as the 32-bit VGPR
 offset; an index `base + c` (0 <= 4c < 4096) becomes base*4 with `offset:4c`, and consecutive accesses
 through one base share the shift. Loads are tracked in issue order: before an op reads a loaded value,
 s_waitcnt vmcnt(k) waits for it with k = loads issued after it (VMEM loads return in order).
 
-Reductions: a do-while loop (length >= 1) with an SGPR counter: body, accumulate (v_add_f32 /
+Reductions that stay loops: a do-while loop (length >= 1) with an SGPR counter: body, accumulate (v_add_f32 /
 v_max_f32 / v_add_nc_u32 / v_max_i32 into a VGPR accumulator initialised to the identity), s_add_i32,
 s_cmp_lt_u32, s_cbranch_scc1.
 
@@ -581,6 +582,61 @@ class _Gen:
             raise CodegenError(f"kernel {self.k.name} at {o} %{op.id}: no RDNA3 form for {o} on {sd}")
 
 
+UNROLL_LENGTH, UNROLL_OPS = 16, 256     # reduces this short (and this small once unrolled) are unrolled
+
+
+def unroll(k: ir.Kernel) -> ir.Kernel:
+    """Reduces of at most UNROLL_LENGTH iterations whose unrolled body stays within UNROLL_OPS ops become
+    straight-line code: the body once per index (the index a constant), accumulated in index order from
+    the identity, so sums round exactly as the C reference's loop does. Inner reduces go first."""
+    next_id = [max([op.id for op in k.walk()] + [op.arg.var for op in k.walk() if op.op == "reduce"]) + 1]
+
+    def new() -> int:
+        next_id[0] += 1
+        return next_id[0] - 1
+
+    def copy(op, mp):
+        srcs = tuple(mp.get(x, x) for x in op.srcs)
+        if op.op == "store":
+            return ir.Op(-1, op.op, op.dtype, srcs, op.arg)
+        mp[op.id] = new()
+        if op.op != "reduce":
+            return ir.Op(mp[op.id], op.op, op.dtype, srcs, op.arg)
+        r = op.arg
+        mp[r.var] = new()
+        body = tuple(copy(o, mp) for o in op.body)
+        arg = ir.Reduce(r.kind, r.length, mp[r.var], mp.get(r.result, r.result))
+        return ir.Op(mp[op.id], op.op, op.dtype, (), arg, body)
+
+    def walk(body) -> list:
+        out = []
+        for op in body:
+            if op.op != "reduce":
+                out.append(op)
+                continue
+            r, inner = op.arg, walk(op.body)
+            if r.length > UNROLL_LENGTH or r.length * sum(1 for _ in ir._walk(inner)) > UNROLL_OPS:
+                out.append(ir.Op(op.id, op.op, op.dtype, op.srcs, r, tuple(inner)))
+                continue
+            if r.kind == "sum":
+                ident = 0.0 if op.dtype == "float32" else 0
+            else:
+                ident = -math.inf if op.dtype == "float32" else -2**31
+            acc = new()
+            out.append(ir.Op(acc, "const", op.dtype, (), ident))
+            for t in range(r.length):
+                mp = {r.var: new()}
+                out.append(ir.Op(mp[r.var], "const", "int32", (), t))
+                out.extend(copy(o, mp) for o in inner)
+                nid = op.id if t == r.length - 1 else new()
+                res = mp.get(r.result, r.result)
+                out.append(ir.Op(nid, "add" if r.kind == "sum" else "max", op.dtype, (acc, res)))
+                acc = nid
+        return out
+
+    return ir.Kernel(k.name, k.bufs, k.scalars, k.size, tuple(walk(k.body)))
+
+
 def optimize(k: ir.Kernel) -> ir.Kernel:
     """Common subexpressions merged (same op, dtype, operands and arg, the first one in scope) and
     loop-invariant ops hoisted out of reduces (an op whose operands are all defined outside a reduce's
@@ -622,6 +678,7 @@ def optimize(k: ir.Kernel) -> ir.Kernel:
                 place(ir.Op(op.id, op.op, op.dtype, srcs, op.arg))
         return keep, out
 
+    k = unroll(k)
     body, _ = walk(k.body, {}, None)
     out = ir.Kernel(k.name, k.bufs, k.scalars, k.size, tuple(body))
     ir.validate(out)

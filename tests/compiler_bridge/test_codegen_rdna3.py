@@ -63,7 +63,13 @@ def test_registered_and_default_on_am():
     assert next(c for c in ("rdna3", "llvm") if c in gens) == "rdna3"
 
 
-def test_disassembles_and_descriptor_follows_code():
+@pytest.fixture
+def no_unroll(monkeypatch):
+    monkeypatch.setattr(R, "UNROLL_LENGTH", 0)
+    monkeypatch.setattr(R, "_memo", {})
+
+
+def test_disassembles_and_descriptor_follows_code(no_unroll):
     s = SAMPLES["matmul"]
     co, name, _ = R.generate(s.kernel)
     k = CodeObject(co).kernel(name)
@@ -226,7 +232,7 @@ def _loop_bodies(text):
     return out
 
 
-def test_invariants_are_hoisted_and_duplicates_merged():
+def test_invariants_are_hoisted_and_duplicates_merged(no_unroll):
     k = SAMPLES["nested"].kernel
     plain, opt = R.assembly(k, opt=False), R.assembly(k)
     assert sum(l.startswith("global_load") for l in plain.splitlines()) == 3
@@ -298,3 +304,22 @@ def test_items_past_n_touch_nothing():
     dispatch(code, name, mem, (gx * lx,), (lx,), pack_kernargs(code.kernel(name), [px, po]))
     out = mem.array(po, np.float32, 128)
     assert np.array_equal(out[:n], x) and np.all(out[n:] == -7.0)
+
+
+def test_short_reduces_are_unrolled_long_ones_loop():
+    text = R.assembly(SAMPLES["row_sum_max"].kernel)            # two reduces of 7
+    assert "s_cbranch_scc1" not in text
+    loads = [l for l in text.splitlines() if l.startswith("global_load_b32")]
+    assert len(loads) == 7 and sum("offset:" in l for l in loads) == 6   # one load per element, CSE'd
+    rows, cols = 3, R.UNROLL_LENGTH + 1
+    b = ir.Builder()
+    i = b.gid()
+    j = b.begin_reduce()
+    idx = b.binary("add", b.binary("mul", i, b.const(cols, "int32")), j)
+    r = b.end_reduce("sum", cols, b.load(0, idx, "float32"))
+    b.store(1, i, r)
+    k = b.kernel("long_row", [ir.BufParam("x", "float32", rows * cols, "r"),
+                              ir.BufParam("o", "float32", rows, "w")], rows)
+    assert R.assembly(k).count("s_cbranch_scc1") == 1
+    s = S.Sample(k, [np.linspace(-1, 1, rows * cols).astype(np.float32)])
+    assert_close(S.run_wave(s, *R.generate(k)), S.run_reference(s), "long_row")
