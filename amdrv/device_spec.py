@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdrv import chips
+from amdrv.usb import transport as usb_transport
 from pcie import PCIError, PCIFunction, open_function
 from pcie import discover
 
-FORMS = "am, am:sim, am:sim:<chip>, am:<pci address> (e.g. am:0000:03:00.0 or am:03:00.0)"
+FORMS = ("am, am:sim, am:sim:<chip>, am:sim:usb, am:sim:<chip>:usb, am:usb, am:usb:<BUS-ADDR>, "
+         "am:<pci address> (e.g. am:0000:03:00.0 or am:03:00.0)")
 
 
 class DeviceSpecError(PCIError, ValueError):
@@ -50,11 +52,20 @@ def parse(text: str, sysfs: Path = discover.SYSFS) -> DeviceSpec:
     if not rest:
         raise DeviceSpecError(f"{text!r}: nothing after 'am:'; expected {FORMS}")
     kind, colon, chip = rest.partition(":")
+    if kind.lower() == "usb":
+        return DeviceSpec(spec, *usb_transport.parse_device_string(spec))
     if kind.lower() == "sim":
-        name = (chip if colon else chips.NAVI31.name).lower()
+        parts = chip.split(":") if colon else []
+        via = parts.pop() if parts and parts[-1].lower() == "usb" else ""
+        if len(parts) > 1:
+            raise DeviceSpecError(f"{text!r}: a simulated GPU is reached directly or through 'usb'; expected {FORMS}")
+        chip = parts[0] if parts else chips.NAVI31.name
+        name = chip.lower()
         if name not in {c.name for c in chips.SUPPORTED}:
             raise DeviceSpecError(f"{text!r}: no simulated chip {chip!r}; supported: "
                                   f"{', '.join(c.name for c in chips.SUPPORTED)}")
+        if via:  # the simulated ASM24xx bridge in front of the simulated GPU
+            return DeviceSpec(spec, "usb", (f"sim:{name}",))
         return DeviceSpec(spec, "sim", (name,))
     try:
         address = discover.normalize_address(rest)

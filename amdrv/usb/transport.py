@@ -16,6 +16,8 @@ caller moves with `push()` (any page) and `pull()` (the first page only) (docs/u
 """
 from __future__ import annotations
 
+from importlib import metadata
+
 import struct
 import time
 
@@ -58,7 +60,11 @@ def parse_device_string(text: str) -> tuple[str, tuple]:
 
 def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000, lock_dir=None, root=None) -> USBFunction:
     """The `driverless.pcie` entry point "usb": spec "" (first bridge) or "BUS-ADDR". lock_dir: where the
-    per-bridge lock file goes (pcie.lock); root (the sysfs root other providers take) is not used."""
+    per-bridge lock file goes (pcie.lock); root (the sysfs root other providers take) is not used.
+    spec "sim:CHIP" (from `am:sim:usb`) plugs in the simulated bridge's pyusb backend, found by name in the
+    `driverless.usb_backends` entry-point group so that the driver never imports the simulator."""
+    if spec.startswith("sim"):
+        backend, spec = _named_backend("sim")(spec.partition(":")[2] or "navi31"), ""
     found = find_bridges(backend)
     if not found:
         raise BridgeNotFound("usb: no ASM24xx USB-to-PCIe bridge found (ids 174c:236x/246x, 2d01:3666); is the "
@@ -69,6 +75,14 @@ def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000, lock_
             raise BridgeNotFound(f"usb: no bridge at {spec}; bridges: {', '.join(name_of(d) for d in found)}")
         found = chosen
     return USBFunction(found[0], timeout_ms=timeout_ms, lock_dir=lock_dir)
+
+
+def _named_backend(name: str):
+    eps = {ep.name: ep for ep in metadata.entry_points(group="driverless.usb_backends")}
+    if name not in eps:
+        raise BridgeNotFound(f"usb: no pyusb backend named {name!r} is installed (driverless.usb_backends: "
+                             f"{', '.join(sorted(eps)) or 'none'})")
+    return eps[name].load()
 
 
 class USBBAR(BAR):

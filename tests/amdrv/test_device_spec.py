@@ -96,3 +96,15 @@ def test_malformed(text, match, tmp_path):
     with pytest.raises(DeviceSpecError, match=match):
         parse(text, sysfs=tmp_path)
     assert issubclass(DeviceSpecError, PCIError)
+
+
+def test_sim_usb_strings_open_the_simulated_bridge():
+    """am:sim:usb reaches a simulated GPU through the simulated ASM24xx bridge (named backend)."""
+    spec = parse("am:sim:navi33:usb")
+    assert (spec.provider, spec.args) == ("usb", ("sim:navi33",))
+    fn = spec.open()
+    try:
+        assert (fn.vendor_id, fn.device_id) == (0x1002, 0x7480)
+        assert fn.counters.round_trips > 0  # every access was a USB transaction
+    finally:
+        fn.close()
