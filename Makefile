@@ -21,7 +21,7 @@ venv: $(VENV)/.installed
 
 demo: system-deps venv
 	@if [ -d $(DEBIAN_FIRMWARE) ]; then $(PY) -m amdrv.firmware seed $(DEBIAN_FIRMWARE); fi
-	$(PY) -m amdrv
+	$(PY) -m compiler_bridge.demo
 
 test: system-deps venv
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)

@@ -64,14 +64,15 @@ _USER_SGPR_REGS = 16
 
 def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
     """Boots the GPU a device string names and wraps it. For simulated GPUs, slot=N and fresh=True pick
-    and power on a particular one (two GPUs in one process are two slots); other kwargs go to AMGPU.open."""
-    slot, fresh = kwargs.pop("slot", None), kwargs.pop("fresh", False)
+    and power on a particular one (two GPUs in one process are two slots), and state=PATH keeps the GPU
+    in a file across processes (as a real GPU stays powered); other kwargs go to AMGPU.open."""
+    slot, fresh, state = kwargs.pop("slot", None), kwargs.pop("fresh", False), kwargs.pop("state", None)
     device = spec
-    if slot is not None or fresh:
+    if slot is not None or fresh or state:
         parsed = device_spec.parse(spec)
         if parsed.provider != "sim":
-            raise HCQError(f"{spec}: slot= and fresh= choose simulated GPUs only")
-        device = open_function("sim", *parsed.args, slot=slot, fresh=fresh)
+            raise HCQError(f"{spec}: slot=, fresh= and state= choose simulated GPUs only")
+        device = open_function("sim", *parsed.args, slot=slot, fresh=fresh, state=state)
     return AMHCQDevice(AMGPU.open(device, **kwargs), spec if slot is None else f"{spec}#{slot}")
 
 
