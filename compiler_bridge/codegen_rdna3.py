@@ -27,6 +27,10 @@ Before allocation, `optimize` unrolls short reduces (at most UNROLL_LENGTH itera
 ops unrolled; accumulated in index order from the identity, as the reference does), merges common
 subexpressions, and hoists loop-invariant ops (loads included) out of the remaining reduces.
 
+Hazards: a read of a transcendental op's result (v_exp/v_log/v_rcp/v_sqrt) within five VALU instructions
+of it, or a branch or label after one, gets `s_waitcnt_depctr 0xfff` (va_vdst 0) first, as LLVM's gfx11
+hazard recognizer does; other dependencies are left to the hardware's interlocks (no s_delay_alu hints).
+
 Memory. global_load_b32/global_store_b32 with the buffer pointer as SADDR and idx*4 as the 32-bit VGPR
 offset; an index `base + c` (0 <= 4c < 4096) becomes base*4 with `offset:4c`, and consecutive accesses
 through one base share the shift. Loads are tracked in issue order: before an op reads a loaded value,
@@ -65,6 +69,7 @@ from compiler_bridge.runtime import register_codegen
 
 NV, NS = 256, 104          # VGPRs v0..v255; SGPRs s0..s103 (vcc is apart)
 VTMP = (2, 3, 4, 5, 6, 7)  # scratch VGPRs for expansions
+TRANS = ("v_exp_f32", "v_log_f32", "v_rcp_f32", "v_sqrt_f32", "v_rsq_f32")
 LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
 
 
@@ -141,6 +146,7 @@ class _Gen:
         self.vals: dict[int, Val] = {}
         self.pending: list[int] = []     # value ids of loads in flight, in issue order
         self.v2_for = None               # the index value whose byte offset v2 holds
+        self.trans: dict[str, int] = {}  # VGPRs written by a transcendental op -> VALU ops since
         self.labels = 0
         (_, _, _), (self.local, _, _) = ir.launch_dims(k)
         self._fold_addresses()
@@ -240,9 +246,21 @@ class _Gen:
 
     # --------------------------------------------------------------------------------- emission
     def emit(self, line: str):
-        self.lines.append(line)
-        # v2 keeps the byte offset of one index across loads/stores until something else writes it
         parts = line.split(None, 1)
+        ops = [x.strip().lstrip("-|").rstrip("|") for x in parts[1].split(",")] if len(parts) > 1 else []
+        if self.trans:
+            # gfx11's trans-use hazard (as LLVM's hazard recognizer handles it): an instruction that reads
+            # the VGPR result of v_exp/v_log/v_rcp/v_sqrt within 5 VALU instructions needs
+            # s_waitcnt_depctr va_vdst(0) first; so does leaving straight-line code
+            if line.endswith(":") or "branch" in parts[0] or parts[0] == "s_endpgm" or set(ops) & set(self.trans):
+                self.lines.append("s_waitcnt_depctr 0xfff")
+                self.trans.clear()
+            elif parts[0].startswith("v_"):
+                self.trans = {r: n + 1 for r, n in self.trans.items() if n < 5}
+        self.lines.append(line)
+        if parts[0] in TRANS:
+            self.trans[ops[0]] = 0
+        # v2 keeps the byte offset of one index across loads/stores until something else writes it
         if line.endswith(":") or "branch" in parts[0] or len(parts) > 1 and parts[1].split(",")[0] == "v2":
             self.v2_for = None
 

@@ -323,3 +323,21 @@ def test_short_reduces_are_unrolled_long_ones_loop():
     assert R.assembly(k).count("s_cbranch_scc1") == 1
     s = S.Sample(k, [np.linspace(-1, 1, rows * cols).astype(np.float32)])
     assert_close(S.run_wave(s, *R.generate(k)), S.run_reference(s), "long_row")
+
+
+def test_trans_results_are_waited_for_before_use():
+    trans = ("v_exp_f32", "v_log_f32", "v_rcp_f32", "v_sqrt_f32")
+    for name, s in SAMPLES.items():
+        written: dict[str, int] = {}          # trans destination -> VALU instructions since
+        for line in R.assembly(s.kernel).splitlines():
+            parts = line.split(None, 1)
+            if parts[0] == "s_waitcnt_depctr":
+                written.clear()
+                continue
+            ops = [x.strip().lstrip("-") for x in parts[1].split(",")] if len(parts) > 1 else []
+            assert not set(ops) & {r for r, n in written.items() if n < 5}, f"{name}: {line!r} reads a trans result"
+            assert not (written and (line.endswith(":") or "branch" in parts[0])), f"{name}: {line!r}"
+            if parts[0].startswith("v_"):
+                written = {r: n + 1 for r, n in written.items()}
+            if parts[0] in trans:
+                written[ops[0]] = 0
