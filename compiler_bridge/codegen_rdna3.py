@@ -708,12 +708,29 @@ def assembly(k: ir.Kernel, opt: bool = True) -> str:
     return _Gen(optimize(k) if opt else k).run()
 
 
+class _Spec(KernelSpec):
+    """A KernelSpec whose argument metadata also carries `.type_name` (as clang writes it), so hcq packs
+    float32 scalars as floats and int32 ones as signed ints."""
+    type_names: tuple = ()
+
+    def metadata(self) -> dict:
+        m = super().metadata()
+        for a, t in zip(m[".args"], self.type_names):
+            a[".type_name"] = t
+        return m
+
+
+_CTYPE = {"float32": "float", "int32": "int"}
+
+
 def kernel_spec(k: ir.Kernel, code: bytes) -> KernelSpec:
     args = [KernelArg(8 * i, 8, "global_buffer", "global", b.name) for i, b in enumerate(k.bufs)]
     args += [KernelArg(8 * len(k.bufs) + 4 * j, 4, "by_value", None, s.name) for j, s in enumerate(k.scalars)]
     (_, _, _), (local, _, _) = ir.launch_dims(k)
-    return KernelSpec(k.name, code, args=args, user_sgprs=("kernarg_segment_ptr",), workgroup_ids=1,
-                      workitem_ids=1, max_flat_workgroup_size=local)
+    spec = _Spec(k.name, code, args=args, user_sgprs=("kernarg_segment_ptr",), workgroup_ids=1,
+                 workitem_ids=1, max_flat_workgroup_size=local)
+    spec.type_names = tuple(f"{_CTYPE[b.dtype]}*" for b in k.bufs) + tuple(_CTYPE[p.dtype] for p in k.scalars)
+    return spec
 
 
 _memo: dict[ir.Kernel, bytes] = {}

@@ -208,9 +208,7 @@ def run_reference(s: Sample) -> list[np.ndarray]:
 
 
 def scalar_values(s: Sample) -> list:
-    """Scalar arguments as our code objects take them: int32 as ints, float32 as their bit pattern
-    (the metadata of codeobj-written kernels carries no .type_name, so hcq packs every 4-byte scalar
-    as a uint32)."""
+    """Scalar arguments as raw 32-bit patterns (what amdrv.isa.wave.pack_kernargs takes)."""
     return [int(np.float32(v).view(np.uint32)) if p.dtype == F else int(np.int32(v).view(np.uint32))
             for p, v in zip(s.kernel.scalars, s.scalars)]
 
@@ -244,9 +242,7 @@ def run_hcq(dev, s: Sample, code_object: bytes, name: str, launch) -> list[np.nd
     try:
         prog = dev.program(code_object, name)
         g, l_ = launch
-        codes = [a.code for a in prog.layout.explicit][len(bufs):]
-        scalars = [float(v) if c == "f" else bits for c, v, bits in zip(codes, s.scalars, scalar_values(s))]
-        prog(*handles, *scalars, global_size=tuple(g), local_size=tuple(l_), wait=True)
+        prog(*handles, *s.scalars, global_size=tuple(g), local_size=tuple(l_), wait=True)
         return [np.frombuffer(dev.copyout(handles[t], bufs[t].nbytes), bufs[t].dtype).copy()
                 for t in outputs(s.kernel)]
     finally:

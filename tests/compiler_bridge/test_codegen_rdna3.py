@@ -341,3 +341,11 @@ def test_trans_results_are_waited_for_before_use():
                 written = {r: n + 1 for r, n in written.items()}
             if parts[0] in trans:
                 written[ops[0]] = 0
+
+
+def test_scalar_parameters_carry_their_c_types():
+    from hcq.api import kernel_args
+    s = SAMPLES["uniform"]
+    meta = CodeObject(R.generate(s.kernel)[0]).kernel("uniform").metadata[".args"]
+    assert [a[".type_name"] for a in meta] == ["float*", "float*", "int*", "int", "float"]
+    assert [a.code for a in kernel_args(meta)] == ["Q", "Q", "Q", "i", "f"]     # hcq packs 11 and 0.75 as such
