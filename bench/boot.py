@@ -17,7 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# run as a script, bench/ is sys.path[0]: replace it by the repo root, or bench/usb.py would shadow pyusb
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import pcie  # noqa: E402
 from amdrv.am import AMGPU  # noqa: E402

@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# run as a script, bench/ is sys.path[0]: replace it by the repo root, or bench/usb.py would shadow pyusb
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import hcq  # noqa: E402
 from amdrv.isa import assemble  # noqa: E402
