@@ -11,7 +11,9 @@ fresh compiles of the IR to a code object, in milliseconds:
              processes per compile); absent when clang-15 is not installed
   ratio      llvm / rdna3 (how many times faster our generator is), measured in the same run
 Also reported: machine code bytes of each (the kernel's code, s_endpgm and padding included) and the
-wave instructions each executes for the sample's inputs on amdrv.isa's wave executor (all waves summed).
+wave instructions each executes for the sample's inputs on amdrv.isa's wave executor (all waves summed);
+and the demo's MLP + softmax end to end on am:sim per generator (Tensor to numpy: scheduling, launches,
+the simulated GPU's execution, read-back), first run (compiling included) and the median of the rest.
 """
 from __future__ import annotations
 
@@ -54,6 +56,27 @@ def _median_ms(fn, k, runs):
     return statistics.median(times) * 1e3, out
 
 
+def mlp_end_to_end(codegen: str, runs: int) -> dict:
+    """The demo's MLP + softmax on a fresh am:sim through one generator: seconds, first and median."""
+    import numpy as np
+    from compiler_bridge import runtime
+    from compiler_bridge.demo import BATCH, HIDDEN, IN, OUT, mlp_softmax
+    from compiler_bridge.tensor import Tensor
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(shape, np.float32) for shape in ((BATCH, IN), (IN, HIDDEN), (HIDDEN,),
+                                                                    (HIDDEN, OUT), (OUT,))]
+    runtime.open_device("am:sim", codegen=codegen, fresh=True)
+    times = []
+    try:
+        for _ in range(runs + 1):
+            t0 = time.perf_counter()
+            mlp_softmax(*(Tensor(a, device="am:sim") for a in arrays))[1].numpy()
+            times.append(time.perf_counter() - t0)
+    finally:
+        runtime.close_device("am:sim")
+    return {"first_s": round(times[0], 4), "median_s": round(statistics.median(times[1:]), 4)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", "--runs", type=int, default=5)
@@ -76,6 +99,7 @@ def main(argv=None) -> int:
                "rdna3_median_ms": round(statistics.median(r["rdna3_ms"] for r in rows), 3)}
     if have_clang:
         summary["llvm_median_ms"] = round(statistics.median(r["llvm_ms"] for r in rows), 3)
+    summary["mlp_am_sim"] = {c: mlp_end_to_end(c, a.runs) for c in ("rdna3", "llvm") if c == "rdna3" or have_clang}
     if a.json:
         print(json.dumps({"kernels": rows, **summary}))
         return 0
@@ -91,6 +115,9 @@ def main(argv=None) -> int:
         print(line)
     print("median: rdna3 %.2f ms" % summary["rdna3_median_ms"]
           + (", llvm %.2f ms" % summary["llvm_median_ms"] if have_clang else ""))
+    for c, m in summary["mlp_am_sim"].items():
+        print(f"MLP + softmax on am:sim via {c}: first run {m['first_s'] * 1e3:.0f} ms (compiling included), "
+              f"then median {m['median_s'] * 1e3:.0f} ms")
     return 0
 
 

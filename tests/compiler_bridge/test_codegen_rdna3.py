@@ -191,13 +191,16 @@ def test_non_constant_divisor_is_refused_by_name():
         R.generate(k)
 
 
-def test_compile_bench_reports_both_generators():
+def test_compile_bench_reports_both_generators(debian_firmware):
     import json
+    import os
     import subprocess
     import sys
     from pathlib import Path
     script = Path(__file__).resolve().parents[2] / "bench" / "compile.py"
-    r = subprocess.run([sys.executable, str(script), "-n", "1", "--json"], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, DRIVERLESS_FIRMWARE_DIR=str(debian_firmware))  # the MLP part boots am:sim
+    r = subprocess.run([sys.executable, str(script), "-n", "1", "--json"], capture_output=True, text=True,
+                       timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert {row["kernel"] for row in res["kernels"]} == set(SAMPLES)
@@ -205,6 +208,7 @@ def test_compile_bench_reports_both_generators():
                for row in res["kernels"])
     if res["clang"]:
         assert all(row["llvm_ms"] > 0 and row["ratio"] > 0 for row in res["kernels"])
+    assert res["mlp_am_sim"]["rdna3"]["median_s"] > 0
 
 
 def test_exp_is_accurate_over_the_whole_range():
