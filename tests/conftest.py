@@ -1,5 +1,8 @@
 """Shared fixtures: an isolated firmware environment for every test, and the real firmware files."""
 import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,3 +26,33 @@ def debian_firmware() -> Path:
         pytest.fail(f"real firmware not found in {DEBIAN_FIRMWARE}: run `make test` (installs Debian's "
                     "firmware-amd-graphics) or set DRIVERLESS_TEST_FIRMWARE to a linux-firmware amdgpu/ dir")
     return DEBIAN_FIRMWARE
+
+
+KERNELS = Path(__file__).parent / "amdrv" / "isa" / "kernels"  # the OpenCL C corpus (and its common.h)
+CLANG_CL = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
+            "-nogpulib", "-O2", "-c", "-I", str(KERNELS)]
+
+
+@pytest.fixture(scope="session")
+def build_cl(tmp_path_factory):
+    """build_cl(sources) -> {stem: path of the linked code object}: OpenCL C through clang-15 and
+    ld.lld-15, in parallel, each source once per session; skips when LLVM 15 is not installed."""
+    if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
+        pytest.skip("clang-15 and ld.lld-15 are needed to build OpenCL kernels (make test installs them)")
+    out, built = tmp_path_factory.mktemp("cl"), {}
+
+    def one(src: Path) -> Path:
+        obj, so = out / f"{src.stem}.o", out / f"{src.stem}.so"
+        for cmd in (CLANG_CL + [str(src), "-o", str(obj)], ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr}")
+        return so
+
+    def build(sources) -> dict[str, Path]:
+        todo = [Path(s) for s in sources if Path(s).stem not in built]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            built.update(zip((s.stem for s in todo), pool.map(one, todo)))
+        return {Path(s).stem: built[Path(s).stem] for s in sources}
+
+    return build

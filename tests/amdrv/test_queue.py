@@ -1,9 +1,7 @@
 """Compute and SDMA queues on the simulated Navi31: set-up as gfx_v11_0/sdma_v6_0 do, fences, copies,
 a clang kernel dispatched through PM4 and checked with numpy, hangs and faults named in the error,
 and recovery after which the next submission works."""
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +17,6 @@ from amdrv.queue import (MQD, MQD_HEADER, ComputeQueue, Fence,
                          HostBuffer, QueueError, SDMAQueue)
 
 KERNELS = Path(__file__).parent / "isa" / "kernels"
-CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
-         "-nogpulib", "-O2", "-c"]
 UNMAPPED_VA = 0x7F00_0000_0000  # inside the 48-bit space, never mapped by the GMC
 
 
@@ -138,15 +134,8 @@ def test_sdma_hang_is_named_then_recovered(gpu):
 
 # ------------------------------------------------------------------ compute
 @pytest.fixture(scope="module")
-def add_f32(tmp_path_factory):
-    if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
-        pytest.skip("clang-15 and ld.lld-15 are needed to build the kernel")
-    out = tmp_path_factory.mktemp("queue_kernels")
-    obj, so = out / "add_f32.o", out / "add_f32.so"
-    for cmd in (CLANG + [str(KERNELS / "add_f32.cl"), "-o", str(obj)],
-                ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
-        subprocess.run(cmd, check=True, capture_output=True)
-    return CodeObject.load(so)
+def add_f32(build_cl):
+    return CodeObject.load(build_cl([KERNELS / "add_f32.cl"])["add_f32"])
 
 
 class Launcher:
