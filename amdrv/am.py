@@ -46,7 +46,7 @@ from amdrv.memory import VRAMAllocator
 from pcie import PCIFunction, open_function
 from pcie.discover import SYSFS
 
-BOOT_STATE_VERSION = 1  # bump when the boot region layout or what a warm boot relies on changes
+BOOT_STATE_VERSION = 2  # bump when the boot region layout or what a warm boot relies on changes
 COLD_ENV = "DRIVERLESS_COLD_BOOT"
 
 
@@ -191,7 +191,7 @@ class AMGPU:
             step("smu", self.smu.init)
         else:
             step("nbio", self.nbio.init)
-            step("gmc", self.gmc.init)
+            step("gmc", lambda: self.gmc.init(warm=True))   # the root directory fini left clear
             step("ih", self.ih.init)
             step("smu", self._smu_warm)
         step("gfx", lambda: self.gfx.init(warm=kind == "warm"))
@@ -256,6 +256,7 @@ class AMGPU:
             self.gfx.fini()
             self.sdma.fini()
             self.smu.low_clocks()
+            self.gmc.fini()
             self.nbio.write_state(BOOT_STATE_VERSION, clean=True)
         finally:
             self._finished = True

@@ -131,13 +131,16 @@ def vram_size(mmio: regs.MMIO) -> int:
     return mib << 20
 
 
-def read_discovery(read_vram: Callable[[int, int], bytes], vram_bytes: int) -> Discovery:
+def read_discovery(read_vram: Callable[[int, int], bytes], vram_bytes: int, *, exact: bool = False) -> Discovery:
     """Reads and parses the binary at vram_bytes - DISCOVERY_TMR_OFFSET: one read of
-    DISCOVERY_TMR_SIZE as upstream, and a second one only when binary_size says it is longer."""
+    DISCOVERY_TMR_SIZE as upstream, and a second one only when binary_size says it is longer.
+    exact=True (where each VRAM dword read is costly: MM_INDEX, USB): the binary header first, then
+    binary_size bytes only."""
     pos = vram_bytes - DISCOVERY_TMR_OFFSET
     if pos < 0:
         raise DiscoveryError(f"VRAM size {vram_bytes:#x} is smaller than the discovery offset")
-    data = bytes(read_vram(pos, DISCOVERY_TMR_SIZE))
+    first = (_BINARY_HEADER.size + 3) & ~3 if exact else DISCOVERY_TMR_SIZE
+    data = bytes(read_vram(pos, first))
     _check_signature(data, f"VRAM offset {pos:#x}")
     size = _BINARY_HEADER.unpack_from(data).binary_size
     if size > len(data):

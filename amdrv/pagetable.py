@@ -96,11 +96,12 @@ class _Table:
 class PageTable:
     """One GPU virtual address space (a VMID's context); `page_table_base` is what the context's
     PAGE_TABLE_BASE_ADDR registers take. `root` places the root directory in a block the caller owns (boot memory,
-    so that the context's registers stay valid across a warm boot); it is cleared, never freed."""
+    so that the context's registers stay valid across a warm boot); it is cleared, never freed, unless
+    `root_clear` says it holds an all-invalid directory already (`clear_root` left it so)."""
 
     def __init__(self, memory: TableMemory, write: Callable[[int, bytes], None],
                  invalidate: Callable[[], None], *, vram_base_offset: int = 0, name: str = "vm",
-                 root: Block | None = None):
+                 root: Block | None = None, root_clear: bool = False):
         self.memory, self._write, self._invalidate = memory, write, invalidate
         self.vram_base_offset = vram_base_offset  # gmc_v11_0: vm_manager.vram_base_offset (MC FB offset)
         self.name = name
@@ -109,7 +110,8 @@ class PageTable:
             raise PageTableError(f"{name}: the root directory needs a 4 KiB-aligned block of 4 KiB, got {root}")
         self._own_root = root is None
         self.root = self._new_table(PDB2) if root is None else _Table(root, PDB2)
-        self._dirty.add(self.root)
+        if root is None or not root_clear:   # root_clear: the caller's block holds an all-invalid root
+            self._dirty.add(self.root)      # already (a warm boot after clear_root), not written again
         self._starts: list[int] = []       # mapping starts, sorted
         self._maps: dict[int, Mapping] = {}
         self.writes = 0                     # bulk writes issued, for tests and benchmarks
@@ -286,6 +288,17 @@ class PageTable:
         if cleared:
             t.used -= len(cleared)
             self._touch(t, cleared[0], cleared[-1] + 1)
+
+    def clear_root(self) -> None:
+        """Writes the root's valid entries back to invalid in VRAM (only the span that holds any), so the
+        next owner of a caller-given root can pass root_clear=True instead of rewriting all 4 KiB. The
+        driver's own view is left as it is: call it last, with the VM context no longer in use."""
+        bad = INVALID[PDB2]
+        valid = [i for i, e in enumerate(self.root.entries) if e != bad]
+        if valid:
+            lo, hi = valid[0], valid[-1] + 1
+            self._write(self.root.block.addr + 8 * lo, struct.pack(f"<{hi - lo}Q", *[bad] * (hi - lo)))
+            self.writes += 1
 
     def close(self) -> None:
         """Returns every table to the allocator, the root too unless the caller gave it (the mappings

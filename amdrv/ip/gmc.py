@@ -195,8 +195,9 @@ class GMC:
         self._system_va = _VASpace(SYSTEM_VA, SYSTEM_VA_SIZE)
 
     # ---------------------------------------------------------------- init
-    def init(self) -> None:
-        """gmc_v11_0_hw_init: the FB location, the VMID 0 page table, the MMHUB."""
+    def init(self, warm: bool = False) -> None:
+        """gmc_v11_0_hw_init: the FB location, the VMID 0 page table, the MMHUB. warm: the previous run's
+        fini cleared the root directory (`fini`), so it is not written again (4 KiB through BAR0)."""
         dev, mm = self.dev, self.hubs["MM"]
         fb_base = mm.mcr("FB_LOCATION_BASE").decode()["FB_BASE"] << 24
         fb_top = mm.mcr("FB_LOCATION_TOP").decode()["FB_TOP"] << 24 | 0xFFFFFF
@@ -213,8 +214,13 @@ class GMC:
             self.dummy_page = dev.pci.alloc_dma(PAGE)
         if self.pt is None:  # a second init reprograms the registers and keeps the mappings
             self.pt = PageTable(dev.mm, dev.vram.write, self.flush_tlb, vram_base_offset=self.vram_base_offset,
-                                name=f"{dev.name} VMID 0", root=self.root)
+                                name=f"{dev.name} VMID 0", root=self.root, root_clear=warm)
         self._enable_hub(mm)
+
+    def fini(self) -> None:
+        """Leaves the VMID 0 root directory all-invalid in VRAM, for the next warm boot's init(warm=True)."""
+        if self.pt is not None:
+            self.pt.clear_root()
 
     def init_gfxhub(self) -> None:
         """gfx_v11_0_gfxhub_enable: the GC hub, once the RLC autoload has GC powered."""
