@@ -273,8 +273,10 @@ class GMC:
         hub.vmr("L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_HI32").write(0)
         hub.vmr("L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_LO32").write(0)
         hub.vmr("L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_HI32").write(0)
+        # All LO32s, then all HI32s: the same value back to back (over USB only the TLP's address changes).
         for eng in range(N_ENGINES):
             hub.vmr(f"INVALIDATE_ENG{eng}_ADDR_RANGE_LO32").write(0xFFFFFFFF)
+        for eng in range(N_ENGINES):
             hub.vmr(f"INVALIDATE_ENG{eng}_ADDR_RANGE_HI32").write(0x1F)
         self.nbio.hdp_flush()
         self._set_fault_enable_default(hub)

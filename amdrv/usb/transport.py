@@ -249,6 +249,8 @@ class USBFunction(PCIFunction):
             self.flush()
             raise self._no_answer(what)
         raw = self._xdata_read(p.TLP_DATA, p.TLP_COMPLETION + 2 - p.TLP_DATA)
+        for o in range(4):   # the data register now holds the completion data, just read: a write that
+            self._cache[p.TLP_DATA + o] = raw[o]   # follows (read-modify-write) resends changed bytes only
         cpl = struct.unpack_from(">H", raw, p.TLP_COMPLETION - p.TLP_DATA)[0]
         status, count = cpl >> 13, cpl & 0xFFF
         if status:
