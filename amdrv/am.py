@@ -60,6 +60,7 @@ class BootStep:
     seconds: float
     mmio_reads: int
     mmio_writes: int
+    round_trips: int = 0   # transactions that wait for an answer (pcie.AccessCounters; USB: SCSI commands)
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ class AMGPU:
             except Exception as e:
                 raise AMError(f"{dev.name}: {kind} boot failed in {name}: {e}") from e
             d = dev.pci.counters - c
-            steps.append(BootStep(name, time.perf_counter() - t, d.mmio_reads, d.mmio_writes))
+            steps.append(BootStep(name, time.perf_counter() - t, d.mmio_reads, d.mmio_writes, d.round_trips))
 
         if kind == "cold":
             if mode1:

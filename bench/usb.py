@@ -11,7 +11,8 @@ Measured (counts are exact, from amdrv.usb's counters; the simulated bridge coun
 Modeled throughput at 10 Gbit/s: wire bytes at 10 Gbit/s with 128b/132b coding plus one round-trip
 latency (--rtt-us, default 100 us, an assumption, not a measurement) per SCSI command.
   warm_boot          round trips of an AM warm boot through the bridge (the GPU cold-booted and left by fini
-                     over simulated PCIe first, small BAR); needs the firmware (DRIVERLESS_FIRMWARE_DIR)
+                     over simulated PCIe first, small BAR), per boot step too (steps; "outside steps" is the
+                     device open, mostly the IP discovery binary); needs the firmware (DRIVERLESS_FIRMWARE_DIR)
 Not measured yet: round trips per kernel launch (hcq is not wired to the USB transport: docs/usb.md,
 Driver transport), and real USB latency (no bridge attached to this machine).
 """
@@ -91,7 +92,11 @@ def warm_boot() -> dict:
     gpu = AMGPU.open(fn)
     spent = fn.counters - before
     result = {"kind": gpu.boot_report.kind, "round_trips": spent.round_trips, "mmio_reads": spent.mmio_reads,
-              "mmio_writes": spent.mmio_writes, "bulk_write_bytes": spent.bulk_write_bytes, "aim": 500}
+              "mmio_writes": spent.mmio_writes, "bulk_write_bytes": spent.bulk_write_bytes, "aim": 500,
+              "steps": {s.name: s.round_trips for s in gpu.boot_report.steps}}
+    # What no step counts: the device's open (the IP discovery binary, read through MM_INDEX/MM_DATA
+    # beyond the 256 MiB BAR0 window) and the boot-state reads and writes around the steps.
+    result["steps"]["outside steps"] = spent.round_trips - sum(result["steps"].values())
     gpu.fini()
     return result
 

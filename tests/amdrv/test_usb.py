@@ -465,6 +465,8 @@ def test_bench_usb_json(sim, debian_firmware, monkeypatch):
     assert 5 * 256 <= res["to_vram"]["round_trips"] <= 7 * 256 + 8   # <= 4 data bytes, address, kick, clear
     assert "launch_round_trips" in res["not_measured"]
     assert res["warm_boot"]["kind"] == "warm" and 0 < res["warm_boot"]["round_trips"] <= 4_200
+    assert res["warm_boot"]["steps"]["gmc"] < 1_000                   # the root directory is not rewritten
+    assert sum(res["warm_boot"]["steps"].values()) == res["warm_boot"]["round_trips"]
 
 
 def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
