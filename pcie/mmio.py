@@ -10,7 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 
-from pcie.interface import BAR, AccessCounters, PCIError
+from pcie.interface import BAR, AccessCounters, DMABuffer, PCIError
 
 
 class HostBAR(BAR):
@@ -148,3 +148,22 @@ class FileBAR(HostBAR):
 
     def close(self) -> None:
         """The fd belongs to the function, which closes it."""
+
+
+class MappedDMABuffer(DMABuffer):
+    """DMA memory mapped into this process (sysfs hugepages, VFIO): the view until freed, and offsets
+    checked against the buffer before a bus address is computed. Subclasses set size, _owner, _view."""
+    _owner: object
+    _view: memoryview | None
+
+    @property
+    def view(self) -> memoryview:
+        if self._view is None:
+            raise PCIError(f"{self._owner.address}: DMA buffer used after free")
+        return self._view
+
+    def _offset(self, offset: int) -> int:
+        if not 0 <= offset < self.size:
+            raise PCIError(f"{self._owner.address}: offset {offset:#x} is outside the {self.size:#x}-byte "
+                           f"DMA buffer")
+        return offset

@@ -14,7 +14,7 @@ from pcie.discover import SYSFS, check_not_bound, device_dir
 from pcie.hugepages import PAGEMAP, HugepageMemory
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
-from pcie.mmio import MappedBAR
+from pcie.mmio import MappedBAR, MappedDMABuffer
 
 # Resource flags as the `resource` file prints them (include/linux/ioport.h).
 IORESOURCE_IO = 0x100
@@ -34,22 +34,13 @@ def parse_resources(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-class HugepageBuffer(DMABuffer):
+class HugepageBuffer(MappedDMABuffer):
     def __init__(self, memory: HugepageMemory, size: int, owner: SysfsFunction):
         self.size, self._memory, self._owner = size, memory, owner
         self._view = memoryview(memory.map)[:size]
 
-    @property
-    def view(self) -> memoryview:
-        if self._view is None:
-            raise PCIError(f"{self._owner.address}: DMA buffer used after free")
-        return self._view
-
     def bus_address(self, offset: int = 0) -> int:
-        if not 0 <= offset < self.size:
-            raise PCIError(f"{self._owner.address}: offset {offset:#x} is outside the {self.size:#x}-byte "
-                           f"DMA buffer")
-        return self._memory.physical_address(offset)
+        return self._memory.physical_address(self._offset(offset))
 
     def free(self) -> None:
         if self._view is not None:

@@ -20,7 +20,7 @@ from pcie.discover import SYSFS, device_dir, read_info, unbind_command
 from pcie.hugepages import PAGE_SIZE, mapping_address
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
-from pcie.mmio import FileBAR, MappedBAR
+from pcie.mmio import FileBAR, MappedBAR, MappedDMABuffer
 
 # vfio.h defines every VFIO ioctl as _IO(VFIO_TYPE, VFIO_BASE + n): VFIO_TYPE is ';', VFIO_BASE 100.
 # _IO(type, nr) (include/uapi/asm-generic/ioctl.h) is _IOC(_IOC_NONE, type, nr, 0), and with direction
@@ -140,7 +140,7 @@ class Region:
     offset: int  # of the region within the device fd
 
 
-class VFIODMABuffer(DMABuffer):
+class VFIODMABuffer(MappedDMABuffer):
     """Shared anonymous memory mapped into the IOMMU at one contiguous IOVA range; VFIO pins its pages."""
 
     def __init__(self, owner: VFIOFunction, size: int):
@@ -161,17 +161,8 @@ class VFIODMABuffer(DMABuffer):
                            f"{self.iova:#x} failed: {e.strerror}{hint}") from None
         self._view = memoryview(self._map)[:size]
 
-    @property
-    def view(self) -> memoryview:
-        if self._view is None:
-            raise PCIError(f"{self._owner.address}: DMA buffer used after free")
-        return self._view
-
     def bus_address(self, offset: int = 0) -> int:
-        if not 0 <= offset < self.size:
-            raise PCIError(f"{self._owner.address}: offset {offset:#x} is outside the {self.size:#x}-byte "
-                           f"DMA buffer")
-        return self.iova + offset
+        return self.iova + self._offset(offset)
 
     def free(self) -> None:
         if self._view is None:
