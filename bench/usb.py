@@ -68,7 +68,7 @@ def measure(kib: int, rtt_us: float) -> dict:
     got = []
     out["from_vram"] = _cost(fn, lambda: got.append(vram.read(0x100000, n)), n, rtt)
     assert got[0] == data, "BAR0 copy came back different"
-    buf = fn.alloc_dma(4096)
+    buf = fn.alloc_dma(4096, readback=True)
     buf.view[:] = (data * 4)[:4096]
     out["window_push_4k"] = _cost(fn, buf.push, 4096, rtt)
     out["window_pull_4k"] = _cost(fn, buf.pull, 4096, rtt)

@@ -203,7 +203,7 @@ class SimFunction(PCIFunction):
                            f"BAR0 (VRAM), BAR2 (doorbells), BAR5 (registers)")
         return self._bars[index]
 
-    def alloc_dma(self, size: int) -> DMABuffer:
+    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
         buf = SimDMABuffer(self, size)
         self._dma.add(buf)
         return buf

@@ -75,8 +75,20 @@ class BAR(abc.ABC):
 
 
 class DMABuffer(abc.ABC):
-    """Host memory the device can read and write: a host view and the bus addresses the device uses."""
+    """Host memory the device can read and write: a host view and the bus addresses the device uses.
+
+    Coherent buffers (PCIe, the simulator) are the memory the device reads: `push`/`pull` do nothing.
+    Behind a USB bridge the view is a host shadow of the bridge's memory (`coherent` False): `push` sends
+    the whole pages a byte range touches, `pull` reads a range back; code that shares memory with the
+    device calls both at its ordering points, so it runs unchanged on every transport."""
     size: int
+    coherent = True
+
+    def push(self, offset: int = 0, size: int | None = None) -> None:
+        """Makes host writes to [offset, offset + size) (default: all) visible to the device."""
+
+    def pull(self, offset: int = 0, size: int | None = None) -> None:
+        """Makes device writes to [offset, offset + size) (default: all) visible in the view."""
 
     @property
     @abc.abstractmethod
@@ -115,7 +127,9 @@ class PCIFunction(abc.ABC):
     def bar(self, index: int) -> BAR: ...
 
     @abc.abstractmethod
-    def alloc_dma(self, size: int) -> DMABuffer: ...
+    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
+        """size bytes of DMA memory. readback=True: the host reads what the device writes there (signals,
+        copy-out); transports whose read-back is limited (USB: one page) keep that memory for such buffers."""
 
     def reset(self) -> None:
         """Function-level reset where the platform offers one."""

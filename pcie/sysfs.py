@@ -161,7 +161,7 @@ class SysfsFunction(PCIFunction):
                            f"are not bus addresses; use the vfio provider, or boot with iommu=pt "
                            f"(docs/hardware.md)")
 
-    def alloc_dma(self, size: int) -> DMABuffer:
+    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
         self._check_dma_untranslated()
         try:
             memory = HugepageMemory(size, self._pagemap)

@@ -327,7 +327,7 @@ class VFIOFunction(PCIFunction):
 
     # -- DMA
 
-    def alloc_dma(self, size: int) -> DMABuffer:
+    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
         if size <= 0:
             raise PCIError(f"{self.address}: DMA allocation of {size} bytes")
         buf = VFIODMABuffer(self, size)

@@ -180,3 +180,8 @@ class BOTLink:
         if c.read and len(data) != c.read:
             raise BridgeError(f"{self.name}: {op} returned {len(data)} of {c.read} bytes")
         return data
+
+
+def make_link(dev, access: AccessCounters, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> BOTLink:
+    """The link to a bridge: Bulk-Only Transport, one command per round trip."""
+    return BOTLink(dev, access, timeout_ms)

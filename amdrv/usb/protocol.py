@@ -114,6 +114,7 @@ def config_address(bus: int, dev: int, fn: int, offset: int) -> int:
 
 # The DMA window: the bridge's SRAM, which the GPU reaches at bus 0x200000 + offset. The host fills it with
 # WRITE(16) at LBA offset // 512 (geohot/asm2464pd-firmware USBGPU.md: data lands at 0x200000 + LBA * 512)
-# and reads back only its first 4 KiB, through XDATA 0xF000 (cyrozap's memory map). Its size: tinygrad's
-# stock-firmware driver uses 0x80000 bytes there.
-WINDOW_BUS, WINDOW_XDATA, WINDOW_SIZE, WINDOW_PAGE = 0x200000, 0xF000, 0x80000, 0x1000
+# and reads back only its first 4 KiB, through XDATA 0xF000 (cyrozap's memory map). Its size: the SRAM up to
+# the NVMe queue region at 0x820000, in whole MiB (asm2464pd-firmware USBGPU.md: the firmware's transfer-size
+# table goes to 8 MiB; tinygrad's stock-firmware driver uses the first 0x80000 bytes).
+WINDOW_BUS, WINDOW_XDATA, WINDOW_SIZE, WINDOW_PAGE = 0x200000, 0xF000, 6 << 20, 0x1000

@@ -24,7 +24,7 @@ import time
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
 from amdrv.usb import protocol as p
-from amdrv.usb.link import BOTLink, BridgeError, BridgeNotFound, Command, find_bridges, name_of
+from amdrv.usb.link import BridgeError, BridgeNotFound, Command, find_bridges, make_link, name_of
 
 MAX_BRIDGE_DEPTH = 8
 MMIO_BASE = 0x1000_0000      # where memory BARs start (below 4 GiB)
@@ -130,8 +130,10 @@ def _pieces(address: int, size: int):
 
 class WindowBuffer(DMABuffer):
     """Whole 4 KiB pages of the bridge's SRAM: the GPU reaches them at `bus_address()`, the host through a
-    shadow: `push()` sends the shadow (one WRITE(16) per page), `pull()` fetches what the GPU wrote, which
-    only the first page (XDATA 0xF000) allows."""
+    shadow (not coherent): `push(offset, size)` sends the pages the range touches (one WRITE(16) each),
+    `pull(offset, size)` fetches what the GPU wrote, which only the window's first page (XDATA 0xF000)
+    allows: `alloc_dma(..., readback=True)` hands that page out."""
+    coherent = False
 
     def __init__(self, fn: USBFunction, first: int, pages: int, size: int):
         self.fn, self.first, self.pages, self.size = fn, first, pages, size
@@ -150,17 +152,28 @@ class WindowBuffer(DMABuffer):
             raise PCIError(f"{self.fn.address}: offset {offset:#x} is outside the {self.size:#x}-byte DMA buffer")
         return p.WINDOW_BUS + self.first * p.WINDOW_PAGE + offset
 
-    def push(self) -> None:
+    def _range(self, offset: int, size: int | None) -> tuple[int, int]:
+        size = self.size - offset if size is None else size
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise PCIError(f"{self.fn.address}: range {offset:#x}+{size:#x} is outside the {self.size:#x}-byte "
+                           f"DMA buffer")
         self.view
-        self.fn._window_push(self.first, bytes(self._shadow))
+        return offset, size
+
+    def push(self, offset: int = 0, size: int | None = None) -> None:
+        offset, size = self._range(offset, size)
+        if size:
+            lo, hi = offset // p.WINDOW_PAGE, -(-(offset + size) // p.WINDOW_PAGE)
+            self.fn._window_push(self.first + lo, self._shadow[lo * p.WINDOW_PAGE:hi * p.WINDOW_PAGE])
 
     def pull(self, offset: int = 0, size: int | None = None) -> None:
-        size = self.size - offset if size is None else size
+        offset, size = self._range(offset, size)
         if self.first or offset + size > p.WINDOW_PAGE:
             raise PCIError(f"{self.fn.address}: the host reads back only the window's first 4 KiB page (XDATA "
-                           f"{p.WINDOW_XDATA:#x}, bus {p.WINDOW_BUS:#x}); allocate read-back buffers first, 4 KiB "
-                           f"at most")
-        self.view[offset:offset + size] = self.fn._xdata_read(p.WINDOW_XDATA + offset, size)
+                           f"{p.WINDOW_XDATA:#x}, bus {p.WINDOW_BUS:#x}); allocate read-back buffers with "
+                           f"alloc_dma(size, readback=True), 4 KiB at most")
+        if size:
+            self._view[offset:offset + size] = self.fn._xdata_read(p.WINDOW_XDATA + offset, size)
 
     def free(self) -> None:
         if self._view is not None:
@@ -174,7 +187,7 @@ class USBFunction(PCIFunction):
         super().__init__(f"usb:{name_of(dev)}")
         self._lock = DeviceLock(self.address, lock_dir)     # one driver process per bridge
         try:
-            self.link = BOTLink(dev, self.counters, timeout_ms)
+            self.link = make_link(dev, self.counters, timeout_ms)
         except BaseException:
             self._lock.release()
             raise
@@ -399,13 +412,23 @@ class USBFunction(PCIFunction):
                            f"memory BARs: {', '.join(f'BAR{i}' for i in sorted(self._bars)) or 'none'}")
         return self._bars[index]
 
-    def alloc_dma(self, size: int) -> DMABuffer:
-        """Pages of the bridge's SRAM, first fit; the first page is the only one the host can read back."""
+    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
+        """Pages of the bridge's SRAM, first fit. The first page is the only one the host reads back, so it
+        goes to a readback=True buffer (4 KiB at most) and to nothing else."""
         pages = -(-size // p.WINDOW_PAGE)
-        if size <= 0 or pages > len(self._window):
+        if readback:
+            if not 0 < size <= p.WINDOW_PAGE:
+                raise PCIError(f"{self.address}: a read-back DMA buffer of {size:#x} bytes: the host reads back "
+                               f"only the window's first page ({p.WINDOW_PAGE:#x} bytes, XDATA {p.WINDOW_XDATA:#x})")
+            if self._window[0]:
+                raise PCIError(f"{self.address}: the window's one read-back page (bus {p.WINDOW_BUS:#x}) is in use; "
+                               f"free that DMA buffer first, or put signals the host polls in one page")
+            self._window[0] = True
+            return WindowBuffer(self, 0, 1, size)
+        if size <= 0 or pages >= len(self._window):
             raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's DMA window holds "
-                           f"{p.WINDOW_SIZE:#x} bytes (docs/usb.md, limits)")
-        for first in range(len(self._window) - pages + 1):
+                           f"{p.WINDOW_SIZE:#x} bytes, its first page kept for read-back (docs/usb.md, limits)")
+        for first in range(1, len(self._window) - pages + 1):
             if not any(self._window[first:first + pages]):
                 self._window[first:first + pages] = [True] * pages
                 return WindowBuffer(self, first, pages, size)

@@ -308,8 +308,9 @@ def test_awkward_sizes_through_bar0_both_ways(fn):
 
 
 def test_dma_window_pages_both_ways(fn, bridge):
-    buf = fn.alloc_dma(1000)
+    buf = fn.alloc_dma(1000, readback=True)                     # the one page the host reads back
     assert buf.bus_address(0) == 0x200000 and buf.bus_address(999) == 0x200000 + 999
+    assert not buf.coherent
     buf.view[:7] = b"payload"
     t = fn.counters.round_trips
     buf.push()
@@ -318,21 +319,33 @@ def test_dma_window_pages_both_ways(fn, bridge):
     bridge.sram[0x100:0x105] = b"fromG"                           # what the GPU wrote there
     buf.pull(0x100, 5)
     assert bytes(buf.view[0x100:0x105]) == b"fromG"
-    big = fn.alloc_dma(0x2001)                                    # three pages, after the first
+    with pytest.raises(PCIError, match="in use"):
+        fn.alloc_dma(16, readback=True)
+    with pytest.raises(PCIError, match="first page"):
+        fn.alloc_dma(0x1001, readback=True)
+    big = fn.alloc_dma(0x3001)                                    # four pages, never the read-back one
     assert big.bus_address(0) == 0x201000 and big.bus_address(0x2000) == 0x203000
     big.view[0x1FFF:0x2001] = b"xy"
+    big.view[0x3000] = 0x5A
+    t = fn.counters.round_trips
+    big.push(0x1FFF, 2)                                           # the two pages the range touches
+    assert fn.counters.round_trips - t == 2 * 6
+    assert bridge.sram[0x2FFF:0x3001] == b"xy" and bridge.sram[0x4000] == 0
     big.push()
-    assert bridge.sram[0x2FFF:0x3001] == b"xy"
+    assert bridge.sram[0x4000] == 0x5A
+    with pytest.raises(PCIError, match="outside"):
+        big.push(0x3000, 2)
     with pytest.raises(PCIError, match="first 4 KiB"):
         big.pull()
     with pytest.raises(PCIError, match="holds"):
-        fn.alloc_dma(0x80001)
-    with pytest.raises(PCIError, match="no 128 free pages"):
-        fn.alloc_dma(0x80000)
+        fn.alloc_dma((6 << 20) + 1)
+    with pytest.raises(PCIError, match="free pages"):
+        fn.alloc_dma((6 << 20) - 0x1000)
     buf.free()
     with pytest.raises(PCIError, match="after free"):
         buf.view
-    assert fn.alloc_dma(64).bus_address() == 0x200000
+    assert fn.alloc_dma(64).bus_address() == 0x205000             # plain buffers skip page 0
+    assert fn.alloc_dma(64, readback=True).bus_address() == 0x200000
 
 
 def test_stall_mid_transfer_is_an_error_not_a_hang(bridge):
@@ -414,7 +427,7 @@ def test_sim_bridge_registers_batching_and_awkward_copies(sim):
         data = bytes(range(size))
         vram.write(offset, data)
         assert vram.read(offset, size) == data
-    buf = f.alloc_dma(333)
+    buf = f.alloc_dma(333, readback=True)
     buf.view[:] = bytes(i & 0xFF for i in range(333))
     buf.push()
     buf.view[:] = bytes(333)
