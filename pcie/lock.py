@@ -16,8 +16,10 @@ from pcie.interface import PCIError
 
 
 def default_lock_dir() -> Path:
-    """/run/lock (shared by all users, cleared at boot), else $XDG_RUNTIME_DIR, else the temp dir."""
-    for d in ("/run/lock", os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir()):
+    """$DRIVERLESS_LOCK_DIR if set, else /run/lock (shared by all users, cleared at boot), else
+    $XDG_RUNTIME_DIR, else the temp dir."""
+    for d in (os.environ.get("DRIVERLESS_LOCK_DIR"), "/run/lock", os.environ.get("XDG_RUNTIME_DIR"),
+              tempfile.gettempdir()):
         if d and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
             return Path(d)
     raise PCIError("no writable directory for device lock files (/run/lock, $XDG_RUNTIME_DIR, /tmp)")

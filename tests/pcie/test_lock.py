@@ -99,7 +99,11 @@ def test_unwritable_lock_dir(tmp_path):
         DeviceLock(ADDR, tmp_path / "missing")
 
 
-def test_default_dir_is_writable():
+def test_default_dir_is_writable(tmp_path, monkeypatch):
+    assert default_lock_dir() == Path(os.environ["DRIVERLESS_LOCK_DIR"])   # tests/conftest.py isolates locks
+    monkeypatch.setenv("DRIVERLESS_LOCK_DIR", str(tmp_path))
+    assert default_lock_dir() == tmp_path
+    monkeypatch.delenv("DRIVERLESS_LOCK_DIR")
     d = default_lock_dir()
     assert os.access(d, os.W_OK)
 
