@@ -45,6 +45,12 @@ PACKET_BYTES = 64
 ARENA_BYTES = 4 << 20
 KERNARG_TAIL = 256         # compilers load kernargs in wide chunks that may run past the last one
 SDMA_STAGING = 4 << 20
+# Behind a USB bridge DMA memory is the bridge's 6 MiB SRAM window and only its first page reads back:
+# smaller arena and staging, signals in the first SIGNAL_AREA bytes of that page, copy-out bounced
+# through the rest of it.
+ARENA_BYTES_BRIDGE = 256 << 10
+SDMA_STAGING_BRIDGE = 1 << 20
+SIGNAL_AREA = 1024
 _M32 = 0xFFFFFFFF
 
 
@@ -78,14 +84,40 @@ def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
 
 class _Arena:
     """Launch slots in mapped host memory, handed out round-robin. Before the cursor wraps onto memory
-    an earlier launch may still read, the device waits for the timeline value the wrap recorded."""
+    an earlier launch may still read, the device waits for the timeline value the wrap recorded.
+    Where DMA memory is not coherent (USB), [lo, hi) is what the host wrote since the last push."""
 
-    __slots__ = ("buf", "map", "mem", "va", "size", "at", "fence")
+    __slots__ = ("buf", "map", "mem", "va", "size", "at", "fence", "lo", "hi")
 
     def __init__(self, gpu, size: int):
         self.buf = gpu.dev.pci.alloc_dma(_pages(size + KERNARG_TAIL))
         self.map = gpu.gmc.map_system(self.buf)
         self.mem, self.va, self.size, self.at, self.fence = self.buf.view, self.map.va, size, 0, 0
+        self.lo, self.hi = self.buf.size, 0
+
+    def touch(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+
+    def push(self) -> None:
+        if self.hi > self.lo:
+            self.buf.push(self.lo, self.hi - self.lo)
+            self.lo, self.hi = self.buf.size, 0
+
+
+class _BridgeSignal(Signal):
+    """A signal in DMA memory the host sees through a shadow (USB): reads fetch it, writes send it."""
+
+    __slots__ = ("dma", "offset")
+
+    @property
+    def value(self) -> int:
+        self.dma.pull(self.offset, 8)
+        return self.mem[0]
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self.mem[0] = v
+        self.dma.push(self.offset, 8)
 
 
 class _Kernel:
@@ -147,7 +179,10 @@ class AMHCQDevice(Device):
         self._signal_pages: list = []
         self._free_signals: list[Signal] = []
         self._host_keep: list = []   # host memory the GPU reads for the device's lifetime (graph IBs)
-        self.arena = _Arena(gpu, ARENA_BYTES)
+        self._add_signal_page()      # the first: where DMA memory reads back, if only some does (USB)
+        self.coherent = self._signal_pages[0][0].coherent
+        self.arena = _Arena(gpu, ARENA_BYTES if self.coherent else ARENA_BYTES_BRIDGE)
+        self.staging_bytes = SDMA_STAGING if self.coherent else SDMA_STAGING_BRIDGE
         self._staging = None
         self.compute, self.sdma = ComputeQueue(gpu), SDMAQueue(gpu)
         self.timeline = self.new_signal(0)
@@ -209,6 +244,7 @@ class AMHCQDevice(Device):
         self.synchronize()  # a kernel in flight may still read the old contents
         if (host := self._host_view(buf, offset, n)) is not None:
             host[:] = mv
+            buf.mem.dma.push(buf.va - buf.mem.va + offset, n)
             return
         off = self._vram_offset(buf) + offset
         if self._direct(off, n):
@@ -222,29 +258,34 @@ class AMHCQDevice(Device):
         if offset < 0 or n < 0 or offset + n > buf.size:
             raise HCQError(f"{self.name}: copyout of {n} bytes at offset {offset} overruns {buf}")
         self.synchronize()
+        out = bytearray(n)
+        if not self.coherent:   # host and VRAM buffers alike: by SDMA into the page that reads back
+            self._sdma_bounce(buf.va + offset, n, memoryview(out))
+            return bytes(out)
         if (host := self._host_view(buf, offset, n)) is not None:
             return bytes(host)
         off = self._vram_offset(buf) + offset
         if self._direct(off, n):
             return self.vram.read(off, n)
-        out = bytearray(n)
         self._sdma_through_staging(buf.va + offset, n, None, memoryview(out))
         return bytes(out)
 
     def _staging_map(self):
         if self._staging is None:
-            dma = self.gpu.dev.pci.alloc_dma(SDMA_STAGING)
+            dma = self.gpu.dev.pci.alloc_dma(self.staging_bytes)
             self._staging = (dma, self.gpu.gmc.map_system(dma))
         return self._staging
 
     def _sdma_through_staging(self, va: int, n: int, src: memoryview | None, dst: memoryview | None) -> None:
         """copyin (src) or copyout (dst) in staging-sized pieces: host memory <-> VRAM by SDMA."""
         dma, m = self._staging_map()
-        for at in range(0, n, SDMA_STAGING):
-            k = min(SDMA_STAGING, n - at)
+        step = dma.size
+        for at in range(0, n, step):
+            k = min(step, n - at)
             q = AMCopyQueue(self)
             if src is not None:
                 dma.view[:k] = src[at:at + k]
+                dma.push(0, k)
                 q.copy_va(va + at, m.va, k)
             else:
                 q.copy_va(m.va, va + at, k)
@@ -253,6 +294,21 @@ class AMHCQDevice(Device):
             self.synchronize()
             if dst is not None:
                 dst[at:at + k] = dma.view[:k]
+
+    def _sdma_bounce(self, va: int, n: int, dst: memoryview) -> None:
+        """copyout where only one page reads back (USB): SDMA copies pieces of the source into that page
+        after the signals, and the host reads each back."""
+        dma, m = self._signal_pages[0]
+        step = PAGE - SIGNAL_AREA
+        for at in range(0, n, step):
+            k = min(step, n - at)
+            q = AMCopyQueue(self)
+            q.copy_va(m.va + SIGNAL_AREA, va + at, k)
+            q.signal(self.timeline, self.next_timeline())
+            q.submit()
+            self.synchronize()
+            dma.pull(SIGNAL_AREA, k)
+            dst[at:at + k] = dma.view[SIGNAL_AREA:SIGNAL_AREA + k]
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
         """GPU copy of nbytes (default: all of src) from src to dst, by SDMA; returns when done. Buffers of
@@ -272,13 +328,16 @@ class AMHCQDevice(Device):
                 or not isinstance(dst.device, AMHCQDevice):
             raise HCQError(f"{self.name}: copy from {src} to {dst}: neither is this device's, or one is not an AM GPU")
         a, b = src.device, dst.device
+        if not (a.coherent and b.coherent):
+            raise HCQError(f"{self.name}: copy from {src} to {dst}: a GPU behind a USB bridge reaches no host memory "
+                           "another GPU can; copy with copyout() and copyin()")
         a.synchronize()
         b.synchronize()
         dma, m_a = a._staging_map()
         m_b = b.gpu.gmc.map_system(dma)  # the same host pages, in the destination GPU's address space
         try:
-            for at in range(0, n, SDMA_STAGING):
-                k = min(SDMA_STAGING, n - at)
+            for at in range(0, n, a.staging_bytes):
+                k = min(a.staging_bytes, n - at)
                 for dev, d, s_ in ((a, m_a.va, src.va + at), (b, dst.va + at, m_b.va)):
                     q = AMCopyQueue(dev)
                     q.copy_va(d, s_, k)
@@ -289,24 +348,42 @@ class AMHCQDevice(Device):
             b.gpu.gmc.unmap(m_b)
 
     # ------------------------------------------------------------------ signals
+    def _add_signal_page(self) -> None:
+        first = not self._signal_pages
+        if not first and not self.coherent:
+            raise HCQError(f"{self.name}: out of signals: behind a USB bridge the host reads back one page of DMA "
+                           f"memory, which holds {SIGNAL_AREA // SIGNAL_BYTES}; free graphs or signals you no "
+                           "longer need")
+        dma = self.gpu.dev.pci.alloc_dma(PAGE, readback=first)
+        m = self.gpu.gmc.map_system(dma)
+        self._signal_pages.append((dma, m))
+        q = dma.view.cast("Q")
+        for i in range((PAGE if dma.coherent else SIGNAL_AREA) // SIGNAL_BYTES - 1, -1, -1):
+            if dma.coherent:
+                s = Signal(self, m.va + i * SIGNAL_BYTES, q[2 * i:2 * i + 2])
+            else:
+                s = _BridgeSignal(self, m.va + i * SIGNAL_BYTES, q[2 * i:2 * i + 2])
+                s.dma, s.offset = dma, i * SIGNAL_BYTES
+            self._free_signals.append(s)
+
     def new_signal(self, value: int = 0) -> Signal:
         if not self._free_signals:
-            dma = self.gpu.dev.pci.alloc_dma(PAGE)
-            m = self.gpu.gmc.map_system(dma)
-            self._signal_pages.append((dma, m))
-            q = dma.view.cast("Q")
-            for i in range(PAGE // SIGNAL_BYTES - 1, -1, -1):
-                self._free_signals.append(Signal(self, m.va + i * SIGNAL_BYTES, q[2 * i:2 * i + 2]))
+            self._add_signal_page()
         s = self._free_signals.pop()
         s.mem[0], s.mem[1] = value, 0
+        if not self.coherent:
+            s.dma.push(s.offset, SIGNAL_BYTES)
         return s
 
     def _wait(self, signal: Signal, value: int, timeout: float) -> None:
         t_end = time.perf_counter() + timeout
         mem, poll = signal.mem, self.gc.GRBM_STATUS.read
+        if not self.coherent:  # one read of the signals in use per poll, no register read
+            dma, span = self._signal_pages[0][0], SIGNAL_AREA - len(self._free_signals) * SIGNAL_BYTES
+            poll = lambda: dma.pull(0, span)  # noqa: E731
         n = 0
         while mem[0] < value:
-            poll()  # a register read: on the simulator's stepped clock this is what lets the GPU run
+            poll()  # coherent: a register read; on the simulator's stepped clock it lets the GPU run
             n += 1
             if n & 63 == 0:
                 self._check_faults()
@@ -382,6 +459,10 @@ class AMHCQDevice(Device):
         if at + k.slot > a.size:
             at = self._wrap()
         a.at = at + k.slot
+        if at < a.lo:      # what to push where DMA memory is not coherent (USB)
+            a.lo = at
+        if at + k.slot > a.hi:
+            a.hi = at + k.slot
         mem = a.mem
         layout.pack_into(mem, at + PACKET_BYTES, args)
         va = a.va + at
@@ -397,6 +478,7 @@ class AMHCQDevice(Device):
     def _wrap(self) -> int:
         """The arena is full: start over at 0 once launches that used that memory are done."""
         a = self.arena
+        a.push()
         if a.fence:
             self.timeline.wait(a.fence)
         a.fence, a.at = self.timeline_value, 0
@@ -467,11 +549,12 @@ class AMHCQDevice(Device):
         dma = self.gpu.dev.pci.alloc_dma(_pages(len(dwords) * 4))
         m = self.gpu.gmc.map_system(dma)
         dma.view[:len(dwords) * 4] = dwords.tobytes()
+        dma.push()
         self._host_keep.append((dma, m))
         return m.va, len(dwords)
 
     def _replay_graph(self, graph: Graph, values: dict) -> None:
-        if graph.fence and self.timeline.mem[0] < graph.fence:
+        if graph.fence:
             self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
         runs, sync, patches = graph.backend
         for name, v in values.items():
@@ -484,6 +567,7 @@ class AMHCQDevice(Device):
                     mem.update_copy(off, **{field: v})
                 else:
                     st.pack_into(mem, off, v.va if field else v)
+                    self.arena.touch(off, off + st.size)
         seq, last = graph.seq, len(runs) - 1
         for i, (q, wait_idx, tail_idx) in enumerate(runs):
             if wait_idx >= 0:
@@ -621,6 +705,7 @@ class AMComputeQueue(HWQueue):
         _, at, va, prog = self._cmd(index, "exec")
         a, k = self.dev.arena, prog.handle
         off = va - a.va
+        a.touch(off, off + k.slot)
         if args is not None:
             prog.layout.pack_into(a.mem, off + PACKET_BYTES, args)
         if global_size is not None or local_size is not None:
@@ -636,6 +721,7 @@ class AMComputeQueue(HWQueue):
             _patch_exec(self.buf, at, k, va, g, l_)
 
     def submit(self) -> None:
+        self.dev.arena.push()
         self.dev.compute.submit(self.buf)
 
 

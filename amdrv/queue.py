@@ -159,6 +159,11 @@ class _Queue:
         self.ring_va, self.rptr_va, self.wptr_va = self.mem.va, self.mem.va + ring_size, self.mem.va + ring_size + 8
         self.doorbell = self.dev.pci.bar(DOORBELL_BAR)
         self.wptr = 0       # dwords written since set-up
+        self.rptr_seen = 0  # the last rptr read: the engine is at least this far, so no read while there is room
+        # Behind a USB bridge the ring is a host shadow of the bridge's memory: each submit pushes the
+        # dwords it wrote, and the rptr write-back (which the host cannot read back there) is replaced by
+        # the engine's rptr register.
+        self.coherent = self.mem.dma.coherent
         _queues.setdefault(gpu, weakref.WeakSet()).add(self)
 
     @property
@@ -166,15 +171,22 @@ class _Queue:
         raise NotImplementedError
 
     def _reset_ring(self) -> None:
-        self.wptr = 0
+        self.wptr = self.rptr_seen = 0
         self.wb[0] = self.wb[1] = 0
         self.mem.view[:self.ring_size] = bytes(self.ring_size)
+        self.mem.dma.push()
 
     @property
     def rptr(self) -> int:
         """Where the engine reads in the ring, in dwords from its start (the rptr write-back, which
-        the CP reports wrapped at the ring size)."""
+        the CP reports wrapped at the ring size; the engine's register where the host cannot read memory
+        the device wrote)."""
+        if not self.coherent:
+            return self._hw_rptr()
         return self.wb[0] * self.wptr_unit // 4 % self.ring_dw
+
+    def _hw_rptr(self) -> int:
+        raise NotImplementedError
 
     @property
     def pending(self) -> int:
@@ -193,8 +205,12 @@ class _Queue:
         if n >= self.ring_dw:
             raise QueueError(f"{self.name}: {n} dwords do not fit the {self.ring_dw}-dword ring; "
                              "submit in parts or use an indirect buffer")
-        if self.pending + n >= self.ring_dw:  # one dword short of full: a full ring would read as empty
-            self._wait_room(n)
+        # One dword short of full: a full ring would read as empty. The last rptr seen can only be behind
+        # the engine, so the ring is read again only when that one says there is no room.
+        if (self.wptr - self.rptr_seen) % self.ring_dw + n >= self.ring_dw:
+            self.rptr_seen = self.rptr
+            if self.pending + n >= self.ring_dw:
+                self._wait_room(n)
         at = self.wptr % self.ring_dw
         first = min(n, self.ring_dw - at)
         self.ring[at:at + first] = dwords[:first]
@@ -203,12 +219,20 @@ class _Queue:
         self.wptr += n
         value = self.wptr * 4 // self.wptr_unit
         self.wb[1] = value
+        if not self.coherent:
+            dma = self.mem.dma
+            dma.push(at * 4, first * 4)
+            if first < n:
+                dma.push(0, (n - first) * 4)
+            if self.polls_wptr:
+                dma.push(self.ring_size + 8, 8)
         self.doorbell.write64(self.doorbell_index * 4, value)
 
     def _wait_room(self, n: int) -> None:
         ok, _ = poll(lambda: (self._tick(), self.pending)[1], lambda p: p + n < self.ring_dw, 2.0, 1000)
         if not ok:
             raise self._error(f"the ring stays full ({n} dwords to add)")
+        self.rptr_seen = self.rptr
 
     def _tick(self) -> int:
         """One status register read: lets a stepped simulator run, and tells whether the engine is busy."""
@@ -258,6 +282,7 @@ class ComputeQueue(_Queue):
 
     kind = "compute"
     wptr_unit = 4
+    polls_wptr = False      # CP_PQ_WPTR_POLL is off: the doorbell carries the wptr
 
     def __init__(self, gpu, pipe: int = 0, queue: int = 0, ring_size: int = RING_SIZE, ring_id: int | None = None):
         if not (0 <= pipe < MEC_PIPES and 0 <= queue < MEC_QUEUES_PER_PIPE):
@@ -375,6 +400,14 @@ class ComputeQueue(_Queue):
     def _tick(self) -> int:
         return self.gc.GRBM_STATUS.read()
 
+    def _hw_rptr(self) -> int:
+        with grbm_lock(self.dev):
+            self._select(self.me, self.pipe, self.queue)
+            try:
+                return self.gc.CP_HQD_PQ_RPTR.read() % self.ring_dw
+            finally:
+                self._select()
+
     def state(self) -> str:
         with grbm_lock(self.dev):
             self._select(self.me, self.pipe, self.queue)
@@ -394,6 +427,7 @@ class SDMAQueue(_Queue):
 
     kind = "SDMA"
     wptr_unit = 1           # SDMA pointers count bytes
+    polls_wptr = True       # F32_WPTR_POLL_ENABLE: the engine also reads the wptr poll word
 
     def __init__(self, gpu, engine: int = 0, ring_size: int = RING_SIZE):
         if engine not in gpu.sdma.engines:
@@ -446,6 +480,9 @@ class SDMAQueue(_Queue):
 
     def _tick(self) -> int:
         return self._reg("STATUS_REG").read()
+
+    def _hw_rptr(self) -> int:
+        return self._reg("QUEUE0_RB_RPTR").read() // 4 % self.ring_dw
 
     def state(self) -> str:
         r = self._reg

@@ -32,6 +32,7 @@ MMIO_LIMIT = 1 << 32
 POLLS = 64                   # status reads before a request counts as unanswered
 RETRIES = 3                  # a timed-out TLP is retried this often (tinygrad retries too)
 CRS_RETRIES = 10
+XDATA_PUSH_MAX = 64          # a push this short into the read-back page goes byte by byte through XDATA
 MAX_PENDING = 512            # queued commands sent at once: a bulk copy goes out while it is being made, so
                              # the read after it (a firmware wait with its own deadline) does not pay for it
 
@@ -161,8 +162,13 @@ class WindowBuffer(DMABuffer):
         return offset, size
 
     def push(self, offset: int = 0, size: int | None = None) -> None:
+        """Ranges of up to XDATA_PUSH_MAX bytes in the read-back page go byte-exact through its XDATA view
+        (posted E5 writes), so they do not overwrite what the device wrote next to them (signals); other
+        ranges send the whole pages they touch."""
         offset, size = self._range(offset, size)
-        if size:
+        if size and self.first == 0 and size <= XDATA_PUSH_MAX:
+            self.fn._queue_write(p.WINDOW_XDATA + offset, bytes(self._shadow[offset:offset + size]), cached=False)
+        elif size:
             lo, hi = offset // p.WINDOW_PAGE, -(-(offset + size) // p.WINDOW_PAGE)
             self.fn._window_push(self.first + lo, self._shadow[lo * p.WINDOW_PAGE:hi * p.WINDOW_PAGE])
 
