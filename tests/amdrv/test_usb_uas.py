@@ -1,0 +1,347 @@
+"""amdrv.usb: the UAS link with USB 3 bulk streams (amdrv.usb.link.UASLink, amdrv.usb.streams).
+
+- The ctypes declarations of libusb's stream API: struct libusb_transfer compared with the C layout
+  (compiled against <libusb-1.0/libusb.h>), and every declared symbol resolved in the system libusb.
+- The link over the simulated bridge (gpusim.usb_bridge). Where the simulator's pyusb backend has no
+  stream extension yet, `StreamsDouble` (a test double, below) adds one on top of its UAS pipes, one
+  command after another, so the driver side is tested either way.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+from amdrv.usb import link as L
+from amdrv.usb import protocol as p
+from amdrv.usb import streams
+from amdrv.usb.link import BOTLink, BridgeError, Command, TransferStalled, UASLink
+from pcie.lock import DeviceLock
+
+SIM_SLOT = 6     # a simulated-bus slot of its own
+
+
+# -- libusb through ctypes ------------------------------------------------------------------------------
+
+FIELDS = ("dev_handle", "flags", "endpoint", "type", "timeout", "status", "length", "actual_length", "callback",
+          "user_data", "buffer", "num_iso_packets", "iso_packet_desc")
+HEADER = "/usr/include/libusb-1.0/libusb.h"
+
+
+def test_libusb_transfer_layout_matches_the_header(tmp_path):
+    import os
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        pytest.skip("no C compiler (gcc) to check struct libusb_transfer against")
+    if not os.path.exists(HEADER):
+        pytest.skip(f"{HEADER} is missing: install libusb-1.0-0-dev (scripts/install-system-deps.sh)")
+    src = tmp_path / "layout.c"
+    src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <libusb-1.0/libusb.h>\nint main(void) {\n"
+                   '  printf("sizeof %zu\\n", sizeof(struct libusb_transfer));\n'
+                   + "".join(f'  printf("{f} %zu\\n", offsetof(struct libusb_transfer, {f}));\n' for f in FIELDS)
+                   + '  printf("iso_sizeof %zu\\n", sizeof(struct libusb_iso_packet_descriptor));\n'
+                   + '  printf("BULK %d\\nBULK_STREAM %d\\nCOMPLETED %d\\nTIMED_OUT %d\\nCANCELLED %d\\n'
+                     'STALL %d\\nNO_DEVICE %d\\nOVERFLOW %d\\nERROR %d\\n", LIBUSB_TRANSFER_TYPE_BULK, '
+                     'LIBUSB_TRANSFER_TYPE_BULK_STREAM, LIBUSB_TRANSFER_COMPLETED, LIBUSB_TRANSFER_TIMED_OUT, '
+                     'LIBUSB_TRANSFER_CANCELLED, LIBUSB_TRANSFER_STALL, LIBUSB_TRANSFER_NO_DEVICE, '
+                     'LIBUSB_TRANSFER_OVERFLOW, LIBUSB_TRANSFER_ERROR);\n  return 0;\n}\n')
+    exe = tmp_path / "layout"
+    r = subprocess.run([cc, str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    c = {k: int(v) for k, v in (line.split() for line in subprocess.check_output([str(exe)], text=True).splitlines())}
+    T = streams.LibusbTransfer
+    assert ctypes.sizeof(T) == c["sizeof"]
+    for f in FIELDS:
+        assert getattr(T, f).offset == c[f], f
+    assert ctypes.sizeof(streams.IsoPacketDescriptor) == c["iso_sizeof"]
+    assert (streams.LIBUSB_TRANSFER_TYPE_BULK, streams.LIBUSB_TRANSFER_TYPE_BULK_STREAM) == (c["BULK"],
+                                                                                           c["BULK_STREAM"])
+    assert (streams.LIBUSB_TRANSFER_COMPLETED, streams.LIBUSB_TRANSFER_ERROR, streams.LIBUSB_TRANSFER_TIMED_OUT,
+            streams.LIBUSB_TRANSFER_CANCELLED, streams.LIBUSB_TRANSFER_STALL, streams.LIBUSB_TRANSFER_NO_DEVICE,
+            streams.LIBUSB_TRANSFER_OVERFLOW) == tuple(c[k] for k in ("COMPLETED", "ERROR", "TIMED_OUT", "CANCELLED",
+                                                                     "STALL", "NO_DEVICE", "OVERFLOW"))
+
+
+def test_libusb_stream_symbols_resolve():
+    name = ctypes.util.find_library("usb-1.0")
+    if not name:
+        pytest.skip("libusb-1.0 is not installed")
+    lib = ctypes.CDLL(name)
+    api = streams.LibusbAPI(lib)
+    for sym in streams.PROTOTYPES:
+        assert getattr(api, sym[len("libusb_"):]) is not None
+    # pyusb's own prototypes on the same library object stay as pyusb declared them
+    assert lib.libusb_alloc_transfer is not lib["libusb_alloc_transfer"]
+
+
+def test_libusb_transfer_round_trip_in_memory():
+    """libusb's own allocator gives a transfer our Structure reads and writes (no device needed)."""
+    name = ctypes.util.find_library("usb-1.0")
+    if not name:
+        pytest.skip("libusb-1.0 is not installed")
+    api = streams.LibusbAPI(ctypes.CDLL(name))
+    t = api.alloc_transfer(0)
+    try:
+        t.contents.endpoint, t.contents.type, t.contents.length = 0x81, streams.LIBUSB_TRANSFER_TYPE_BULK_STREAM, 64
+        api.transfer_set_stream_id(t, 7)
+        assert (t.contents.endpoint, t.contents.type, t.contents.length, t.contents.num_iso_packets) == \
+            (0x81, 4, 64, 0)
+    finally:
+        api.free_transfer(t)
+
+
+# -- the UAS wire format ---------------------------------------------------------------------------------
+
+def test_command_iu_and_status_iu():
+    cdb = p.xdata_write_cdb(0xB296, 4)
+    iu = L.command_iu(5, cdb)
+    assert len(iu) == 32 and iu[0] == 0x01 and iu[2:4] == b"\x00\x05" and iu[4] & 7 == L.TASK_ORDERED
+    assert iu[6] == 0 and iu[8:16] == bytes(8) and iu[16:16 + len(cdb)] == cdb and iu[16 + len(cdb):] == bytes(
+        16 - len(cdb))
+    sense = bytes([0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x20, 0x00, 0, 0, 0, 0])
+    raw = struct.pack(">BxHHB7xH", 0x03, 5, 0, 2, len(sense)) + sense
+    assert L.parse_status_iu(raw) == (5, 2, sense)
+    assert "ILLEGAL REQUEST" in L.describe_sense(sense) and "0x20" in L.describe_sense(sense)
+    with pytest.raises(ValueError, match="response code 0x02"):
+        L.parse_status_iu(struct.pack(">BxH3xB", 0x04, 5, 0x02))
+    with pytest.raises(ValueError):
+        L.command_iu(1, bytes(17))
+
+
+# -- over the simulated bridge ---------------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def _private_locks(tmp_path, monkeypatch):
+    from amdrv.usb import transport
+    monkeypatch.setattr(transport, "DeviceLock", lambda address, directory=None: DeviceLock(address, tmp_path))
+    monkeypatch.delenv("DRIVERLESS_USB_LINK", raising=False)
+
+
+def _streams_double(base_cls):
+    """A TEST DOUBLE of the stream extension on the simulator's backend: streams allocated on request, and
+    a batch run command by command through the backend's UAS pipes, matching transfers by stream."""
+
+    class StreamsDouble(base_cls):
+        submits = 0
+        ius: list = []
+
+        def alloc_streams(self, handle, num_streams, endpoints):
+            assert sorted(endpoints) == sorted((0x81, 0x02, 0x83))
+            self.allocated = num_streams
+            return num_streams
+
+        def free_streams(self, handle, endpoints):
+            self.allocated = 0
+
+        def submit_streams(self, handle, transfers, timeout_ms):
+            self.submits += 1
+            by_stream = {(t.endpoint, t.stream): t for t in transfers if t.stream}
+            assert len(by_stream) == len(transfers) - sum(1 for t in transfers if not t.stream)
+            for cmd in (t for t in transfers if not t.stream):
+                assert cmd.endpoint == 0x04
+                self.ius.append(bytes(cmd.buffer))
+                tag = struct.unpack_from(">H", cmd.buffer, 2)[0]
+                cmd.actual = self.bulk_write(handle, 0x04, 0, bytes(cmd.buffer), timeout_ms)
+                cmd.status = "completed"
+                for ep in (0x81, 0x02):
+                    t = by_stream.get((ep, tag))
+                    if t is None or self.phase == "status":      # a failed command moves no data
+                        continue
+                    if ep == 0x02:
+                        t.actual = self.bulk_write(handle, ep, 0, bytes(t.buffer), timeout_ms)
+                    else:
+                        t.actual = self.bulk_read(handle, ep, 0, t.buffer, timeout_ms)
+                    t.status = "completed"
+                status = by_stream[(0x83, tag)]
+                status.actual = self.bulk_read(handle, 0x83, 0, status.buffer, timeout_ms)
+                status.status = "completed"
+
+    return StreamsDouble
+
+
+def _sim(**kw):
+    usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+    b = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT, **kw)
+    if not callable(getattr(b, "submit_streams", None)):
+        b = _streams_double(type(b))(b.bridge, pid=b.pid)
+    return b
+
+
+def _open(backend, **kw):
+    from amdrv.usb.transport import open_function
+    return open_function("", backend=backend, **kw)
+
+
+def test_sim_picks_uas_with_ordered_commands():
+    b = _sim()
+    f = _open(b)
+    try:
+        assert isinstance(f.link, UASLink) and f.link.slots == 16
+        assert (f.link.ep_command, f.link.ep_status, f.link.ep_in, f.link.ep_out) == (0x04, 0x83, 0x81, 0x02)
+        assert (f.vendor_id, f.device_id) == (0x1002, 0x744C) and f.gpu_bus == 4
+        if hasattr(b, "ius"):
+            assert b.ius and all(iu[4] & 7 == L.TASK_ORDERED for iu in b.ius)
+            assert b.submits == f.counters.round_trips            # one submission per round trip
+    finally:
+        f.close()
+
+
+def _register_costs(f):
+    regs, scratch = f.bar(5), 4 * 0xC040
+    regs.write32(scratch, 0x13572468)
+    regs.flush()
+    t = f.counters.round_trips
+    regs.write32(scratch, 0xCAFEF00D)
+    regs.flush()
+    write = f.counters.round_trips - t
+    t = f.counters.round_trips
+    assert regs.read32(scratch) == 0xCAFEF00D
+    read = f.counters.round_trips - t
+    t = f.counters.round_trips
+    for i in range(16):
+        regs.write32(scratch, 0x1000 + i)                          # changes the low data byte (and the 2nd)
+    assert regs.read32(scratch) == 0x100F
+    burst = f.counters.round_trips - t
+    buf = f.alloc_dma(4096)
+    buf.view[:] = bytes(i & 0xFF for i in range(4096))
+    t = f.counters.round_trips
+    buf.push()
+    push = f.counters.round_trips - t
+    return write, read, burst, push
+
+
+def test_sim_uas_costs_fewer_round_trips_than_bot(monkeypatch):
+    uas = _open(_sim())
+    try:
+        assert isinstance(uas.link, UASLink)
+        opened_uas = uas.counters.round_trips
+        costs_uas = _register_costs(uas)
+    finally:
+        uas.close()
+    monkeypatch.setenv("DRIVERLESS_USB_LINK", "bot")
+    bot = _open(_sim())
+    try:
+        assert isinstance(bot.link, BOTLink)
+        opened_bot = bot.counters.round_trips
+        costs_bot = _register_costs(bot)
+    finally:
+        bot.close()
+    print(f"open {opened_uas} vs {opened_bot}; write, read, 16 writes + read, 4 KiB push: {costs_uas} vs {costs_bot}")
+    # BOT, one round trip per command: a write is its 4 changed data bytes, the kick and the status clear (6);
+    # a read: the type (MWr -> MRd), kick, clear, then the status poll and the completion read (5). The 16
+    # writes: the first changes all 4 data bytes (the read left 0xCAFEF00D there) and the type back to MWr
+    # (4 + 1 + 2), the 15 others the low byte only (1 + 2 each), then the read: 7 + 45 + 5 = 57. A pushed
+    # page: the WRITE(16) and its 5 bookkeeping E5s (6).
+    assert costs_bot == (6, 5, 57, 6)
+    # UAS, up to 16 commands per round trip: the write's 6 E5s are one batch (1); a read: its 3 E5s, the poll
+    # and the completion read (3: reads wait for the queue's batch); the 16 writes + read: 52 + 3 queued E5s
+    # in 4 batches, poll, completion (6); the push: the WRITE(16), then the 5 bookkeeping E5s in one batch (2).
+    assert costs_uas == (1, 3, 6, 2)
+    assert opened_uas * 2 < opened_bot
+
+
+def test_sim_uas_registers_and_window_both_ways():
+    b = _sim()
+    f = _open(b)
+    try:
+        assert isinstance(f.link, UASLink)
+        regs, vram = f.bar(5), f.bar(0)
+        regs.write32(4 * 0xC040, 0xDEADBEEF)
+        assert regs.read32(4 * 0xC040) == 0xDEADBEEF
+        for offset, size in ((1, 3), (6, 11), (0x1FFF, 5)):
+            data = bytes(range(size))
+            vram.write(offset, data)
+            assert vram.read(offset, size) == data
+        buf = f.alloc_dma(333, readback=True)
+        buf.view[:] = bytes(i & 0xFF for i in range(333))
+        buf.push()
+        buf.view[:] = bytes(333)
+        buf.pull()                                                # 2 E4 reads (255 + 78 bytes): one batch
+        assert bytes(buf.view) == bytes(i & 0xFF for i in range(333))
+        second = f.alloc_dma(8192)
+        second.view[:] = bytes(range(256)) * 32
+        second.push()
+        assert b.bridge.sram[0x1000:0x3000] == bytes(range(256)) * 32
+        s = f.link.stats
+        assert s.payload_out >= 3 * 4096 and s.payload_in >= 333 and s.wire_out > s.payload_out
+    finally:
+        f.close()
+
+
+def test_sim_uas_stall_is_an_error_not_a_hang():
+    b = _sim()
+    f = _open(b)
+    assert isinstance(f.link, UASLink)
+    b.bridge.inject("stall", after=2)
+    with pytest.raises(TransferStalled, match="USB bridge"):
+        f.bar(5).read32(0)
+    f.link.close()
+    f._lock.release()
+
+
+def test_sim_uas_check_condition_names_cdb_and_sense():
+    f = _open(_sim())
+    try:
+        with pytest.raises(BridgeError, match=r"(?s)CDB 12.*ILLEGAL REQUEST.*0x20"):
+            f.link.execute([Command(bytes([0x12, 0, 0, 0, 36, 0]), read=36)])   # INQUIRY: not modeled
+    finally:
+        f.close()
+
+
+def test_bot_forced_by_env_or_argument(monkeypatch):
+    monkeypatch.setenv("DRIVERLESS_USB_LINK", "bot")
+    f = _open(_sim())
+    try:
+        assert isinstance(f.link, BOTLink)
+        assert f.bar(5).read32(4 * 0xC040) is not None
+    finally:
+        f.close()
+    from pcie.interface import AccessCounters
+    for env, arg, kind in (("uas", "bot", BOTLink), ("bot", "uas", UASLink), ("", None, UASLink)):
+        monkeypatch.setenv("DRIVERLESS_USB_LINK", env)
+        b = _sim()
+        dev = L.find_bridges(b)[0]
+        link = L.make_link(dev, AccessCounters(), link=arg)
+        assert isinstance(link, kind)
+        link.close()
+    monkeypatch.setenv("DRIVERLESS_USB_LINK", "scsi")
+    with pytest.raises(BridgeError, match="unknown link"):
+        L.make_link(L.find_bridges(_sim())[0], AccessCounters())
+
+
+def test_falls_back_to_bot_without_streams(monkeypatch):
+    """No UAS on the ROM (174c:2463); a backend without streams; streams refused: BOT on alt 0, working."""
+    usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+    rom = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT, pid=0x2463)
+    f = _open(rom)
+    try:
+        assert isinstance(f.link, BOTLink)
+    finally:
+        f.close()
+
+    class NoStreams(usb_bridge.BridgeBackend):
+        alloc_streams = submit_streams = free_streams = None
+
+    plain = NoStreams(usb_bridge.open_bridge("navi31", fresh=True, slot=SIM_SLOT))
+    f = _open(plain)
+    try:
+        assert isinstance(f.link, BOTLink) and plain.alt == 0
+        assert f.bar(5).read32(4 * 0xC040) is not None
+    finally:
+        f.close()
+
+    refusing = _sim()
+    monkeypatch.setattr(type(refusing), "alloc_streams", lambda self, h, n, eps: 0)
+    f = _open(refusing)
+    try:
+        assert isinstance(f.link, BOTLink) and refusing.alt == 0
+        assert f.bar(5).read32(4 * 0xC040) is not None
+    finally:
+        f.close()
+    monkeypatch.setenv("DRIVERLESS_USB_LINK", "uas")
+    with pytest.raises(BridgeError, match="bulk streams"):
+        _open(refusing)
