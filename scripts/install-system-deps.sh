@@ -3,7 +3,7 @@
 # component), the kernel source for the table generator, LLVM 15 as the encoding/compiler oracle, libusb.
 # Runs only as root on Debian; elsewhere it says what to install and exits 0.
 set -euo pipefail
-pkgs=(firmware-amd-graphics linux-source-6.1 clang-15 lld-15 llvm-15 libusb-1.0-0)
+pkgs=(firmware-amd-graphics linux-source-6.1 clang-15 lld-15 llvm-15 libusb-1.0-0 libusb-1.0-0-dev)
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null || [ ! -f /etc/debian_version ]; then
   echo "install-system-deps: not root on Debian; install these yourself if you need them: ${pkgs[*]}"

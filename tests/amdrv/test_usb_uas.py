@@ -345,3 +345,123 @@ def test_falls_back_to_bot_without_streams(monkeypatch):
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "uas")
     with pytest.raises(BridgeError, match="bulk streams"):
         _open(refusing)
+
+
+# -- the libusb engine's batch logic, against a scripted stand-in for libusb (no device needed) ----------
+
+class _Fn:
+    def __init__(self, fn):
+        self.fn, self.restype, self.argtypes = fn, None, None
+
+    def __call__(self, *a):
+        return self.fn(*a)
+
+
+class ScriptedLibusb:
+    """A TEST DOUBLE of libusb-1.0's asynchronous API: real `struct libusb_transfer`s (our Structure),
+    completed in handle_events by `answer(transfer) -> (status, data) | None` (None: never completes)."""
+
+    def __init__(self, answer, streams_granted=16):
+        self.answer, self.granted = answer, streams_granted
+        self.live, self.pending, self.order, self.cancelled, self.stream_of = {}, [], [], [], {}
+
+    def __getitem__(self, name):
+        return _Fn(getattr(self, name[len("libusb_"):]))
+
+    def alloc_streams(self, handle, n, eps, k):
+        return min(n, self.granted)
+
+    def free_streams(self, handle, eps, k):
+        return 0
+
+    def alloc_transfer(self, iso):
+        t = streams.LibusbTransfer()
+        p = ctypes.pointer(t)
+        self.live[ctypes.addressof(t)] = t
+        return p
+
+    def free_transfer(self, p):
+        del self.live[ctypes.addressof(p.contents)]
+
+    def transfer_set_stream_id(self, p, sid):
+        self.stream_of[ctypes.addressof(p.contents)] = sid
+
+    def submit_transfer(self, p):
+        self.order.append((p.contents.endpoint, self.stream_of.get(ctypes.addressof(p.contents), 0)))
+        self.pending.append(p)
+        return 0
+
+    def cancel_transfer(self, p):
+        self.cancelled.append(p.contents.endpoint)
+        p.contents.status = streams.LIBUSB_TRANSFER_CANCELLED
+        return 0
+
+    def handle_events_timeout_completed(self, ctx, tv, completed):
+        for p in list(self.pending):
+            x = p.contents
+            if x.status == streams.LIBUSB_TRANSFER_CANCELLED:
+                done = (streams.LIBUSB_TRANSFER_CANCELLED, b"")
+            else:
+                done = self.answer(x, self.stream_of.get(ctypes.addressof(x), 0))
+            if done is None:
+                continue
+            self.pending.remove(p)
+            x.status, data = done
+            if x.endpoint & 0x80:
+                ctypes.memmove(x.buffer, data, len(data))
+                x.actual_length = len(data)
+            elif x.status == streams.LIBUSB_TRANSFER_COMPLETED:
+                x.actual_length = x.length
+            x.callback(p)
+        return 0
+
+
+def _engine(lib):
+    return streams.LibusbStreams(lib, None, 0x1234, [0x81, 0x02, 0x83], 16, status_endpoint=0x83)
+
+
+def test_libusb_engine_runs_a_batch_ins_first():
+    def answer(x, sid):
+        if x.endpoint == 0x81:
+            return streams.LIBUSB_TRANSFER_COMPLETED, bytes([sid]) * x.length
+        return streams.LIBUSB_TRANSFER_COMPLETED, b"\x03" + bytes(x.length - 1) if x.endpoint == 0x83 else b""
+    lib = ScriptedLibusb(answer, streams_granted=8)
+    eng = _engine(lib)
+    assert eng.streams == 8
+    batch = [streams.StreamTransfer(0x04, 0, bytes(32)), streams.StreamTransfer(0x81, 1, bytearray(5)),
+             streams.StreamTransfer(0x83, 1, bytearray(64)), streams.StreamTransfer(0x04, 0, bytes(32)),
+             streams.StreamTransfer(0x02, 2, b"abc"), streams.StreamTransfer(0x83, 2, bytearray(64))]
+    eng.submit(batch, 1000)
+    assert [ep for ep, _ in lib.order[:3]] == [0x81, 0x83, 0x83]          # the host is ready before commands
+    assert sorted(lib.order) == sorted((t.endpoint, t.stream) for t in batch)
+    assert batch[1].buffer == b"\x01" * 5 and batch[4].actual == 3 and all(t.status == "completed" for t in batch)
+    assert not lib.live                                                    # every transfer freed
+
+
+def test_libusb_engine_deadline_cancels_and_raises():
+    import usb.core
+    lib = ScriptedLibusb(lambda x, sid: None if x.endpoint == 0x83 else (streams.LIBUSB_TRANSFER_COMPLETED, b""))
+    eng = _engine(lib)
+    batch = [streams.StreamTransfer(0x04, 0, bytes(32)), streams.StreamTransfer(0x83, 1, bytearray(64))]
+    with pytest.raises(usb.core.USBTimeoutError):
+        eng.submit(batch, 50)
+    assert lib.cancelled == [0x83] and not lib.live and not lib.pending
+
+
+def test_libusb_engine_stall_and_failed_command_data():
+    import errno
+    import usb.core
+    lib = ScriptedLibusb(lambda x, sid: (streams.LIBUSB_TRANSFER_STALL, b"") if x.endpoint == 0x02
+                         else None if x.endpoint == 0x83 else (streams.LIBUSB_TRANSFER_COMPLETED, b""))
+    batch = [streams.StreamTransfer(0x04, 0, bytes(32)), streams.StreamTransfer(0x02, 1, b"x"),
+             streams.StreamTransfer(0x83, 1, bytearray(64))]
+    with pytest.raises(usb.core.USBError) as e:
+        _engine(lib).submit(batch, 1000)
+    assert e.value.errno == errno.EPIPE and not lib.live
+    # a command answered (its Sense IU in) whose data never comes: the data transfer is cancelled, no error
+    lib = ScriptedLibusb(lambda x, sid: None if x.endpoint == 0x81 else
+                         (streams.LIBUSB_TRANSFER_COMPLETED, b"\x03" + bytes(15) if x.endpoint == 0x83 else b""))
+    batch = [streams.StreamTransfer(0x04, 0, bytes(32)), streams.StreamTransfer(0x81, 1, bytearray(8)),
+             streams.StreamTransfer(0x83, 1, bytearray(64))]
+    _engine(lib).submit(batch, 1000)
+    assert [t.status for t in batch] == ["completed", "cancelled", "completed"] and not lib.live
