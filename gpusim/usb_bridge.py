@@ -15,6 +15,9 @@ before a type-1 config request reaches the next bus, and the GPU's function 0 on
 
 The wire: SuperSpeed+ 10 Gbit/s (128b/132b) with 1024-byte bulk packets; every transfer is counted with
 its packet overhead, every SCSI command and control transfer is a round trip (LinkCounters).
+UAS over USB 3 bulk streams, which pyusb lacks, is a backend extension (BridgeBackend.alloc_streams,
+free_streams, submit_streams: many commands in one round trip, run by the firmware one at a time in arrival
+order).
 Failures (ASM24Bridge.inject): "stall" (a bulk transfer never completes: USBTimeoutError, and the bridge
 stays wedged until a USB reset), "drop" (device gone: USBError ENODEV, find() no longer sees it),
 "gpu_silent" (non-posted TLPs to the GPU get no completion: status bit 0), "link_down" (the PCIe link
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import struct
+from collections import deque
 from dataclasses import dataclass
 
 import usb.backend
@@ -81,7 +85,10 @@ TRANSFER_OVERHEAD = 20
 TURNAROUND_S = 50e-6                    # firmware time per command (an assumption, not a measurement)
 
 BOT_CBW_SIG, BOT_CSW_SIG = 0x43425355, 0x53425355
-UAS_COMMAND_IU, UAS_SENSE_IU = 0x01, 0x03
+UAS_COMMAND_IU, UAS_SENSE_IU, UAS_RESPONSE_IU = 0x01, 0x03, 0x04
+# Response IU codes (UAS; Linux include/linux/usb/uas.h): invalid information unit, overlapped tag attempted.
+RC_INVALID_IU, RC_OVERLAPPED_TAG = 0x02, 0x0A
+UAS_TASK_ATTRIBUTES = (0, 1, 2)         # SIMPLE, HEAD OF QUEUE, ORDERED (byte 4 bits 2:0); ACA is not supported
 SENSE_ILLEGAL_REQUEST = 0x05
 ASC_INVALID_OPCODE, ASC_LBA_OUT_OF_RANGE = 0x20, 0x21
 
@@ -342,12 +349,14 @@ class ASM24Bridge:
         return CPL_SC, 0
 
     # -- SCSI -----------------------------------------------------------------------------------
-    def begin(self, cdb: bytes) -> int:
+    def begin(self, cdb: bytes, counted: bool = True) -> int:
         """Starts a SCSI command; returns its data phase: +n bytes it takes, -n bytes it offers, 0 none.
-        The data moves through data_in()/data_out(); `status` and `sense` are its outcome."""
+        The data moves through data_in()/data_out(); `status` and `sense` are its outcome. `counted`: the
+        command is its own round trip (a stream batch counts its commands and its one round trip itself)."""
         self._last_sense = self.sense_data()        # REQUEST SENSE reports the previous command's
-        self.counters.commands += 1
-        self.counters.round_trips += 1
+        if counted:
+            self.counters.commands += 1
+            self.counters.round_trips += 1
         self._cdb, self.status, self.sense = bytes(cdb), 0, (0, 0)
         op = cdb[0] if cdb else None
         if op == OP_XDATA_READ:
@@ -389,6 +398,21 @@ class ASM24Bridge:
         self.sram[base:base + len(data)] = data
 
 
+@dataclass
+class _Task:
+    """A command IU the bridge has received (UAS with streams) and not yet answered on its status stream.
+    `response`: answer with a Response IU of this code instead of running the command."""
+    tag: int
+    cdb: bytes
+    response: int | None = None
+    started: bool = False
+    direction: int = 0                  # as ASM24Bridge.begin returns it
+    moved: int = 0                      # data-out bytes taken so far
+    data_done: bool = False
+    status: int = 0
+    sense: bytes = b""
+
+
 def _as(buff, data: bytes):
     return type(buff)(buff.typecode, data) if hasattr(buff, "typecode") else data
 
@@ -402,6 +426,8 @@ class _Desc:
 # UAS pipe ids (UAS 1.0, Pipe Usage descriptor): command 1, status 2, data-in 3, data-out 4.
 UAS_PIPES = {EP_COMMAND: 1, EP_STATUS: 2, EP_DATA_IN: 3, EP_DATA_OUT: 4}
 UAS_STREAMS_LOG2 = 5            # 32 streams per endpoint in the SuperSpeed endpoint companion
+MAX_STREAMS = 1 << UAS_STREAMS_LOG2
+STREAM_ENDPOINTS = (EP_DATA_IN, EP_STATUS, EP_DATA_OUT)
 
 
 def _endpoint(addr: int, uas: bool) -> _Desc:
@@ -426,6 +452,9 @@ class BridgeBackend(usb.backend.IBackend):
         self.bridge, self.pid, self.bus, self.address = bridge, pid, bus, address
         self.alt = 0
         self.alts = (0,) if pid == 0x2463 else (0, 1)     # the ROM (0x2463) has Bulk-Only only
+        self.streams: dict[int, int] = {}                   # endpoint -> bulk streams allocated (1..n)
+        self.tasks: deque[_Task] = deque()                  # UAS task set with streams, in arrival order
+        self._trip = False                                  # this stream batch's round trip is counted
         self._reset_protocol()
 
     def _reset_protocol(self) -> None:
@@ -479,6 +508,7 @@ class BridgeBackend(usb.backend.IBackend):
             raise usb.core.USBError(f"Pipe error (no alternate setting {altsetting})", LIBUSB_ERROR_PIPE, errno.EPIPE)
         self.alt = altsetting
         self._reset_protocol()
+        self._drop_streams()
 
     def claim_interface(self, dev_handle, intf):
         self._alive()
@@ -504,6 +534,7 @@ class BridgeBackend(usb.backend.IBackend):
         self.bridge.wedged = False
         self.bridge.faults.pop("stall", None)
         self._reset_protocol()
+        self._drop_streams()
 
     # -- transfers ------------------------------------------------------------------------------
     def _alive(self) -> None:
@@ -532,8 +563,16 @@ class BridgeBackend(usb.backend.IBackend):
 
     def bulk_write(self, dev_handle, ep, intf, data, timeout):
         data = bytes(data)
-        self._transfer(len(data))
+        self._no_stream_id(ep)
         uas = self.alt == 1
+        if uas and ep == EP_COMMAND and self.streams:      # into the task set; answered on a status stream
+            self._check_iu(data)
+            self._transfer(len(data))
+            self.bridge.counters.round_trips += 1
+            self._receive(data)
+            self._run({})
+            return len(data)
+        self._transfer(len(data))
         if (ep == EP_COMMAND and uas) or (ep == EP_DATA_OUT and not uas and self.phase == "command"):
             self._command(data, uas)
         elif ep == EP_DATA_OUT and self.phase == "out":
@@ -565,6 +604,7 @@ class BridgeBackend(usb.backend.IBackend):
         self.phase = ("in" if self.host_in else "out") if self.expect else "status"
 
     def bulk_read(self, dev_handle, ep, intf, buff, timeout):
+        self._no_stream_id(ep)
         uas = self.alt == 1
         if ep == EP_DATA_IN and self.phase == "in":
             n = min(len(buff), self.expect - self.moved)
@@ -620,6 +660,193 @@ class BridgeBackend(usb.backend.IBackend):
         if bmRequestType & 0x60 == 0x40:                      # vendor requests: the stock firmware has none
             raise self._pipe(f"vendor control request {bRequest:#04x}: the stock firmware stalls it")
         return n
+
+    # -- USB 3 bulk streams (UAS): the backend extension a libusb streams link calls -----------------
+    # pyusb has no stream API. These follow libusb_alloc_streams / libusb_free_streams and libusb's
+    # asynchronous transfers with a stream id: submit every transfer, then handle events until all complete.
+
+    def _drop_streams(self) -> None:
+        self.streams.clear()
+        self.tasks.clear()
+
+    def _no_stream_id(self, ep: int) -> None:
+        """A transfer without a stream id on an endpoint with streams is refused before it reaches the wire
+        (xHCI takes stream 0 on such an endpoint as invalid)."""
+        self._alive()
+        if ep in self.streams:
+            raise self._pipe(f"endpoint {ep:#04x} has bulk streams: a transfer needs a stream id (submit_streams)")
+
+    def alloc_streams(self, dev_handle, num_streams: int, endpoints) -> int:
+        """Allocates streams 1..n on the UAS data-in, status and data-out endpoints (alternate setting 1);
+        returns n = min(num_streams, 32). Endpoints that already have streams are refused (free them first),
+        as Linux refuses a re-allocation."""
+        self._alive()
+        eps = [int(e) for e in endpoints]
+        if self.alt != 1:
+            raise self._pipe(f"bulk streams need alternate setting 1 (UAS), not {self.alt}")
+        if not eps or any(e not in STREAM_ENDPOINTS for e in eps):
+            raise self._pipe(f"streams only on endpoints {', '.join(f'{e:#04x}' for e in STREAM_ENDPOINTS)}, "
+                             f"not {[hex(e) for e in eps]}")
+        if num_streams < 1:
+            raise self._pipe(f"{num_streams} streams")
+        if any(e in self.streams for e in eps):
+            raise self._pipe("endpoint already has streams (free_streams first)")
+        n = min(int(num_streams), MAX_STREAMS)
+        for e in eps:
+            self.streams[e] = n
+        return n
+
+    def free_streams(self, dev_handle, endpoints) -> None:
+        """Frees the endpoints' streams (each must have some); commands still waiting on them are dropped."""
+        self._alive()
+        eps = [int(e) for e in endpoints]
+        if not eps or any(e not in self.streams for e in eps):
+            raise self._pipe(f"no streams to free on {[hex(e) for e in eps]}")
+        for e in eps:
+            del self.streams[e]
+        self.tasks.clear()
+
+    def submit_streams(self, dev_handle, transfers, timeout: int) -> None:
+        """Submits every transfer at once and waits until all complete: ONE round trip.
+
+        A transfer is any object with `endpoint`, `stream` (0 only on the command pipe 0x04) and `buffer`
+        (the data for OUT endpoints; a writable bytearray of the requested length for IN endpoints); each
+        that completes gets `actual` (bytes moved; IN: the first `actual` bytes of buffer) and
+        `status = "completed"`. The command IUs are received in list order, then the firmware runs them one
+        at a time in that order: tag T's data on stream T of 0x81/0x02, its Sense IU (or Response IU) on
+        stream T of 0x83. Pieces that are missing hang as on the wire: the firmware stops at the first
+        command it cannot finish, and the call raises USBTimeoutError after what could run has run (the
+        transfers left get status "timed_out"; a command of the submission left unanswered times it out too,
+        even with no transfer of the host's pending; the unfinished commands stay in the bridge's task set and a
+        later submission can bring what they wait for). A submission the bridge refuses (no alternate
+        setting 1, a stream not allocated, stream 0 on a stream endpoint, a command IU whose tag has no
+        status stream) raises the pipe error before anything moves; a data-out transfer longer than its
+        command takes raises it when reached (that transfer "stall", the others not done "cancelled", the
+        task set cleared). `timeout` is not modeled: what would hang raises at once."""
+        self._alive()
+        transfers = list(transfers)
+        if not transfers:
+            return
+        if self.alt != 1:
+            raise self._pipe(f"bulk streams need alternate setting 1 (UAS), not {self.alt}")
+        for t in transfers:
+            ep, stream = t.endpoint, t.stream
+            if ep == EP_COMMAND:
+                if stream:
+                    raise self._pipe(f"the command pipe {EP_COMMAND:#04x} has no streams (stream {stream})")
+                self._check_iu(bytes(t.buffer))
+            elif ep in STREAM_ENDPOINTS:
+                n = self.streams.get(ep, 0)
+                if not 1 <= stream <= n:
+                    raise self._pipe(f"stream {stream} on endpoint {ep:#04x}: "
+                                     + (f"streams 1..{n} allocated" if n else "no streams allocated"))
+            else:
+                raise self._pipe(f"endpoint {ep:#04x} is not a UAS pipe")
+        for t in transfers:
+            t.actual, t.status = 0, "pending"
+        queues: dict[tuple[int, int], deque] = {}
+        for t in transfers:
+            if t.endpoint != EP_COMMAND:
+                queues.setdefault((t.endpoint, t.stream), deque()).append(t)
+        self._trip = False
+        received = []
+        try:
+            for t in transfers:
+                if t.endpoint == EP_COMMAND:
+                    iu = bytes(t.buffer)
+                    self._move(t, len(iu))
+                    received.append(self._receive(iu))
+            self._run(queues)
+        except usb.core.USBError as e:
+            left = "timed_out" if isinstance(e, usb.core.USBTimeoutError) else "cancelled"
+            for t in transfers:
+                if t.status == "pending":
+                    t.status = left
+            raise
+        left = [t for t in transfers if t.status == "pending"]
+        waiting = [task.tag for task in self.tasks if any(task is r for r in received)]
+        if left or waiting:
+            for t in left:
+                t.status = "timed_out"
+            what = ", ".join(f"{t.endpoint:#04x}/{t.stream}" for t in left[:8])
+            raise usb.core.USBTimeoutError(f"Operation timed out ({len(left)} of {len(transfers)} transfers never "
+                                           f"completed: endpoint/stream {what or '-'}; commands not answered: "
+                                           f"tags {waiting[:8]})", LIBUSB_ERROR_TIMEOUT, errno.ETIMEDOUT)
+
+    def _move(self, t, n: int) -> None:
+        """One transfer of a batch moves n bytes (counted as _transfer does); the batch is one round trip."""
+        self._transfer(n)
+        if not self._trip:
+            self._trip = True
+            self.bridge.counters.round_trips += 1
+        t.actual, t.status = n, "completed"
+
+    def _check_iu(self, iu: bytes) -> None:
+        """A command IU's tag must name a status stream; otherwise there is nowhere to answer it."""
+        n = self.streams.get(EP_STATUS, 0)
+        tag = struct.unpack_from(">H", iu, 2)[0] if len(iu) >= 4 else None
+        if tag is None or not 1 <= tag <= n:
+            raise self._pipe(f"command IU tag {tag}: no status stream for it (streams 1..{n})")
+
+    def _receive(self, iu: bytes) -> _Task:
+        """A command IU arrives: into the task set; malformed or overlapped ones get a Response IU."""
+        self.bridge.counters.commands += 1
+        tag = struct.unpack_from(">H", iu, 2)[0]
+        task = _Task(tag, iu[16:32])
+        if len(iu) < 32 or iu[0] != UAS_COMMAND_IU or iu[4] & 7 not in UAS_TASK_ATTRIBUTES:
+            task.response = RC_INVALID_IU
+        elif any(x.tag == tag for x in self.tasks):
+            task.response = RC_OVERLAPPED_TAG
+        self.tasks.append(task)
+        return task
+
+    def _run(self, queues: dict) -> None:
+        """The firmware: one command at a time, in arrival order, until one waits for a transfer not there."""
+        b = self.bridge
+        while self.tasks:
+            task = self.tasks[0]
+            if task.response is None:
+                if not task.started:
+                    task.direction, task.started = b.begin(task.cdb, counted=False), True
+                    task.status, task.sense = b.status, (b.sense_data() if b.status else b"")
+                if task.direction < 0 and not task.data_done:
+                    q = queues.get((EP_DATA_IN, task.tag))
+                    if not q:
+                        return
+                    t = q[0]
+                    n = min(len(t.buffer), -task.direction)     # what it has, up to the host's length
+                    data = b.data_in(-task.direction)[:n]
+                    self._move(t, n)
+                    q.popleft()
+                    t.buffer[:n] = _as(t.buffer, data)
+                    task.data_done = True
+                while task.direction > 0 and task.moved < task.direction:
+                    q = queues.get((EP_DATA_OUT, task.tag))
+                    if not q:
+                        return
+                    t = q[0]
+                    data = bytes(t.buffer)
+                    if task.moved + len(data) > task.direction:
+                        t.status = "stall"
+                        self.tasks.clear()
+                        raise self._pipe(f"{len(data)} bytes of data-out past the {task.direction}-byte data "
+                                         f"phase of tag {task.tag}")
+                    self._move(t, len(data))
+                    q.popleft()
+                    b.data_out(task.moved, data)
+                    task.moved += len(data)
+                iu = struct.pack(">BBHHB7xH", UAS_SENSE_IU, 0, task.tag, 0, task.status, len(task.sense)) + task.sense
+            else:
+                iu = struct.pack(">BBH3xB", UAS_RESPONSE_IU, 0, task.tag, task.response)
+            q = queues.get((EP_STATUS, task.tag))
+            if not q:
+                return
+            t = q[0]
+            n = min(len(t.buffer), len(iu))
+            self._move(t, n)
+            q.popleft()
+            t.buffer[:n] = _as(t.buffer, iu[:n])
+            self.tasks.popleft()
 
 
 _BRIDGES: dict[int, ASM24Bridge] = {}     # provider slot -> the bridge in front of its GPU

@@ -320,3 +320,295 @@ def test_counters_round_trips_and_wire_bytes(rig):
     c0 = c.snapshot()
     h.cfg(GPU_BUS, 0)
     assert c.round_trips - c0.round_trips == 8 + 4                      # 8 E5 writes, 4 E4 reads
+
+
+# -- UAS over USB 3 bulk streams (the backend's stream extension) ---------------------------------------
+# Facts used: UAS command IU (IU ID 0x01, tag big-endian at 2-3, task attribute in byte 4 bits 2:0, CDB at
+# 16-31), Sense IU (0x03, tag, status at byte 6, sense length at 14-15, sense from 16), Response IU (0x04,
+# tag, response code at byte 7: 0x02 invalid information unit, 0x0A overlapped tag attempted); with
+# streams the stream id is the tag: data on data-in 0x81 / data-out 0x02 and status on 0x83, each on stream
+# T; the command pipe 0x04 has no streams. The host submits everything, then waits once.
+
+class Xfer:
+    """A libusb transfer as the backend extension sees it."""
+
+    def __init__(self, endpoint: int, stream: int, buffer):
+        self.endpoint, self.stream, self.buffer = endpoint, stream, buffer
+        self.actual = self.status = None
+
+
+def command_iu(tag: int, cdb: bytes, attr: int = 0, iu_id: int = 1) -> bytes:
+    return struct.pack(">BBHBBBB8x", iu_id, 0, tag, attr, 0, 0, 0) + cdb.ljust(16, b"\0")
+
+
+class Batch:
+    """Per command: its status read and data transfer on stream = tag, then its command IU (what a UAS
+    host submits); run() submits all of them at once."""
+
+    def __init__(self, backend, dev):
+        self.b, self.dev, self.xfers, self.cmds, self.tags = backend, dev, [], [], itertools.count(1)
+
+    def cmd(self, cdb: bytes, data_in: int = 0, data_out: bytes | None = None, *, tag: int | None = None,
+            attr: int = 0, status: bool = True, data: bool = True, iu_id: int = 1):
+        tag = next(self.tags) if tag is None else tag
+        st = Xfer(EP_STATUS, tag, bytearray(64)) if status else None
+        d = None
+        if data and data_in:
+            d = Xfer(EP_IN, tag, bytearray(data_in))
+        elif data and data_out is not None:
+            d = Xfer(EP_OUT, tag, data_out)
+        c = Xfer(EP_CMD, 0, command_iu(tag, cdb, attr, iu_id))
+        self.xfers += [x for x in (st, d, c) if x is not None]
+        self.cmds.append((c, d, st))
+        return c, d, st
+
+    def xw(self, addr: int, data: bytes, **kw):
+        return [self.cmd(bytes([0xE5, v]) + Host._a(addr + i) + b"\0", **kw) for i, v in enumerate(data)]
+
+    def xr(self, addr: int, n: int, **kw):
+        return self.cmd(bytes([0xE4, n]) + Host._a(addr) + b"\0", data_in=n, **kw)
+
+    def run(self, timeout: int = 1000):
+        self.b.submit_streams(self.dev._ctx.handle, self.xfers, timeout)
+
+
+def status_iu(st: Xfer):
+    """(IU ID, tag, status or response code, sense data) of what came back on a status stream."""
+    iu = bytes(st.buffer[:st.actual])
+    if iu[0] == 4:
+        return 4, struct.unpack_from(">H", iu, 2)[0], iu[7], b""
+    return iu[0], struct.unpack_from(">H", iu, 2)[0], iu[6], iu[16:16 + struct.unpack_from(">H", iu, 14)[0]]
+
+
+@pytest.fixture
+def srig(rig):
+    """UAS (alternate setting 1) with 32 streams on data-in, status and data-out."""
+    bridge, dev = rig
+    h = Host(dev, uas=True)
+    b = dev._ctx.backend
+    assert b.alloc_streams(dev._ctx.handle, 32, [EP_IN, EP_STATUS, EP_OUT]) == 32
+    return bridge, dev, b, h
+
+
+def test_streams_batch_of_writes_and_a_read_is_one_round_trip_in_arrival_order(srig):
+    bridge, dev, b, h = srig
+    bt = Batch(b, dev)
+    values = bytes(range(0x40, 0x50))
+    bt.xw(0x0100, values)                                               # tags 1..16
+    rd = bt.xr(0x0100, 16, attr=2)                                      # ORDERED, tag 17
+    late = bt.xw(0x0100, b"\xee", attr=1)                               # HEAD OF QUEUE, after the read
+    c0 = bridge.counters.snapshot()
+    bt.run()
+    c = bridge.counters
+    assert all(x.status == "completed" for x in bt.xfers)
+    assert bytes(rd[1].buffer) == values and rd[1].actual == 16         # the read saw the 16 writes, not the 18th
+    assert [status_iu(st)[:3] for _, _, st in bt.cmds] == [(3, t, 0) for t in range(1, 19)]
+    assert (c.round_trips - c0.round_trips, c.commands - c0.commands) == (1, 18)
+    sizes = [32] * 18 + [16] * 18 + [16]                                # command IUs, Sense IUs, the data
+    assert c.transfers - c0.transfers == len(sizes) and c.payload_bytes - c0.payload_bytes == sum(sizes)
+    wire = sum(usb_bridge.wire_bytes(n) for n in sizes)
+    assert c.wire_bytes - c0.wire_bytes == wire
+    assert c.seconds() - c0.seconds() == pytest.approx(wire * 8 / (10e9 * 128 / 132) + usb_bridge.TURNAROUND_S)
+    assert late[0][2].actual == 16
+    # The data-in transfer may be longer than what the command has (actual = what it sent) or shorter
+    # (the device sends what fits; UAS has no residue).
+    bt = Batch(b, dev)
+    long, short = bt.xr(0x0100, 4), bt.xr(0x0100, 16)
+    long[1].buffer, short[1].buffer = bytearray(64), bytearray(2)
+    bt.run()
+    assert (long[1].actual, bytes(long[1].buffer[:4])) == (4, b"\xee\x41\x42\x43")
+    assert (short[1].actual, bytes(short[1].buffer)) == (2, b"\xee\x41")
+    assert status_iu(short[2])[2] == 0
+
+
+def test_streams_tlp_read_in_one_batch(srig):
+    bridge, dev, b, h = srig
+    b.free_streams(dev._ctx.handle, [EP_IN, EP_STATUS, EP_OUT])        # sync UAS again to program the bus numbers
+    h.enumerate()
+    assert b.alloc_streams(dev._ctx.handle, 16, [EP_IN, EP_STATUS, EP_OUT]) == 16
+    bt = Batch(b, dev)
+    bt.xw(0xB218, struct.pack(">I", GPU_BUS << 24))                     # config address: bus 4, register 0
+    bt.xw(0xB217, b"\x0f")
+    bt.xw(0xB210, b"\x05")                                              # CfgRd1
+    bt.xw(0xB254, b"\x0f")
+    bt.xw(0xB296, b"\x04")
+    st = bt.xr(0xB296, 1)
+    regs = bt.xr(0xB220, 12)
+    c0 = bridge.counters.snapshot()
+    bt.run()
+    assert bridge.counters.round_trips - c0.round_trips == 1 and bridge.counters.tlps - c0.tlps == 1
+    assert st[1].buffer[0] == 2                                         # completion received
+    data = bytes(regs[1].buffer)
+    assert struct.unpack_from(">I", data, 0)[0] == 0x744C1002           # 0xB220: the ids
+    assert struct.unpack_from(">H", data, 10)[0] == (0 << 13) | 4       # 0xB22A: SC, 4 bytes
+    # A silent GPU: the same batch ends with bit 0 (timeout) in 0xB296.
+    bridge.inject("gpu_silent")
+    for x in bt.xfers:
+        x.actual = x.status = None
+    bt.run()
+    assert st[1].buffer[0] & 1
+    bridge.heal()
+
+
+def test_streams_write16_data_out_lands_in_the_sram(srig):
+    bridge, dev, b, h = srig
+    payload = bytes((i * 5 + 1) & 0xFF for i in range(8 * 512))
+    bt = Batch(b, dev)
+    w = bt.cmd(struct.pack(">BBQIBB", 0x8A, 0, 3, 8, 0, 0), data_out=payload)
+    rd = bt.xr(0xF000 + 3 * 512 + 100, 200)
+    bt.run()
+    assert w[1].actual == 4096 and status_iu(w[2])[2] == 0
+    assert bytes(rd[1].buffer) == payload[100:300]
+    assert bytes(bridge.sram[3 * 512:3 * 512 + 4096]) == payload
+    # The data phase may come in two transfers on the stream (in order); one past the command is a pipe error.
+    bt = Batch(b, dev)
+    c, d, st = bt.cmd(struct.pack(">BBQIBB", 0x8A, 0, 0, 2, 0, 0), data_out=b"\x11" * 512)
+    more = Xfer(EP_OUT, 1, b"\x22" * 512)
+    bt.xfers.insert(bt.xfers.index(d) + 1, more)
+    bt.run()
+    assert (d.actual, more.actual, status_iu(st)[2]) == (512, 512, 0)
+    assert bytes(bridge.sram[510:514]) == b"\x11\x11\x22\x22"
+    bt = Batch(b, dev)
+    c, d, st = bt.cmd(struct.pack(">BBQIBB", 0x8A, 0, 0, 1, 0, 0), data_out=bytes(1024))
+    with pytest.raises(usb.core.USBError) as e:
+        bt.run()
+    assert e.value.errno == errno.EPIPE and not isinstance(e.value, usb.core.USBTimeoutError)
+    assert (d.status, st.status) == ("stall", "cancelled")
+    # A WRITE(16) past the SRAM fails without a data phase: CHECK CONDITION, LBA out of range.
+    bt = Batch(b, dev)
+    c, d, st = bt.cmd(struct.pack(">BBQIBB", 0x8A, 0, usb_bridge.SRAM_SIZE // 512, 1, 0, 0), data=False)
+    bt.run()
+    iu_id, tag, status, sense = status_iu(st)
+    assert (iu_id, tag, status, sense[2], sense[12]) == (3, 1, 2, 0x05, 0x21)
+
+
+def test_streams_missing_pieces_hang(srig):
+    bridge, dev, b, h = srig
+    # A read whose data-in transfer is not there: the firmware stops at it; what came before ran, what
+    # comes after did not; the call times out with the transfers it could not finish marked.
+    bt = Batch(b, dev)
+    first = bt.xw(0x0200, b"\x01")[0]
+    rd = bt.xr(0x0200, 1, data=False)
+    after = bt.xw(0x0201, b"\x02")[0]
+    with pytest.raises(usb.core.USBTimeoutError) as e:
+        bt.run()
+    assert e.value.errno == errno.ETIMEDOUT and e.value.backend_error_code == -7
+    assert first[2].status == "completed" and status_iu(first[2])[2] == 0
+    assert (rd[2].status, after[2].status, after[0].status) == ("timed_out", "timed_out", "completed")
+    assert bridge.xdata[0x0200:0x0202] == b"\x01\x00"
+    # The read still waits in the bridge: a later submission brings its data and status, then the write runs.
+    bt = Batch(b, dev)
+    d, st = Xfer(EP_IN, 2, bytearray(1)), Xfer(EP_STATUS, 2, bytearray(64))
+    st3 = Xfer(EP_STATUS, 3, bytearray(64))
+    b.submit_streams(dev._ctx.handle, [d, st, st3], 1000)
+    assert (bytes(d.buffer), status_iu(st)[1], status_iu(st3)[1]) == (b"\x01", 2, 3)
+    assert bridge.xdata[0x0201] == 2
+    # A missing status transfer; a transfer on a stream no command uses.
+    bt = Batch(b, dev)
+    bt.xw(0x0202, b"\x03", status=False)
+    with pytest.raises(usb.core.USBTimeoutError):
+        bt.run()
+    assert bridge.xdata[0x0202] == 3                                    # it ran; its status waits
+    b.submit_streams(dev._ctx.handle, [Xfer(EP_STATUS, 1, bytearray(64))], 1000)
+    stray = Xfer(EP_IN, 9, bytearray(4))
+    with pytest.raises(usb.core.USBTimeoutError):
+        b.submit_streams(dev._ctx.handle, [stray], 1000)
+    assert stray.status == "timed_out"
+
+
+def test_streams_bad_and_overlapped_tags(srig):
+    bridge, dev, b, h = srig
+    # A tag with no status stream (0, or past the 32 allocated): the pipe error, nothing moves.
+    for tag in (0, 33):
+        bt = Batch(b, dev)
+        bt.xw(0x0300, b"\x01", tag=tag, status=False)
+        c0 = bridge.counters.snapshot()
+        with pytest.raises(usb.core.USBError) as e:
+            bt.run()
+        assert e.value.errno == errno.EPIPE and bridge.counters == c0
+    assert bridge.xdata[0x0300] == 0
+    # The same tag twice in a batch: the first runs, the second is answered OVERLAPPED TAG ATTEMPTED on
+    # the tag's next status transfer and not run; a malformed IU or a task attribute the bridge lacks
+    # (ACA): INVALID INFORMATION UNIT.
+    bt = Batch(b, dev)
+    a = bt.xw(0x0300, b"\x0a", tag=5)[0]
+    dup = bt.xw(0x0301, b"\x0b", tag=5)[0]
+    bad = bt.xw(0x0302, b"\x0c", tag=6, iu_id=0x02)[0]
+    aca = bt.xw(0x0303, b"\x0d", tag=7, attr=4)[0]
+    ok = bt.xw(0x0304, b"\x0e", tag=8)[0]
+    bt.run()
+    assert status_iu(a[2]) == (3, 5, 0, b"") and a[2].actual == 16
+    assert status_iu(dup[2])[:3] == (4, 5, 0x0A) and dup[2].actual == 8
+    assert status_iu(bad[2])[:3] == (4, 6, 0x02) and status_iu(aca[2])[:3] == (4, 7, 0x02)
+    assert status_iu(ok[2])[:3] == (3, 8, 0)
+    assert bridge.xdata[0x0300:0x0305] == b"\x0a\x00\x00\x00\x0e"
+
+
+def test_streams_refused_outside_uas_and_unallocated(rig):
+    bridge, dev = rig
+    Host(dev)                                                           # alternate setting 0: Bulk-Only
+    b, handle = dev._ctx.backend, dev._ctx.handle
+    def pipe():
+        return pytest.raises(usb.core.USBError, match="Pipe error")
+    with pipe():
+        b.alloc_streams(handle, 16, [EP_IN, EP_STATUS, EP_OUT])
+    bt = Batch(b, dev)
+    bt.xw(0x0100, b"\x01")
+    with pipe():
+        bt.run()
+    dev.set_interface_altsetting(0, 1)
+    with pipe():                                                        # alt 1, but no streams yet
+        bt.run()
+    with pipe():
+        b.alloc_streams(handle, 16, [EP_CMD])                           # the command pipe has none
+    with pipe():
+        b.alloc_streams(handle, 0, [EP_STATUS])
+    assert b.alloc_streams(handle, 64, [EP_STATUS, EP_IN]) == 32        # what the companion descriptors offer
+    with pipe():
+        b.alloc_streams(handle, 4, [EP_STATUS])                         # again without freeing
+    with pipe():                                                        # data-out has no streams
+        b.submit_streams(handle, [Xfer(EP_OUT, 1, bytes(512))], 1000)
+    b.free_streams(handle, [EP_STATUS, EP_IN])
+    with pipe():
+        b.free_streams(handle, [EP_STATUS])                             # twice
+    assert b.alloc_streams(handle, 4, [EP_IN, EP_STATUS, EP_OUT]) == 4
+    for x in ([Xfer(EP_STATUS, 5, bytearray(64))], [Xfer(EP_STATUS, 0, bytearray(64))],
+              [Xfer(EP_CMD, 1, command_iu(1, bytes(6)))]):
+        with pipe():
+            b.submit_streams(handle, x, 1000)
+    with pipe():                                                        # no stream id on a stream endpoint
+        dev.read(EP_STATUS, 64)
+    # Changing the alternate setting or a USB reset frees them.
+    dev.set_interface_altsetting(0, 1)
+    assert b.alloc_streams(handle, 4, [EP_IN, EP_STATUS, EP_OUT]) == 4
+    dev.reset()
+    assert b.alloc_streams(handle, 8, [EP_IN, EP_STATUS, EP_OUT]) == 8
+    b.free_streams(handle, [EP_IN, EP_STATUS, EP_OUT])
+    assert Host(dev, uas=True).xr(0xF000, 4) == bytes(4)               # synchronous UAS again
+    assert Host(dev).xr(0xF000, 4) == bytes(4)                          # and Bulk-Only
+
+
+def test_streams_stall_wedges_until_reset_and_drop(srig):
+    bridge, dev, b, h = srig
+    bt = Batch(b, dev)
+    bt.xw(0x0400, bytes(range(1, 9)))
+    bridge.inject("stall", after=10)                                    # 8 command IUs, 2 statuses, then stuck
+    with pytest.raises(usb.core.USBTimeoutError):
+        bt.run()
+    assert [x.status for x in bt.xfers].count("completed") == 10
+    again = Batch(b, dev)
+    again.xw(0x0500, b"\x01")
+    with pytest.raises(usb.core.USBTimeoutError):
+        again.run()
+    dev.reset()                                                         # streams are gone with the reset
+    with pytest.raises(usb.core.USBError, match="Pipe error"):
+        again.run()
+    assert b.alloc_streams(dev._ctx.handle, 32, [EP_IN, EP_STATUS, EP_OUT]) == 32
+    again = Batch(b, dev)
+    again.xw(0x0500, b"\x01")
+    again.run()
+    assert bridge.xdata[0x0500] == 1
+    bridge.inject("drop")
+    with pytest.raises(usb.core.USBError) as e:
+        again.run()
+    assert e.value.errno == errno.ENODEV
