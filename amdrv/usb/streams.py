@@ -50,15 +50,26 @@ class StreamTransfer:
 class BackendStreams:
     """Streams offered by the pyusb backend itself (one submit_streams call = one round trip)."""
 
-    def __init__(self, backend, handle, endpoints: list[int], num_streams: int):
+    def __init__(self, backend, handle, endpoints: list[int], num_streams: int, status_endpoint: int | None = None):
         self.backend, self.handle, self.endpoints = backend, handle, list(endpoints)
+        self.status_endpoint = status_endpoint
         got = backend.alloc_streams(handle, num_streams, self.endpoints)
         if not got or got < 1:
             raise StreamsUnavailable(f"the backend allocated {got} streams")
         self.streams = int(got)
 
     def submit(self, transfers: list[StreamTransfer], timeout_ms: int) -> None:
-        self.backend.submit_streams(self.handle, transfers, timeout_ms)
+        """As LibusbStreams.submit: a timeout where every status-pipe transfer completed is a command that
+        failed without its data phase; its data transfers get status "cancelled" and nothing is raised."""
+        try:
+            self.backend.submit_streams(self.handle, transfers, timeout_ms)
+        except usb.core.USBTimeoutError:
+            answers = [t for t in transfers if t.endpoint == self.status_endpoint]
+            if not answers or any(t.status != "completed" for t in answers):
+                raise
+            for t in transfers:
+                if t.status != "completed":
+                    t.status = "cancelled"
 
     def close(self) -> None:
         try:
@@ -290,7 +301,7 @@ def open_engine(dev, endpoints: list[int], num_streams: int, status_endpoint: in
     ctx = dev._ctx                       # pyusb's _ResourceManager: .backend, .handle (after open)
     backend, handle = ctx.backend, ctx.managed_open()
     if callable(getattr(backend, "submit_streams", None)) and callable(getattr(backend, "alloc_streams", None)):
-        return BackendStreams(backend, handle, endpoints, num_streams)
+        return BackendStreams(backend, handle, endpoints, num_streams, status_endpoint)
     try:
         from usb.backend import libusb1
     except ImportError:                  # pragma: no cover - pyusb always ships it
