@@ -480,6 +480,13 @@ def test_streams_write16_data_out_lands_in_the_sram(srig):
     bt.run()
     iu_id, tag, status, sense = status_iu(st)
     assert (iu_id, tag, status, sense[2], sense[12]) == (3, 1, 2, 0x05, 0x21)
+    # With its data-out transfer submitted, that transfer is never taken: the batch times out, the
+    # CHECK CONDITION having arrived.
+    bt = Batch(b, dev)
+    c, d, st = bt.cmd(struct.pack(">BBQIBB", 0x8A, 0, usb_bridge.SRAM_SIZE // 512, 1, 0, 0), data_out=bytes(512))
+    with pytest.raises(usb.core.USBTimeoutError):
+        bt.run()
+    assert (d.status, st.status, status_iu(st)[2]) == ("timed_out", "completed", 2)
 
 
 def test_streams_missing_pieces_hang(srig):
@@ -510,6 +517,13 @@ def test_streams_missing_pieces_hang(srig):
         bt.run()
     assert bridge.xdata[0x0202] == 3                                    # it ran; its status waits
     b.submit_streams(dev._ctx.handle, [Xfer(EP_STATUS, 1, bytearray(64))], 1000)
+    # A command IU written alone (the command pipe has no streams) joins the task set; its status comes
+    # on its stream in a later submission.
+    dev.write(EP_CMD, command_iu(4, bytes([0xE5, 0x04]) + Host._a(0x0203) + b"\0"))
+    assert bridge.xdata[0x0203] == 4
+    st = Xfer(EP_STATUS, 4, bytearray(64))
+    b.submit_streams(dev._ctx.handle, [st], 1000)
+    assert status_iu(st)[:3] == (3, 4, 0)
     stray = Xfer(EP_IN, 9, bytearray(4))
     with pytest.raises(usb.core.USBTimeoutError):
         b.submit_streams(dev._ctx.handle, [stray], 1000)
