@@ -716,12 +716,12 @@ class BridgeBackend(usb.backend.IBackend):
         at a time in that order: tag T's data on stream T of 0x81/0x02, its Sense IU (or Response IU) on
         stream T of 0x83. Pieces that are missing hang as on the wire: the firmware stops at the first
         command it cannot finish, and the call raises USBTimeoutError after what could run has run (the
-        transfers left get status "timed_out"; a command of the submission left unanswered times it out too,
+        transfers left get status "timed out"; a command of the submission left unanswered times it out too,
         even with no transfer of the host's pending; the unfinished commands stay in the bridge's task set and a
         later submission can bring what they wait for). A submission the bridge refuses (no alternate
         setting 1, a stream not allocated, stream 0 on a stream endpoint, a command IU whose tag has no
         status stream) raises the pipe error before anything moves; a data-out transfer longer than its
-        command takes raises it when reached (that transfer "stall", the others not done "cancelled", the
+        command takes raises it when reached (that transfer "stalled", the others not done "cancelled", the
         task set cleared). `timeout` is not modeled: what would hang raises at once."""
         self._alive()
         transfers = list(transfers)
@@ -758,7 +758,7 @@ class BridgeBackend(usb.backend.IBackend):
                     received.append(self._receive(iu))
             self._run(queues)
         except usb.core.USBError as e:
-            left = "timed_out" if isinstance(e, usb.core.USBTimeoutError) else "cancelled"
+            left = "timed out" if isinstance(e, usb.core.USBTimeoutError) else "cancelled"
             for t in transfers:
                 if t.status == "pending":
                     t.status = left
@@ -767,7 +767,7 @@ class BridgeBackend(usb.backend.IBackend):
         waiting = [task.tag for task in self.tasks if any(task is r for r in received)]
         if left or waiting:
             for t in left:
-                t.status = "timed_out"
+                t.status = "timed out"
             what = ", ".join(f"{t.endpoint:#04x}/{t.stream}" for t in left[:8])
             raise usb.core.USBTimeoutError(f"Operation timed out ({len(left)} of {len(transfers)} transfers never "
                                            f"completed: endpoint/stream {what or '-'}; commands not answered: "
@@ -827,7 +827,7 @@ class BridgeBackend(usb.backend.IBackend):
                     t = q[0]
                     data = bytes(t.buffer)
                     if task.moved + len(data) > task.direction:
-                        t.status = "stall"
+                        t.status = "stalled"
                         self.tasks.clear()
                         raise self._pipe(f"{len(data)} bytes of data-out past the {task.direction}-byte data "
                                          f"phase of tag {task.tag}")

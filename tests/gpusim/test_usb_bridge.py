@@ -473,7 +473,7 @@ def test_streams_write16_data_out_lands_in_the_sram(srig):
     with pytest.raises(usb.core.USBError) as e:
         bt.run()
     assert e.value.errno == errno.EPIPE and not isinstance(e.value, usb.core.USBTimeoutError)
-    assert (d.status, st.status) == ("stall", "cancelled")
+    assert (d.status, st.status) == ("stalled", "cancelled")
     # A WRITE(16) past the SRAM fails without a data phase: CHECK CONDITION, LBA out of range.
     bt = Batch(b, dev)
     c, d, st = bt.cmd(struct.pack(">BBQIBB", 0x8A, 0, usb_bridge.SRAM_SIZE // 512, 1, 0, 0), data=False)
@@ -486,7 +486,7 @@ def test_streams_write16_data_out_lands_in_the_sram(srig):
     c, d, st = bt.cmd(struct.pack(">BBQIBB", 0x8A, 0, usb_bridge.SRAM_SIZE // 512, 1, 0, 0), data_out=bytes(512))
     with pytest.raises(usb.core.USBTimeoutError):
         bt.run()
-    assert (d.status, st.status, status_iu(st)[2]) == ("timed_out", "completed", 2)
+    assert (d.status, st.status, status_iu(st)[2]) == ("timed out", "completed", 2)
 
 
 def test_streams_missing_pieces_hang(srig):
@@ -501,7 +501,7 @@ def test_streams_missing_pieces_hang(srig):
         bt.run()
     assert e.value.errno == errno.ETIMEDOUT and e.value.backend_error_code == -7
     assert first[2].status == "completed" and status_iu(first[2])[2] == 0
-    assert (rd[2].status, after[2].status, after[0].status) == ("timed_out", "timed_out", "completed")
+    assert (rd[2].status, after[2].status, after[0].status) == ("timed out", "timed out", "completed")
     assert bridge.xdata[0x0200:0x0202] == b"\x01\x00"
     # The read still waits in the bridge: a later submission brings its data and status, then the write runs.
     bt = Batch(b, dev)
@@ -527,7 +527,7 @@ def test_streams_missing_pieces_hang(srig):
     stray = Xfer(EP_IN, 9, bytearray(4))
     with pytest.raises(usb.core.USBTimeoutError):
         b.submit_streams(dev._ctx.handle, [stray], 1000)
-    assert stray.status == "timed_out"
+    assert stray.status == "timed out"
 
 
 def test_streams_bad_and_overlapped_tags(srig):
