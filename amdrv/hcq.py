@@ -260,6 +260,8 @@ class AMHCQDevice(Device):
         self.synchronize()
         out = bytearray(n)
         if not self.coherent:   # host and VRAM buffers alike: by SDMA into the page that reads back
+            if buf.mem is None:
+                raise HCQError(f"{self.name}: {buf} is not live memory of this device (freed, or another device's)")
             self._sdma_bounce(buf.va + offset, n, memoryview(out))
             return bytes(out)
         if (host := self._host_view(buf, offset, n)) is not None:

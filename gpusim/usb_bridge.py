@@ -358,6 +358,9 @@ class ASM24Bridge:
             self.counters.commands += 1
             self.counters.round_trips += 1
         self._cdb, self.status, self.sense = bytes(cdb), 0, (0, 0)
+        # The GPU runs while the bridge works: on the simulator's stepped clock one command is one step,
+        # so a host polling memory through the bridge (no register read) still sees the GPU progress.
+        self.dev.poll_tick()
         op = cdb[0] if cdb else None
         if op == OP_XDATA_READ:
             return -cdb[1]

@@ -176,7 +176,7 @@ def test_hang_times_out_then_recover(dev, kernel_corpus):
     flag = dev.alloc(4)
     dev.copyin(flag, bytes(4))
     spin = dev.program(kernel_corpus["faults"], "spin")
-    with pytest.raises(hcq.HCQTimeout, match=r"timeline did not reach 1 .*compute queue ME1 pipe 0 queue 0: rptr"):
+    with pytest.raises(hcq.HCQTimeout, match=r"timeline did not reach \d+ .*compute queue ME1 pipe 0 queue 0: rptr"):
         spin(flag, global_size=(1,), local_size=(32,), wait=True, timeout=0.5)
     dev.recover()
     test_add_saxpy_local_reverse(dev, kernel_corpus)

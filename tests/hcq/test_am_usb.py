@@ -1,0 +1,113 @@
+"""The hcq contract through the simulated USB bridge: the same kernels, graphs, faults and recovery as
+test_am_run.py, on a GPU whose DMA memory is the bridge's SRAM window (not coherent: pushed and pulled),
+whose signals sit in the one page the host reads back, and whose copy-out bounces through that page. Plus
+the round trips a launch and a fence poll cost (docs/usb.md)."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hcq
+import pcie
+from amdrv.am import AMGPU
+from amdrv.hcq import SIGNAL_AREA, SIGNAL_BYTES, AMHCQDevice
+
+usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+from amdrv.usb.transport import open_function  # noqa: E402
+
+SIM_SLOT = 6      # a simulated-bus slot of its own
+RNG = np.random.default_rng(11)
+
+# test_am_run's tests, collected here again with this module's `dev`: the same contract over USB.
+_spec = importlib.util.spec_from_file_location("hcq_am_run_contract", Path(__file__).with_name("test_am_run.py"))
+_run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_run)
+test_add_saxpy_local_reverse = _run.test_add_saxpy_local_reverse
+test_matmul_tiled_2d = _run.test_matmul_tiled_2d
+test_reduce_sum_and_atomics = _run.test_reduce_sum_and_atomics
+test_grid3d_dispatch_packet_sizes = _run.test_grid3d_dispatch_packet_sizes
+test_gpu_copy_within_device = _run.test_gpu_copy_within_device
+test_ordering_copy_kernel_copy_across_queues = _run.test_ordering_copy_kernel_copy_across_queues
+test_graph_replay_with_changed_inputs = _run.test_graph_replay_with_changed_inputs
+test_timestamps_monotonic = _run.test_timestamps_monotonic
+test_fault_is_decoded_then_recover = _run.test_fault_is_decoded_then_recover
+test_graph_larger_than_the_ring = _run.test_graph_larger_than_the_ring
+test_host_and_uncached_buffers = _run.test_host_and_uncached_buffers
+
+
+@pytest.fixture
+def dev(debian_firmware, monkeypatch):
+    """A GPU left warm by a clean AM run over simulated PCIe, then opened through the simulated bridge."""
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
+    backend = usb_bridge.backend("navi31", slot=SIM_SLOT)
+    d = AMHCQDevice(AMGPU.open(open_function(backend=backend)), "am:sim:usb")
+    d.bridge = backend.bridge
+    assert not d.coherent
+    yield d
+    d.close()
+
+
+def test_hang_times_out_then_recover(dev, kernel_corpus, monkeypatch):
+    # test_am_run reaches the simulated GPU as pci.dev; behind the bridge it is the bridge's GPU
+    monkeypatch.setattr(dev.gpu.dev.pci, "dev", dev.bridge.dev, raising=False)
+    _run.test_hang_times_out_then_recover(dev, kernel_corpus)
+
+
+def test_copies_awkward_sizes_both_ways(dev):
+    big = dev.alloc(40000)
+    ref = bytearray(big.size)
+    for size, off in ((1, 0), (1, 7), (3, 4093), (3072, 0), (3073, 1), (4096, 5), (12289, 333), (20000, 19999)):
+        data = RNG.integers(0, 256, size, dtype=np.uint8).tobytes()
+        dev.copyin(big, data, offset=off)
+        ref[off:off + size] = data
+        assert dev.copyout(big, size, off) == data
+    assert dev.copyout(big) == bytes(ref)
+
+
+def test_launch_and_fence_round_trips(dev, kernel_corpus):
+    """A launch is its ring dwords and kernargs (one WRITE(16) of a window page each, with the firmware's
+    bookkeeping writes) and the doorbell (two posted dword TLPs); a fence poll is one read of the signals'
+    bytes. Over Bulk-Only every SCSI command is a round trip; the bounds are for that link."""
+    f = dev.gpu.dev.pci
+    n = 256
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    a = dev.alloc(4 * n)
+    dev.copyin(a, np.ones(n, np.float32))
+    add(a, a, a, n, global_size=(1,), local_size=(256,), wait=True)
+    for _ in range(3):
+        c0 = f.counters.snapshot()
+        add(a, a, a, n, global_size=(1,), local_size=(256,))
+        f.flush()                                   # the doorbell is posted: it goes out with the next read
+        launch = (f.counters - c0).round_trips
+        c1 = f.counters.snapshot()
+        dev.synchronize()
+        wait = (f.counters - c1).round_trips
+        assert launch <= 2 * 6 + 2 * 8, launch
+        assert wait <= 8, wait
+    assert np.array_equal(np.frombuffer(dev.copyout(a), np.float32), np.full(n, 16, np.float32))
+
+
+def test_signals_live_in_the_read_back_page(dev):
+    first = dev._signal_pages[0][0]
+    assert first.bus_address() == 0x200000                  # the bridge's XDATA 0xF000 window
+    s = dev.new_signal(5)
+    assert s.value == 5
+    s.value = 9                                             # sent byte-exact: neighbours keep their values
+    assert dev.timeline.value == dev.timeline_value and s.value == 9
+    left = len(dev._free_signals)
+    got = [dev.new_signal() for _ in range(left)]
+    assert len(got) == left and SIGNAL_AREA // SIGNAL_BYTES == 64
+    with pytest.raises(hcq.HCQError, match="out of signals.*one page"):
+        dev.new_signal()
+
+
+def test_gpus_behind_bridges_do_not_share_host_memory(dev, debian_firmware):
+    other = hcq.open("am:sim", slot=1, fresh=True)
+    try:
+        a, b = dev.alloc(64), other.alloc(64)
+        with pytest.raises(hcq.HCQError, match="USB bridge.*copyout"):
+            other.copy(b, a)
+    finally:
+        other.close()
