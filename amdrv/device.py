@@ -106,9 +106,11 @@ class AMDevice:
         vram_size = discovery.vram_size(self.mmio)
         self.vram = VRAM(pci.bar(0), self.mmio, vram_size, pci.counters)
         # Beyond the CPU-visible window every dword is three register accesses (MM_INDEX): read only
-        # the binary's own size there, not all of DISCOVERY_TMR_SIZE.
-        self.disc = discovery.read_discovery(self.vram.read, vram_size,
-                                             exact=vram_size - discovery.DISCOVERY_TMR_OFFSET >= self.vram.visible)
+        # the binary's own size there, not all of DISCOVERY_TMR_SIZE, and only its binary header and
+        # harvest table when the host keeps a copy of the rest (DiscoveryCache, in the driver's cache dir).
+        exact = vram_size - discovery.DISCOVERY_TMR_OFFSET >= self.vram.visible
+        self.disc = discovery.read_discovery(self.vram.read, vram_size, exact=exact,
+                                             cache=discovery.DiscoveryCache() if exact else None)
         self.chip = self._identify()
         self.mm = VRAMAllocator(vram_size, visible=self.vram.visible)
         self.firmware = firmware or FirmwareStore()

@@ -12,11 +12,20 @@ VCN; MALL is listed but its check is disabled upstream) by its signature or id a
 
 `read_vram(offset, size) -> bytes` is whatever reaches VRAM: the BAR0 view on a large-BAR device, or
 MM_INDEX/MM_DATA indirect access on a small-BAR one.
+
+Where each VRAM dword is costly (MM_INDEX, ~14 round trips a dword over USB), `read_discovery(...,
+exact=True, cache=DiscoveryCache())` reads the binary header and the harvest table only, and takes the
+rest from a host-side copy kept under a sha256 of those bytes (`<cache root>/discovery/<sha256>.bin`);
+the copy is verified as a binary read from VRAM would be, and read from VRAM again if anything differs.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from amdrv import regs, structs
@@ -36,6 +45,7 @@ _IP_V3 = structs.get(D, "ip_v3")
 _GPU_INFO_HEADER = structs.get(D, "gpu_info_header")
 _HARVEST_HEADER = structs.get(D, "harvest_info_header")
 _HARVEST = structs.get(D, "harvest_table")
+_HARVEST_ENTRY = structs.get(D, "harvest_info")
 _VCN_HEADER = structs.get(D, "vcn_info_header")
 # the byte sum covers the binary after binary_checksum, binary_size included
 _SUMMED_FROM = _BINARY_HEADER.offset("binary_checksum") + 2
@@ -80,6 +90,7 @@ class Discovery:
     harvested: list[tuple[str, int]]
     skipped: list[str]
     num_dies: int
+    from_cache: bool = field(default=False, compare=False)  # the body came from a DiscoveryCache copy
 
     def version_of(self, name: str, instance: int = 0) -> tuple[int, int, int]:
         return self._get(name, instance).version
@@ -131,21 +142,146 @@ def vram_size(mmio: regs.MMIO) -> int:
     return mib << 20
 
 
-def read_discovery(read_vram: Callable[[int, int], bytes], vram_bytes: int, *, exact: bool = False) -> Discovery:
+def read_discovery(read_vram: Callable[[int, int], bytes], vram_bytes: int, *, exact: bool = False,
+                   cache: DiscoveryCache | None = None) -> Discovery:
     """Reads and parses the binary at vram_bytes - DISCOVERY_TMR_OFFSET: one read of
     DISCOVERY_TMR_SIZE as upstream, and a second one only when binary_size says it is longer.
     exact=True (where each VRAM dword read is costly: MM_INDEX, USB): the binary header first, then
-    binary_size bytes only."""
+    binary_size bytes only.
+    cache (with exact=True only): after the binary header, the harvest table (where the header's table
+    list puts it) is read up to the entry that ends its list (hw_id 0), in a few reads, and a copy
+    stored under the sha256 of those bytes is used if it has that same header and harvest list and
+    passes every check `parse` makes; else the rest is read from VRAM and, once it parses, stored. The harvest table is
+    compared itself: the header's checksums are 16-bit byte sums, equal for two cards of one SKU that
+    differ only in which instance is harvested. What the header's checksums cannot tell apart elsewhere
+    in the binary (the unused harvest entries after the list's end included) is taken from the copy: the
+    same header and harvest list are taken to be the same card model."""
+    if cache is not None and not exact:
+        raise ValueError("read_discovery: cache= needs exact=True (the non-exact read takes 4 KiB at once)")
     pos = vram_bytes - DISCOVERY_TMR_OFFSET
     if pos < 0:
         raise DiscoveryError(f"VRAM size {vram_bytes:#x} is smaller than the discovery offset")
+    where = f"VRAM offset {pos:#x}"
     first = (_BINARY_HEADER.size + 3) & ~3 if exact else DISCOVERY_TMR_SIZE
     data = bytes(read_vram(pos, first))
-    _check_signature(data, f"VRAM offset {pos:#x}")
+    _check_signature(data, where)
     size = _BINARY_HEADER.unpack_from(data).binary_size
-    if size > len(data):
-        data += bytes(read_vram(pos + len(data), size - len(data)))
-    return parse(data, where=f"VRAM offset {pos:#x}")
+    lo = _harvest_at(data, size) if cache is not None else None
+    if lo is None:
+        if size > len(data):
+            data += bytes(read_vram(pos + len(data), size - len(data)))
+        return parse(data, where=where)
+    head, table = data, _read_harvest_list(read_vram, pos + lo) if lo < size else b""
+    hi = lo + len(table)
+    key = hashlib.sha256(head + table).hexdigest()
+    disc = cache.load(key, head, lo, table)
+    if disc is not None:
+        return disc
+    data = head + (bytes(read_vram(pos + len(head), lo - len(head))) if lo > len(head) else b"") + table
+    if size > hi:
+        data += bytes(read_vram(pos + hi, size - hi))
+    disc = parse(data, where=where)
+    cache.store(key, data[:size])
+    return disc
+
+
+def _harvest_at(head: bytes, size: int) -> int | None:
+    """Where the harvest table starts per the binary header, after the header; `size` when it lists
+    none; None when the header is not sane enough to go by (then the binary is read whole and `parse`
+    says what is wrong)."""
+    if size < len(head):
+        return None
+    info = _BINARY_HEADER.unpack_from(head).table_list[D.HARVEST_INFO]
+    if not info.offset:
+        return size
+    if info.offset < len(head) or info.offset + _HARVEST.size > size:
+        return None
+    return info.offset
+
+
+def _read_harvest_list(read_vram: Callable[[int, int], bytes], at: int) -> bytes:
+    """The harvest table's header and its entries up to the read holding the first hw_id 0 (all 32
+    entries if none is 0): all that `_apply_harvest` reads, and what the reads brought besides. Two
+    entries in the first read, four in each later one (each read costs an MM_INDEX_HI write more)."""
+    start, entry = _HARVEST.offset("list"), _HARVEST_ENTRY.size
+    most = (_HARVEST.size - start) // entry
+    out = bytes(read_vram(at, start + 2 * entry))
+    seen = 0
+    while True:
+        n = (len(out) - start) // entry
+        if any(not _HARVEST_ENTRY.unpack_from(out, start + i * entry).hw_id for i in range(seen, n)):
+            return out
+        if n >= most:
+            return out
+        seen = n
+        out += bytes(read_vram(at + len(out), min(4, most - n) * entry))
+
+
+class DiscoveryCache:
+    """Host-side copies of discovery binaries: `<directory>/<sha256>.bin`, the key a sha256 of the binary
+    header and harvest table read from VRAM. directory defaults to `discovery/` under the driver's cache
+    root (DRIVERLESS_CACHE, else $XDG_CACHE_HOME/driverless: where amdrv.firmware.store keeps firmware).
+    Nothing read back is trusted: a copy must match what was read and pass `parse`'s checks, or it is
+    ignored (and replaced once the binary is read from VRAM). Writes are atomic (a temporary file, then
+    os.replace); a directory that cannot be made or written means no cache, not an error.
+    `hits`, `misses` count loads; `stored` counts copies written."""
+
+    def __init__(self, directory: str | os.PathLike | None = None):
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.hits = self.misses = self.stored = 0
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.bin"
+
+    def load(self, key: str, head: bytes, harvest_at: int, harvest: bytes) -> Discovery | None:
+        """The cached binary's Discovery if its copy has exactly this header and harvest table and
+        parses; else None."""
+        p = self.path(key)
+        try:
+            data = p.read_bytes()
+        except OSError:
+            data = None
+        disc = None
+        if (data is not None and len(data) == _BINARY_HEADER.unpack_from(head).binary_size
+                and data[:len(head)] == head
+                and data[harvest_at:harvest_at + len(harvest)] == harvest):
+            try:
+                disc = parse(data, where=f"{p} (cached copy)")
+            except DiscoveryError:
+                disc = None
+        if disc is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        disc.from_cache = True
+        return disc
+
+    def store(self, key: str, data: bytes) -> None:
+        tmp = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.directory)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path(key))
+            tmp = None
+            self.stored += 1
+        except OSError:
+            pass  # read-only, full or missing: the binary was read from VRAM and is used as read
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+
+def default_cache_dir() -> Path:
+    """`discovery/` under the driver's cache root, the root amdrv.firmware.store.cache_dir() resolves
+    (DRIVERLESS_CACHE, else $XDG_CACHE_HOME/driverless, else ~/.cache/driverless); that function names
+    its firmware folder below it, <root>/firmware/<tag>/amdgpu."""
+    from amdrv.firmware import store
+    return store.cache_dir().parents[2] / "discovery"
 
 
 def _check_signature(data: bytes, where: str) -> None:

@@ -338,3 +338,225 @@ def test_simulated_gpu_binary(chip, small_bar):
         # registers bound from discovery reach the simulator's registers
         nbio = disc.ip_block("NBIF", 0, regs)
         assert nbio.RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE.read() == size >> 20
+
+
+# ---------------------------------------------------------------- the host-side cache (exact=True, cache=)
+
+HARVEST_AT = 8  # harvest_table: header (signature, version), then 32 harvest_info entries of 4 bytes
+
+
+def harvest_offset(blob) -> int:
+    return BH.unpack_from(blob).table_list[D.HARVEST_INFO].offset
+
+
+def cached_read(blob, cache, size=24 << 30):
+    vram = VRAM(size, blob)
+    return read_discovery(vram.read, size, exact=True, cache=cache), vram
+
+
+# entries read: two, then four a read until one has hw_id 0 (the list's end), 32 at most
+@pytest.mark.parametrize("harvest,entries", [((), 2), ([(D.VCN_HWID, 1)], 2),
+                                             ([(D.UMC_HWID, 1), (D.VCN_HWID, 1), (D.DMU_HWID, 0)], 6),
+                                             ([(D.UMC_HWID, i) for i in range(6)], 10),
+                                             ([(D.UMC_HWID, i) for i in range(32)], 32)])
+def test_cache_second_read_takes_the_binary_header_and_harvest_list_only(tmp_path, harvest, entries):
+    blob = build(harvest=harvest)
+    cache = discovery.DiscoveryCache(tmp_path)
+    first, vram = cached_read(blob, cache)
+    assert vram.reads[0] == (vram.at, BH.size)                       # the header, then the harvest list
+    assert sum(n for _, n in vram.reads) == len(blob)                # a miss reads each byte once
+    assert not first.from_cache and (cache.misses, cache.stored) == (1, 1)
+    (stored,) = tmp_path.iterdir()
+    assert stored.read_bytes() == blob
+    second, vram = cached_read(blob, cache)
+    h = harvest_offset(blob)
+    assert vram.reads[0] == (vram.at, BH.size) and vram.reads[1][0] == vram.at + h
+    # the harvest header and its entries up to the read that holds the list's end (hw_id 0), nothing else
+    assert sum(n for _, n in vram.reads[1:]) == HARVEST_AT + 4 * entries
+    assert second.from_cache and cache.hits == 1 and cache.stored == 1
+    assert second == first and second.harvested == first.harvested
+
+
+def test_cache_is_under_the_driver_cache_dir_keyed_by_sha256_of_what_was_read(tmp_path, monkeypatch):
+    import hashlib
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
+    cache = discovery.DiscoveryCache()
+    assert cache.directory == tmp_path / "discovery"
+    blob = build(harvest=[(D.VCN_HWID, 1)])
+    cached_read(blob, cache)
+    h = harvest_offset(blob)
+    key = hashlib.sha256(blob[:BH.size] + blob[h:h + HARVEST_AT + 8]).hexdigest()
+    assert [p.name for p in (tmp_path / "discovery").iterdir()] == [f"{key}.bin"]
+
+
+def test_cache_changed_header_misses_and_reads_everything(tmp_path):
+    cache = discovery.DiscoveryCache(tmp_path)
+    cached_read(build(), cache)
+    other = build([(D.GC_HWID, 0, (11, 0, 2), (0x1260, 0xA000, 0x1C000, 0x2402C00))] + IPS[1:])
+    assert other[:BH.size] != build()[:BH.size]
+    disc, vram = cached_read(other, cache)
+    assert sum(n for _, n in vram.reads) == len(other) and not disc.from_cache
+    assert disc.version_of("GC") == (11, 0, 2) and cache.stored == 2 and len(list(tmp_path.iterdir())) == 2
+
+
+def test_cache_changed_harvest_table_with_the_same_checksums_misses(tmp_path):
+    # Two cards of one SKU, each with one UMC and one VCN instance harvested, different ones: every
+    # byte sum in the header is the same, so the binary headers are equal byte for byte.
+    a = build(harvest=[(D.UMC_HWID, 0), (D.VCN_HWID, 1)])
+    b = build(harvest=[(D.UMC_HWID, 1), (D.VCN_HWID, 0)])
+    assert a[:BH.size] == b[:BH.size] and a != b
+    cache = discovery.DiscoveryCache(tmp_path)
+    cached_read(a, cache)
+    disc, vram = cached_read(b, cache)
+    assert sum(n for _, n in vram.reads) == len(b) and not disc.from_cache
+    assert disc.harvested == [("UMC", 1), ("UVD", 0)] and ("UMC", 0) in disc.ips
+    assert (cache.misses, cache.stored) == (2, 2)
+    again, _ = cached_read(a, cache)                                 # both are kept, each under its own key
+    assert again.from_cache and again.harvested == [("UMC", 0), ("UVD", 1)]
+
+
+def _flip_body(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+def _same_binary_sum(data: bytes) -> bytes:
+    # one unit moved from the IP table into the GC table: the binary's byte sum holds, the tables' do not
+    t = BH.unpack_from(data).table_list
+    out = bytearray(data)
+    ip = next(i for i in range(t[D.IP_DISCOVERY].offset + IH.size, len(out)) if out[i])
+    gc = next(i for i in range(t[D.GC].offset + 8, len(out)) if out[i] < 255)
+    out[ip], out[gc] = out[ip] - 1, out[gc] + 1
+    assert BH.unpack_from(out) == BH.unpack_from(data)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("damage", [lambda d: b"", lambda d: d[:100], lambda d: d[:-1], lambda d: d + b"\0",
+                                    _flip_body, _same_binary_sum, lambda d: b"\0" * len(d)],
+                         ids=["empty", "short", "one byte short", "one byte long", "flipped",
+                              "same binary sum", "zeros"])
+def test_cache_corrupt_copy_is_ignored_and_replaced(tmp_path, damage):
+    blob = build(harvest=[(D.VCN_HWID, 1)])
+    cache = discovery.DiscoveryCache(tmp_path)
+    first, _ = cached_read(blob, cache)
+    (path,) = tmp_path.iterdir()
+    path.write_bytes(damage(blob))
+    disc, vram = cached_read(blob, cache)
+    assert sum(n for _, n in vram.reads) == len(blob) and not disc.from_cache and disc == first
+    assert path.read_bytes() == blob and cache.stored == 2
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]       # no temporary file left behind
+    assert cached_read(blob, cache)[0].from_cache
+
+
+def test_cache_directory_that_cannot_be_made_or_written_means_no_cache(tmp_path):
+    (tmp_path / "file").write_bytes(b"not a directory")
+    for where in (tmp_path / "file", tmp_path / "file" / "discovery"):
+        cache = discovery.DiscoveryCache(where)
+        blob = build()
+        for _ in range(2):
+            disc, vram = cached_read(blob, cache)
+            assert sum(n for _, n in vram.reads) == len(blob) and not disc.from_cache
+            assert disc.version_of("GC") == (11, 0, 0)
+        assert cache.stored == 0 and cache.hits == 0
+
+
+def test_cache_keeps_errors_and_stores_nothing_bad(tmp_path):
+    cache = discovery.DiscoveryCache(tmp_path)
+    bad = bytearray(build())
+    bad[-1] ^= 1
+    with pytest.raises(DiscoveryError, match="bad checksum"):
+        cached_read(bad, cache)
+    with pytest.raises(DiscoveryError, match="no IP discovery binary"):
+        cached_read(b"\0" * 64, cache)
+    for cut in (30, 100):           # binary_size shorter than the header; the harvest table past the end
+        blob = build(harvest=[(D.VCN_HWID, 1)])
+        BH.pack_into(blob, 0, binary_size=cut)
+        with pytest.raises(DiscoveryError, match="truncated|needs|checksum"):
+            cached_read(blob, cache)
+    assert list(tmp_path.iterdir()) == [] and cache.stored == 0
+    with pytest.raises(ValueError, match="exact"):
+        read_discovery(VRAM(24 << 30, build()).read, 24 << 30, cache=cache)
+
+
+def test_cache_without_a_harvest_table(tmp_path):
+    blob = build(harvest=None)
+    cache = discovery.DiscoveryCache(tmp_path)
+    cached_read(blob, cache)
+    disc, vram = cached_read(blob, cache)
+    assert vram.reads == [(vram.at, BH.size)] and disc.from_cache and disc.harvested == []
+
+
+def test_amdevice_caches_only_where_reading_is_costly(monkeypatch, tmp_path):
+    from amdrv.device import AMDevice
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
+    import pcie
+    with AMDevice("am:sim", pcie.open_function("sim", "navi31", fresh=True, slot=44)) as d:
+        assert d.vram.visible == d.vram.size and not d.disc.from_cache   # large BAR: through BAR0, as before
+    assert not (tmp_path / "discovery").exists()
+    costs = []
+    for _ in range(2):
+        fn = pcie.open_function("sim", "navi31", small_bar=True, slot=44, fresh=not costs)
+        with AMDevice("am:sim", fn) as d:                           # small BAR: MM_INDEX/MM_DATA
+            costs.append((d.disc.from_cache, fn.counters.mmio_reads))
+            assert d.chip.name == "navi31" and d.disc.version_of("MP1") == (13, 0, 0)
+    assert [c for c, _ in costs] == [False, True] and len(list((tmp_path / "discovery").iterdir())) == 1
+    assert costs[1][1] < costs[0][1] - 150                          # ~174 binary dwords -> 15 + 3
+
+
+# measured round trips (first open: the binary read, filling the cache; second: from the cache) per link
+BRIDGE_OPEN = {"bot": (2_430, 280), "uas": (529, 62)}
+WARM_BOOT = {"bot": (4_062, 1_912), "uas": (870, 403)}
+
+
+@pytest.mark.parametrize("link", ["bot", "uas"])
+def test_amdevice_through_the_bridge_reads_the_binary_once(link, monkeypatch, tmp_path):
+    """Through the simulated USB bridge: the first open reads the binary (filling the cache), a second
+    open of the same GPU reads its binary header and harvest list only."""
+    usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+    from amdrv.device import AMDevice
+    from amdrv.usb.transport import open_function
+    monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
+    spent = []
+    for fresh in (True, False):
+        f = open_function(backend=usb_bridge.backend("navi31", fresh=fresh, slot=44), lock_dir=tmp_path)
+        before = f.counters.snapshot()
+        with AMDevice("am:usb", f) as d:
+            spent.append((d.disc.from_cache, (f.counters - before).round_trips))
+            assert d.chip.name == "navi31"
+    print(f"AMDevice open through the bridge ({link}): {spent} (from_cache, round trips)")
+    (miss, first), (hit, second) = spent
+    assert (miss, hit) == (False, True)
+    want_first, want_second = BRIDGE_OPEN[link]
+    assert first >= want_first * 0.95 and second <= want_second * 1.05
+
+
+@pytest.mark.parametrize("link", ["bot", "uas"])
+def test_warm_boot_through_the_bridge_fills_then_uses_the_cache(link, debian_firmware, monkeypatch, tmp_path):
+    """A GPU left by a clean AM run boots warm through the bridge twice. The cold boot over simulated
+    PCIe (small BAR: the binary read through MM_INDEX too) would fill the cache; it is emptied, so the
+    first warm boot reads the binary (over BOT 4 062 round trips, 4 048 with no cache: the binary comes in
+    more pieces) and the second reads only its binary header and harvest list."""
+    usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+    import pcie
+    from amdrv.am import AMGPU
+    from amdrv.usb.transport import open_function
+    monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path / "cache"))
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=44)).fini()
+    (copy,) = (tmp_path / "cache" / "discovery").iterdir()
+    copy.unlink()
+    spent = []
+    for _ in range(2):
+        f = open_function(backend=usb_bridge.backend("navi31", slot=44), lock_dir=tmp_path)
+        before = f.counters.snapshot()
+        gpu = AMGPU.open(f)
+        try:
+            assert gpu.boot_report.kind == "warm"
+            spent.append((gpu.dev.disc.from_cache, (f.counters - before).round_trips))
+        finally:
+            gpu.fini()
+    print(f"warm boots through the bridge ({link}): {spent} (from_cache, round trips)")
+    (miss, first), (hit, second) = spent
+    assert (miss, hit) == (False, True) and copy.is_file()
+    want_first, want_second = WARM_BOOT[link]
+    assert first >= want_first * 0.95 and second <= want_second * 1.05
