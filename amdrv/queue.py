@@ -227,6 +227,7 @@ class _Queue:
             if self.polls_wptr:
                 dma.push(self.ring_size + 8, 8)
         self.doorbell.write64(self.doorbell_index * 4, value)
+        self.doorbell.flush()   # an ordering point: transports that queue posted writes (USB) send them now
 
     def _wait_room(self, n: int) -> None:
         ok, _ = poll(lambda: (self._tick(), self.pending)[1], lambda p: p + n < self.ring_dw, 2.0, 1000)

@@ -85,7 +85,9 @@ class DMABuffer(abc.ABC):
     coherent = True
 
     def push(self, offset: int = 0, size: int | None = None) -> None:
-        """Makes host writes to [offset, offset + size) (default: all) visible to the device."""
+        """Makes host writes to [offset, offset + size) (default: all) visible to the device, in order with
+        the function's posted writes: by the time a later BAR write (a doorbell) lands, or at the next
+        `BAR.flush()` or read, whichever comes first."""
 
     def pull(self, offset: int = 0, size: int | None = None) -> None:
         """Makes device writes to [offset, offset + size) (default: all) visible in the view."""

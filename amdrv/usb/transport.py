@@ -227,12 +227,17 @@ class USBFunction(PCIFunction):
         self.flush()
 
     def _xdata_read(self, address: int, size: int) -> bytes:
-        self.flush()
         cmds = [Command(p.xdata_read_cdb(address + o, min(p.XDATA_READ_MAX, size - o)),
                         read=min(p.XDATA_READ_MAX, size - o)) for o in range(0, size, p.XDATA_READ_MAX)]
         for o in range(size):
             self._cache.pop(address + o, None)
-        return b"".join(self.link.execute(cmds))
+        return b"".join(self._run(cmds))
+
+    def _run(self, reads: list[Command]) -> list[bytes]:
+        """The queued posted writes, then `reads`, as one batch (the writes land first: the bridge runs a
+        batch in order); returns the reads' data."""
+        batch, self._pending = self._pending + reads, []
+        return self.link.execute(batch)[len(batch) - len(reads):]
 
     def flush(self) -> None:
         """Sends the queued posted writes (one batch; over BOT each is still its own round trip)."""
@@ -256,8 +261,7 @@ class USBFunction(PCIFunction):
         for o in range(4):                     # the completion overwrites the data register
             self._cache.pop(p.TLP_DATA + o, None)
         for attempt in range(RETRIES + 1):
-            self.flush()
-            status = self._poll(what)
+            status, raw = self._poll(what)
             if status & p.TLP_STATUS_DONE:
                 break
             self._queue_write(p.TLP_STATUS, bytes((p.TLP_STATUS_ERROR,)), cached=False)   # clear, resend
@@ -267,7 +271,6 @@ class USBFunction(PCIFunction):
         else:
             self.flush()
             raise self._no_answer(what)
-        raw = self._xdata_read(p.TLP_DATA, p.TLP_COMPLETION + 2 - p.TLP_DATA)
         for o in range(4):   # the data register now holds the completion data, just read: a write that
             self._cache[p.TLP_DATA + o] = raw[o]   # follows (read-modify-write) resends changed bytes only
         cpl = struct.unpack_from(">H", raw, p.TLP_COMPLETION - p.TLP_DATA)[0]
@@ -282,11 +285,16 @@ class USBFunction(PCIFunction):
             return (struct.unpack_from(">I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
         return None
 
-    def _poll(self, what: str) -> int:
+    def _poll(self, what: str) -> tuple[int, bytes]:
+        """The engine's status and completion registers, read in the batch that carries the queued request
+        (the bridge runs a batch in order): one round trip on a pipelining link when the completion is in by
+        the time the bridge runs the reads, as it is for a GPU answering in microseconds."""
+        n = p.TLP_COMPLETION + 2 - p.TLP_DATA
+        reads = [Command(p.xdata_read_cdb(p.TLP_STATUS, 1), read=1), Command(p.xdata_read_cdb(p.TLP_DATA, n), read=n)]
         for _ in range(POLLS):
-            status = self._xdata_read(p.TLP_STATUS, 1)[0]
-            if status & (p.TLP_STATUS_DONE | p.TLP_STATUS_ERROR):
-                return status
+            status, raw = self._run(reads)
+            if status[0] & (p.TLP_STATUS_DONE | p.TLP_STATUS_ERROR):
+                return status[0], raw
         raise self._no_answer(what)
 
     def _no_answer(self, what: str) -> BridgeError:
@@ -442,12 +450,13 @@ class USBFunction(PCIFunction):
                        f"window (bus {p.WINDOW_BUS:#x}); free a DMA buffer first")
 
     def _window_push(self, first: int, data: bytes) -> None:
-        """One WRITE(16) per 4 KiB page, each followed by the firmware's bookkeeping reset (as tinygrad does)."""
-        self.flush()
+        """One WRITE(16) per 4 KiB page, each followed by the firmware's bookkeeping reset (as tinygrad does),
+        queued like posted writes: they go out with the next batch, in order with the MMIO around them."""
         for i in range(0, len(data), p.WINDOW_PAGE):
             lba = (first * p.WINDOW_PAGE + i) // p.BLOCK
-            self.link.execute([Command(p.write16_cdb(lba, p.WINDOW_PAGE), write=data[i:i + p.WINDOW_PAGE])])
-            self._xdata_write_now(p.WRITE16_RESETS)
+            self._pending.append(Command(p.write16_cdb(lba, p.WINDOW_PAGE), write=bytes(data[i:i + p.WINDOW_PAGE])))
+            for address, reset in p.WRITE16_RESETS:
+                self._queue_write(address, reset, cached=False)
 
     def close(self) -> None:
         if self.link is not None:

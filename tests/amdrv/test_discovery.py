@@ -320,7 +320,7 @@ def test_simulated_gpu_binary(chip, small_bar):
     import pcie
     from gpusim import discovery as simdisc
 
-    with pcie.open_function("sim", chip, fresh=True, small_bar=small_bar) as fn:
+    with pcie.open_function("sim", chip, fresh=True, small_bar=small_bar, slot=45) as fn:
         regs = fn.bar(5)
         size = discovery.vram_size(regs)
         assert small_bar == (fn.bar(0).size < size)
@@ -503,8 +503,8 @@ def test_amdevice_caches_only_where_reading_is_costly(monkeypatch, tmp_path):
 
 
 # measured round trips (first open: the binary read, filling the cache; second: from the cache) per link
-BRIDGE_OPEN = {"bot": (2_430, 280), "uas": (529, 62)}
-WARM_BOOT = {"bot": (4_062, 1_912), "uas": (870, 403)}
+BRIDGE_OPEN = {"bot": (2_430, 280), "uas": (179, 22)}
+WARM_BOOT = {"bot": (4_014, 1_864), "uas": (323, 166)}
 
 
 @pytest.mark.parametrize("link", ["bot", "uas"])
@@ -526,7 +526,7 @@ def test_amdevice_through_the_bridge_reads_the_binary_once(link, monkeypatch, tm
     (miss, first), (hit, second) = spent
     assert (miss, hit) == (False, True)
     want_first, want_second = BRIDGE_OPEN[link]
-    assert first >= want_first * 0.95 and second <= want_second * 1.05
+    assert second <= want_second * 1.05 and first - second >= (want_first - want_second) * 0.9
 
 
 @pytest.mark.parametrize("link", ["bot", "uas"])
@@ -559,4 +559,4 @@ def test_warm_boot_through_the_bridge_fills_then_uses_the_cache(link, debian_fir
     (miss, first), (hit, second) = spent
     assert (miss, hit) == (False, True) and copy.is_file()
     want_first, want_second = WARM_BOOT[link]
-    assert first >= want_first * 0.95 and second <= want_second * 1.05
+    assert second <= want_second * 1.05 and first - second >= (want_first - want_second) * 0.9
