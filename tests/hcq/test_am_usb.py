@@ -67,10 +67,12 @@ def test_copies_awkward_sizes_both_ways(dev):
 
 
 def test_launch_and_fence_round_trips(dev, kernel_corpus):
-    """A launch is its ring dwords and kernargs (one WRITE(16) of a window page each, with the firmware's
-    bookkeeping writes) and the doorbell (two posted dword TLPs); a fence poll is one read of the signals'
-    bytes. Over Bulk-Only every SCSI command is a round trip; the bounds are for that link."""
+    """A launch is its kernargs and ring dwords (one WRITE(16) of a window page each, with the firmware's
+    bookkeeping writes) and the doorbell (two posted dword TLPs), sent at submit as one batch of about 22
+    commands: 2 round trips at 16 commands each over UAS (the issue's aim). A fence poll is one read of the
+    signals in use: 1 round trip, no register read."""
     f = dev.gpu.dev.pci
+    assert type(f.link).__name__ == "UASLink"
     n = 256
     add = dev.program(kernel_corpus["add_f32"], "add_f32")
     a = dev.alloc(4 * n)
@@ -79,13 +81,12 @@ def test_launch_and_fence_round_trips(dev, kernel_corpus):
     for _ in range(3):
         c0 = f.counters.snapshot()
         add(a, a, a, n, global_size=(1,), local_size=(256,))
-        f.flush()                                   # the doorbell is posted: it goes out with the next read
         launch = (f.counters - c0).round_trips
         c1 = f.counters.snapshot()
         dev.synchronize()
-        wait = (f.counters - c1).round_trips
-        assert launch <= 2 * 6 + 2 * 8, launch
-        assert wait <= 8, wait
+        polls = (f.counters - c1)
+        assert launch <= 2, launch
+        assert 1 <= polls.round_trips <= 3 and polls.mmio_reads == 0, polls
     assert np.array_equal(np.frombuffer(dev.copyout(a), np.float32), np.full(n, 16, np.float32))
 
 
