@@ -121,7 +121,7 @@ class AMGPU:
         self.nbio = NBIO(dev)
         self.gmc = GMC(dev)
         self.ih = IH(dev)
-        self.psp = PSP(dev)
+        self.psp = PSP(dev, gmc=self.gmc)   # stages firmware in DMA memory the GMC maps (GTT upstream)
         self.smu = SMU(dev)
         self.gfx = GFX(dev, self.gmc, self.nbio)
         self.sdma = SDMA(dev)

@@ -92,6 +92,7 @@ class Hub:
 
 class GMC(Block):
     name = "GMC"
+    _held: dict | None = None   # registers read once for the length of one mc_read/mc_write (_holding)
 
     def attach(self) -> None:
         self.hubs = {
@@ -119,7 +120,26 @@ class GMC(Block):
 
     # -- register helpers ---------------------------------------------------------------------------
     def _reg(self, hub: Hub, name: str) -> int:
-        return self.get(hub.ip, name)
+        held = self._held
+        if held is None:
+            return self.get(hub.ip, name)
+        key = (hub.ip, name)
+        if key not in held:
+            held[key] = self.get(hub.ip, name)
+        return held[key]
+
+    def _holding(self):
+        """For one physical client's access of many pages: the hub's registers cannot change in between,
+        so each is read once (a 1 MiB firmware read walks 256 pages through the same apertures)."""
+        gmc = self
+
+        class Hold:
+            def __enter__(self):
+                gmc._held = {}
+
+            def __exit__(self, *exc):
+                gmc._held = None
+        return Hold()
 
     def _fld(self, hub: Hub, reg: str, field: str, value: int | None = None) -> int:
         f = self.dev.table(hub.ip)[reg].fields[field]
@@ -188,6 +208,7 @@ class GMC(Block):
             self.set(hub.ip, hub.vm + r, 0)
 
     def _fault(self, hub: Hub, vmid: int, va: int, kind: str, write: bool, client: int, perm: int = 0):
+        self._held = None          # the latch is read and written here: no held values
         status_reg = hub.vm + "L2_PROTECTION_FAULT_STATUS"
         table = self.dev.table(hub.ip)
         status = self._reg(hub, status_reg)
@@ -351,17 +372,19 @@ class GMC(Block):
 
     def mc_read(self, addr: int, n: int) -> bytes:
         out = bytearray()
-        while n:
-            chunk = min(n, PAGE - (addr & (PAGE - 1)))
-            t = self.mc_translate(addr)
-            out += self._phys_read(t.system, t.addr, chunk)
-            addr, n = addr + chunk, n - chunk
+        with self._holding():
+            while n:
+                chunk = min(n, PAGE - (addr & (PAGE - 1)))
+                t = self.mc_translate(addr)
+                out += self._phys_read(t.system, t.addr, chunk)
+                addr, n = addr + chunk, n - chunk
         return bytes(out)
 
     def mc_write(self, addr: int, data) -> None:
         data = bytes(data)
-        while data:
-            chunk = min(len(data), PAGE - (addr & (PAGE - 1)))
-            t = self.mc_translate(addr, write=True)
-            self._phys_write(t.system, t.addr, data[:chunk])
-            addr, data = addr + chunk, data[chunk:]
+        with self._holding():
+            while data:
+                chunk = min(len(data), PAGE - (addr & (PAGE - 1)))
+                t = self.mc_translate(addr, write=True)
+                self._phys_write(t.system, t.addr, data[:chunk])
+                addr, data = addr + chunk, data[chunk:]

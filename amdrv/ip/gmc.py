@@ -4,7 +4,7 @@
     gmc.init()                 # MMHUB, as gmc_v11_0_hw_init; sets dev.fb_base
     gmc.init_gfxhub()          # GC hub, as gfx_v11_0_gfxhub_enable (after the RLC autoload powered GC)
     m = gmc.map_vram(1 << 20)  # GPUMapping(va, size, vram=Block): VRAM mapped for the engines
-    m = gmc.map_system(buf)    # a pcie DMABuffer mapped (snooped, uncached)
+    m = gmc.map_system(buf)    # a pcie DMABuffer mapped (snooped, uncached); align= for its VA
     gmc.unmap(m)
     print(gmc.decode_fault("GC"))      # the latched protection fault, in words (None if none)
 
@@ -161,14 +161,16 @@ class _VASpace:
     def __init__(self, base: int, size: int):
         self.starts, self.ends = [base], [base + size]
 
-    def alloc(self, size: int) -> int | None:
+    def alloc(self, size: int, align: int = PAGE) -> int | None:
+        """The lowest free start that is a multiple of align (a power of two) with size bytes free."""
         for i, (s, e) in enumerate(zip(self.starts, self.ends)):
-            if e - s >= size:
-                if e - s == size:
-                    del self.starts[i], self.ends[i]
-                else:
-                    self.starts[i] = s + size
-                return s
+            a = (s + align - 1) & ~(align - 1)
+            if e - a >= size:
+                tail = [(a + size, e)] if a + size < e else []
+                head = [(s, a)] if s < a else []
+                self.starts[i:i + 1] = [r[0] for r in head + tail]
+                self.ends[i:i + 1] = [r[1] for r in head + tail]
+                return a
         return None
 
     def release(self, va: int, size: int) -> None:
@@ -347,9 +349,14 @@ class GMC:
             raise
         return GPUMapping(VRAM_VA + block.addr, block.size, vram=block)
 
-    def map_system(self, buf, size: int | None = None, *, flags: int = pagetable.RWX) -> GPUMapping:
+    def map_system(self, buf, size: int | None = None, *, flags: int = pagetable.RWX,
+                   align: int = PAGE) -> GPUMapping:
         """Maps a pcie DMABuffer (its first size bytes, whole pages) for the engines: system, snooped,
-        uncached pages, one per 4 KiB page of the buffer (its pages need not be contiguous)."""
+        uncached pages, one per 4 KiB page of the buffer (its pages need not be contiguous). align: of the
+        VA (a power of two, at least 4 KiB), for a consumer that takes the address in coarser units (the
+        PSP's firmware buffer: MC address >> 20)."""
+        if align < PAGE or align & (align - 1):
+            raise GMCError(f"{self.dev.name}: map_system alignment {align:#x} is not a power of two >= 4 KiB")
         pt = self._need_pt()
         size = buf.size if size is None else size
         size = (size + PAGE - 1) & ~(PAGE - 1)
@@ -358,7 +365,7 @@ class GMC:
             # that is not the buffer's
             raise GMCError(f"{self.dev.name}: cannot map {size:#x} bytes (whole 4 KiB pages) of a "
                            f"{buf.size:#x}-byte DMA buffer; allocate DMA memory in whole pages")
-        va = self._system_va.alloc(size)
+        va = self._system_va.alloc(size, align)
         if va is None:
             raise GMCError(f"{self.dev.name}: the {SYSTEM_VA_SIZE >> 40} TiB host-memory VA window is full; "
                            "unmap DMA buffers no longer used")

@@ -20,16 +20,25 @@ Upstream's front-door load (amdgpu_psp.c psp_load_fw/psp_hw_start/psp_load_non_p
    sos package's register list as GFX_FW_TYPE_REG_LIST (psp_rl_load). TAs (ASD, RAS, HDCP, ...) are not
    loaded: compute needs none.
 
+Where the buffers live:
+- The 1 MiB firmware staging buffer, as upstream's fw_pri_bo (psp_sw_init: PSP_1_MEG, PSP_1_MEG aligned,
+  GTT unless SR-IOV), is host DMA memory (`pci.alloc_dma`) mapped through the GART (`gmc.map_system`, VMID 0,
+  which GMC hw_init enabled before the PSP, upstream and here) at a 1 MiB-aligned MC address, since
+  C2PMSG_36 takes it >> 20. The PSP reads it through the MMHUB. Over USB that memory is the bridge's SRAM
+  (not coherent: written in the host view, then `push()`ed page by page), so the ~4 MB upload costs a few
+  thousand round trips instead of ~4 M BAR0 TLPs. Made without a GMC (`PSP(dev)`, or `stage_in="vram"`)
+  the buffer is VRAM from the heap (low VRAM, reachable through a 256 MiB BAR0). Either way it is freed
+  (and unmapped) after the load.
+- The ring, fence, command buffer and TMR are VRAM boot memory, allocated when the PSP object is made (so
+  that every block's boot allocations land at the same addresses on every boot, warm ones included, which
+  do not load firmware). The TMR must be VRAM (the PSP refuses anything else); it is reserved at
+  TMR_RESERVE, what the Navi31/Navi33 TOCs ask for; SETUP_TMR gives the size the TOC answered.
+
 Differences from upstream, and why:
-- Every buffer is VRAM (upstream puts the 1 MiB staging buffer in GTT, which needs the GART first). The
-  staging buffer comes from the heap (low VRAM, reachable through a 256 MiB BAR0) and is freed after the
-  load; the ring, fence, command buffer and TMR are boot memory, allocated when the PSP object is made
-  (so that every block's boot allocations land at the same addresses on every boot, warm ones included,
-  which do not load firmware). The TMR is reserved at TMR_RESERVE, what the Navi31/Navi33 TOCs ask for;
-  SETUP_TMR gives the size the TOC answered.
-- Components are staged one at a time in the 1 MiB buffer (upstream keeps every ucode in its own BO), and a
-  stage identical to what the buffer already holds is not written again (the RS64 stacks of one file are the
-  same bytes): fewer bytes over a slow link.
+- Components are staged one at a time in the 1 MiB buffer (upstream keeps every ucode in its own BO), and
+  only what differs from what the buffer already holds is written (4 KiB pages in DMA memory; the changed
+  head and the old tail in VRAM): a stage identical to the last is not written at all (the RS64 stacks of
+  one file are the same bytes). Fewer bytes over a slow link.
 - 6.1's psp_v13_0_bootloader_load_spl stages the KDB for PSP_BL__LOAD_TOS_SPL_TABLE; the package's SPL
   component is what the command names, and what is sent here.
 - A response status other than 0 is an error (upstream only warns outside SR-IOV): a refused firmware load
@@ -132,13 +141,21 @@ class PSP:
     """The PSP of one AMDevice. `init()` brings it from power-on (or a running sOS) to RLC autoload started.
 
     `images` caches the parsed firmware files by name; a test may replace one to feed the PSP other bytes.
-    `timeout_s` bounds every wait. `flush_hdp` is called after the CPU wrote VRAM the PSP will read; the
-    default writes the HDP flush register through the remap page NBIO sets up (hdp_v6_0_flush_hdp), which
-    upstream programs before the PSP starts (soc21_common_hw_init).
+    `timeout_s` bounds every wait. `gmc` (amdrv.ip.gmc.GMC, initialised before `init()`): the staging
+    buffer is DMA memory it maps (stage_in "dma", the default with a GMC); without one, or with
+    stage_in="vram", it is VRAM. `staging` says which the last load used. `flush_hdp` is called after the
+    CPU wrote VRAM the PSP will read; the default writes the HDP flush register through the remap page NBIO
+    sets up (hdp_v6_0_flush_hdp), which upstream programs before the PSP starts (soc21_common_hw_init).
     """
 
-    def __init__(self, dev, flush_hdp=None, timeout_s: float = 2.0):
+    def __init__(self, dev, flush_hdp=None, timeout_s: float = 2.0, gmc=None, stage_in: str | None = None):
         self.dev = dev
+        self.gmc = gmc
+        if stage_in not in (None, "dma", "vram"):
+            raise ValueError(f"stage_in must be 'dma', 'vram' or None, not {stage_in!r}")
+        if stage_in == "dma" and gmc is None:
+            raise ValueError("stage_in='dma' needs the GMC (gmc=), which maps the buffer for the PSP")
+        self.stage_in = stage_in or ("dma" if gmc is not None else "vram")
         self.timeout_s = timeout_s
         self.flush_hdp = flush_hdp or (lambda: dev.mmio.write32(HDP_FLUSH_ADDR, 0))
         mp0 = dev.reg("MP0")
@@ -148,8 +165,10 @@ class PSP:
         self._ring = dev.mm.alloc_boot(3 * 0x1000, align=0x1000, tag="PSP ring, fence, command buffer")
         self.tmr = dev.mm.alloc_boot(TMR_RESERVE, align=P.PSP_TMR_ALIGNMENT, tag="PSP TMR")
         self.tmr_size = 0        # what LOAD_TOC asked for
-        self._stage_block = None
+        self._stage_block = None  # VRAM staging: the heap block
+        self._stage_dma = None    # DMA staging: (pcie DMABuffer, gmc GPUMapping)
         self._staged = None      # what the staging buffer holds; None: unknown, cleared at the next stage
+        self.staging = None       # where the buffer of the current (or last) load lives: "dma" or "vram"
         self._wptr = 0           # KM ring write pointer, dwords
         self._fence = 0
         self.log: list[tuple[str, str, int]] = []   # (command, firmware, status) of every ring command
@@ -207,13 +226,44 @@ class PSP:
             self._free_stage()
 
     def _alloc_stage(self) -> None:
-        if self._stage_block is None:
+        """The 1 MiB staging buffer (psp_sw_init's fw_pri_bo): host DMA memory mapped through the GART at a
+        1 MiB-aligned MC address, or VRAM from the heap (see stage_in)."""
+        if self._stage_block is not None or self._stage_dma is not None:
+            return
+        self._staged = None
+        if self.stage_in == "dma":
+            buf = self.dev.pci.alloc_dma(P.PSP_1_MEG)
+            try:
+                m = self.gmc.map_system(buf, align=P.PSP_1_MEG)
+            except BaseException:
+                buf.free()
+                raise
+            self._stage_dma, self.staging = (buf, m), "dma"
+        else:
             self._stage_block = self.dev.mm.alloc(P.PSP_1_MEG, align=P.PSP_1_MEG, tag="PSP firmware staging")
+            self.staging = "vram"
 
     def _free_stage(self) -> None:
         if self._stage_block is not None:
             self.dev.mm.free(self._stage_block)
-            self._stage_block, self._staged = None, None
+            self._stage_block = None
+        if self._stage_dma is not None:
+            buf, m = self._stage_dma
+            self._stage_dma = None
+            try:
+                self.gmc.unmap(m)
+            finally:
+                buf.free()
+        self._staged = None
+
+    @property
+    def stage_mc(self) -> int | None:
+        """The staging buffer's MC address while it exists (VMID 0 VA = MC address for the MMHUB)."""
+        if self._stage_dma is not None:
+            return self._stage_dma[1].va
+        if self._stage_block is not None:
+            return self.dev.mc_address(self._stage_block.addr)
+        return None
 
     @property
     def ring_addr(self) -> int:
@@ -232,6 +282,8 @@ class PSP:
         if not data or len(data) > P.PSP_1_MEG:
             raise PSPError(f"{self.dev.name}: PSP firmware stage of {len(data)} bytes does not fit the "
                            f"1 MiB buffer")
+        if self._stage_dma is not None:
+            return self._stage_to_dma(data)
         addr = self._stage_block.addr
         if self._staged is None:
             self.dev.vram.write(addr, data + bytes(P.PSP_1_MEG - len(data)))
@@ -241,6 +293,32 @@ class PSP:
         self._staged = data
         self.flush_hdp()
         return self.dev.mc_address(addr)
+
+    def _stage_to_dma(self, data: bytes) -> int:
+        """Into the host view, then push() only the 4 KiB pages whose bytes changed (the view is what the
+        device holds: over USB a shadow of the bridge's SRAM). The first stage pushes the whole buffer, so
+        that it is zeroed behind the data as psp_copy_fw's memset leaves it."""
+        buf, m = self._stage_dma
+        view, page = buf.view, 0x1000
+        if self._staged is None:
+            view[:len(data)] = data
+            view[len(data):] = bytes(P.PSP_1_MEG - len(data))
+            buf.push()
+        elif self._staged != data:
+            new = data + bytes(max(0, len(self._staged) - len(data)))   # the old stage's tail zeroed
+            runs: list[list[int]] = []                                   # dirty [start, end) byte runs
+            for lo in range(0, len(new), page):
+                hi = min(lo + page, len(new))
+                if view[lo:hi] != new[lo:hi]:
+                    view[lo:hi] = new[lo:hi]
+                    if runs and runs[-1][1] == lo:
+                        runs[-1][1] = hi
+                    else:
+                        runs.append([lo, hi])
+            for lo, hi in runs:
+                buf.push(lo, hi - lo)
+        self._staged = data
+        return m.va
 
     # -- waiting ----------------------------------------------------------------------------------------
     def _wait(self, n: int, done, what: str, fail=None) -> int:

@@ -157,3 +157,137 @@ def test_timeouts_name_the_register_and_what_was_awaited():
                                          r"0x[0-9a-f]+ holds 0, expected 1"):
         psp.load_toc()
     dev.close()
+
+
+# -- staging in DMA memory mapped through the GART (upstream's GTT fw_pri_bo) ---------------------------------
+
+def open_dev_gmc(**kw):
+    """A device with NBIO (bus mastering: the PSP reads DMA memory) and the GMC up (the VMID 0 page table
+    and the MMHUB), as the boot has them before the PSP."""
+    from amdrv.ip.gmc import GMC
+    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, **kw))
+    gmc = GMC(dev)
+    gmc.nbio.init()
+    gmc.init()
+    return dev, gmc
+
+
+def test_dma_staging_loads_through_the_gart_at_a_1mib_aligned_mc_address():
+    # amdgpu_psp.c psp_sw_init (6.1): fw_pri_bo is PSP_1_MEG, PSP_1_MEG aligned, in GTT unless SR-IOV; its MC
+    # address >> 20 goes to C2PMSG_36 (psp_v13_0_bootloader_load_component) and, whole, to LOAD_TOC/LOAD_IP_FW.
+    from amdrv.ip.gmc import SYSTEM_VA, SYSTEM_VA_SIZE
+    dev, gmc = open_dev_gmc()
+    psp = PSP(dev, gmc=gmc)
+    assert psp.stage_in == "dma"
+    staged = []
+    real_stage = psp._stage
+    psp._stage = lambda data: staged.append(real_stage(data)) or staged[-1]
+    psp.init()
+    assert psp.staging == "dma" and wait_autoload(dev)
+    gpu = sim._SLOTS[SLOT]
+    assert gpu.errors == []
+    assert len(set(staged)) == 1 and len(staged) == 4 + len(psp.log) - 2   # bootloader 4, TOC, every LOAD_IP_FW
+    mc = staged[0]
+    assert mc % (1 << 20) == 0 and SYSTEM_VA <= mc < SYSTEM_VA + SYSTEM_VA_SIZE
+    assert gpu.get("MP0", "MP0_SMN_C2PMSG_36") == mc >> 20      # the bootloader read it through the MMHUB
+    assert psp.stage_mc is None and gmc.pt.mappings() == []     # unmapped and freed after the load
+    assert dev.mm.in_use() == 0                                 # its page tables went back to the heap too
+    dev.close()
+
+
+@pytest.mark.parametrize("file,name", [("psp_13_0_0_sos.bin", "SYS_DRV"), ("psp_13_0_0_sos.bin", "TOC"),
+                                       ("gc_11_0_0_mec.bin", "RS64_MEC_P1_STACK"), ("gc_11_0_0_rlc.bin", "RLC_G")])
+def test_a_corrupt_payload_staged_through_dma_is_refused_naming_the_firmware(file, name):
+    dev, gmc = open_dev_gmc()
+    psp = PSP(dev, gmc=gmc, timeout_s=0.5)
+    corrupt(psp, file, name)
+    with pytest.raises(PSPError) as e:
+        psp.init()
+    msg = str(e.value)
+    assert not isinstance(e.value, PSPTimeout), msg
+    assert psp.staging == "dma" and f"{file} {name} failed" in msg, msg
+    if name == "SYS_DRV":
+        assert "bootloader" in msg and "C2PMSG_35 = 0x8000000" in msg, msg
+    else:
+        assert "status 0xffff000f (TEE_ERROR_SECURITY" in msg, msg
+    assert any(f"{file} {name}" in str(err) or name in str(err) for err in sim._SLOTS[SLOT].errors)
+    assert gmc.pt.mappings() == [] and dev.mm.in_use() == 0    # the staging buffer was given back
+    dev.close()
+
+
+def test_the_tmr_stays_vram_the_psp_refuses_a_gart_address():
+    # SETUP_TMR takes VRAM (psp_tmr_init allocates it in VRAM; virt_phy_addr carries its VRAM address): the
+    # simulated PSP refuses a system page there, so only the firmware buffer moved to DMA memory.
+    dev, gmc = open_dev_gmc()
+    psp = PSP(dev, gmc=gmc)
+    psp._alloc_stage()
+    psp.bootloader()
+    psp.ring_create()
+    psp.tmr_size = psp.load_toc()
+    mc = psp.stage_mc
+    with pytest.raises(PSPError, match=r"SETUP_TMR .* failed: status 0xffff0006 \(TEE_ERROR_BAD_PARAMETERS"):
+        psp.submit(P.GFX_CMD_ID_SETUP_TMR, "at the staging buffer",
+                   cmd_setup_tmr=dict(buf_phy_addr_lo=mc & 0xFFFFFFFF, buf_phy_addr_hi=mc >> 32,
+                                      buf_size=psp.tmr_size))
+    assert "is not VRAM" in str(sim._SLOTS[SLOT].errors[-1])
+    psp._free_stage()
+    dev.close()
+
+
+class _ShadowBuffer:
+    """A non-coherent DMA buffer (as over USB): the view is a shadow, push() ranges are recorded."""
+    coherent = False
+
+    def __init__(self, size):
+        self.size, self.pushes, self.device = size, [], bytearray(size)
+        self._mem = bytearray(size)
+        self.view = memoryview(self._mem)
+
+    def push(self, offset=0, size=None):
+        size = self.size - offset if size is None else size
+        lo, hi = offset // 0x1000 * 0x1000, -(-(offset + size) // 0x1000) * 0x1000
+        self.pushes.append((lo, hi))
+        self.device[lo:hi] = self._mem[lo:hi]
+
+    def free(self):
+        self.freed = True
+
+
+class _FakeGMC:
+    def map_system(self, buf, size=None, *, align=0x1000):
+        return type("M", (), {"va": 0x2000_0000_0000, "size": buf.size})()
+
+    def unmap(self, m):
+        pass
+
+
+def test_dma_staging_pushes_only_the_pages_that_changed():
+    dev = open_dev()
+    buf = _ShadowBuffer(P.PSP_1_MEG)
+    dev.pci.alloc_dma = lambda size, readback=False: buf
+    psp = PSP(dev, gmc=_FakeGMC())
+    psp._alloc_stage()
+    a = bytes(range(256)) * 24                      # 6 KiB: pages 0-1
+    assert psp._stage(a) == 0x2000_0000_0000
+    assert buf.pushes == [(0, P.PSP_1_MEG)]          # the first stage zeroes the whole buffer
+    assert bytes(buf.device[:len(a)]) == a and not any(buf.device[len(a):])
+    buf.pushes.clear()
+    psp._stage(a)
+    assert buf.pushes == []                         # the same bytes again: nothing sent
+    b = bytearray(a)
+    b[5000] ^= 1
+    psp._stage(bytes(b))
+    assert buf.pushes == [(0x1000, 0x2000)]          # one byte of page 1 changed: page 1 only
+    buf.pushes.clear()
+    c = bytes(b[:100])                              # shorter: the rest of page 0 and page 1 zeroed behind it
+    psp._stage(c)
+    assert buf.pushes == [(0, 0x2000)]               # adjacent dirty pages: one push
+    assert bytes(buf.device[:100]) == c and not any(buf.device[100:])
+    buf.pushes.clear()
+    d = bytes(0x3000) + b"\x01"                     # pages 0 and 3 differ, 1-2 are zero already
+    psp._stage(d)
+    assert buf.pushes == [(0, 0x1000), (0x3000, 0x4000)]
+    assert bytes(buf.device[:len(d)]) == d and not any(buf.device[len(d):])
+    psp._free_stage()
+    assert buf.freed
+    dev.close()
