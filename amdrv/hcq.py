@@ -46,11 +46,12 @@ ARENA_BYTES = 4 << 20
 KERNARG_TAIL = 256         # compilers load kernargs in wide chunks that may run past the last one
 SDMA_STAGING = 4 << 20
 # Behind a USB bridge DMA memory is the bridge's 6 MiB SRAM window and only its first page reads back:
-# smaller arena and staging, signals in the first SIGNAL_AREA bytes of that page, copy-out bounced
-# through the rest of it.
+# smaller arena and staging; copy-out bounced through the start of that page, the signals after it
+# (the last SIGNAL_AREA bytes), so one read fetches a bounced piece and the fence that says it is there.
 ARENA_BYTES_BRIDGE = 256 << 10
 SDMA_STAGING_BRIDGE = 1 << 20
 SIGNAL_AREA = 1024
+BOUNCE = PAGE - SIGNAL_AREA
 _M32 = 0xFFFFFFFF
 
 
@@ -298,19 +299,17 @@ class AMHCQDevice(Device):
                 dst[at:at + k] = dma.view[:k]
 
     def _sdma_bounce(self, va: int, n: int, dst: memoryview) -> None:
-        """copyout where only one page reads back (USB): SDMA copies pieces of the source into that page
-        after the signals, and the host reads each back."""
+        """copyout where only one page reads back (USB): SDMA copies pieces of the source to the start of
+        that page, and each poll of the timeline reads the piece with it."""
         dma, m = self._signal_pages[0]
-        step = PAGE - SIGNAL_AREA
-        for at in range(0, n, step):
-            k = min(step, n - at)
+        for at in range(0, n, BOUNCE):
+            k = min(BOUNCE, n - at)
             q = AMCopyQueue(self)
-            q.copy_va(m.va + SIGNAL_AREA, va + at, k)
+            q.copy_va(m.va, va + at, k)
             q.signal(self.timeline, self.next_timeline())
             q.submit()
-            self.synchronize()
-            dma.pull(SIGNAL_AREA, k)
-            dst[at:at + k] = dma.view[SIGNAL_AREA:SIGNAL_AREA + k]
+            self._wait(self.timeline, self.timeline_value, self.default_timeout, pull_from=0)
+            dst[at:at + k] = dma.view[:k]
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
         """GPU copy of nbytes (default: all of src) from src to dst, by SDMA; returns when done. Buffers of
@@ -360,7 +359,8 @@ class AMHCQDevice(Device):
         m = self.gpu.gmc.map_system(dma)
         self._signal_pages.append((dma, m))
         q = dma.view.cast("Q")
-        for i in range((PAGE if dma.coherent else SIGNAL_AREA) // SIGNAL_BYTES - 1, -1, -1):
+        first = 0 if dma.coherent else BOUNCE // SIGNAL_BYTES
+        for i in range(PAGE // SIGNAL_BYTES - 1, first - 1, -1):
             if dma.coherent:
                 s = Signal(self, m.va + i * SIGNAL_BYTES, q[2 * i:2 * i + 2])
             else:
@@ -377,12 +377,12 @@ class AMHCQDevice(Device):
             s.dma.push(s.offset, SIGNAL_BYTES)
         return s
 
-    def _wait(self, signal: Signal, value: int, timeout: float) -> None:
+    def _wait(self, signal: Signal, value: int, timeout: float, pull_from: int = BOUNCE) -> None:
         t_end = time.perf_counter() + timeout
         mem, poll = signal.mem, self.gc.GRBM_STATUS.read
-        if not self.coherent:  # one read of the signals in use per poll, no register read
-            dma, span = self._signal_pages[0][0], SIGNAL_AREA - len(self._free_signals) * SIGNAL_BYTES
-            poll = lambda: dma.pull(0, span)  # noqa: E731
+        if not self.coherent:  # one read of the signals in use (from pull_from on) per poll, no register read
+            dma, end = self._signal_pages[0][0], PAGE - len(self._free_signals) * SIGNAL_BYTES
+            poll = lambda: dma.pull(pull_from, end - pull_from)  # noqa: E731
         n = 0
         while mem[0] < value:
             poll()  # coherent: a register read; on the simulator's stepped clock it lets the GPU run
