@@ -2,9 +2,8 @@
 
 - The ctypes declarations of libusb's stream API: struct libusb_transfer compared with the C layout
   (compiled against <libusb-1.0/libusb.h>), and every declared symbol resolved in the system libusb.
-- The link over the simulated bridge (gpusim.usb_bridge). Where the simulator's pyusb backend has no
-  stream extension yet, `StreamsDouble` (a test double, below) adds one on top of its UAS pipes, one
-  command after another, so the driver side is tested either way.
+- The link over the simulated bridge (gpusim.usb_bridge and its stream extension).
+- The libusb engine's batch logic against `ScriptedLibusb`, a test double of libusb's asynchronous API.
 """
 from __future__ import annotations
 
@@ -121,54 +120,9 @@ def _private_locks(tmp_path, monkeypatch):
     monkeypatch.delenv("DRIVERLESS_USB_LINK", raising=False)
 
 
-def _streams_double(base_cls):
-    """A TEST DOUBLE of the stream extension on the simulator's backend: streams allocated on request, and
-    a batch run command by command through the backend's UAS pipes, matching transfers by stream."""
-
-    class StreamsDouble(base_cls):
-        submits = 0
-        ius: list = []
-
-        def alloc_streams(self, handle, num_streams, endpoints):
-            assert sorted(endpoints) == sorted((0x81, 0x02, 0x83))
-            self.allocated = num_streams
-            return num_streams
-
-        def free_streams(self, handle, endpoints):
-            self.allocated = 0
-
-        def submit_streams(self, handle, transfers, timeout_ms):
-            self.submits += 1
-            by_stream = {(t.endpoint, t.stream): t for t in transfers if t.stream}
-            assert len(by_stream) == len(transfers) - sum(1 for t in transfers if not t.stream)
-            for cmd in (t for t in transfers if not t.stream):
-                assert cmd.endpoint == 0x04
-                self.ius.append(bytes(cmd.buffer))
-                tag = struct.unpack_from(">H", cmd.buffer, 2)[0]
-                cmd.actual = self.bulk_write(handle, 0x04, 0, bytes(cmd.buffer), timeout_ms)
-                cmd.status = "completed"
-                for ep in (0x81, 0x02):
-                    t = by_stream.get((ep, tag))
-                    if t is None or self.phase == "status":      # a failed command moves no data
-                        continue
-                    if ep == 0x02:
-                        t.actual = self.bulk_write(handle, ep, 0, bytes(t.buffer), timeout_ms)
-                    else:
-                        t.actual = self.bulk_read(handle, ep, 0, t.buffer, timeout_ms)
-                    t.status = "completed"
-                status = by_stream[(0x83, tag)]
-                status.actual = self.bulk_read(handle, 0x83, 0, status.buffer, timeout_ms)
-                status.status = "completed"
-
-    return StreamsDouble
-
-
 def _sim(**kw):
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-    b = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT, **kw)
-    if not callable(getattr(b, "submit_streams", None)):
-        b = _streams_double(type(b))(b.bridge, pid=b.pid)
-    return b
+    return usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT, **kw)
 
 
 def _open(backend, **kw):
@@ -176,18 +130,25 @@ def _open(backend, **kw):
     return open_function("", backend=backend, **kw)
 
 
-def test_sim_picks_uas_with_ordered_commands():
+def test_sim_picks_uas_with_ordered_commands(monkeypatch):
     b = _sim()
+    ius, submits = [], []
+    real = b.submit_streams
+
+    def recording(handle, transfers, timeout_ms):
+        submits.append(len(transfers))
+        ius.extend(bytes(t.buffer) for t in transfers if t.endpoint == 0x04)
+        return real(handle, transfers, timeout_ms)
+    monkeypatch.setattr(b, "submit_streams", recording)
     f = _open(b)
     try:
         assert isinstance(f.link, UASLink) and f.link.slots == 16
         assert (f.link.ep_command, f.link.ep_status, f.link.ep_in, f.link.ep_out) == (0x04, 0x83, 0x81, 0x02)
         assert (f.vendor_id, f.device_id) == (0x1002, 0x744C) and f.gpu_bus == 4
-        if hasattr(b, "ius"):
-            assert b.ius and all(iu[4] & 7 == L.TASK_ORDERED for iu in b.ius)
-            assert b.submits == f.counters.round_trips            # one submission per round trip
-        else:
-            assert b.bridge.counters.round_trips == f.counters.round_trips    # both sides count the same
+        assert ius and all(iu[4] & 7 == L.TASK_ORDERED for iu in ius)
+        assert len(submits) == f.counters.round_trips                # one submission per round trip
+        assert b.bridge.counters.round_trips == f.counters.round_trips    # both sides count the same
+        assert len(ius) == f.link.stats.commands > f.counters.round_trips
     finally:
         f.close()
 
@@ -212,6 +173,7 @@ def _register_costs(f):
     buf.view[:] = bytes(i & 0xFF for i in range(4096))
     t = f.counters.round_trips
     buf.push()
+    f.flush()                                                     # pushes are queued like posted writes
     push = f.counters.round_trips - t
     return write, read, burst, push
 
@@ -239,11 +201,12 @@ def test_sim_uas_costs_fewer_round_trips_than_bot(monkeypatch):
     # (4 + 1 + 2), the 15 others the low byte only (1 + 2 each), then the read: 7 + 45 + 5 = 57. A pushed
     # page: the WRITE(16) and its 5 bookkeeping E5s (6).
     assert costs_bot == (6, 5, 57, 6)
-    # UAS, up to 16 commands per round trip: the write's 6 E5s are one batch (1); a read: its 3 E5s, the poll
-    # and the completion read (3: reads wait for the queue's batch); the 16 writes + read: 52 + 3 queued E5s
-    # in 4 batches, poll, completion (6); the push: the WRITE(16), then the 5 bookkeeping E5s in one batch (2).
-    assert costs_uas == (1, 3, 6, 2)
-    assert opened_uas * 2 < opened_bot
+    # UAS, up to 16 commands per round trip, a read riding in the batch of the writes before it: the write's
+    # 6 E5s (1); a read: type, kick, clear, the status poll (E4) and the completion read (E4): 5 commands (1);
+    # the 16 writes + read: 52 + 3 E5s, poll, completion = 57 commands in 4 batches (4); the push: the
+    # WRITE(16) and its 5 bookkeeping E5s, queued, sent by the flush (1).
+    assert costs_uas == (1, 1, 4, 1)
+    assert opened_uas * 5 < opened_bot                     # 68 vs 459 measured
 
 
 def test_sim_uas_registers_and_window_both_ways():
@@ -267,6 +230,7 @@ def test_sim_uas_registers_and_window_both_ways():
         second = f.alloc_dma(8192)
         second.view[:] = bytes(range(256)) * 32
         second.push()
+        f.flush()
         assert b.bridge.sram[0x1000:0x3000] == bytes(range(256)) * 32
         s = f.link.stats
         assert s.payload_out >= 3 * 4096 and s.payload_in >= 333 and s.wire_out > s.payload_out
@@ -399,22 +363,22 @@ class ScriptedLibusb:
         return 0
 
     def handle_events_timeout_completed(self, ctx, tv, completed):
-        for p in list(self.pending):
-            x = p.contents
+        for ptr in list(self.pending):
+            x = ptr.contents
             if x.status == streams.LIBUSB_TRANSFER_CANCELLED:
                 done = (streams.LIBUSB_TRANSFER_CANCELLED, b"")
             else:
                 done = self.answer(x, self.stream_of.get(ctypes.addressof(x), 0))
             if done is None:
                 continue
-            self.pending.remove(p)
+            self.pending.remove(ptr)
             x.status, data = done
             if x.endpoint & 0x80:
                 ctypes.memmove(x.buffer, data, len(data))
                 x.actual_length = len(data)
             elif x.status == streams.LIBUSB_TRANSFER_COMPLETED:
                 x.actual_length = x.length
-            x.callback(p)
+            x.callback(ptr)
         return 0
 
 
