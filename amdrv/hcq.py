@@ -542,7 +542,10 @@ class AMHCQDevice(Device):
                 w = q.wait(sync, 0) if i else -1
                 q.indirect(ib)
             runs.append((q, w, q.signal(self.timeline if i == len(bodies) - 1 else sync, 0)))
-        graph.backend = (runs, sync, patches)
+        # the kernarg bytes replays patch in the arena (pushed after patching where DMA is not coherent)
+        spans = [(off, off + st.size) for uses in patches.values() for mem, off, st, _ in uses if st is not None]
+        span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans and not self.coherent else None
+        graph.backend = (runs, sync, patches, span)
         graph.fence, graph.seq = 0, 0
         self._replay_graph(graph, {})
 
@@ -558,7 +561,7 @@ class AMHCQDevice(Device):
     def _replay_graph(self, graph: Graph, values: dict) -> None:
         if graph.fence:
             self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
-        runs, sync, patches = graph.backend
+        runs, sync, patches, span = graph.backend
         for name, v in values.items():
             try:
                 uses = patches[name]
@@ -569,7 +572,8 @@ class AMHCQDevice(Device):
                     mem.update_copy(off, **{field: v})
                 else:
                     st.pack_into(mem, off, v.va if field else v)
-                    self.arena.touch(off, off + st.size)
+        if span and values:
+            self.arena.touch(*span)
         seq, last = graph.seq, len(runs) - 1
         for i, (q, wait_idx, tail_idx) in enumerate(runs):
             if wait_idx >= 0:
