@@ -359,8 +359,8 @@ class AMHCQDevice(Device):
         m = self.gpu.gmc.map_system(dma)
         self._signal_pages.append((dma, m))
         q = dma.view.cast("Q")
-        first = 0 if dma.coherent else BOUNCE // SIGNAL_BYTES
-        for i in range(PAGE // SIGNAL_BYTES - 1, first - 1, -1):
+        lowest = 0 if dma.coherent else BOUNCE // SIGNAL_BYTES
+        for i in range(PAGE // SIGNAL_BYTES - 1, lowest - 1, -1):
             if dma.coherent:
                 s = Signal(self, m.va + i * SIGNAL_BYTES, q[2 * i:2 * i + 2])
             else:
