@@ -15,6 +15,14 @@ EXECUTABLE in PTBs (its fault-priority workaround); neither is VALID.
 Table memory comes from a VRAM allocator; entries reach VRAM through `write(vram_offset, data)`, one
 bulk write per touched table per map/unmap (the span of changed entries), deepest level first so that
 a directory never points at a table not yet written. Then `invalidate()` (the GMC's TLB flush) runs.
+
+With `dma` (a `size -> DMABuffer` allocator, the GMC passes `alloc_dma` when the function's DMA memory is not
+coherent: the USB bridge's SRAM window), new tables below the root live in system memory instead: one
+4 KiB DMA buffer each, the entry pointing at one carrying its bus address with SYSTEM set (the hardware
+walker reads the next table from system memory then, as it does for amdgpu's page-table BOs in GTT).
+Their writes go into the buffer's host view and are `push`ed (the changed span; over USB one WRITE(16)
+per table, queued with the posted writes, so they land before the invalidation's MMIO). The root stays
+in VRAM (the caller's boot block: the context registers point at it across warm boots).
 """
 from __future__ import annotations
 
@@ -83,10 +91,10 @@ class Mapping:
 
 
 class _Table:
-    __slots__ = ("block", "level", "entries", "children", "used", "lo", "hi")
+    __slots__ = ("block", "buf", "level", "entries", "children", "used", "lo", "hi")
 
-    def __init__(self, block: Block, level: int):
-        self.block, self.level = block, level
+    def __init__(self, block: Block | None, level: int, buf=None):
+        self.block, self.buf, self.level = block, buf, level  # buf: a DMA buffer (system memory) instead
         self.entries = [INVALID[level]] * ENTRIES
         self.children: dict[int, _Table] = {}
         self.used = 0              # entries that are VALID (leaves or directories)
@@ -97,19 +105,22 @@ class PageTable:
     """One GPU virtual address space (a VMID's context); `page_table_base` is what the context's
     PAGE_TABLE_BASE_ADDR registers take. `root` places the root directory in a block the caller owns (boot memory,
     so that the context's registers stay valid across a warm boot); it is cleared, never freed, unless
-    `root_clear` says it holds an all-invalid directory already (`clear_root` left it so)."""
+    `root_clear` says it holds an all-invalid directory already (`clear_root` left it so). `dma` (a
+    `size -> DMABuffer` allocator) puts the tables below the root in system memory (module docstring)."""
 
     def __init__(self, memory: TableMemory, write: Callable[[int, bytes], None],
                  invalidate: Callable[[], None], *, vram_base_offset: int = 0, name: str = "vm",
-                 root: Block | None = None, root_clear: bool = False):
+                 root: Block | None = None, root_clear: bool = False,
+                 dma: Callable[[int], object] | None = None):
         self.memory, self._write, self._invalidate = memory, write, invalidate
+        self._dma = dma
         self.vram_base_offset = vram_base_offset  # gmc_v11_0: vm_manager.vram_base_offset (MC FB offset)
         self.name = name
         self._dirty: set[_Table] = set()
         if root is not None and (root.addr % PAGE or root.size < PAGE):
             raise PageTableError(f"{name}: the root directory needs a 4 KiB-aligned block of 4 KiB, got {root}")
         self._own_root = root is None
-        self.root = self._new_table(PDB2) if root is None else _Table(root, PDB2)
+        self.root = self._new_table(PDB2, root=True) if root is None else _Table(root, PDB2)
         if root is None or not root_clear:   # root_clear: the caller's block holds an all-invalid root
             self._dirty.add(self.root)      # already (a warm boot after clear_root), not written again
         self._starts: list[int] = []       # mapping starts, sorted
@@ -126,10 +137,12 @@ class PageTable:
         """The PAGE_TABLE_BASE_ADDR value: the root as a PDE (amdgpu_gmc_pd_addr), address | VALID."""
         return self.root_address | VALID
 
-    def tables(self) -> int:
-        """Tables allocated now, the root included."""
+    def tables(self, system: bool | None = None) -> int:
+        """Tables allocated now, the root included; system=True counts only those in DMA memory,
+        False only those in VRAM."""
         def count(t):
-            return 1 + sum(count(c) for c in t.children.values())
+            own = system is None or (t.buf is not None) == system
+            return own + sum(count(c) for c in t.children.values())
         return count(self.root)
 
     def mappings(self) -> list[Mapping]:
@@ -232,7 +245,7 @@ class PageTable:
             if child is None:
                 child = self._new_table(t.level + 1)
                 t.children[i] = child
-                t.entries[i] = (child.block.addr + self.vram_base_offset) | VALID
+                t.entries[i] = self._pde(child)
                 t.used += 1
                 self._touch(t, i, i + 1)
             t = child
@@ -307,7 +320,7 @@ class PageTable:
             for c in t.children.values():
                 free(c)
             if t is not self.root or self._own_root:
-                self.memory.free(t.block)
+                self._release(t)
         free(self.root)
         self._dirty.clear()
         self._starts.clear()
@@ -332,14 +345,41 @@ class PageTable:
             t = t.children[i]
 
     # ---------------------------------------------------------------- internals
-    def _new_table(self, level: int) -> _Table:
-        t = _Table(self.memory.alloc(PAGE, PAGE, tag=f"{self.name} page table L{level}"), level)
-        self._dirty.add(t)
+    def _new_table(self, level: int, root: bool = False) -> _Table:
+        if self._dma is None or root:
+            t = _Table(self.memory.alloc(PAGE, PAGE, tag=f"{self.name} page table L{level}"), level)
+        else:
+            try:
+                buf = self._dma(PAGE)
+            except Exception as e:
+                raise PageTableError(
+                    f"{self.name}: no DMA memory for a new level-{level} page table ({e}); page tables below "
+                    "the root live in the function's DMA memory here (the USB bridge's SRAM window): free DMA "
+                    "buffers or unmap GPU mappings no longer used") from e
+            t = _Table(None, level, buf)
+        self._dirty.add(t)   # written whole (all 512 entries) at the next flush
         return t
+
+    def _pde(self, t: _Table) -> int:
+        """The directory entry pointing at table t. In VRAM: its MC address (+ vram_base_offset) | VALID.
+        In DMA memory: the bus address | VALID | SYSTEM, what amdgpu_gmc_get_pde_for_bo gives a page-table
+        BO in GTT (amdgpu_ttm_tt_pde_flags; gmc_v11_0_get_vm_pde leaves a SYSTEM address as it is). No
+        SNOOPED: amdgpu creates page-table BOs with AMDGPU_GEM_CREATE_CPU_GTT_USWC, write-combined rather
+        than cached, and pde_flags sets SNOOPED only for cached TT memory (the bridge's SRAM is no CPU
+        cache's to snoop either)."""
+        if t.buf is not None:
+            return t.buf.bus_address(0) | VALID | SYSTEM
+        return (t.block.addr + self.vram_base_offset) | VALID
+
+    def _release(self, t: _Table) -> None:
+        if t.buf is not None:
+            t.buf.free()
+        else:
+            self.memory.free(t.block)
 
     def _free_table(self, t: _Table) -> None:
         self._dirty.discard(t)
-        self.memory.free(t.block)
+        self._release(t)
 
     def _touch(self, t: _Table, lo: int, hi: int) -> None:
         if t in self._dirty:
@@ -349,9 +389,13 @@ class PageTable:
             self._dirty.add(t)
 
     def _flush(self) -> None:
-        for t in sorted(self._dirty, key=lambda t: (-t.level, t.block.addr)):
+        for t in sorted(self._dirty, key=lambda t: (-t.level, t.buf is None, _where(t))):
             n = t.hi - t.lo
-            self._write(t.block.addr + 8 * t.lo, struct.pack(f"<{n}Q", *t.entries[t.lo:t.hi]))
+            if t.buf is not None:   # host view, then pushed: queued in order with the posted writes
+                struct.pack_into(f"<{n}Q", t.buf.view, 8 * t.lo, *t.entries[t.lo:t.hi])
+                t.buf.push(8 * t.lo, 8 * n)
+            else:
+                self._write(t.block.addr + 8 * t.lo, struct.pack(f"<{n}Q", *t.entries[t.lo:t.hi]))
             self.writes += 1
         self._dirty.clear()
 
@@ -382,6 +426,10 @@ class PageTable:
             if m.va + m.size > va:
                 raise PageTableError(f"{self.name}: map {va:#x}+{size:#x} overlaps the mapping "
                                      f"{m.va:#x}+{m.size:#x}; unmap it first")
+
+
+def _where(t: _Table) -> int:
+    return t.buf.bus_address(0) if t.buf is not None else t.block.addr
 
 
 def _frag(vpfn: int, ppfn: int, npages: int) -> int:

@@ -34,7 +34,8 @@ Facts (drivers/gpu/drm/amd/amdgpu: gmc_v11_0.c, gfxhub_v3_0.c, mmhub_v3_0.c, mmh
 Where the AM driver differs: amdgpu's VMID 0 is a flat GART table over a small range (PAGE_TABLE_DEPTH
 0); the AM driver runs its engines in VMID 0 with the same four-level tables amdgpu gives VMIDs 1-15
 (num_level 3, block size 9 -> PAGE_TABLE_BLOCK_SIZE 0, START 0, END max_pfn - 1 for 48 bits), rooted
-in the boot region so a warm boot finds it at the same address. Contexts 1-15 are left alone. VRAM is
+in the boot region so a warm boot finds it at the same address. Over a transport whose DMA memory is not coherent
+(USB), the tables below the root are in that DMA memory (pagetable.py), the root still in VRAM. Contexts 1-15 are left alone. VRAM is
 mapped at VRAM_VA + its offset, host memory in a window from SYSTEM_VA; both lie outside the FB
 aperture, which VMID 0 reaches physically through the system aperture.
 
@@ -215,8 +216,12 @@ class GMC:
         if self.dummy_page is None:
             self.dummy_page = dev.pci.alloc_dma(PAGE)
         if self.pt is None:  # a second init reprograms the registers and keeps the mappings
+            # Where DMA memory is not coherent (the USB bridge's SRAM window, written by push), a table
+            # written there costs a few commands where one through BAR0 costs thousands: the tables below
+            # the root go there (SYSTEM PDEs, as amdgpu's page-table BOs in GTT). The root stays in VRAM.
+            dma = None if self.dummy_page.coherent else dev.pci.alloc_dma
             self.pt = PageTable(dev.mm, dev.vram.write, self.flush_tlb, vram_base_offset=self.vram_base_offset,
-                                name=f"{dev.name} VMID 0", root=self.root, root_clear=warm)
+                                name=f"{dev.name} VMID 0", root=self.root, root_clear=warm, dma=dma)
         self._enable_hub(mm)
 
     def fini(self) -> None:
