@@ -1,5 +1,7 @@
 """gfx11 page tables: entry formats checked bit by bit, write batching, invalidation, table freeing, and
-random map/unmap sequences against a reference that decodes the raw bytes written to VRAM."""
+random map/unmap sequences against a reference that decodes the raw bytes written to VRAM; the same with
+the tables below the root in non-coherent DMA memory (a fake of the USB bridge's window), and both
+against the simulator's walker."""
 import bisect
 import random
 import struct
@@ -9,6 +11,7 @@ import pytest
 from amdrv import pagetable as P
 from amdrv.memory import Block, VRAMAllocator, VRAMExhausted
 from amdrv.pagetable import PageTable, PageTableError
+from pcie import PCIError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 # gmc_v11_0.c's PTE/PDE layout, written out here rather than taken from the module under test
@@ -51,40 +54,119 @@ class SparseVRAM:
         return struct.unpack_from("<Q", page, (table & 0xFFF) + 8 * index)[0]
 
 
+class FakeWindow:
+    """Non-coherent DMA memory like the USB bridge's SRAM window: 4 KiB buffers whose host view reaches the
+    device's memory (`mem`, by bus address) only through push; a page the device has not been sent holds
+    garbage. Pushes go into the shared event log, so their order against VRAM writes and flushes shows."""
+    BUS = 0x20_0000
+
+    def __init__(self, log, pages=4096):
+        self.log, self.free_pages = log, list(range(pages - 1, -1, -1))
+        self.mem: dict[int, bytearray] = {}
+        self.live: dict[int, "FakeWindowBuffer"] = {}
+        self.allocs = 0
+
+    def __call__(self, size):
+        assert size == 4096, "one table per buffer"
+        if not self.free_pages:
+            raise PCIError("usb:fake: no 1 free pages left in the bridge's 6144 KiB DMA window; free a DMA "
+                           "buffer first")
+        self.allocs += 1
+        buf = FakeWindowBuffer(self, self.free_pages.pop())
+        self.mem[buf.bus_address()] = bytearray(b"\xa5" * 4096)   # what the SRAM held before
+        self.live[buf.bus_address()] = buf
+        return buf
+
+    def entry(self, table, index):
+        return struct.unpack_from("<Q", self.mem[table], 8 * index)[0]
+
+    def table(self, table):
+        return struct.unpack("<512Q", self.mem[table])
+
+
+class FakeWindowBuffer:
+    coherent = False
+    size = 4096
+
+    def __init__(self, window, page):
+        self.window, self.page, self._view = window, page, memoryview(bytearray(4096))
+
+    @property
+    def view(self):
+        assert self._view is not None, "DMA buffer used after free"
+        return self._view
+
+    def bus_address(self, offset=0):
+        assert 0 <= offset < 4096
+        return self.window.BUS + self.page * 4096 + offset
+
+    def push(self, offset=0, size=None):
+        size = 4096 - offset if size is None else size
+        self.window.mem[self.bus_address()][offset:offset + size] = self.view[offset:offset + size]
+        self.window.log.append(("push", self.bus_address(offset), size))
+
+    def free(self):
+        assert self._view is not None, "DMA buffer freed twice"
+        self._view = None
+        del self.window.live[self.bus_address()]
+        self.window.free_pages.append(self.page)
+
+
 class Rig:
-    def __init__(self, vram_size=16 * GiB, vram_base_offset=0):
+    def __init__(self, vram_size=16 * GiB, vram_base_offset=0, dma=False, name="vm"):
         self.vram = SparseVRAM()
         self.mem = VRAMAllocator(vram_size)
         self.flushes = 0
         self.base = vram_base_offset
-        self.pt = PageTable(self.mem, self.vram.write, self.flush, vram_base_offset=vram_base_offset)
+        self.log = []   # ("vram", offset, size), ("push", bus address, size), ("flush",) in order
+        self.dma = FakeWindow(self.log) if dma else None
+        self.pt = PageTable(self.mem, self.write, self.flush, vram_base_offset=vram_base_offset, name=name,
+                            dma=self.dma)
+
+    def write(self, off, data):
+        self.log.append(("vram", off, len(data)))
+        self.vram.write(off, data)
 
     def flush(self):
         self.flushes += 1
+        self.log.append(("flush",))
 
-    # ---- the reference: decode what is in VRAM, independently of the module's own model
+    def dma_tables(self):
+        return len(self.dma.live) if self.dma else 0
+
+    # ---- the reference: decode what is in VRAM (and in the window's device memory), independently of
+    # the module's own model
+    def entry(self, table, index, system):
+        return self.dma.entry(table, index) if system else self.vram.entry(table, index)
+
+    def check_pde(self, e):
+        # VRAM tables: address | VALID; window tables: bus address | VALID | SYSTEM (no SNOOPED)
+        want = B_VALID | (B_SYSTEM if self.dma else 0)
+        assert e & ~ADDR == want, f"directory entry {e:#x}: flags {e & ~ADDR:#x}, want {want:#x}"
+
     def walk(self, va):
-        table = self.pt.root_address - self.base
+        table, system = self.pt.root_address - self.base, False
         for level, shift in enumerate((39, 30, 21, 12)):
-            e = self.vram.entry(table, (va >> shift) & 511)
+            e = self.entry(table, (va >> shift) & 511, system)
             if not e & B_VALID:
                 return None
             if level == 3 or e & B_PDE_PTE:
                 size = 1 << shift
                 addr = (e & ADDR & ~(size - 1)) + (va & (size - 1))
                 return (addr if e & B_SYSTEM else addr - self.base), size, e
-            assert e & ~(ADDR | B_VALID) == 0, f"directory entry {e:#x} carries more than address and valid"
-            table = (e & 0x0000_FFFF_FFFF_FFC0) - self.base
+            self.check_pde(e)
+            system = bool(e & B_SYSTEM)
+            table = (e & 0x0000_FFFF_FFFF_FFC0) - (0 if system else self.base)
 
     def leaves(self):
         """Every valid leaf in VRAM: (va, size, pa, entry), and the number of tables reachable."""
         out, tables = [], 0
 
-        def rec(table, level, va0):
+        def rec(table, level, va0, system=False):
             nonlocal tables
             tables += 1
             shift = (39, 30, 21, 12)[level]
-            for i, e in enumerate(self.vram.table(table)):
+            for i, e in enumerate(self.dma.table(table) if system else self.vram.table(table)):
                 va = va0 + (i << shift)
                 if not e & B_VALID:
                     # what amdgpu_vm_pt_clear leaves: PDE_PTE in directories, EXECUTABLE in PTBs
@@ -93,7 +175,9 @@ class Rig:
                     pa = e & ADDR
                     out.append((va, 1 << shift, pa if e & B_SYSTEM else pa - self.base, e))
                 else:
-                    rec((e & 0x0000_FFFF_FFFF_FFC0) - self.base, level + 1, va)
+                    self.check_pde(e)
+                    sy = bool(e & B_SYSTEM)
+                    rec((e & 0x0000_FFFF_FFFF_FFC0) - (0 if sy else self.base), level + 1, va, sy)
 
         rec(self.pt.root_address - self.base, 0, 0)
         return out, tables
@@ -276,7 +360,8 @@ def test_failed_map_takes_back_its_tables():
 
 def check_against_intent(r, intent, rng):
     leaves, tables = r.leaves()
-    assert tables == r.pt.tables() and r.mem.in_use() == 4096 * tables
+    assert tables == r.pt.tables() and r.mem.in_use() + 4096 * r.dma_tables() == 4096 * tables
+    assert r.pt.tables(system=True) == r.dma_tables() == (tables - 1 if r.dma else 0)
     covered = 0
     starts = sorted(intent)
     for va, size, pa, e in leaves:
@@ -301,10 +386,10 @@ def check_against_intent(r, intent, rng):
             assert (w[0], w[1], w[2]) == (t.addr, t.page_size, t.pte)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_random_map_unmap_against_the_raw_bytes(seed):
+@pytest.mark.parametrize("seed,dma", [(1, False), (2, False), (3, False), (4, True), (5, True)])
+def test_random_map_unmap_against_the_raw_bytes(seed, dma):
     rng = random.Random(seed)
-    r = Rig(vram_size=64 * GiB)
+    r = Rig(vram_size=64 * GiB, dma=dma)
     intent = {}  # va -> (size, pa or page tuple, system)
     sizes = [4096, 3 * 4096, 64 * KiB, 2 * MiB - 4096, 2 * MiB, 2 * MiB + 4096, 6 * MiB, 1 * GiB]
     for step in range(300):
@@ -335,16 +420,18 @@ def test_random_map_unmap_against_the_raw_bytes(seed):
     for va, (size, _, _) in list(intent.items()):
         r.pt.unmap(va, size)
     assert r.pt.tables() == 1 and r.mem.in_use() == 4096 and r.leaves() == ([], 1)
+    assert r.dma_tables() == 0
 
 
 # ---------------------------------------------------------------- against the simulator's GMC walk
 
 class SimVM:
     """A simulated Navi31 with GC hub VMID 1 on the driver's page tables: VRAM written through BAR0,
-    registers found through IP discovery, TLB flushes through invalidation engine 17 as gmc_v11 does."""
+    registers found through IP discovery, TLB flushes through invalidation engine 17 as gmc_v11 does.
+    dma: the tables below the root in the function's DMA memory, so the walker follows SYSTEM PDEs."""
     VMID, ENG = 1, 17
 
-    def __init__(self, invalidate=True):
+    def __init__(self, invalidate=True, dma=False):
         import pcie
         from amdrv import discovery
 
@@ -355,7 +442,8 @@ class SimVM:
         self.gc = discovery.read_discovery(vram.read, size).ip_block("GC", 0, regs)
         self.mem = VRAMAllocator(size)
         self.flushes = 0
-        self.pt = PageTable(self.mem, vram.write, self.flush if invalidate else lambda: None)
+        self.pt = PageTable(self.mem, vram.write, self.flush if invalidate else lambda: None,
+                            dma=self.fn.alloc_dma if dma else None)
         vm = f"GCVM_CONTEXT{self.VMID}_"
         root = self.pt.page_table_base
         assert root == self.pt.root_address | B_VALID
@@ -388,9 +476,10 @@ class SimVM:
         return t.addr, t.system
 
 
-def test_simulator_walk_equals_the_drivers_intent():
+@pytest.mark.parametrize("tables_in_dma", [False, True])
+def test_simulator_walk_equals_the_drivers_intent(tables_in_dma):
     rng = random.Random(7)
-    vm = SimVM()
+    vm = SimVM(dma=tables_in_dma)
     dma = vm.fn.alloc_dma(8 * MiB)
     intent = {}
 
@@ -431,12 +520,27 @@ def test_simulator_walk_equals_the_drivers_intent():
     for va, (size, _, _) in list(intent.items()):
         vm.pt.unmap(va, size)
     assert vm.pt.tables() == 1 and vm.mem.in_use() == 4096
+    if tables_in_dma:
+        assert vm.pt.tables(system=True) == 0 and walks_through_system_tables(vm)
     vm.fn.close()
 
 
-def test_a_missing_invalidation_leaves_the_old_translation_in_use():
+def walks_through_system_tables(vm):
+    """Maps one page again and checks the simulator read its PTB from host memory, not VRAM."""
+    vm.pt.map(5 * GiB, 8 * MiB, 4096)
+    ptb = vm.pt.root.children[0].children[5].children[0]
+    assert ptb.buf is not None and vm.pt.root.entries[0] & B_SYSTEM
+    ptb.buf.view[0:8] = struct.pack("<Q", 0)   # behind the driver's back: the walker must see this
+    vm.flush()
+    assert vm.sim(5 * GiB) is None             # the PTE it read is invalid: the walk used system memory
+    vm.pt.unmap(5 * GiB, 4096)
+    return True
+
+
+@pytest.mark.parametrize("tables_in_dma", [False, True])
+def test_a_missing_invalidation_leaves_the_old_translation_in_use(tables_in_dma):
     for flush in (False, True):
-        vm = SimVM(invalidate=flush)
+        vm = SimVM(invalidate=flush, dma=tables_in_dma)
         vm.pt.map(GiB, 16 * MiB, 2 * MiB)
         if not flush:
             vm.flush()  # the first translation must be seen at all
@@ -446,3 +550,84 @@ def test_a_missing_invalidation_leaves_the_old_translation_in_use():
         # without the TLB flush the simulated hub keeps translating through the stale entry
         assert vm.sim(GiB + 0x1234) == ((32 if flush else 16) * MiB + 0x1234, False)
         vm.fn.close()
+
+
+# ---------------------------------------------------------------- tables in non-coherent DMA memory
+
+def test_tables_below_the_root_go_to_dma_memory_with_system_pdes():
+    r = Rig(vram_base_offset=0x80_0000_0000, dma=True)
+    assert r.pt.root.buf is None and r.mem.in_use() == 4096    # the root stays in VRAM
+    r.pt.map(0x1234_5600_0000, 16 * MiB, 4096)
+    r.pt.map(0x1234_5600_1000, [0x7000_0000], 4096, system=True)
+    assert r.pt.tables() == 4 and r.pt.tables(system=True) == 3 == r.dma_tables() and r.mem.in_use() == 4096
+    # root -> PDB1: bus address | VALID | SYSTEM, no vram_base_offset, no SNOOPED (page-table BOs are USWC)
+    pdb1 = r.pt.root.children[0x1234_5600_0000 >> 39]
+    e = r.vram.entry(r.pt.root_address - r.base, 0x1234_5600_0000 >> 39)
+    assert e == pdb1.buf.bus_address(0) | B_VALID | B_SYSTEM and pdb1.buf.bus_address(0) >= FakeWindow.BUS
+    assert r.walk(0x1234_5600_0000)[0] == 16 * MiB                 # the reference walk checks every PDE
+    pa, _, pte = r.walk(0x1234_5600_1000 + 5)
+    assert pa == 0x7000_0005 and pte & (B_SYSTEM | B_SNOOPED) == B_SYSTEM | B_SNOOPED
+    assert r.pt.translate(0x1234_5600_1005).addr == 0x7000_0005
+    assert r.leaves()[1] == 4                 # every entry of every table as amdgpu_vm_pt_clear leaves it
+
+
+def test_dma_tables_are_pushed_whole_then_by_span_before_the_invalidation():
+    r = Rig(dma=True)
+    del r.log[:]
+    r.pt.map(0x40_0000_0000 + 0x3000, 0, 2 * 4096)
+    pdb1 = r.pt.root.children[0]
+    pdb0 = pdb1.children[0x40_0000_0000 >> 30]
+    ptb = pdb0.children[0]
+    # new tables pushed whole, deepest first; then the root's entry in VRAM; then one invalidation
+    assert r.log == [("push", ptb.buf.bus_address(), 4096), ("push", pdb0.buf.bus_address(), 4096),
+                     ("push", pdb1.buf.bus_address(), 4096), ("vram", r.pt.root.block.addr, 8), ("flush",)]
+    del r.log[:]
+    r.pt.map(0x40_0000_0000 + 0x10000, 0x10000, 3 * 4096)      # the same PTB: its changed span only
+    assert r.log == [("push", ptb.buf.bus_address(8 * 16), 8 * 3), ("flush",)]
+    del r.log[:]
+    r.pt.unmap(0x40_0000_0000 + 0x3000, 2 * 4096)              # invalidated entries visible before the flush
+    assert r.log == [("push", ptb.buf.bus_address(8 * 3), 8 * 2), ("flush",)]
+    assert r.walk(0x40_0000_0000 + 0x3000) is None and r.walk(0x40_0000_0000 + 0x10000)[0] == 0x10000
+    assert r.pt.writes == 4 + 1 + 1 + 1       # the root at creation, then one per touched table
+
+
+def test_unmapped_dma_tables_are_freed_and_the_walk_ends_at_the_root():
+    r = Rig(dma=True)
+    r.pt.map(0x1000, 0, 4096)
+    r.pt.map(0x7F_0000_0000, 4 * MiB, 6 * MiB)
+    bufs = list(r.dma.live.values())
+    assert len(bufs) == r.pt.tables() - 1 == r.pt.tables(system=True) and r.dma.allocs == len(bufs)
+    r.pt.unmap(0x7F_0000_0000, 6 * MiB)
+    r.pt.unmap(0x1000, 4096)
+    assert r.dma.live == {} and r.pt.tables() == 1 and r.mem.in_use() == 4096
+    assert all(b._view is None for b in bufs)            # every table's buffer went back
+    assert r.walk(0x1000) is None and r.walk(0x7F_0000_0000) is None and r.leaves() == ([], 1)
+    r.pt.map(0x1000, 0, 4096)                            # tables come back from the window
+    assert len(r.dma.live) == 3
+    r.pt.close()                                         # close returns them too, and the root
+    assert r.dma.live == {} and r.mem.in_use() == 0
+
+
+def test_out_of_dma_memory_names_the_device_and_what_to_do():
+    r = Rig(dma=True, name="am:usb:2-1 VMID 0")
+    r.dma.free_pages[:] = r.dma.free_pages[-4:]        # a window with 4 pages left
+    r.pt.map(0x1000, 0, 4096)                           # PDB1, PDB0, PTB: one page left
+    with pytest.raises(PageTableError, match=r"^am:usb:2-1 VMID 0: no DMA memory for a new level-3 page table "
+                                             r"\(usb:fake: no 1 free pages left .*\); page tables below the "
+                                             r"root live in the function's DMA memory here \(the USB bridge's "
+                                             r"SRAM window\): free DMA buffers or unmap GPU mappings"):
+        r.pt.map(GiB, 0, 4096)                          # PDB0 fits, its PTB does not
+    # the failed map took back what it entered: its PDB0 went back to the window, nothing else changed
+    assert len(r.dma.live) == 3 and r.pt.tables() == 4 and r.pt.translate(GiB) is None
+    assert r.walk(GiB) is None and len(r.pt.mappings()) == 1 and r.walk(0x1000)[0] == 0
+    r.pt.map(0x2000, 0x2000, 4096)                      # the existing tables still take mappings
+    assert r.walk(0x2000)[0] == 0x2000
+    r.pt.unmap(0x1000, 4096)
+    r.pt.unmap(0x2000, 4096)
+    assert r.dma.live == {} and len(r.dma.free_pages) == 4
+
+
+def test_coherent_rig_keeps_every_table_in_vram():
+    r = Rig()
+    r.pt.map(0x1000, 0, 4096)
+    assert r.pt.tables(system=True) == 0 and r.pt.tables(system=False) == 4 == r.mem.in_use() // 4096
