@@ -164,3 +164,89 @@ def test_map_before_init_is_an_error():
     gmc = GMC(AMDevice("am:sim", fn))
     with pytest.raises(GMCError, match="before GMC.init"):
         gmc.map_vram(4096)
+
+
+# ---------------------------------------------------------------- over the USB bridge: tables in its window
+
+BRIDGE_SLOT = 13
+
+
+@pytest.fixture
+def bridged(monkeypatch, tmp_path):
+    """NBIO + GMC up on a simulated Navi31 behind the simulated ASM24xx bridge (UAS): DMA memory is the
+    bridge's SRAM window, not coherent."""
+    usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+    from amdrv.usb.transport import open_function
+    monkeypatch.setenv("DRIVERLESS_USB_LINK", "uas")
+    br = usb_bridge.open_bridge("navi31", slot=BRIDGE_SLOT, fresh=True)
+    fn = open_function(backend=usb_bridge.backend(bridge=br), lock_dir=tmp_path)
+    dev = AMDevice(f"am:{fn.address}", fn)
+    nbio, gmc = NBIO(dev), GMC(dev)
+    nbio.init()
+    gmc.init()
+    gmc.init_gfxhub()
+    yield dev, gmc, br.fn.dev
+    fn.close()
+
+
+def test_plain_simulator_keeps_page_tables_in_vram():
+    dev, gmc, s = boot()
+    gmc.map_vram(4096)
+    assert gmc.pt._dma is None and gmc.pt.tables(system=True) == 0 and gmc.pt.tables() == 4
+
+
+def test_over_the_bridge_page_tables_live_in_the_window_and_translate(bridged):
+    dev, gmc, s = bridged
+    g = s.blocks["GMC"]
+    window_pages = sum(dev.pci._window)
+    assert gmc.pt.root.buf is None          # the root stays in VRAM, where the context registers point
+    before = dev.pci.counters.snapshot()
+    m = gmc.map_vram(8 << 10, tag="kernel data")
+    spent = dev.pci.counters - before
+    # PDB1, PDB0, PTB in the window (one WRITE(16) each); only the root's 8-byte entry goes through BAR0
+    assert gmc.pt.tables(system=True) == 3 and sum(dev.pci._window) == window_pages + 3
+    assert spent.bulk_write_bytes <= 64 and spent.round_trips < 40, spent
+    pde = gmc.pt.root.entries[m.va >> 39]
+    assert pde & 3 == 3 and not pde & 4      # VALID | SYSTEM, not SNOOPED (amdgpu_ttm_tt_pde_flags, USWC)
+    dev.vram.write(m.vram.addr + 4096, b"through the window")
+    dev.pci.bar(0).flush()                 # posted writes out
+    for hub in ("GC", "MM"):               # the simulated walker reads the PDB1/PDB0/PTB from the SRAM
+        assert g.read(0, m.va + 4096, 18, hub=hub) == b"through the window"
+        assert g.translate(0, m.va + 4096, hub=hub).addr == m.vram.addr + 4096
+    buf = dev.pci.alloc_dma(2 * 4096)
+    buf.view[4096:4100] = b"host"
+    buf.push()
+    sysm = gmc.map_system(buf)
+    assert g.read(0, sysm.va + 4096, 4) == b"host"
+    assert g.translate(0, sysm.va, hub="GC").addr == buf.bus_address(0)
+    # unmap: the next access faults (entries pushed before the invalidation), the window pages come back
+    gmc.unmap(m)
+    gmc.unmap(sysm)
+    for va in (m.va, sysm.va):
+        with pytest.raises(SimFault):
+            g.translate(0, va, hub="GC")
+    assert gmc.pt.tables() == 1 and sum(dev.pci._window) == window_pages + 2   # just buf
+    buf.free()
+
+
+def test_over_the_bridge_a_full_window_is_a_clear_error(bridged):
+    dev, gmc, s = bridged
+    hog = []
+    while True:
+        try:
+            hog.append(dev.pci.alloc_dma(4096))
+        except pcie.PCIError:
+            break
+    with pytest.raises(pagetable.PageTableError,
+                       match=rf"^{dev.name} VMID 0: no DMA memory for a new level-1 page table .*free DMA "
+                             r"buffers or unmap GPU mappings no longer used"):
+        gmc.map_vram(4096)
+    assert gmc.pt.tables() == 1 and dev.mm.in_use() == 0      # nothing left behind, the VRAM freed
+    for b in hog[:3]:
+        b.free()
+    m = gmc.map_vram(4096)                                     # room again: it works
+    dev.vram.write(m.vram.addr, b"ok")
+    dev.pci.bar(0).flush()
+    assert s.blocks["GMC"].read(0, m.va, 2) == b"ok"
+    for b in hog[3:]:
+        b.free()
