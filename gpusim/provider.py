@@ -226,8 +226,8 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
     state = Path(state) if state else None
-    if slot is None:  # the slot already holding this chip, else the first free one
-        slot = next((s for s, d in sorted(_SLOTS.items()) if d.chip == chip),
+    if slot is None:  # the slot already holding this chip on the host's bus (not behind a USB bridge), else
+        slot = next((s for s, d in sorted(_SLOTS.items()) if d.chip == chip and d.bus is BUS),  # the first free
                     next(i for i in range(len(_SLOTS) + 1) if i not in _SLOTS))
     dev = None if fresh else _SLOTS.get(slot)
     if state is not None and state.exists() and not fresh:

@@ -626,3 +626,12 @@ def test_streams_stall_wedges_until_reset_and_drop(srig):
     with pytest.raises(usb.core.USBError) as e:
         again.run()
     assert e.value.errno == errno.ENODEV
+
+
+def test_default_slot_skips_a_gpu_behind_a_bridge():
+    """A plain open_function("navi31") (what "am:sim" does) takes the GPU already on the host's bus, never
+    one a bridge holds (its BAR0 shrunk, its DMA reaching only the bridge's SRAM)."""
+    from gpusim import provider
+    br = usb_bridge.open_bridge("navi31", fresh=True, slot=57)
+    fn = provider.open_function("navi31")
+    assert fn.dev is not br.dev and fn.dev.bus is provider.BUS and br.dev.bus is not provider.BUS
