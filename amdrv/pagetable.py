@@ -209,7 +209,7 @@ class PageTable:
                 frag = _frag(vpfn, ppfn, npages)
                 if _level(frag) != level:
                     break
-                per = (1 << frag) // step  # entries per fragment
+                per = _entries_per_fragment(frag, level)
                 count = per
                 if frag == _ctz(vpfn ^ ppfn):
                     # va and pa differ at this bit, so every later fragment has this same size: fill the
@@ -221,6 +221,9 @@ class PageTable:
                 vpfn += count * step
                 ppfn += count * step
                 npages -= count * step
+            if i == first:   # no entry written: the loop would come back to the same place forever
+                raise PageTableError(f"{self.name}: internal error: mapping {vpfn << 12:#x} made no progress "
+                                     f"at level {level}")
             t.used += i - first
             self._touch(t, first, i)
 
@@ -440,6 +443,22 @@ def _frag(vpfn: int, ppfn: int, npages: int) -> int:
 
 def _level(frag: int) -> int:
     return PDB1 if frag >= SHIFT[PDB1] - SHIFT[PTB] else PDB0 if frag >= SHIFT[PDB0] - SHIFT[PTB] else PTB
+
+
+def _entries_per_fragment(frag: int, level: int) -> int:
+    """Entries of `level` one fragment of 2**frag pages fills. amdgpu_vm_ptes_update places a fragment only
+    at a level whose entry is no larger than the fragment (frag < shift: it descends) and whose parent's
+    entry is larger (frag >= parent_shift: it goes up); anything else is a bug in choosing the level, and
+    is an error here: a fragment smaller than the entry would fill 0 entries and the map loop would never
+    end, one as large as the parent's entry would write past the table's 512 entries."""
+    shift = SHIFT[level] - SHIFT[PTB]
+    parent = SHIFT[level - 1] - SHIFT[PTB] if level > PDB2 else VA_BITS
+    if not shift <= frag < parent:
+        raise PageTableError(f"internal error: a fragment of {(1 << frag) * PAGE:#x} bytes cannot be placed at "
+                             f"level {level} (entries of {(1 << shift) * PAGE:#x} bytes, "
+                             f"{(1 << shift) * PAGE:#x} <= fragment < {(1 << parent) * PAGE:#x} required, "
+                             "amdgpu_vm_ptes_update)")
+    return 1 << (frag - shift)
 
 
 def _ctz(x: int) -> int:

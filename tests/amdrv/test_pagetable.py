@@ -631,3 +631,35 @@ def test_coherent_rig_keeps_every_table_in_vram():
     r = Rig()
     r.pt.map(0x1000, 0, 4096)
     assert r.pt.tables(system=True) == 0 and r.pt.tables(system=False) == 4 == r.mem.in_use() // 4096
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("wrong_level,size", [
+    # issue 17: a 2 MiB fragment placed at the 1 GiB level filled 0 entries per fragment and the map loop spun
+    # forever (hanging the suite); now a clear error
+    (lambda frag: P.PDB1 if frag >= 9 else P.PTB, 2 * MiB),
+    # the other way round: a 2 MiB fragment at the 4 KiB level (512 PTEs, a whole table; amdgpu goes up a level
+    # when frag >= the parent's shift) and a 1 GiB one at PDB0 would write past the table's 512 entries
+    (lambda frag: P.PTB, 2 * MiB),
+    (lambda frag: P.PDB0 if frag >= 9 else P.PTB, 1 * GiB),
+])
+def test_a_fragment_at_the_wrong_level_is_a_clear_error_not_a_hang(monkeypatch, wrong_level, size):
+    r = Rig()
+    monkeypatch.setattr(P, "_level", wrong_level)
+    with pytest.raises(PageTableError, match="cannot be placed at level"):
+        r.pt.map(1 * GiB, 2 * GiB, size)
+    assert r.pt.translate(1 * GiB) is None and r.pt.mappings() == []
+    monkeypatch.undo()
+    r.pt.map(1 * GiB, 2 * GiB, size)   # the failed map left nothing behind
+    t = r.pt.translate(1 * GiB + 5)
+    assert t.addr == 2 * GiB + 5 and t.page_size == size
+
+
+def test_fragment_placement_rule():
+    # amdgpu_vm_ptes_update: the entry is no larger than the fragment, the parent's entry larger
+    assert P._entries_per_fragment(0, P.PTB) == 1 and P._entries_per_fragment(8, P.PTB) == 256
+    assert P._entries_per_fragment(9, P.PDB0) == 1 and P._entries_per_fragment(17, P.PDB0) == 256
+    assert P._entries_per_fragment(18, P.PDB1) == 1 and P._entries_per_fragment(P.MAX_FRAG, P.PDB1) == 256
+    for frag, level in [(9, P.PTB), (8, P.PDB0), (18, P.PDB0), (17, P.PDB1)]:
+        with pytest.raises(PageTableError, match="cannot be placed"):
+            P._entries_per_fragment(frag, level)
