@@ -7,21 +7,32 @@ Facts, from psp_v13_0.c, amdgpu_psp.c, psp_gfx_if.h and amdgpu_psp.h (registers 
   size: the bootloader knows its component, so the staged bytes are compared with the whole component.
   PSP_BL__LOAD_SOSDRV starts the secure OS, which says it is alive in C2PMSG_81 (psp_v13_0_is_sos_alive).
 - Navi31's order (psp_hw_start, with the components psp_13_0_0_sos.bin carries: SYS_DRV, SOS, TOC, KDB, SPL,
-  RL): KEY_DATABASE (KDB), TOS_SPL_TABLE, SYSDRV, then SOSDRV. Upstream's psp_v13_0_bootloader_load_spl
-  stages the KDB bytes for the SPL command and works on hardware; the model accepts the KDB or the SPL
-  component there. soc/intf/dbg/ras drivers would go between SYSDRV and SOSDRV if the file had them.
+  RL): KEY_DATABASE (KDB), TOS_SPL_TABLE, SYSDRV, then SOSDRV. psp_hw_start sends TOS_SPL_TABLE when the
+  package has an SPL component, but psp_v13_0_bootloader_load_spl stages the KDB bytes for it (6.1, and every
+  later psp_v13_0.c/psp_v13_0_4.c; tinygrad's AM driver, which boots real 7900 XTXs, does the same for MP0 13
+  and stages SPL only from MP0 14): the model accepts only the KDB there. soc/intf/dbg/ras drivers would go
+  between SYSDRV and SOSDRV if the file had them.
+- The bootloader is not ready at once after power-on or a mode1 reset: C2PMSG_35 reads 0 until it has
+  started (psp_v13_0_wait_for_bootloader polls for 0x80000000 before the first command, up to 10 x 100 ms).
+  How long it takes is not public; the model takes a seeded number of clock steps (BL_READY_STEPS). A command
+  written before then is lost: the starting bootloader writes its ready value over it (assumption).
 - KM ring: once sOS is up C2PMSG_64 reads 0x80000000 (ready for ring creation); the driver writes the ring's
   MC address to C2PMSG_69/70, its size to C2PMSG_71 and PSP_RING_TYPE__KM << 16 (GFX_CTRL_CMD_ID_INIT_GPCOM_RING)
   to C2PMSG_64, and waits for bit 31 with status 0 in bits 15:0. C2PMSG_67 is the write pointer in dwords;
   each 64-byte psp_gfx_rb_frame names a 1 KiB psp_gfx_cmd_resp (MC address), a fence address and value.
   The PSP executes the command, writes psp_gfx_resp (status, fw_addr, tmr_size) at +0x360 of the command
   buffer, then the fence value (psp_cmd_submit_buf polls it). GFX_CTRL_CMD_ID_DESTROY_RINGS tears it down.
-- Commands of the boot (psp_hw_start, psp_load_non_psp_fw; MP0 13.0.0 has autoload_supported and
+- Commands of the boot (psp_hw_start, psp_load_non_psp_fw; MP0 13.0.0 and 13.0.7 have autoload_supported and
   pmfw_centralized_cstate_management): LOAD_TOC (the TOC component; the response carries the TMR size,
-  0x1300000 as a 7900 XTX logs "reserve 0x1300000 ... for PSP TMR"), LOAD_IP_FW of SMU, SETUP_TMR (VRAM,
+  0x1300000 as a 7900 XTX logs "reserve 0x1300000 ... for PSP TMR"), LOAD_IP_FW of SMU, SETUP_TMR (only
+  after the SMU firmware: amdgpu_psp.c, "For ASICs with DF Cstate management centralized to PMFW, TMR setup
+  should be performed after PMFW loaded and before other non-psp firmware loaded"; refused with
+  TEE_ERROR_BAD_STATE before it, the failure mode being an assumption), SETUP_TMR (VRAM,
   1 MiB aligned, at least that size; virt_phy_addr with the matching VRAM physical address), LOAD_IP_FW of
   every other firmware in AMDGPU_UCODE_ID order, AUTOLOAD_RLC right after RLC_G, then (psp_rl_load) the sos
   package's RL component as LOAD_IP_FW of type REG_LIST.
+- Structures (psp_gfx_cmd_resp, psp_gfx_rb_frame, psp_gfx_resp) are decoded and encoded through the tables
+  generated from psp_gfx_if.h (amdrv.autogen.psp), never hand offsets.
 - Status codes: TEE_SUCCESS and TEE_ERROR_NOT_SUPPORTED (0xFFFF000A) are in psp_gfx_if.h, and that value is
   GlobalPlatform's; the other TEE_ERROR_* used here are the GlobalPlatform TEE codes of the same family.
   PSP_ERR_UNKNOWN_COMMAND (0x100) answers a command id the sOS does not know.
@@ -34,8 +45,11 @@ TEE_ERROR_NOT_SUPPORTED: no TA is modeled and upstream only warns. Every refusal
 dev.errors with the firmware named.
 """
 import functools
+import random
 import struct
+import zlib
 
+from amdrv import structs
 from amdrv.autogen import psp as P
 from amdrv.autogen import ucode as U
 from amdrv.chips import by_name
@@ -48,7 +62,10 @@ READY = 0x80000000
 TMR_SIZE = 0x1300000
 TMR_ALIGN = P.PSP_TMR_ALIGNMENT
 BL_STEPS = 3       # clock steps a bootloader command takes
-RING_STEPS = 1     # clock steps a C2PMSG_64 ring control command takes (the driver polls the register)
+# Seeded latencies (clock steps; assumption: no public figure), drawn per event from a generator seeded by the
+# chip, so a stepped run is deterministic. Small, since in stepped mode every step is one polled register read.
+BL_READY_STEPS = (16, 48)   # power-on or mode1 reset to the bootloader's ready value in C2PMSG_35
+RING_STEPS = (4, 16)        # a C2PMSG_64 ring control command (upstream mdelay(20)s, then polls)
 AUTOLOAD_STEPS = gfx.AUTOLOAD_STEPS   # AUTOLOAD_RLC to BOOTLOAD_COMPLETE, the RLC's time (gpusim.gfx)
 MEM_ERRORS = (DMAError, IndexError, VMFault)   # an access the memory path refused
 
@@ -61,24 +78,30 @@ PSP_ERR_UNKNOWN_COMMAND = P.PSP_ERR_UNKNOWN_COMMAND
 
 BL_ERR_PAYLOAD, BL_ERR_ORDER, BL_ERR_COMMAND, BL_ERR_BUSY = 1, 2, 3, 4
 
-# bootloader command -> the sos components it accepts, in the order they must come
+# bootloader command, the sos component whose presence makes psp_hw_start send it, the component it stages
 BOOT_ORDER = (
-    (P.PSP_BL__LOAD_KEY_DATABASE, (U.PSP_FW_TYPE_PSP_KDB,)),
-    (P.PSP_BL__LOAD_TOS_SPL_TABLE, (U.PSP_FW_TYPE_PSP_SPL, U.PSP_FW_TYPE_PSP_KDB)),
-    (P.PSP_BL__LOAD_SYSDRV, (U.PSP_FW_TYPE_PSP_SYS_DRV,)),
-    (P.PSP_BL__LOAD_SOCDRV, (U.PSP_FW_TYPE_PSP_SOC_DRV,)),
-    (P.PSP_BL__LOAD_INTFDRV, (U.PSP_FW_TYPE_PSP_INTF_DRV,)),
-    (P.PSP_BL__LOAD_DBGDRV, (U.PSP_FW_TYPE_PSP_DBG_DRV,)),
-    (P.PSP_BL__LOAD_RASDRV, (U.PSP_FW_TYPE_PSP_RAS_DRV,)),
-    (P.PSP_BL__LOAD_SOSDRV, (U.PSP_FW_TYPE_PSP_SOS,)),
+    (P.PSP_BL__LOAD_KEY_DATABASE, U.PSP_FW_TYPE_PSP_KDB, U.PSP_FW_TYPE_PSP_KDB),
+    # sent when the package has an SPL (psp_hw_start), staging the KDB (psp_v13_0_bootloader_load_spl)
+    (P.PSP_BL__LOAD_TOS_SPL_TABLE, U.PSP_FW_TYPE_PSP_SPL, U.PSP_FW_TYPE_PSP_KDB),
+    (P.PSP_BL__LOAD_SYSDRV, U.PSP_FW_TYPE_PSP_SYS_DRV, U.PSP_FW_TYPE_PSP_SYS_DRV),
+    (P.PSP_BL__LOAD_SOCDRV, U.PSP_FW_TYPE_PSP_SOC_DRV, U.PSP_FW_TYPE_PSP_SOC_DRV),
+    (P.PSP_BL__LOAD_INTFDRV, U.PSP_FW_TYPE_PSP_INTF_DRV, U.PSP_FW_TYPE_PSP_INTF_DRV),
+    (P.PSP_BL__LOAD_DBGDRV, U.PSP_FW_TYPE_PSP_DBG_DRV, U.PSP_FW_TYPE_PSP_DBG_DRV),
+    (P.PSP_BL__LOAD_RASDRV, U.PSP_FW_TYPE_PSP_RAS_DRV, U.PSP_FW_TYPE_PSP_RAS_DRV),
+    (P.PSP_BL__LOAD_SOSDRV, U.PSP_FW_TYPE_PSP_SOS, U.PSP_FW_TYPE_PSP_SOS),
 )
 BL_NAMES = {v: k for k in P.ENUMS["psp_bootloader_cmd"] for v in [getattr(P, k)]}
 CMD_NAMES = {getattr(P, k): k for k in P.ENUMS["psp_gfx_cmd_id"]}
 
-CMD_BUF_SIZE = 1024
-RESP_OFFSET = 0x360           # psp_gfx_cmd_resp.resp
-CMD_OFFSET = 28               # psp_gfx_cmd_resp.cmd
-FRAME_SIZE = 64               # psp_gfx_rb_frame
+CMD_RESP = structs.get(P, "psp_gfx_cmd_resp")
+RESP = structs.get(P, "psp_gfx_resp")
+FRAME = structs.get(P, "psp_gfx_rb_frame")
+CMD_BUF_SIZE = CMD_RESP.size
+RESP_OFFSET = CMD_RESP.offset("resp")
+FRAME_SIZE = FRAME.size
+# MP0 versions with pmfw_centralized_cstate_management (amdgpu_psp.c psp_check_pmfw_centralized_cstate_management)
+PMFW_CENTRALIZED = {(11, 0, 0), (11, 0, 4), (11, 0, 5), (11, 0, 7), (11, 0, 9), (11, 0, 11), (11, 0, 12),
+                    (11, 0, 13), (13, 0, 0), (13, 0, 2), (13, 0, 7)}
 
 
 class PSP(Block):
@@ -111,6 +134,7 @@ class PSP(Block):
 
     def reset(self) -> None:
         self.bl_done: list[int] = []          # bootloader commands completed, in order
+        self.bl_ready = False                  # the bootloader has started since power-on / mode1 reset
         self.sos_alive = False
         self.ring: tuple[int, int] | None = None   # (MC address, size in bytes)
         self.rptr = 0                          # dwords
@@ -120,12 +144,28 @@ class PSP(Block):
         self.loaded: dict[int, int] = {}       # GFX_FW_TYPE_* -> times loaded
         self.autoload_started = False
         self.log: list[tuple[int, int, int]] = []   # (cmd id, fw type or 0, status) of every ring command
+        if not hasattr(self, "rng"):           # one stream per device: reset draws go on from where they were
+            self.rng = random.Random(zlib.crc32(f"PSP {self.dev.chip}".encode()))
+        self.set(MP0, "MP0_SMN_C2PMSG_35", 0)
+        self.dev.schedule(self.rng.randint(*BL_READY_STEPS), self._bl_start)
+
+    def _bl_start(self) -> None:
+        """The bootloader has come up: it writes its ready value, over whatever the driver wrote."""
+        if self.get(MP0, "MP0_SMN_C2PMSG_35"):
+            self.error(f"bootloader command {self.get(MP0, 'MP0_SMN_C2PMSG_35'):#x} written before the "
+                       f"bootloader was ready (C2PMSG_35 read 0; psp_v13_0_wait_for_bootloader waits for "
+                       f"0x80000000): lost")
+        self.bl_ready = True
         self.set(MP0, "MP0_SMN_C2PMSG_35", READY)
 
     # -- state for the other models -----------------------------------------------------------------
     @property
     def rlc_autoload_complete(self) -> bool:
         return self.dev.blocks["GFX"].rlc_autoload_complete
+
+    @property
+    def pmfw_centralized(self) -> bool:
+        return self.dev.layout.entry("MP0").version in PMFW_CENTRALIZED
 
     def is_loaded(self, fw_type: int) -> bool:
         return fw_type in self.loaded
@@ -137,6 +177,8 @@ class PSP(Block):
 
     # -- bootloader ---------------------------------------------------------------------------------
     def _w_bootloader(self, value: int):
+        if not self.bl_ready:
+            return value    # nobody reads it yet; _bl_start writes over it
         if not self.get(MP0, "MP0_SMN_C2PMSG_35") & READY:
             self.error(f"bootloader command {value:#x} written while the previous one is still running")
             self.dev.schedule(BL_STEPS, functools.partial(self._bl_finish, BL_ERR_BUSY))
@@ -155,35 +197,29 @@ class PSP(Block):
         if self.sos_alive:
             self.error(f"bootloader command {name} after the secure OS started: the bootloader is gone")
             return BL_ERR_ORDER
-        order = [c for c, _ in BOOT_ORDER]
+        order = [c for c, _, _ in BOOT_ORDER]
         if cmd not in order:
             self.error(f"bootloader command {name} is not one PSP 13.0.0 takes at boot")
             return BL_ERR_COMMAND
         present = self.firmware.sos_pieces()
-        expected = [c for c, types in BOOT_ORDER if types[0] in present]
+        expected = [c for c, when, _ in BOOT_ORDER if when in present]
         pos = len(self.bl_done)
         if pos >= len(expected) or expected[pos] != cmd:
             want = BL_NAMES[expected[pos]] if pos < len(expected) else "nothing more"
             self.error(f"bootloader command {name} out of order: after "
                        f"{[BL_NAMES[c] for c in self.bl_done]} it expects {want}")
             return BL_ERR_ORDER
-        accepted = dict(BOOT_ORDER)[cmd]
+        want = present[next(staged for c, _, staged in BOOT_ORDER if c == cmd)]
         addr = self.get(MP0, "MP0_SMN_C2PMSG_36") << 20
-        for fw_type in accepted:
-            want = present.get(fw_type)
-            if want is None:
-                continue
-            try:
-                staged = self.dev.blocks["GMC"].mc_read(addr, want.size)
-            except MEM_ERRORS as e:
-                self.error(f"bootloader {name}: staged component at MC {addr:#x} unreadable: {e}")
-                return BL_ERR_PAYLOAD
-            if staged == want.data:
-                break
-        else:
-            comps = " or ".join(present[t].name for t in accepted if t in present)
-            self.error(f"bootloader {name}: the {comps} staged at MC {addr:#x} is not the pinned "
-                       f"{self.firmware.files['sos']} component (signature check fails)")
+        try:
+            staged = self.dev.blocks["GMC"].mc_read(addr, want.size)
+        except MEM_ERRORS as e:
+            self.error(f"bootloader {name}: staged component at MC {addr:#x} unreadable: {e}")
+            return BL_ERR_PAYLOAD
+        if staged != want.data:
+            self.error(f"bootloader {name}: the bytes staged at MC {addr:#x} are not the pinned "
+                       f"{self.firmware.files['sos']} {want.name} component this command takes (signature "
+                       f"check fails)")
             return BL_ERR_PAYLOAD
         self.bl_done.append(cmd)
         if cmd == P.PSP_BL__LOAD_SOSDRV:
@@ -198,7 +234,7 @@ class PSP(Block):
         if not self.sos_alive:
             self.error(f"C2PMSG_64 command {value:#x} with no secure OS running: nothing answers")
             return value
-        self.dev.schedule(RING_STEPS, functools.partial(self._ring_ctrl, value))
+        self.dev.schedule(self.rng.randint(*RING_STEPS), functools.partial(self._ring_ctrl, value))
         return value
 
     def _ring_ctrl(self, value: int) -> None:
@@ -247,8 +283,9 @@ class PSP(Block):
                 self.error(f"KM ring frame at MC {base + self.rptr * 4:#x} unreadable: {e}")
                 return
             self.rptr = (self.rptr + FRAME_SIZE // 4) % size_dw
-            cmd_lo, cmd_hi, _, fence_lo, fence_hi, fence_value = struct.unpack_from("<6I", frame)
-            self._submit(cmd_lo | cmd_hi << 32, fence_lo | fence_hi << 32, fence_value)
+            f = FRAME.unpack(frame)
+            self._submit(f.cmd_buf_addr_lo | f.cmd_buf_addr_hi << 32, f.fence_addr_lo | f.fence_addr_hi << 32,
+                         f.fence_value)
 
     def _submit(self, cmd_addr: int, fence_addr: int, fence_value: int) -> None:
         gmc = self.dev.blocks["GMC"]
@@ -257,10 +294,11 @@ class PSP(Block):
         except MEM_ERRORS as e:
             self.error(f"KM ring command buffer at MC {cmd_addr:#x} unreadable: {e}")
             return
-        cmd_id = struct.unpack_from("<I", buf, 8)[0]
-        status, fw_addr, tmr_size, fw_type = self._execute(cmd_id, buf)
-        self.log.append((cmd_id, fw_type, status))
-        resp = struct.pack("<5I", status, 0, fw_addr & 0xFFFFFFFF, fw_addr >> 32, tmr_size)
+        cmd = CMD_RESP.unpack(buf)
+        status, fw_addr, tmr_size, fw_type = self._execute(cmd.cmd_id, cmd.cmd)
+        self.log.append((cmd.cmd_id, fw_type, status))
+        resp = RESP.pack(status=status, fw_addr_lo=fw_addr & 0xFFFFFFFF, fw_addr_hi=fw_addr >> 32,
+                         tmr_size=tmr_size)[:RESP.offset("reserved")]
         try:
             gmc.mc_write(cmd_addr + RESP_OFFSET, resp)
             gmc.mc_write(fence_addr, struct.pack("<I", fence_value))
@@ -268,19 +306,19 @@ class PSP(Block):
             self.error(f"KM ring response/fence write failed: {e}")
 
     # -- commands -----------------------------------------------------------------------------------
-    def _execute(self, cmd_id: int, buf: bytes) -> tuple[int, int, int, int]:
-        """(status, fw_addr, tmr_size, fw_type) of one command."""
-        c = CMD_OFFSET
+    def _execute(self, cmd_id: int, cmd) -> tuple[int, int, int, int]:
+        """(status, fw_addr, tmr_size, fw_type) of one command; cmd: the decoded psp_gfx_commands union."""
         if cmd_id == P.GFX_CMD_ID_LOAD_TOC:
-            lo, hi, size = struct.unpack_from("<3I", buf, c)
-            return self._load_toc(lo | hi << 32, size), 0, TMR_SIZE, 0
+            c = cmd.cmd_load_toc
+            return self._load_toc(c.toc_phy_addr_lo | c.toc_phy_addr_hi << 32, c.toc_size), 0, TMR_SIZE, 0
         if cmd_id == P.GFX_CMD_ID_SETUP_TMR:
-            lo, hi, size, flags, plo, phi = struct.unpack_from("<6I", buf, c)
-            return self._setup_tmr(lo | hi << 32, size, flags, plo | phi << 32), 0, 0, 0
+            c = cmd.cmd_setup_tmr
+            return self._setup_tmr(c.buf_phy_addr_lo | c.buf_phy_addr_hi << 32, c.buf_size,
+                                   c.bitfield.virt_phy_addr, c.system_phy_addr_lo | c.system_phy_addr_hi << 32), 0, 0, 0
         if cmd_id == P.GFX_CMD_ID_LOAD_IP_FW:
-            lo, hi, size, fw_type = struct.unpack_from("<4I", buf, c)
-            status, at = self._load_ip_fw(lo | hi << 32, size, fw_type)
-            return status, at, 0, fw_type
+            c = cmd.cmd_load_ip_fw
+            status, at = self._load_ip_fw(c.fw_phy_addr_lo | c.fw_phy_addr_hi << 32, c.fw_size, c.fw_type)
+            return status, at, 0, c.fw_type
         if cmd_id == P.GFX_CMD_ID_AUTOLOAD_RLC:
             return self._autoload_rlc(), 0, 0, 0
         if cmd_id == P.GFX_CMD_ID_DESTROY_TMR:
@@ -319,9 +357,13 @@ class PSP(Block):
             self.toc_loaded = True
         return status
 
-    def _setup_tmr(self, mc: int, size: int, flags: int, phys: int) -> int:
+    def _setup_tmr(self, mc: int, size: int, virt_phy_addr: int, phys: int) -> int:
         if not self.toc_loaded:
             self.error("SETUP_TMR before LOAD_TOC: the TMR size is not known yet")
+            return TEE_ERROR_BAD_STATE
+        if self.pmfw_centralized and P.GFX_FW_TYPE_SMU not in self.loaded:
+            self.error("SETUP_TMR before LOAD_IP_FW of the SMU firmware: with DF C-state management "
+                       "centralized to the PMFW the TMR is set up after it (amdgpu_psp.c psp_hw_start)")
             return TEE_ERROR_BAD_STATE
         gmc = self.dev.blocks["GMC"]
         t = gmc.aperture(gmc.hubs["MM"], mc, system_aperture=False)
@@ -332,7 +374,7 @@ class PSP(Block):
             problem = f"MC address {mc:#x} is not {TMR_ALIGN:#x}-aligned"
         elif t is None or t.system or t.addr + size > self.dev.vram.size:
             problem = f"MC {mc:#x}+{size:#x} is not VRAM"
-        elif flags & 2 and phys != t.addr:
+        elif virt_phy_addr and phys != t.addr:
             problem = f"system_phy_addr {phys:#x} is not the VRAM address {t.addr:#x} of MC {mc:#x}"
         if problem:
             self.error(f"SETUP_TMR: {problem}")

@@ -4,7 +4,9 @@ Upstream's front-door load (amdgpu_psp.c psp_load_fw/psp_hw_start/psp_load_non_p
 `PSP.init()` follows:
 
 1. Bootloader (skipped when the secure OS already runs: C2PMSG_81 non-zero, psp_v13_0_is_sos_alive): the sos
-   package's KDB, SPL, SYS_DRV (then SOC/INTF/DBG/RAS drivers if the package has them) and SOS, each staged in
+   package's KDB, then TOS_SPL_TABLE if the package has an SPL component (psp_hw_start) with the KDB staged
+   again (psp_v13_0_bootloader_load_spl stages psp->kdb on MP0 13), SYS_DRV (then SOC/INTF/DBG/RAS drivers
+   if the package has them) and SOS, each staged in
    a 1 MiB-aligned buffer whose MC address >> 20 goes to C2PMSG_36, the PSP_BL__LOAD_* command to C2PMSG_35;
    C2PMSG_35 reads 0x80000000 when the bootloader is ready (psp_v13_0_wait_for_bootloader). After SOS,
    C2PMSG_81 turns non-zero.
@@ -39,8 +41,6 @@ Differences from upstream, and why:
   only what differs from what the buffer already holds is written (4 KiB pages in DMA memory; the changed
   head and the old tail in VRAM): a stage identical to the last is not written at all (the RS64 stacks of
   one file are the same bytes). Fewer bytes over a slow link.
-- 6.1's psp_v13_0_bootloader_load_spl stages the KDB for PSP_BL__LOAD_TOS_SPL_TABLE; the package's SPL
-  component is what the command names, and what is sent here.
 - A response status other than 0 is an error (upstream only warns outside SR-IOV): a refused firmware load
   leaves the GPU unusable, so the boot stops with the firmware, command and status named.
 - A bootloader or ring-control answer with the ready bit and a non-zero status fails at once instead of
@@ -82,11 +82,13 @@ UCODE_ORDER = (
 )
 AUTOLOAD_AFTER = "RLC_G"
 
-# psp_hw_start: bootloader commands and the sos package component each stages, in order.
+# psp_hw_start: (sos package component whose presence sends the command, component staged, command), in order.
+# TOS_SPL_TABLE is sent when the package has an SPL but stages the KDB (psp_v13_0_bootloader_load_spl on MP0 13).
 BOOTLOADER = (
-    ("KDB", P.PSP_BL__LOAD_KEY_DATABASE), ("SPL", P.PSP_BL__LOAD_TOS_SPL_TABLE),
-    ("SYS_DRV", P.PSP_BL__LOAD_SYSDRV), ("SOC_DRV", P.PSP_BL__LOAD_SOCDRV), ("INTF_DRV", P.PSP_BL__LOAD_INTFDRV),
-    ("DBG_DRV", P.PSP_BL__LOAD_DBGDRV), ("RAS_DRV", P.PSP_BL__LOAD_RASDRV), ("SOS", P.PSP_BL__LOAD_SOSDRV),
+    ("KDB", "KDB", P.PSP_BL__LOAD_KEY_DATABASE), ("SPL", "KDB", P.PSP_BL__LOAD_TOS_SPL_TABLE),
+    ("SYS_DRV", "SYS_DRV", P.PSP_BL__LOAD_SYSDRV), ("SOC_DRV", "SOC_DRV", P.PSP_BL__LOAD_SOCDRV),
+    ("INTF_DRV", "INTF_DRV", P.PSP_BL__LOAD_INTFDRV), ("DBG_DRV", "DBG_DRV", P.PSP_BL__LOAD_DBGDRV),
+    ("RAS_DRV", "RAS_DRV", P.PSP_BL__LOAD_RASDRV), ("SOS", "SOS", P.PSP_BL__LOAD_SOSDRV),
 )
 
 # psp_gfx_if.h has TEE_SUCCESS and TEE_ERROR_NOT_SUPPORTED of the GlobalPlatform TEE error codes; the others
@@ -339,12 +341,12 @@ class PSP:
 
     # -- bootloader ---------------------------------------------------------------------------------------
     def bootloader(self) -> None:
-        """KDB, SPL, SYS_DRV (, SOC/INTF/DBG/RAS drivers), SOS."""
+        """KDB, TOS_SPL_TABLE (the KDB again), SYS_DRV (, SOC/INTF/DBG/RAS drivers), SOS."""
         sos = self.sos()
         comps = {c.name: c for c in sos.components}
-        for name, cmd in BOOTLOADER:
-            if name in comps:
-                self._bootloader_load(sos.name, comps[name], cmd)
+        for when, staged, cmd in BOOTLOADER:
+            if when in comps:
+                self._bootloader_load(sos.name, comps[staged], cmd)
 
     def _bootloader_load(self, file: str, comp: Component, cmd: int) -> None:
         what = f"bootloader {BL_NAMES[cmd]} of {file} {comp.name}"

@@ -55,8 +55,9 @@ def test_full_load_reaches_rlc_autoload_complete(chip):
     assert cmds[rlc_g + 2:] == ([("LOAD_IP_FW", "RL")] if chip == "navi31" else [])   # Navi33's package has no RL
     assert all(status == 0 for *_, status in psp.log)
     assert psp.tmr_size == 0x1300000 and psp.tmr.addr % (1 << 20) == 0
-    # Ring commands are waited for on the fence in memory: register reads are the bootloader's and the ring's.
-    assert reads < 40, reads
+    # Ring commands are waited for on the fence in memory: register reads are the bootloader's and the ring's
+    # (polls while the bootloader starts and the ring is made: seeded delays of up to 48 and 16 steps).
+    assert reads < 40 + 48 + 16, reads
     assert dev.mm.in_use() == 0   # the staging buffer went back to the heap
     dev.close()
 
@@ -87,7 +88,8 @@ def test_small_bar_load():
 
 
 NAVI31_PIECES = (
-    [("psp_13_0_0_sos.bin", n) for n in ("KDB", "SPL", "SYS_DRV", "SOS", "TOC", "RL")]
+    # the package's SPL is never sent on MP0 13 (TOS_SPL_TABLE stages the KDB), so its bytes do not matter
+    [("psp_13_0_0_sos.bin", n) for n in ("KDB", "SYS_DRV", "SOS", "TOC", "RL")]
     + [("smu_13_0_0.bin", "SMU"), ("sdma_6_0_0.bin", "SDMA_UCODE_TH0"), ("sdma_6_0_0.bin", "SDMA_UCODE_TH1")]
     + [(f"gc_11_0_0_{k}.bin", f"RS64_{k.upper()}{s}") for k, n in (("pfp", 2), ("me", 2), ("mec", 4))
        for s in ["", *(f"_P{i}_STACK" for i in range(n))]]
@@ -120,7 +122,7 @@ def test_each_corrupt_payload_gives_an_error_naming_the_firmware(file, name):
     msg = str(e.value)
     assert not isinstance(e.value, PSPTimeout), msg
     assert msg.startswith("am:sim:navi31: PSP ") and f"{file} {name} failed" in msg, msg
-    if name in ("KDB", "SPL", "SYS_DRV", "SOS"):
+    if name in ("KDB", "SYS_DRV", "SOS"):
         assert "bootloader" in msg and "C2PMSG_35 = 0x8000000" in msg, msg
     else:
         cmd = "LOAD_TOC" if name == "TOC" else "LOAD_IP_FW"
@@ -224,6 +226,7 @@ def test_the_tmr_stays_vram_the_psp_refuses_a_gart_address():
     psp.bootloader()
     psp.ring_create()
     psp.tmr_size = psp.load_toc()
+    psp.load_ip_fw(psp.smu_load())         # the TMR comes after the SMU firmware (pmfw-centralized)
     mc = psp.stage_mc
     with pytest.raises(PSPError, match=r"SETUP_TMR .* failed: status 0xffff0006 \(TEE_ERROR_BAD_PARAMETERS"):
         psp.submit(P.GFX_CMD_ID_SETUP_TMR, "at the staging buffer",
@@ -290,4 +293,60 @@ def test_dma_staging_pushes_only_the_pages_that_changed():
     assert bytes(buf.device[:len(d)]) == d and not any(buf.device[len(d):])
     psp._free_stage()
     assert buf.freed
+    dev.close()
+
+
+# -- each upstream step the simulated PSP enforces, shown by a driver that gets it wrong ----------------------
+
+def test_tos_spl_table_staging_the_spl_component_is_refused(monkeypatch):
+    """psp_v13_0_bootloader_load_spl stages the KDB (psp->kdb) for PSP_BL__LOAD_TOS_SPL_TABLE on MP0 13."""
+    from amdrv.ip import psp as psp_mod
+    wrong = tuple(("SPL", "SPL", c) if c == P.PSP_BL__LOAD_TOS_SPL_TABLE else e
+                  for e in psp_mod.BOOTLOADER for c in [e[2]])
+    monkeypatch.setattr(psp_mod, "BOOTLOADER", wrong)
+    dev = open_dev()
+    with pytest.raises(PSPError, match=r"bootloader LOAD_TOS_SPL_TABLE of psp_13_0_0_sos.bin SPL failed"):
+        PSP(dev, timeout_s=0.5).init()
+    assert "KDB component this command takes" in str(sim._SLOTS[SLOT].errors[-1])
+    dev.close()
+
+
+def test_a_driver_that_does_not_wait_for_the_bootloader_fails(monkeypatch):
+    """psp_v13_0_wait_for_bootloader before the first command: after power-on C2PMSG_35 is not ready yet."""
+    real = PSP._wait
+
+    def no_ready_wait(self, n, done, what, fail=None):
+        if what.startswith("the bootloader to be ready"):
+            return 0
+        return real(self, n, done, what, fail)
+    monkeypatch.setattr(PSP, "_wait", no_ready_wait)
+    dev = open_dev()
+    with pytest.raises(PSPError, match=r"bootloader LOAD_TOS_SPL_TABLE .* failed|KEY_DATABASE"):
+        PSP(dev, timeout_s=0.5).init()
+    assert any("before the bootloader was ready" in str(e) for e in sim._SLOTS[SLOT].errors)
+    dev.close()
+
+
+def test_a_driver_that_does_not_poll_for_ring_creation_fails(monkeypatch):
+    """psp_v13_0_ring_create: mdelay(20), then wait for bit 31 of C2PMSG_64; the PSP takes time to make it."""
+    monkeypatch.setattr(PSP, "_ring_ctrl", lambda self, value, what: self.c2pmsg[64].write(value))
+    dev = open_dev()
+    with pytest.raises(PSPTimeout, match=r"waiting for LOAD_TOC"):
+        PSP(dev, timeout_s=0.2).init()
+    assert any("no ring created" in str(e) for e in sim._SLOTS[SLOT].errors)
+    dev.close()
+
+
+def test_setup_tmr_before_the_smu_firmware_is_refused(monkeypatch):
+    """amdgpu_psp.c psp_hw_start: pmfw_centralized_cstate_management (MP0 13.0.0) loads the SMU before the TMR."""
+    real_load = PSP.load_ip_fw
+
+    def tmr_first(self, ld):
+        if ld.component.name == "SMU":
+            self.setup_tmr()
+        return real_load(self, ld)
+    monkeypatch.setattr(PSP, "load_ip_fw", tmr_first)
+    dev = open_dev()
+    with pytest.raises(PSPError, match=r"SETUP_TMR of .* failed: status 0xffff0007 \(TEE_ERROR_BAD_STATE"):
+        PSP(dev).init()
     dev.close()

@@ -43,7 +43,7 @@ class Driver:
         self.dev.step()    # a BAR read in the stepped mode
         return self.dev.regs.read(self.dev.reg_addr("MP0", reg))
 
-    def wait(self, reg, mask, value, tries=50):
+    def wait(self, reg, mask, value, tries=100):
         for _ in range(tries):
             v = self.r(reg)
             if v & mask == value:
@@ -56,7 +56,7 @@ class Driver:
         self.dev.vram.write(FW_BUF, data)
         self.w("MP0_SMN_C2PMSG_36", (FB_BASE + FW_BUF) >> 20)
         self.w("MP0_SMN_C2PMSG_35", cmd)
-        for _ in range(50):
+        for _ in range(100):
             v = self.r("MP0_SMN_C2PMSG_35")
             if v & 0x80000000:
                 return v
@@ -159,10 +159,75 @@ def test_full_upstream_boot(sim):
     assert again.blocks["PSP"].sos_alive and again.blocks["PSP"].rlc_autoload_complete
 
 
-def test_spl_command_takes_the_spl_component_too(sim):
+def test_spl_command_takes_the_kdb_not_the_spl_component(sim):
+    """psp_v13_0_bootloader_load_spl (6.1 and later MP0 13 code) stages psp->kdb for TOS_SPL_TABLE."""
     dev, drv, fw = sim
-    drv.boot_sos(fw, spl=U.PSP_FW_TYPE_PSP_SPL)
-    assert dev.blocks["PSP"].sos_alive
+    assert drv.bootloader(P.PSP_BL__LOAD_KEY_DATABASE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == 0x80000000
+    spl = fw.sos_component(U.PSP_FW_TYPE_PSP_SPL)
+    assert drv.bootloader(P.PSP_BL__LOAD_TOS_SPL_TABLE, spl) == 0x80000000 | PSPM.BL_ERR_PAYLOAD
+    assert "KDB component this command takes" in str(dev.errors[-1])
+    assert drv.bootloader(P.PSP_BL__LOAD_TOS_SPL_TABLE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == 0x80000000
+
+
+def test_bootloader_is_not_ready_at_power_on_and_a_command_then_is_lost(sim):
+    """psp_v13_0_wait_for_bootloader: C2PMSG_35 reads 0x80000000 only once the bootloader runs."""
+    dev, drv, fw = sim
+    assert drv.r("MP0_SMN_C2PMSG_35") == 0
+    dev.vram.write(FW_BUF, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB))
+    drv.w("MP0_SMN_C2PMSG_36", (FB_BASE + FW_BUF) >> 20)
+    drv.w("MP0_SMN_C2PMSG_35", P.PSP_BL__LOAD_KEY_DATABASE)
+    assert drv.wait("MP0_SMN_C2PMSG_35", 0xFFFFFFFF, 0x80000000) == 0x80000000   # the ready value, not an answer
+    assert "before the bootloader was ready" in str(dev.errors[-1])
+    assert dev.blocks["PSP"].bl_done == []
+    # the driver that goes on as if the KDB were in sees the next step refused
+    assert drv.bootloader(P.PSP_BL__LOAD_TOS_SPL_TABLE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == \
+        0x80000000 | PSPM.BL_ERR_ORDER
+
+
+def test_bootloader_ready_delay_is_seeded_and_deterministic(firmware):
+    def ready_after():
+        dev = board.build("navi31", vram_size=512 << 20)
+        n = 0
+        while Driver(dev).r("MP0_SMN_C2PMSG_35") != 0x80000000:
+            n += 1
+        return n
+    first = ready_after()
+    assert PSPM.BL_READY_STEPS[0] - 1 <= first <= PSPM.BL_READY_STEPS[1] and ready_after() == first
+
+
+def test_ring_creation_takes_time(sim):
+    """psp_v13_0_ring_create: mdelay(20), then polls C2PMSG_64 bit 31; one read right away sees it clear."""
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    assert drv.wait("MP0_SMN_C2PMSG_64", 0x80000000, 0x80000000) is not None
+    drv.w("MP0_SMN_C2PMSG_69", (FB_BASE + RING) & 0xFFFFFFFF)
+    drv.w("MP0_SMN_C2PMSG_70", (FB_BASE + RING) >> 32)
+    drv.w("MP0_SMN_C2PMSG_71", 0x1000)
+    drv.w("MP0_SMN_C2PMSG_64", P.PSP_RING_TYPE__KM << 16)
+    assert not drv.r("MP0_SMN_C2PMSG_64") & 0x80000000
+    assert dev.blocks["PSP"].ring is None
+    assert drv.wait("MP0_SMN_C2PMSG_64", 0x8000FFFF, 0x80000000) is not None
+    assert dev.blocks["PSP"].ring is not None
+    drv.w("MP0_SMN_C2PMSG_64", P.GFX_CTRL_CMD_ID_DESTROY_RINGS)      # psp_v13_0_ring_stop: the same
+    assert not drv.r("MP0_SMN_C2PMSG_64") & 0x80000000 and dev.blocks["PSP"].ring is not None
+    assert drv.wait("MP0_SMN_C2PMSG_64", 0x8000FFFF, 0x80000000) is not None
+    assert dev.blocks["PSP"].ring is None
+
+
+def test_setup_tmr_only_after_the_smu_firmware(sim):
+    """amdgpu_psp.c psp_hw_start: with pmfw_centralized_cstate_management (MP0 13.0.0/13.0.7) the SMU
+    firmware is loaded before SETUP_TMR."""
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    assert drv.ring_create() == 0x80000000
+    toc = fw.sos_component(U.PSP_FW_TYPE_PSP_TOC)
+    dev.vram.write(STAGE, toc)
+    assert drv.submit(P.GFX_CMD_ID_LOAD_TOC, (FB_BASE + STAGE) & 0xFFFFFFFF, (FB_BASE + STAGE) >> 32,
+                      len(toc))[0] == 0
+    assert drv.setup_tmr(TMR, 0x1300000) == PSPM.TEE_ERROR_BAD_STATE
+    assert "before LOAD_IP_FW of the SMU firmware" in str(dev.errors[-1])
+    assert drv.load(P.GFX_FW_TYPE_SMU, fw.ip_fw(P.GFX_FW_TYPE_SMU)) == 0
+    assert drv.setup_tmr(TMR, 0x1300000) == 0
 
 
 def test_bootloader_refuses_a_flipped_byte(sim):
@@ -217,6 +282,7 @@ def test_load_ip_fw_refusals(sim):
     assert drv.submit(P.GFX_CMD_ID_LOAD_TOC, (FB_BASE + STAGE) & 0xFFFFFFFF, (FB_BASE + STAGE) >> 32,
                       len(toc))[0] == 0
     assert drv.load(P.GFX_FW_TYPE_RS64_MEC, mec) == PSPM.TEE_ERROR_BAD_STATE          # before SETUP_TMR
+    assert drv.load(P.GFX_FW_TYPE_SMU, fw.ip_fw(P.GFX_FW_TYPE_SMU)) == 0              # SMU, then the TMR
     assert drv.setup_tmr(TMR, 0x100000) == PSPM.TEE_ERROR_BAD_PARAMETERS              # too small
     assert drv.setup_tmr(TMR + 0x1000, 0x1300000) == PSPM.TEE_ERROR_BAD_PARAMETERS    # misaligned
     assert drv.setup_tmr(TMR, 0x1300000) == 0
@@ -230,7 +296,7 @@ def test_load_ip_fw_refusals(sim):
     assert drv.load(P.GFX_FW_TYPE_RS64_PFP, me) == PSPM.TEE_ERROR_SECURITY            # wrong fw type
     assert drv.load(P.GFX_FW_TYPE_VCN, me) == PSPM.TEE_ERROR_NOT_SUPPORTED            # none on this chip
     assert drv.load(P.GFX_FW_TYPE_RS64_MEC, mec) == 0
-    assert dev.blocks["PSP"].loaded == {P.GFX_FW_TYPE_RS64_MEC: 1}
+    assert dev.blocks["PSP"].loaded == {P.GFX_FW_TYPE_SMU: 1, P.GFX_FW_TYPE_RS64_MEC: 1}
 
 
 def test_a_new_ring_continues_at_the_write_pointer(sim):
@@ -286,7 +352,8 @@ def test_mode1_reset_returns_to_the_bootloader(sim):
     board.mode1_reset(dev)
     psp = dev.blocks["PSP"]
     assert not psp.sos_alive and drv.r("MP0_SMN_C2PMSG_81") == 0
-    assert drv.r("MP0_SMN_C2PMSG_35") == 0x80000000
+    assert drv.r("MP0_SMN_C2PMSG_35") == 0                   # the bootloader starts again, not at once
+    assert drv.wait("MP0_SMN_C2PMSG_35", 0xFFFFFFFF, 0x80000000) == 0x80000000
 
 
 def test_firmware_found_through_the_store(monkeypatch, debian_firmware):
