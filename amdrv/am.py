@@ -259,6 +259,7 @@ class AMGPU:
             self.sdma.fini()
             self.smu.low_clocks()
             self.gmc.fini()
+            self.nbio.fini()
             self.nbio.write_state(BOOT_STATE_VERSION, clean=True)
         finally:
             self._finished = True

@@ -32,7 +32,8 @@ Facts (drivers/gpu/drm/amd):
   wptr poll word and rung as a 64-bit doorbell (gfx_v11_0_ring_set_wptr_compute). SDMA wptr: the same in
   bytes (wptr << 2, sdma_v6_0_ring_set_wptr); rptr write-back in bytes too (sdma_v6_0_ring_get_rptr).
 - SDMA queue set-up is sdma_v6_0_gfx_resume for one engine (ring, pointers, wptr poll, rptr write-back,
-  doorbell enable/offset, the NBIO SDMA doorbell range for engine 0 (sdma_doorbell_range 20 per engine),
+  doorbell enable/offset, the NBIO SDMA doorbell range (instance 0's entry, 20 dwords per engine, set up
+  by any engine's queue),
   UTCL1 RESP_MODE 3 / REDO_DELAY 9 and the L2 read/write policies (sdma_common.h defaults NOA/BYPASS),
   unhalt, RB_ENABLE, IB_ENABLE).
 - Recovery: the compute side is gfx_v11_0_soft_reset (every MEC queue dequeued with RESET_WAVES (2) and
@@ -50,11 +51,10 @@ import time
 import weakref
 
 from amdrv.ip.gfx import MEC_PIPES, poll
+from amdrv.ip.nbio import DOORBELL_SDMA_ENGINE, SDMA_DOORBELL_RANGE
 
 # amdgpu_doorbell.h AMDGPU_NAVI10_DOORBELL_* (64-bit doorbell units)
 DOORBELL_KIQ, DOORBELL_MEC_RING0, DOORBELL_USERQUEUE_END = 0x000, 0x003, 0x08A
-DOORBELL_SDMA_ENGINE = (0x100, 0x10A)
-SDMA_DOORBELL_RANGE = 20               # soc21_init_doorbell_index
 DOORBELL_BAR = 2
 GFX11_MEC_HPD_SIZE = 2048              # gfx_v11_0.c: EOP buffer bytes per queue
 MQD_SIZE = 4096                        # v11_compute_mqd is 512 dwords; one page
@@ -468,8 +468,10 @@ class SDMAQueue(_Queue):
         r("QUEUE0_RB_WPTR_HI").write(0)
         r("QUEUE0_DOORBELL").update(ENABLE=1)
         r("QUEUE0_DOORBELL_OFFSET").update(OFFSET=self.doorbell_index)
-        if self.engine == 0:
-            self.gpu.nbio.sdma_doorbell_range(0, self.doorbell_index, SDMA_DOORBELL_RANGE * len(self.gpu.sdma.engines))
+        # NBIO 4.3 has one SDMA routing entry, instance 0's, covering every engine's doorbells: whichever
+        # engine's queue comes up programs it (upstream's gfx_resume always sets up instance 0 too)
+        self.gpu.nbio.sdma_doorbell_range(0, DOORBELL_SDMA_ENGINE[0] << 1,
+                                          SDMA_DOORBELL_RANGE * len(self.gpu.sdma.engines))
         r("QUEUE0_MINOR_PTR_UPDATE").write(0)
         r("UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
         page = r("UTCL1_PAGE")

@@ -109,7 +109,7 @@ class CP(Block):
         self.on_write(GC, "CP_PQ_WPTR_POLL_CNTL", self._w_wptr_poll_cntl)
         self.sh_names = {self.dev.reg_addr(GC, n): n for n in t.names() if n.startswith("COMPUTE_")}
         self.kernel_max_steps = KERNEL_MAX_STEPS
-        self.dev.blocks["NBIO"].on_doorbell(0, (1 << 26) - 1, self._doorbell)
+        self.dev.blocks["NBIO"].on_doorbell("CP", self._doorbell)   # S2A routing: gpusim.nbio
 
     def reset(self) -> None:
         self.queues: dict[tuple[int, int, int], Queue] = {}
@@ -207,12 +207,19 @@ class CP(Block):
         return self._f(q, "CP_HQD_VMID", "VMID")
 
     # -- doorbells ---------------------------------------------------------------------------------------
-    def _doorbell(self, index: int, value: int) -> None:
+    def _doorbell(self, index: int, value: int) -> bool:
+        taken = False
         lo = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_LOWER", "DOORBELL_RANGE_LOWER") << 2
         hi = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_UPPER", "DOORBELL_RANGE_UPPER") << 2
         for q in self.queues.values():
             if not (q.active and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_EN")
                     and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_OFFSET") == index):
+                continue
+            if not self.dev.field(GC, "CP_PQ_STATUS", "DOORBELL_ENABLE"):
+                # gfx_v11_0_kiq_init_register sets CP_PQ_STATUS.DOORBELL_ENABLE after the MEC doorbell
+                # range; the field's name says what it gates (assumption: a doorbell is dropped, not held)
+                self.error(f"doorbell {index} (byte {index * 4:#x}) of the {q.name} with "
+                           "CP_PQ_STATUS.DOORBELL_ENABLE 0: the MEC ignores it")
                 continue
             if not lo <= index * 4 <= hi:
                 self.error(f"doorbell {index} (byte {index * 4:#x}) of the {q.name} is outside "
@@ -220,8 +227,10 @@ class CP(Block):
                 continue
             q.wptr = value
             q.regs["CP_HQD_PQ_WPTR_LO"], q.regs["CP_HQD_PQ_WPTR_HI"] = value & 0xFFFFFFFF, value >> 32
+            taken = True
         self._idle_polls = 0
         self._kick()
+        return taken
 
     # -- running -----------------------------------------------------------------------------------------
     def _runs(self, q: Queue) -> bool:

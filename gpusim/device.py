@@ -37,9 +37,9 @@ storage: a read returns the last write, 0 after power-on.
   register makes progress exactly as it would on hardware. `dev.start_async()` steps from a thread instead;
   every access takes `dev.lock`.
 - `dev.error(block, message)`: records a hardware-visible failure (what a real GPU would log or drop).
-- `dev.blocks[name]`: the attached blocks. Cross-block hooks: `blocks["NBIO"].on_doorbell(first, last, fn)`
-  routes BAR2 doorbell dwords to an engine (fn(index, value); only while the driver has enabled the
-  doorbell aperture); `blocks["SMU"].firmware_loaded(version)` starts the SMU firmware (the PSP calls it);
+- `dev.blocks[name]`: the attached blocks. Cross-block hooks: `blocks["NBIO"].on_doorbell(client, fn)`
+  hands an engine ("CP", "SDMA", "IH") the BAR2 doorbell dwords the S2A routing entries send it (fn(index,
+  value); only while the driver has enabled the doorbell aperture); `blocks["SMU"].firmware_loaded(version)` starts the SMU firmware (the PSP calls it);
   `blocks["SMU"].set_activity("gfx" | "mem", 0..1)` feeds the power model; `blocks["HDP"].unflushed_writes`
   counts BAR0 writes since the last HDP flush; `blocks["GMC"].mc_read/mc_write` reach MC addresses.
 - Block state must pickle: keep bound methods, plain data and RegisterDef lookups, not lambdas or locks.

@@ -48,7 +48,7 @@ class IH(Block):
         self.dev.ih_sink = self.post
         nbio = self.dev.blocks.get("NBIO")
         if nbio is not None:
-            nbio.on_doorbell(0, (1 << 26) - 1, self.doorbell)   # IH_DOORBELL_RPTR.OFFSET is 26 bits
+            nbio.on_doorbell("IH", self.doorbell)   # what the S2A entries route to the IH
 
     def reset(self) -> None:
         self.wptr = 0          # byte offset of the next entry

@@ -13,12 +13,36 @@ Facts (drivers/gpu/drm/amd):
   rmmio_remap.reg_offset (BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL.ADDRESS, a byte offset in BAR5); hdp_v6_0.c
   flushes by writing 0 there. get_hdp_flush_req/done_offset: BIF_BX_PF0_GPU_HDP_FLUSH_REQ/DONE, whose
   per-client bits the CP and SDMA set and poll (the done bit follows the request once the flush is done).
+
+Doorbell routing (the GDC "S2A" entries, S2A_DOORBELL_ENTRY_0..15_CTRL, nbio_4_3_0 headers): the BIF turns a
+BAR2 doorbell write into a write to a GPU block; each entry has ENABLE, RANGE_OFFSET and RANGE_SIZE (dword
+doorbell indices: nbio_v4_3_sdma_doorbell_range gets ring->doorbell_index, already << 1, and a size of
+sdma_doorbell_range (20) per instance, so one entry covers SDMA0 at 0x200 and SDMA1 at 0x214;
+ih_doorbell_range gets ih << 1 with size 2), AWADDR_31_28_VALUE (the destination block) and AWID (the client
+there). Who listens where is read off the values upstream programs (an inference, no register spec):
+  - AWADDR 3 / AWID 0xE: the SDMA engines (nbio_v4_3_sdma_doorbell_range, entry 2);
+  - AWADDR 0 / AWID 0: the IH (nbio_v4_3_ih_doorbell_range, entry 1);
+  - AWADDR 3 / AWID 3 or 6: the CP (nbio_v4_3_gc_doorbell_init: entries 0 and 3 = 0x30000007, 0x3000000D;
+    AMD's GIM navi32 code writes the same values under "set CP doorbell range");
+  - AWADDR 4 / 7: VCN0/1 (vcn_doorbell_range; not modeled, nobody listens).
+A doorbell is routed by the enabled entry whose [RANGE_OFFSET, RANGE_OFFSET + RANGE_SIZE) holds its dword
+index. RANGE_SIZE 0 claims no range (upstream's "off" for the SDMA/IH/VCN entries); the CP's entries,
+programmed with size 0, are the default route: the CP gets the doorbells no sized entry claims and filters
+them with its own CP_MEC_DOORBELL_RANGE (assumption: no public fact says how a size-0 entry decodes; older
+NBIOs had no CP range either, and which of AWID 3 or 6 the MEC listens on is not public, so either entry
+carries CP doorbells here). A doorbell no entry routes, or routed to an AWADDR/AWID no modeled client listens
+on, is dropped and recorded in dev.errors. FENCE_ENABLE, 64BIT_SUPPORT_DIS and NEED_DEDUCT_RANGE_OFFSET are
+not modeled (upstream writes them 0 on NBIO 4.3).
 """
 from __future__ import annotations
 
 from gpusim.device import Block
 
 MM_APER = 1 << 31
+S2A_ENTRIES = 16
+# (AWADDR_31_28_VALUE, AWID) -> the client listening there (see the module docstring for the sources)
+S2A_CLIENTS = {(3, 0xE): "SDMA", (0, 0): "IH", (3, 3): "CP", (3, 6): "CP"}
+DEFAULT_ROUTE_CLIENT = "CP"    # size-0 entries route the unclaimed doorbells to the CP only (assumption)
 
 
 class NBIO(Block):
@@ -33,9 +57,12 @@ class NBIO(Block):
         self.on_read("NBIO", "BIF_BX0_PCIE_DATA2", self._pcie2_read)
         self.on_write("NBIO", "BIF_BX_PF0_GPU_HDP_FLUSH_REQ", self._hdp_flush_req)
         self.on_write("NBIO", "BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", self._remap_hdp)
-        self.doorbell_handlers: list = []   # (first dword index, last, fn(index, value)) set by engines
+        for n in range(S2A_ENTRIES):
+            self.on_write("NBIO", f"S2A_DOORBELL_ENTRY_{n}_CTRL", self._w_s2a)
+        self.doorbell_clients: dict[str, list] = {}   # client name -> [fn(index, value)] set by engines
         self.doorbells: dict[int, int] = {}
         self._remap_addr = None
+        self._routes = None
 
     def reset(self) -> None:
         dev = self.dev
@@ -45,6 +72,7 @@ class NBIO(Block):
         self.set("NBIO", "RCC_STRAP0_RCC_DEV0_EPF0_STRAP0", strap)
         self.set("NBIO", "BIF_BX0_BIF_FB_EN", 3)    # the VBIOS posted the card with FB access on
         self.doorbells = {}
+        self._routes = None
         self._set_remap(None)
 
     # -- index/data pairs --------------------------------------------------------------------------
@@ -113,10 +141,45 @@ class NBIO(Block):
     def doorbell_enabled(self) -> bool:
         return bool(self.dev.field("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", "BIF_DOORBELL_APER_EN"))
 
-    def on_doorbell(self, first: int, last: int, fn) -> None:
-        """Routes doorbell dword indices first..last (inclusive) to fn(index, value) (engine models).
-        A 64-bit doorbell write arrives as one call with the 64-bit value, as one PCIe write would."""
-        self.doorbell_handlers.append((first, last, fn))
+    def on_doorbell(self, client: str, fn) -> None:
+        """Engine models listen as one of the S2A_CLIENTS ("CP", "SDMA", "IH"): fn(index, value) gets every
+        doorbell the routing entries send that client, filters by its own registers and returns True when
+        one of its queues took it. A 64-bit doorbell write arrives as one call with the 64-bit value, as
+        one PCIe write would."""
+        self.doorbell_clients.setdefault(client, []).append(fn)
+
+    def _w_s2a(self, value: int) -> None:
+        self._routes = None
+
+    def routes(self) -> tuple[list, list]:
+        """([(first, end, entry, awaddr, awid)] of the enabled sized entries, [(entry, awaddr, awid)] of the
+        enabled size-0 ones), decoded once per change of the entries."""
+        if self._routes is None:
+            sized, default = [], []
+            for n in range(S2A_ENTRIES):
+                v = self.get("NBIO", f"S2A_DOORBELL_ENTRY_{n}_CTRL")
+                if not v & 1:                                   # S2A_DOORBELL_PORTn_ENABLE
+                    continue
+                awid, offset, size, awaddr = (v >> 1) & 0x1F, (v >> 7) & 0x3FF, (v >> 17) & 0xFF, v >> 28
+                if size:
+                    sized.append((offset, offset + size, n, awaddr, awid))
+                else:
+                    default.append((n, awaddr, awid))
+            self._routes = (sized, default)
+        return self._routes
+
+    def route(self, index: int) -> tuple[str | None, str]:
+        """(the client a doorbell dword index reaches, or None and why not, in words)."""
+        sized, default = self.routes()
+        for first, end, n, awaddr, awid in sized:
+            if first <= index < end:
+                client = S2A_CLIENTS.get((awaddr, awid))
+                where = f"S2A_DOORBELL_ENTRY_{n}_CTRL (AWADDR {awaddr:#x}, AWID {awid:#x})"
+                return client, where if client else f"{where} leads to no modeled client"
+        for n, awaddr, awid in default:
+            if S2A_CLIENTS.get((awaddr, awid)) == DEFAULT_ROUTE_CLIENT:
+                return DEFAULT_ROUTE_CLIENT, f"the CP's default route S2A_DOORBELL_ENTRY_{n}_CTRL"
+        return None, "no enabled S2A_DOORBELL_ENTRY_n_CTRL covers it"
 
     def doorbell_write(self, offset: int, value: int, size: int = 4) -> None:
         if not self.doorbell_enabled:
@@ -126,9 +189,16 @@ class NBIO(Block):
         index = offset >> 2
         for k in range(size // 4):
             self.doorbells[index + k] = (value >> (32 * k)) & 0xFFFFFFFF
-        for first, last, fn in self.doorbell_handlers:
-            if first <= index <= last:
-                fn(index, value)
+        client, where = self.route(index)
+        fns = self.doorbell_clients.get(client) if client else None
+        if not fns:
+            why = where if client is None else f"{where}: no {client} model listens"
+            self.error(f"doorbell write {value:#x} at BAR2 dword {index:#x}: {why} (nbio_v4_3 "
+                       f"gc_doorbell_init / sdma_doorbell_range / ih_doorbell_range program them): dropped")
+            return
+        if not any([fn(index, value) for fn in fns]):
+            self.error(f"doorbell write {value:#x} at BAR2 dword {index:#x}: routed by {where} to the {client}, "
+                       f"where nothing listens on that doorbell: dropped")
 
     def doorbell_read(self, offset: int) -> int:
         return self.doorbells.get(offset >> 2, 0)

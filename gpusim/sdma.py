@@ -139,7 +139,7 @@ class SDMA(Block):
                 self.on_write(GC, reg(i, r), functools.partial(self._w_wptr, i))
         nbio = self.dev.blocks.get("NBIO")
         if nbio is not None:
-            nbio.on_doorbell(0, (1 << 26) - 1, self.doorbell)   # DOORBELL_OFFSET.OFFSET is 26 bits
+            nbio.on_doorbell("SDMA", self.doorbell)   # what the S2A entries route to SDMA
 
     def reset(self) -> None:
         self.busy = [False] * INSTANCES

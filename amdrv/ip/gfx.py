@@ -89,9 +89,9 @@ class GFX:
 
     # ---------------------------------------------------------------- hw_init
     def init(self, warm: bool = False) -> None:
-        """warm: nothing reset GC since a cold boot programmed golden settings, constants and doorbell
-        routing (GC registers outlive the driver, and the driver never allows GFXOFF), so only the MEC
-        start, the GC hub and the unhalt are done again."""
+        """warm: nothing reset GC since a cold boot programmed golden settings and constants (GC registers
+        outlive the driver, and the driver never allows GFXOFF), so only the MEC start, the GC hub, the
+        CP doorbell routing and the unhalt are done again."""
         self.wait_for_rlc_autoload()
         self.gb_addr_config = self.gc.GB_ADDR_CONFIG.read()
         self.config_mec_rs64()
@@ -100,7 +100,9 @@ class GFX:
             golden = GOLDEN_GC_11_0_1 + GOLDEN_GC_11_0 if self.version in ((11, 0, 1), (11, 0, 4)) else GOLDEN_GC_11_0
             program_golden(self.gc, golden)
             self.constants_init()
-            self.nbio.gc_doorbell_init()
+        # NBIO routing, not GC state: programmed on every boot, as every gfx_v11_0_hw_init does, so a warm
+        # boot never depends on what the bus interface kept
+        self.nbio.gc_doorbell_init()
         self.rlc_resume()
         self.cp_compute_enable(True)
         if not self.mec_ready():

@@ -50,6 +50,9 @@ PCI_BASE_ADDRESS_2 = 0x18
 DOORBELL_BAR = 2
 # amdgpu_doorbell.h AMDGPU_NAVI10_DOORBELL_IH; soc21_init_doorbell_index; ih_v6_0 shifts it to dwords
 DOORBELL_IH = 0x178 << 1
+# amdgpu_doorbell.h AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0/1 (64-bit units; rings use index << 1 in dwords)
+DOORBELL_SDMA_ENGINE = (0x100, 0x10A)
+SDMA_DOORBELL_RANGE = 20    # soc21_init_doorbell_index: doorbell_index.sdma_doorbell_range (dwords per engine)
 # nbio_v4_3_gc_doorbell_init's values for S2A_DOORBELL_ENTRY_0_CTRL and _3_CTRL
 GC_DOORBELL_ENTRIES = {"S2A_DOORBELL_ENTRY_0_CTRL": 0x30000007, "S2A_DOORBELL_ENTRY_3_CTRL": 0x3000000D}
 HDP_FLUSH_CLIENTS = tuple(f"CP{i}" for i in range(10)) + ("SDMA0", "SDMA1")
@@ -130,6 +133,11 @@ class NBIO:
         self.regs.BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL.write(MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL)
         self.regs.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL.write(MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_REG_FLUSH_CNTL)
         self.enable_doorbells(True)
+
+    def fini(self) -> None:
+        """soc21_common_hw_fini: the doorbell aperture and the self-ring aperture off (the next boot's
+        init turns them on again)."""
+        self.enable_doorbells(False)
 
     def enable_bus_master(self) -> None:
         pci = self.dev.pci

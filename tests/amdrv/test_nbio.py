@@ -32,9 +32,15 @@ def test_init_enables_bus_mastering_doorbells_and_the_remap_page():
     bar2 = dev.pci.config_read(0x18, 4) & ~0xF | dev.pci.config_read(0x1C, 4) << 32
     assert s.get("NBIO", "BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_BASE_LOW") | \
         s.get("NBIO", "BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_BASE_HIGH") << 32 == bar2
-    errors = len(s.errors)
-    dev.pci.bar(2).write32(0x100, 2)
-    assert len(s.errors) == errors and s.blocks["NBIO"].doorbell_read(0x100) == 2
+    dev.pci.bar(2).write32(0x100, 2)                     # through the aperture, but routed nowhere yet
+    assert "no enabled S2A" in str(s.errors[-1]) and s.blocks["NBIO"].doorbell_read(0x100) == 2
+    nbio.gc_doorbell_init()                              # the CP's routing entries
+    dev.pci.bar(2).write32(0x100, 3)                     # reaches the CP now, which has no queue there
+    assert "to the CP, where nothing listens" in str(s.errors[-1]) and s.blocks["NBIO"].doorbell_read(0x100) == 3
+    nbio.fini()                                          # soc21_common_hw_fini: both apertures off
+    assert not s.blocks["NBIO"].doorbell_enabled and s.get("NBIO", "BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_CNTL") == 0
+    dev.pci.bar(2).write32(0x100, 4)
+    assert "doorbell aperture disabled" in str(s.errors[-1])
 
 
 def test_registers_past_the_bar_go_through_rsmu():

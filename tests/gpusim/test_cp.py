@@ -69,6 +69,7 @@ class Queue:
             gc.CP_HQD_PQ_WPTR_HI.write(0)
             gc.CP_HQD_VMID.write(0)
             gc.CP_HQD_ACTIVE.write(1)
+            gc.CP_PQ_STATUS.update(DOORBELL_ENABLE=1)
 
     def selected(self):
         gc, me, pipe, queue = self.gc, 1, self.pipe, self.queue

@@ -130,9 +130,14 @@ def test_doorbell_rptr(sim):
     ih = dev.blocks["IH"]
     assert not ih.doorbell(0x10, 64)
     assert ih.doorbell(0x88, 64) and r(dev, "IH_RB_RPTR") == 64
-    # through BAR2, once the driver has opened the doorbell aperture
+    # through BAR2, once the driver has opened the doorbell aperture and routed the IH's doorbells
     nbio = dev.blocks["NBIO"]
     dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
+    nbio.doorbell_write(0x88 * 4, 80)
+    assert r(dev, "IH_RB_RPTR") == 64 and "no enabled S2A" in str(dev.errors[-1])   # no routing entry
+    entry = dev.table("NBIO")["S2A_DOORBELL_ENTRY_1_CTRL"]       # nbio_v4_3_ih_doorbell_range's values
+    dev.regs.write(dev.reg_addr("NBIO", "S2A_DOORBELL_ENTRY_1_CTRL"), entry.encode(
+        S2A_DOORBELL_PORT1_ENABLE=1, S2A_DOORBELL_PORT1_RANGE_OFFSET=0x88, S2A_DOORBELL_PORT1_RANGE_SIZE=2))
     nbio.doorbell_write(0x88 * 4, 96)
     assert r(dev, "IH_RB_RPTR") == 96
     nbio.doorbell_write(0x89 * 4, 128)

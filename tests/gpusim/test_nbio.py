@@ -5,28 +5,81 @@ import pytest
 
 import pcie
 from amdrv.autogen import smu_13_0_0 as S
-from gpusim import provider
+from gpusim import board, provider
 
 
 def _open(slot=13, **kw):
     return provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=slot, **kw)
 
 
+def _s2a(dev, n, **fields):
+    """Writes S2A_DOORBELL_ENTRY_n_CTRL through the register space (handlers run)."""
+    name = f"S2A_DOORBELL_ENTRY_{n}_CTRL"
+    value = dev.table("NBIO")[name].encode(**{f"S2A_DOORBELL_PORT{n}_{k}": v for k, v in fields.items()})
+    dev.regs.write(dev.reg_addr("NBIO", name), value)
+
+
+def _listen(nbio, client):
+    rung = []
+    nbio.on_doorbell(client, lambda i, v: rung.append((i, v)))
+    return rung
+
+
 def test_doorbells_need_the_aperture_enabled():
     f = _open()
     dev, nbio = f.dev, f.dev.blocks["NBIO"]
-    rung = []
-    nbio.on_doorbell(0x10, 0x1F, lambda i, v: rung.append((i, v)))
+    rung = _listen(nbio, "SDMA")
+    _s2a(dev, 2, ENABLE=1, AWID=0xE, RANGE_OFFSET=0x10, RANGE_SIZE=16, AWADDR_31_28_VALUE=3)
     f.bar(2).write32(0x10 * 4, 7)
     assert rung == [] and "doorbell aperture disabled" in str(dev.errors[-1])
     en = dev.reg_addr("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN") * 4
     f.bar(5).write32(en, 1)                     # nbio_v4_3_enable_doorbell_aperture
     f.bar(2).write32(0x10 * 4, 7)
-    f.bar(2).write32(0x40 * 4, 9)               # outside every routed range: stored, nobody rings
+    f.bar(2).write32(0x40 * 4, 9)               # outside every routed range: stored, dropped, said so
     assert rung == [(0x10, 7)] and f.bar(2).read32(0x40 * 4) == 9
+    assert "dword 0x40: no enabled S2A_DOORBELL_ENTRY_n_CTRL covers it" in str(dev.errors[-1])
     f.bar(2).write64(0x12 * 4, 0x1_0000_0002)   # a 64-bit write pointer: one ring, both halves
     assert rung[-1] == (0x12, 0x1_0000_0002) and len(rung) == 2
     assert f.bar(2).read64(0x12 * 4) == 0x1_0000_0002
+    f.close()
+
+
+def test_s2a_entries_route_each_doorbell_to_one_client():
+    f = _open()
+    dev, nbio = f.dev, f.dev.blocks["NBIO"]
+    dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
+    sdma, ih, cp = _listen(nbio, "SDMA"), _listen(nbio, "IH"), _listen(nbio, "CP")
+
+    def ring(index):
+        n = len(dev.errors)
+        sdma.clear(), ih.clear(), cp.clear()
+        f.bar(2).write32(index * 4, 1)
+        return ("SDMA" if sdma else "IH" if ih else "CP" if cp else
+                str(dev.errors[-1]) if len(dev.errors) > n else None)
+
+    assert "no enabled S2A" in ring(0x6)         # power-on: nothing routed, even the CP's doorbells
+    # nbio_v4_3_sdma_doorbell_range(instance 0, 0x100 << 1, 20 * 2): SDMA0 at 0x200 and SDMA1 at 0x214
+    _s2a(dev, 2, ENABLE=1, AWID=0xE, RANGE_OFFSET=0x200, RANGE_SIZE=40, AWADDR_31_28_VALUE=3)
+    _s2a(dev, 1, ENABLE=1, AWID=0, RANGE_OFFSET=0x2F0, RANGE_SIZE=2, AWADDR_31_28_VALUE=0)   # IH
+    assert ring(0x200) == ring(0x214) == ring(0x227) == "SDMA" and ring(0x2F0) == "IH"
+    assert "no enabled S2A" in ring(0x228) and "no enabled S2A" in ring(0x6)
+    # gc_doorbell_init's size-0 entries: the CP's default route for what no sized entry claims
+    dev.regs.write(dev.reg_addr("NBIO", "S2A_DOORBELL_ENTRY_0_CTRL"), 0x30000007)
+    assert ring(0x6) == ring(0x228) == "CP" and ring(0x200) == "SDMA" and ring(0x2F1) == "IH"
+    dev.regs.write(dev.reg_addr("NBIO", "S2A_DOORBELL_ENTRY_0_CTRL"), 0)
+    dev.regs.write(dev.reg_addr("NBIO", "S2A_DOORBELL_ENTRY_3_CTRL"), 0x3000000D)   # the other GC entry
+    assert ring(0x6) == "CP"
+    # upstream's "off" (RANGE_SIZE 0, ENABLE kept): the SDMA range is gone and its doorbells go the CP's way
+    _s2a(dev, 2, ENABLE=1, AWID=0xE, RANGE_OFFSET=0x200, RANGE_SIZE=0, AWADDR_31_28_VALUE=3)
+    assert ring(0x200) == "CP"
+    # a wrong AWID or AWADDR sends the doorbell where nobody listens
+    _s2a(dev, 2, ENABLE=1, AWID=0x3, RANGE_OFFSET=0x200, RANGE_SIZE=40, AWADDR_31_28_VALUE=0)
+    assert "AWADDR 0x0, AWID 0x3) leads to no modeled client" in ring(0x200)
+    _s2a(dev, 2, ENABLE=0, AWID=0xE, RANGE_OFFSET=0x200, RANGE_SIZE=40, AWADDR_31_28_VALUE=3)
+    assert ring(0x200) == "CP"                   # a disabled entry claims nothing
+    board.mode1_reset(dev)                       # the BIF is reset too: every entry back to 0
+    dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
+    assert "no enabled S2A" in ring(0x6)
     f.close()
 
 

@@ -115,6 +115,7 @@ class Ring:
         r("QUEUE0_RB_WPTR_HI").write(0)
         r("QUEUE0_DOORBELL").update(ENABLE=1)
         r("QUEUE0_DOORBELL_OFFSET").update(OFFSET=self.doorbell)
+        self.gpu.nbio.sdma_doorbell_range(0, SDMA_ENGINE[0] << 1, 20 * 2)   # instance 0's entry covers both
         r("QUEUE0_MINOR_PTR_UPDATE").write(0)
         r("UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
         r("F32_CNTL").update(HALT=0, TH1_RESET=0)
