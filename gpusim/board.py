@@ -39,9 +39,10 @@ class DiscoveryTMR(Block):
 
 
 def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = False,
-          slot: int = 0, harvest: tuple = ()) -> Device:
+          slot: int = 0, harvest: tuple = (), scpm: bool = True) -> Device:
     """harvest: (hw_id, instance) pairs the discovery harvest table lists as fused off (a cut-down
-    product, e.g. one VCN instance)."""
+    product, e.g. one VCN instance). scpm: the board's PMFW runs with secure power management (retail
+    Navi31 boards do; gpusim.smu), which the PSP runtime database reports."""
     vram_size = vram_size or VRAM_SIZE[chip]
     if vram_size % (1 << 20) or vram_size < 2 * SMALL_BAR:
         raise ValueError(f"{chip}: VRAM size {vram_size:#x} must be a multiple of 1 MiB and at least "
@@ -49,6 +50,7 @@ def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = 
     # A host with resizable BAR grows both (the BIOS's choice); without, the reset sizes stay.
     bar0, bar2 = (SMALL_BAR, DOORBELL_BAR_SIZE) if small_bar else (pow2_at_least(vram_size), DOORBELL_BAR_MAX)
     dev = Device(chip, vram_size, tuple(harvest))
+    dev.scpm = bool(scpm)
     dev.pci = ConfigSpace(chip, vram_size, bar0, slot, bar2)
     dev.add(DiscoveryTMR(dev))
     for mod, cls in BLOCKS:

@@ -8,8 +8,8 @@ default the slot already holding that chip, else the first free one), and
 outlive the functions opened on them: opening a slot again gives a new driver instance the same device,
 as it left it (fresh=True powers a new one on instead). With `state`, a file path, the device is loaded
 from that file when it exists (the file wins over the device in memory) and saved to it on close, so a new
-process finds it as the last left it. vram_size, small_bar and harvest ((hw_id, instance) pairs for the
-discovery harvest table) apply when a device is powered on.
+process finds it as the last left it. vram_size, small_bar, harvest ((hw_id, instance) pairs for the
+discovery harvest table) and scpm (gpusim.board.build) apply when a device is powered on.
 """
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ class SimFunction(PCIFunction):
 
 def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
                   small_bar: bool = False, state=None, slot: int | None = None, fresh: bool = False,
-                  async_clock: bool = False, harvest: tuple = ()) -> SimFunction:
+                  async_clock: bool = False, harvest: tuple = (), scpm: bool = True) -> SimFunction:
     chip = chip or spec or "navi31"
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
@@ -235,7 +235,7 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
     if dev is not None and dev.chip != chip:
         raise PCIError(f"sim: slot {slot} holds a {dev.chip}, not a {chip}; pass fresh=True or another slot")
     if dev is None:
-        dev = board.build(chip, vram_size, small_bar, slot, harvest)
+        dev = board.build(chip, vram_size, small_bar, slot, harvest, scpm)
     old = _SLOTS.get(slot)
     if old is not None and old is not dev:
         old.stop_async()

@@ -37,6 +37,13 @@ Facts, from psp_v13_0.c, amdgpu_psp.c, psp_gfx_if.h and amdgpu_psp.h (registers 
   GlobalPlatform's; the other TEE_ERROR_* used here are the GlobalPlatform TEE codes of the same family.
   PSP_ERR_UNKNOWN_COMMAND (0x100) answers a command id the sOS does not know.
 
+- The runtime database (amdgpu_psp.h PSP_RUNTIME_DB_*, read by psp_get_runtime_db_entry at VRAM size -
+  PSP_RUNTIME_DB_OFFSET): the boot firmware leaves a psp_runtime_data_header (cookie 0x0ed5, version 0x0100),
+  a psp_runtime_data_directory right after it and a PPTABLE_ERR_STATUS entry (psp_runtime_scpm_entry) with
+  SCPM_ENABLE or SCPM_DISABLE as the board has SCPM (dev.scpm); psp_sw_init sets adev->scpm_enabled from it.
+  Written at power-on and at every mode1 reset, as the discovery binary is (gpusim.board). That the Navi31
+  PSP writes the database at all is an assumption (psp_sw_init only warns when it does not exist).
+
 Simulator choices (no public fact): a bootloader failure reads back 0x80000000 | code in C2PMSG_35 (the
 psp_v13_0.c comment for newer PSPs: "bits[7:0] will be set"); the codes are BL_ERR_*. A payload that is not
 byte-identical to the pinned component of its type fails signature verification: TEE_ERROR_SECURITY. A
@@ -93,6 +100,9 @@ BOOT_ORDER = (
 BL_NAMES = {v: k for k in P.ENUMS["psp_bootloader_cmd"] for v in [getattr(P, k)]}
 CMD_NAMES = {getattr(P, k): k for k in P.ENUMS["psp_gfx_cmd_id"]}
 
+DB_HEADER = structs.get(P, "psp_runtime_data_header")
+DB_DIR = structs.get(P, "psp_runtime_data_directory")
+DB_SCPM = structs.get(P, "psp_runtime_scpm_entry")
 CMD_RESP = structs.get(P, "psp_gfx_cmd_resp")
 RESP = structs.get(P, "psp_gfx_resp")
 FRAME = structs.get(P, "psp_gfx_rb_frame")
@@ -148,6 +158,16 @@ class PSP(Block):
             self.rng = random.Random(zlib.crc32(f"PSP {self.dev.chip}".encode()))
         self.set(MP0, "MP0_SMN_C2PMSG_35", 0)
         self.dev.schedule(self.rng.randint(*BL_READY_STEPS), self._bl_start)
+        self._write_runtime_db()
+
+    def _write_runtime_db(self) -> None:
+        """The PSP runtime database at VRAM size - PSP_RUNTIME_DB_OFFSET, with the SCPM entry."""
+        scpm_at = DB_HEADER.size + DB_DIR.size
+        entry = dict(entry_type=P.PSP_RUNTIME_ENTRY_TYPE_PPTABLE_ERR_STATUS, offset=scpm_at, size=DB_SCPM.size)
+        db = (DB_HEADER.pack(cookie=P.PSP_RUNTIME_DB_COOKIE_ID, version=P.PSP_RUNTIME_DB_VER_1)
+              + DB_DIR.pack(entry_count=1, entry_list=[entry])
+              + DB_SCPM.pack(scpm_status=P.SCPM_ENABLE if getattr(self.dev, "scpm", True) else P.SCPM_DISABLE))
+        self.dev.vram.write(self.dev.vram.size - P.PSP_RUNTIME_DB_OFFSET, db)
 
     def _bl_start(self) -> None:
         """The bootloader has come up: it writes its ready value, over whatever the driver wrote."""

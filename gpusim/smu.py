@@ -15,8 +15,17 @@ Facts (drivers/gpu/drm/amd/pm/swsmu, message and table numbers from amdrv.autoge
   default is smu_13_0_0.bin / smu_13_0_7.bin of linux-firmware 20230210 (ucode_version 0x004E4B00,
   0x00523C00). GetDriverIfVersion: SMU13_DRIVER_IF_VERSION_SMU_V13_0_0_0 / _V13_0_7 (0x37, smu_v13_0.h).
 - Feature masks are 64 bits in Low/High halves (SetAllowedFeaturesMask*, EnableSmuFeatures*,
-  GetRunningSmuFeatures*); EnableAllSmuFeatures enables the allowed mask (all features until the driver
-  narrows it; a real PMFW's default is not documented).
+  GetRunningSmuFeatures*); EnableAllSmuFeatures enables the allowed mask.
+- SCPM (secure power management; a board setting, `dev.scpm`, on by default: retail Navi31 boards ship with
+  it, and the model assumes the same of Navi33). The PSP runtime database says so (gpusim.psp writes it;
+  amdgpu_psp.c psp_sw_init sets adev->scpm_enabled from it). With SCPM the PMFW owns its configuration
+  (amdgpu_smu.c): SetAllowedFeaturesMask* and DisableAllSmuFeatures are "not permitted" and the PPTable is
+  the PSP's to transfer (no TransferTableDram2Smu of TABLE_PPTABLE); they are answered Failed here (which
+  code the firmware gives is not public: assumption). The allowed mask is then the firmware's own, every
+  feature ("we just assume all the features are allowed", smu_get_driver_allowed_feature_mask). Without
+  SCPM, the driver allows features with SetAllowedFeaturesMask before EnableAllSmuFeatures
+  (smu_smc_hw_setup); until it does, nothing is allowed, so EnableAllSmuFeatures enables nothing
+  (assumption: the PMFW's default is not documented; upstream always sends the mask first without SCPM).
 - smu_v13_0.c: clock messages take PPCLK_e << 16 | value; GetDpmFreqByIndex with index 0xFF returns the
   level count with bit 31 set for fine-grained DPM (smu_v13_0_get_fine_grained_status); frequencies in MHz.
   GetPptLimit takes the power source << 16 (0 AC, 1 DC), SetPptLimit the limit in W.
@@ -98,7 +107,7 @@ class SMU(Block):
         self.dpm = {clk: (list(levels), fine) for clk, (levels, fine) in DPM[chip].items()}
         self.soft = {clk: [lv[0], lv[-1]] for clk, (lv, _) in self.dpm.items()}
         self.hard = {clk: [lv[0], lv[-1]] for clk, (lv, _) in self.dpm.items()}
-        self.allowed = ALL_FEATURES
+        self.allowed = 0
         self.features = 0
         self.driver_table = 0
         self.tables: dict[int, bytes] = {}
@@ -117,6 +126,7 @@ class SMU(Block):
         self.running = True
         self.version = version if version is not None else FIRMWARE_VERSION[self.dev.chip]
         self.features = 0
+        self.allowed = ALL_FEATURES if self.scpm else 0
         self.set(self.IP, "MP1_SMN_C2PMSG_90", S.PPSMC_Result_OK)   # ready for the first message
 
     def set_activity(self, engine: str, busy: float) -> None:
@@ -175,11 +185,25 @@ class SMU(Block):
         return S.PPSMC_Result_OK, DRIVER_IF_VERSION
 
     # -- features --------------------------------------------------------------------------------------
+    @property
+    def scpm(self) -> bool:
+        return getattr(self.dev, "scpm", True)
+
+    def _scpm_refuses(self, what: str) -> bool:
+        if self.scpm:
+            self.error(f"{what} with SCPM enabled: not permitted (amdgpu_smu.c skips it when "
+                       f"adev->scpm_enabled); answered Failed")
+        return self.scpm
+
     def _msg_SetAllowedFeaturesMaskLow(self, p):
+        if self._scpm_refuses("SetAllowedFeaturesMaskLow"):
+            return S.PPSMC_Result_Failed, None
         self.allowed = (self.allowed & ~0xFFFFFFFF) | p
         return S.PPSMC_Result_OK, None
 
     def _msg_SetAllowedFeaturesMaskHigh(self, p):
+        if self._scpm_refuses("SetAllowedFeaturesMaskHigh"):
+            return S.PPSMC_Result_Failed, None
         self.allowed = (self.allowed & 0xFFFFFFFF) | p << 32
         return S.PPSMC_Result_OK, None
 
@@ -192,6 +216,8 @@ class SMU(Block):
         return self._set_features(self.allowed & ALL_FEATURES, True)
 
     def _msg_DisableAllSmuFeatures(self, p):
+        if self._scpm_refuses("DisableAllSmuFeatures"):
+            return S.PPSMC_Result_Failed, None
         return self._set_features(~0, False)
 
     def _msg_EnableSmuFeaturesLow(self, p):
@@ -250,6 +276,8 @@ class SMU(Block):
         tid, st = self._table(p)
         if st is None or tid == S.TABLE_SMU_METRICS:
             self.error(f"TransferTableDram2Smu: table id {tid} cannot be written to this SMU")
+            return S.PPSMC_Result_Failed, None
+        if tid == S.TABLE_PPTABLE and self._scpm_refuses("TransferTableDram2Smu of the PPTable (the PSP's job)"):
             return S.PPSMC_Result_Failed, None
 
         def pull():

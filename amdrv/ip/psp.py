@@ -22,6 +22,12 @@ Upstream's front-door load (amdgpu_psp.c psp_load_fw/psp_hw_start/psp_load_non_p
    sos package's register list as GFX_FW_TYPE_REG_LIST (psp_rl_load). TAs (ASD, RAS, HDCP, ...) are not
    loaded: compute needs none.
 
+The PSP runtime database (psp_sw_init, psp_get_runtime_db_entry): the boot firmware leaves it at VRAM size -
+PSP_RUNTIME_DB_OFFSET (1 MiB below the top, in the firmware-reserved area): a header (cookie 0x0ed5), a
+directory of entries, and among them the SCPM status (PPTABLE_ERR_STATUS). `runtime_scpm(dev)` reads it: with
+SCPM the SMU refuses the feature-mask messages (amdrv.ip.smu). No database, or a bad one, means SCPM off, as
+upstream decides.
+
 Where the buffers live:
 - The 1 MiB firmware staging buffer, as upstream's fw_pri_bo (psp_sw_init: PSP_1_MEG, PSP_1_MEG aligned,
   GTT unless SR-IOV), is host DMA memory (`pci.alloc_dma`) mapped through the GART (`gmc.map_system`, VMID 0,
@@ -63,6 +69,9 @@ RING_SIZE = 0x1000                   # psp_v13_0_ring_init: one 4 KiB page
 FRAME_SIZE = 64                      # sizeof(struct psp_gfx_rb_frame)
 HDP_FLUSH_ADDR = 0x80000 - 0x1000    # soc21.c MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL (0)
 
+DB_HEADER = structs.get(P, "psp_runtime_data_header")
+DB_DIR = structs.get(P, "psp_runtime_data_directory")
+DB_SCPM = structs.get(P, "psp_runtime_scpm_entry")
 CMD = structs.get(P, "psp_gfx_cmd_resp")
 RESP_OFFSET = CMD.offset("resp")
 FRAME = structs.get(P, "psp_gfx_rb_frame")
@@ -120,6 +129,30 @@ class PSPError(Exception):
 
 class PSPTimeout(PSPError):
     """The PSP did not answer in time; the message names the register or fence and what was awaited."""
+
+
+def runtime_db_entry(dev, entry_type: int) -> bytes | None:
+    """The bytes of one PSP runtime database entry, or None when there is no database or no such entry
+    (psp_get_runtime_db_entry). Two VRAM reads: header and directory, then the entry."""
+    pos = dev.vram.size - P.PSP_RUNTIME_DB_OFFSET
+    head = dev.vram.read(pos, DB_HEADER.size + DB_DIR.size)
+    if DB_HEADER.unpack(head[:DB_HEADER.size]).cookie != P.PSP_RUNTIME_DB_COOKIE_ID:
+        return None
+    d = DB_DIR.unpack(head[DB_HEADER.size:])
+    if d.entry_count >= P.PSP_RUNTIME_DB_DIAG_ENTRY_MAX_COUNT:
+        return None
+    for e in d.entry_list[:d.entry_count]:
+        if e.entry_type == entry_type:
+            return dev.vram.read(pos + e.offset, e.size)
+    return None
+
+
+def runtime_scpm(dev) -> bool:
+    """Whether the PMFW runs with SCPM (psp_sw_init: the PPTABLE_ERR_STATUS entry, not SCPM_DISABLE)."""
+    raw = runtime_db_entry(dev, P.PSP_RUNTIME_ENTRY_TYPE_PPTABLE_ERR_STATUS)
+    if raw is None or len(raw) < DB_SCPM.size:
+        return False
+    return DB_SCPM.unpack(raw[:DB_SCPM.size]).scpm_status != P.SCPM_DISABLE
 
 
 def describe_status(status: int) -> str:

@@ -14,8 +14,10 @@ Facts (drivers/gpu/drm/amd/pm/swsmu):
   largest table, its MC address given by SetDriverDramAddrHigh/Low; TransferTableSmu2Dram/Dram2Smu take the
   table id (TABLE_*). The metrics table is SmuMetricsExternal_t (smu13_driver_if_v13_0_0.h), read as
   smu_v13_0_0_get_smu_metrics_data does (average clocks pre/post deep sleep by a 15% busy threshold).
-- Features (smu_v13_0_set_allowed_mask, smu_v13_0_system_features_control): SetAllowedFeaturesMaskHigh/Low,
-  then EnableAllSmuFeatures; the enabled mask from GetRunningSmuFeaturesLow/High.
+- Features (smu_smc_hw_setup, smu_v13_0_set_allowed_mask, smu_v13_0_system_features_control):
+  SetAllowedFeaturesMaskHigh/Low, then EnableAllSmuFeatures; the enabled mask from GetRunningSmuFeaturesLow/High.
+  With SCPM (adev->scpm_enabled, from the PSP runtime database: amdrv.ip.psp.runtime_scpm) the allowed
+  mask is not sent: the PMFW refuses it and decides the features itself.
 - DPM (smu_v13_0.c): clock messages take PPCLK_e << 16 | value; GetDpmFreqByIndex with index 0xFF answers the
   level count, bit 31 set for fine-grained DPM; frequencies in MHz. Soft limits: SetSoftMaxByFreq, then
   SetSoftMinByFreq (smu_v13_0_set_soft_freq_limited_range).
@@ -33,6 +35,7 @@ import time
 
 from amdrv import structs
 from amdrv.autogen import smu_13_0_0 as S
+from amdrv.ip.psp import runtime_scpm
 
 log = logging.getLogger("amdrv.smu")
 
@@ -125,6 +128,7 @@ class SMU:
         mp1 = dev.reg("MP1")
         self.msg_reg, self.arg_reg, self.resp_reg = (mp1.reg(f"MP1_SMN_C2PMSG_{n}") for n in (66, 82, 90))
         self._idle = False       # the last response we read was non-zero: no need to poll before the next
+        self.scpm = None         # the PMFW runs with SCPM; None: read from the PSP runtime database at init
         # Boot memory, allocated here so it lands at the same address on every boot (warm ones included).
         size = max(structs.get(S, t).size for t in DRIVER_TABLES)
         self.table = dev.mm.alloc_boot((size + 0xFFF) & ~0xFFF, align=0x1000, tag="SMU driver table")
@@ -189,6 +193,8 @@ class SMU:
 
     def init(self) -> None:
         """After the PSP loaded the SMU firmware: versions, driver table, every feature enabled."""
+        if self.scpm is None:
+            self.scpm = runtime_scpm(self.dev)   # psp_sw_init's adev->scpm_enabled
         self.check_versions()
         self.set_driver_table()
         self.enable_features()
@@ -224,9 +230,11 @@ class SMU:
         self.send(S.PPSMC_MSG_SetDriverDramAddrLow, mc & 0xFFFFFFFF)
 
     def enable_features(self, allowed: int = (1 << S.NUM_FEATURES) - 1) -> int:
-        """SetAllowedFeaturesMaskHigh/Low, EnableAllSmuFeatures; returns the enabled mask."""
-        self.send(S.PPSMC_MSG_SetAllowedFeaturesMaskHigh, allowed >> 32)
-        self.send(S.PPSMC_MSG_SetAllowedFeaturesMaskLow, allowed & 0xFFFFFFFF)
+        """SetAllowedFeaturesMaskHigh/Low (not with SCPM: smu_smc_hw_setup skips it, the PMFW refuses it),
+        EnableAllSmuFeatures; returns the enabled mask."""
+        if not self.scpm:
+            self.send(S.PPSMC_MSG_SetAllowedFeaturesMaskHigh, allowed >> 32)
+            self.send(S.PPSMC_MSG_SetAllowedFeaturesMaskLow, allowed & 0xFFFFFFFF)
         self.send(S.PPSMC_MSG_EnableAllSmuFeatures)
         return self.enabled_features()
 

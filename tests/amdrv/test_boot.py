@@ -219,3 +219,14 @@ def test_dying_in_any_boot_step_leads_to_a_good_next_boot(monkeypatch, boot, blo
     assert (gpu.boot_report.kind, gpu.boot_report.mode1_reset) == ("cold", reset), gpu.boot_report
     check_running(gpu)
     gpu.fini()
+
+
+def test_cold_and_warm_boot_on_a_board_without_scpm():
+    """Without SCPM (the PSP runtime database says SCPM_DISABLE) the driver sends the allowed feature mask
+    (smu_smc_hw_setup) and DPM comes up; with SCPM (the default board) it does not send it."""
+    gpu = AMGPU.open(sim(slot=23, fresh=True, scpm=False))
+    assert gpu.smu.scpm is False and gpu.smu.enabled_features() >> 1 & 1     # FEATURE_DPM_GFXCLK_BIT
+    gpu.fini()
+    gpu = AMGPU.open(sim(slot=23))
+    assert gpu.boot_report.kind == "warm"
+    gpu.fini()

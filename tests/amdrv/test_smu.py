@@ -213,3 +213,50 @@ def test_mode1_reset_whose_answer_is_wiped_before_it_is_read(booted):
     smu.resp_reg = SlowLink(smu.resp_reg, sim._SLOTS[SLOT])
     smu.mode1_reset()                  # the answer came and was reset away: the sOS sign of life tells
     assert not psp.sos_alive() and not model.running
+
+
+# -- SCPM (amdgpu_smu.c smu_smc_hw_setup; amdgpu_psp.c psp_sw_init) ------------------------------------------
+
+def open_board(scpm: bool) -> AMDevice:
+    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, scpm=scpm))
+    dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    PSP(dev).init()
+    return dev
+
+
+@pytest.mark.parametrize("scpm", [True, False])
+def test_scpm_is_read_from_the_psp_runtime_database_and_features_come_up(scpm):
+    from amdrv.ip.psp import runtime_scpm
+    dev = open_board(scpm)
+    assert runtime_scpm(dev) is scpm
+    smu = SMU(dev)
+    smu.init()
+    assert smu.scpm is scpm
+    features = smu.enabled_features()
+    assert features >> S.FEATURE_DPM_GFXCLK_BIT & 1 and features >> S.FEATURE_DPM_UCLK_BIT & 1
+    assert sim._SLOTS[SLOT].errors == []
+    dev.close()
+
+
+def test_sending_the_allowed_mask_with_scpm_fails():
+    """With SCPM the PMFW refuses SetAllowedFeaturesMask: a driver that does not skip it stops the boot."""
+    dev = open_board(True)
+    smu = SMU(dev)
+    smu.scpm = False                     # the driver ignores the runtime database
+    with pytest.raises(SMUError, match=r"SetAllowedFeaturesMaskHigh\(0x[0-9a-f]+\) failed: Failed"):
+        smu.init()
+    dev.close()
+
+
+def test_skipping_the_allowed_mask_without_scpm_leaves_every_feature_off():
+    """Without SCPM the PMFW enables what the driver allowed: nothing, if the mask is not sent; DPM stays off
+    and GFXCLK stays at its boot level under load."""
+    dev = open_board(False)
+    smu = SMU(dev)
+    smu.scpm = True                      # the driver wrongly believes SCPM is on and skips the mask
+    smu.init()
+    assert smu.enabled_features() == 0
+    model = sim._SLOTS[SLOT].blocks["SMU"]
+    model.set_activity("gfx", 1.0)
+    assert smu.metrics().gfxclk_mhz == smu.dpm_levels("gfxclk").mhz[0]
+    dev.close()

@@ -72,6 +72,9 @@ def test_response_waits_for_the_clock(fn):
 
 
 def test_features(fn):
+    """A board without SCPM: the driver's allowed mask decides what EnableAllSmuFeatures enables."""
+    fn = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8, scpm=False)
+    fn.dev.blocks["SMU"].firmware_loaded()
     assert send(fn, S.PPSMC_MSG_GetRunningSmuFeaturesLow)[1] == 0
     send(fn, S.PPSMC_MSG_SetAllowedFeaturesMaskLow, 0x0000000F)
     send(fn, S.PPSMC_MSG_SetAllowedFeaturesMaskHigh, 0x1)
@@ -194,3 +197,59 @@ def test_debug_mailbox_mode1_reset(fn):
     bar.write32(DBG_RESP, 0)
     fn.dev.step(5)
     assert not fn.dev.blocks["SMU"].running
+
+
+def test_without_scpm_nothing_is_allowed_before_set_allowed_features_mask():
+    """smu_smc_hw_setup sends SetAllowedFeaturesMask before EnableAllSmuFeatures when SCPM is off; a PMFW
+    told nothing enables nothing (the model's default allowed mask is empty: assumption)."""
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8, scpm=False)
+    f.dev.blocks["SMU"].firmware_loaded()
+    assert send(f, S.PPSMC_MSG_EnableAllSmuFeatures)[0] == S.PPSMC_Result_OK
+    assert send(f, S.PPSMC_MSG_GetRunningSmuFeaturesLow)[1] == 0
+    assert send(f, S.PPSMC_MSG_GetRunningSmuFeaturesHigh)[1] == 0
+    assert send(f, S.PPSMC_MSG_SetAllowedFeaturesMaskHigh, 0xFFFFFFFF)[0] == S.PPSMC_Result_OK
+    assert send(f, S.PPSMC_MSG_SetAllowedFeaturesMaskLow, 0xFFFFFFFF)[0] == S.PPSMC_Result_OK
+    send(f, S.PPSMC_MSG_EnableAllSmuFeatures)
+    assert send(f, S.PPSMC_MSG_GetRunningSmuFeaturesLow)[1] >> S.FEATURE_DPM_GFXCLK_BIT & 1
+    assert send(f, S.PPSMC_MSG_DisableAllSmuFeatures)[0] == S.PPSMC_Result_OK
+    f.close()
+
+
+def test_scpm_refuses_the_drivers_feature_configuration(fn):
+    """amdgpu_smu.c: with SCPM, SetAllowedFeaturesMask*, DisableAllSmuFeatures and the PPTable upload are not
+    permitted; the PMFW enables its own feature set."""
+    assert fn.dev.scpm                                      # the default board, as retail Navi31
+    for msg in (S.PPSMC_MSG_SetAllowedFeaturesMaskHigh, S.PPSMC_MSG_SetAllowedFeaturesMaskLow):
+        assert send(fn, msg, 0xFFFFFFFF)[0] == S.PPSMC_Result_Failed
+        assert "SCPM" in str(fn.dev.errors[-1])
+    assert send(fn, S.PPSMC_MSG_EnableAllSmuFeatures)[0] == S.PPSMC_Result_OK
+    low = send(fn, S.PPSMC_MSG_GetRunningSmuFeaturesLow)[1]
+    assert low >> S.FEATURE_DPM_GFXCLK_BIT & 1 and low >> S.FEATURE_DPM_UCLK_BIT & 1
+    assert send(fn, S.PPSMC_MSG_DisableAllSmuFeatures)[0] == S.PPSMC_Result_Failed
+    assert send(fn, S.PPSMC_MSG_GetRunningSmuFeaturesLow)[1] == low
+    assert send(fn, S.PPSMC_MSG_TransferTableDram2Smu, S.TABLE_PPTABLE)[0] == S.PPSMC_Result_Failed
+
+
+@pytest.mark.parametrize("scpm", [True, False])
+def test_the_psp_runtime_database_reports_scpm(scpm):
+    """amdgpu_psp.h PSP_RUNTIME_DB_*: at VRAM size - 1 MiB the header, the directory and the SCPM entry
+    psp_sw_init reads; written again at a mode1 reset."""
+    from amdrv import structs
+    from amdrv.autogen import psp as P
+    from gpusim import board
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8, scpm=scpm)
+    dev = f.dev
+    pos = dev.vram.size - P.PSP_RUNTIME_DB_OFFSET
+
+    def entry():
+        head = structs.get(P, "psp_runtime_data_header").unpack(dev.vram.read(pos, 4))
+        assert (head.cookie, head.version) == (0x0ED5, 0x0100)
+        d = structs.get(P, "psp_runtime_data_directory").unpack(dev.vram.read(pos + 4, 516))
+        e = next(e for e in d.entry_list[:d.entry_count]
+                 if e.entry_type == P.PSP_RUNTIME_ENTRY_TYPE_PPTABLE_ERR_STATUS)
+        return struct.unpack("<I", dev.vram.read(pos + e.offset, 4))[0]
+    assert entry() == (P.SCPM_ENABLE if scpm else P.SCPM_DISABLE)
+    dev.vram.write(pos, bytes(4))
+    board.mode1_reset(dev)
+    assert entry() == (P.SCPM_ENABLE if scpm else P.SCPM_DISABLE)
+    f.close()

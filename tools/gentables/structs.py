@@ -289,13 +289,24 @@ def gen_discovery(tree, outdir: Path) -> Path:
 def gen_psp(tree, outdir: Path) -> Path:
     files = ["amdgpu/psp_gfx_if.h", "amdgpu/amdgpu_psp.h"]
     w = ModuleWriter("psp", "PSP GFX interface (psp_gfx_if.h): ring/command structs, command ids, fw types; "
-                     "bootloader commands and ring types from amdgpu_psp.h (enums and constants only).",
+                     "bootloader commands and ring types from amdgpu_psp.h (enums and constants, and the PSP runtime "
+                     "DB records only).",
                      tree.origin, files)
     h = _header(tree, files[:1])
     w.add_header(h, files[0])
     h2 = Header()
-    h2.read(tree.read(files[1]), files[1], records=False)
+    text = tree.read(files[1])
+    h2.read(text, files[1], records=False)
     w.add_header(h2, files[1], records=False)
+    # the PSP runtime database's records (what the boot firmware leaves at the top of VRAM; psp_sw_init reads
+    # its SCPM and boot-config entries): only that part of the kernel-internal header is plain data
+    start = text.find("/** PSP runtime DB **/")
+    end = text.find("struct psp_context", start)
+    if start < 0 or end < start:
+        raise CError("psp: the PSP runtime DB section of amdgpu_psp.h was not found")
+    h3 = Header()
+    h3.read(text[start:end], files[1])
+    w.add_header(h3, files[1], defines=False, enums=False)
     return w.write(outdir)
 
 
