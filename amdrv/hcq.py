@@ -391,13 +391,18 @@ class AMHCQDevice(Device):
                 self._check_faults()
                 if time.perf_counter() > t_end:
                     raise HCQTimeout(self._hang_report(signal, value, timeout))
+        # The hubs answer a faulting access with the default page (set_fault_enable_default): the kernel
+        # or copy completes and signals; only the IH ring tells (gmc_v11_0_process_interrupt).
+        self._check_faults(done=True)
 
-    def _check_faults(self) -> None:
+    def _check_faults(self, done: bool = False) -> None:
         gmc = self.gpu.gmc
         for iv in self.gpu.ih.poll():
             fault = gmc.fault_from_iv(iv)
             if fault is not None:
-                raise HCQFault(f"{self.name}: {fault}; the queue that faulted stopped ({self._queue_state()}); "
+                how = ("the work completed with the faulting accesses sent to the default page, so its results "
+                       "are wrong" if done else "the queue that faulted stopped")
+                raise HCQFault(f"{self.name}: {fault}; {how} ({self._queue_state()}); "
                                "call recover() before the next launch")
 
     def _queue_state(self) -> str:

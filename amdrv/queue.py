@@ -256,6 +256,12 @@ class _Queue:
                     raise self._error(f"timed out after {time.perf_counter() - t0:.2f} s waiting for the fence "
                                       f"at {fence.va:#x} to reach {value} (it holds {fence.value})",
                                       self._faults())
+        # The hubs answer a faulting access with the default page (set_fault_enable_default) and the work
+        # completes: only the IH ring and the fault latch tell (gmc_v11_0_process_interrupt).
+        faults = self._faults()
+        if faults:
+            raise self._error(f"the fence at {fence.va:#x} reached {value}, but the work faulted (the faulting "
+                              "accesses went to the default page: the results are wrong)", faults, hung=False)
 
     def _faults(self) -> list[str]:
         """VM faults from the IH ring and the hubs' latches, in words (both cleared). Other interrupts
@@ -271,10 +277,11 @@ class _Queue:
     def state(self) -> str:
         raise NotImplementedError
 
-    def _error(self, what: str, faults: list[str] | None = None) -> QueueError:
+    def _error(self, what: str, faults: list[str] | None = None, hung: bool = True) -> QueueError:
         fault = "; ".join(faults) if faults else "no VM fault reported"
-        return QueueError(f"{self.dev.name}: {self.name}: {what}; {self.state()}; {fault}. The queue is hung: "
-                          "call gpu.recover() (amdrv.queue.recover) to reset the engines and re-create the queues")
+        state = "The queue is hung: call" if hung else "To start clean, call"
+        return QueueError(f"{self.dev.name}: {self.name}: {what}; {self.state()}; {fault}. {state} gpu.recover() "
+                          "(amdrv.queue.recover) to reset the engines and re-create the queues")
 
 
 class ComputeQueue(_Queue):

@@ -70,6 +70,9 @@ PACKET_BUDGET = 100_000      # packets per run of a queue before others get a tu
 KERNEL_MAX_STEPS = 500_000   # executor scheduler steps before a dispatch counts as hung
 MAX_IB_DEPTH = 2
 NOP_ONE_DWORD = 0x3FFF
+# gfxhub_client_ids "CPC": the compute CP's own fetches and writes; on a fault it halts unless
+# CP_DEBUG.CPG_UTCL1_ERROR_HALT_DISABLE (gpusim.gmc.GMC.client_halts)
+CLIENT_CPC = 5
 
 
 class Hang(Exception):
@@ -358,13 +361,13 @@ class CP(Block):
     # -- memory --------------------------------------------------------------------------------------
     def _read(self, vmid: int, va: int, n: int, what: str) -> bytes:
         try:
-            return self.dev.blocks["GMC"].read(vmid, va, n)
+            return self.dev.blocks["GMC"].read(vmid, va, n, client=CLIENT_CPC)
         except (VMFault, DMAError) as e:
             raise Hang(f"{what}: {e}") from None
 
     def _write(self, vmid: int, va: int, data: bytes, what: str) -> None:
         try:
-            self.dev.blocks["GMC"].write(vmid, va, data)
+            self.dev.blocks["GMC"].write(vmid, va, data, client=CLIENT_CPC)
         except (VMFault, DMAError) as e:
             raise Hang(f"{what}: {e}") from None
 

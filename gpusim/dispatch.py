@@ -62,10 +62,14 @@ class VMMemory:
             t = seen.get((p, write, execute))
             if t is None:
                 va = p << 12
+                client = CLIENT_SQC_INST if execute else self.client
                 try:
-                    t = self.gmc.translate(self.vmid, va, write=write, execute=execute,
-                                           client=CLIENT_SQC_INST if execute else self.client)
-                except VMFault as e:
+                    t = self.gmc.translate(self.vmid, va, write=write, execute=execute, client=client)
+                    # a fault answered with the default page: the wave carries on with it or stops, per
+                    # GL1C_UTCL0_CNTL1.RESP_FAULT_MODE (gpusim.gmc.GMC.client_halts)
+                    if t.fault is not None and self.gmc.client_halts("GC", client):
+                        raise t.fault
+                except (VMFault, DMAError) as e:
                     self.fault = e
                     raise MemoryFault("global", va, size, write, str(e)) from None
                 seen[(p, write, execute)] = t

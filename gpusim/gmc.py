@@ -33,6 +33,35 @@ names and fields from the generated gc_11_0_0 and mmhub_3_0_x tables):
   number bits 43:12, src_data[1] = bits 47:44 (gmc_v11_0_process_interrupt). The IV's ring_id carries
   the protection that failed, as amdkfd's kfd_int_process_v11.c reads it from these IVs: 0x08 not
   present (invalid PTE or PDE, out of range), 0x10 read, 0x20 write (execute has no bit there).
+- Default page (gfxhub_v3_0/mmhub_v3_0_set_fault_enable_default: "true redirects VM faults to the default
+  page"): when VM_L2_PROTECTION_FAULT_CNTL.<kind>_PROTECTION_FAULT_ENABLE_DEFAULT is set for the fault's kind
+  (RANGE, PDE0/1/2 by the level of the invalid directory entry, VALID, READ, WRITE, EXECUTE), the fault is
+  still latched and posted, but the access is answered with the page at VM_L2_PROTECTION_FAULT_DEFAULT_ADDR
+  (PHYSICAL_PAGE_ADDR: a host bus page when VM_L2_CNTL.ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY, as
+  gfxhub_v3_0_init_cache_regs sets it for amdgpu's dummy page; a VRAM physical page otherwise): reads return
+  what is there, writes go there. Whether the client then carries on is the client's setting (client_halts):
+  the CP halts on a UTCL1 error unless CP_DEBUG.CPG_UTCL1_ERROR_HALT_DISABLE ("NO halt CP when page
+  fault"); shader accesses (TCP, SQC, SQG) carry on only with GL1C_UTCL0_CNTL1.RESP_FAULT_MODE 2 ("Error (no
+  retry) respond mode: SUCCESS"), other modes are taken as an error the wave stops on (assumption); the other
+  clients (SDMA, MMHUB clients) take the default page (assumption: upstream programs no halt control for
+  them). With the bit clear the access fails (VMFault) and the client stops, which for the CP and SDMA
+  is a hung queue (amdgpu_vm_fault_stop "always" programs this).
+- Power-on values (gc_11_0_0_default.h; MMHUB from mmhub_2_3_0_default.h, the nearest published MMHUB
+  defaults, equal to GC's: assumption for 3.0.0): VM_L2_PROTECTION_FAULT_CNTL 0x3ffffffc (every
+  ENABLE_DEFAULT bit set), MC_VM_MX_L1_TLB_CNTL 0x501 (L1 TLB on, SYSTEM_ACCESS_MODE 0), VM_L2_CNTL 0x80602
+  (ENABLE_L2_CACHE 0, default page in VRAM), VM_L2_CNTL3/4/5 0x80120007/0xc1/0x3fe0.
+- L1 TLB and L2 (mmhub_v3_0_gart_disable turns the GART off by clearing MC_VM_MX_L1_TLB_CNTL.ENABLE_L1_TLB
+  and VM_L2_CNTL.ENABLE_L2_CACHE): with the L1 TLB off the hub services no request of its clients; with the
+  L2 off no page table is walked, only the physical (system aperture) path works. Neither can latch a
+  fault (the L2 does that): the request is refused (HubRefused, a DMAError: the engine stops). Assumption on
+  what the client sees; r600's AGP mode (sid.h naming) runs with the L1 TLB on and the L2 off.
+- VMID 0 physical path, MC_VM_MX_L1_TLB_CNTL.SYSTEM_ACCESS_MODE (sid.h: 0 PA_ONLY, 1 USE_SYS_MAP, 2 IN_SYS,
+  3 NOT_IN_SYS): with 3 (what gfxhub/mmhub_v3_0_init_tlb_regs program) an address inside the system aperture
+  [SYSTEM_APERTURE_LOW_ADDR << 18, HIGH << 18 | 0x3FFFF] is physical: FB aperture -> VRAM, AGP -> host,
+  else the SYSTEM_APERTURE_DEFAULT_ADDR page (VRAM physical); outside it the VMID 0 page table is used. With
+  0 every VMID 0 address is physical (outside FB and AGP nothing answers). Modes 1 and 2 are not modelled
+  (refused, saying so). This holds for the physical clients too (PSP, SMU, IH with MC_SPACE 4, through
+  mc_read/mc_write on the MMHUB).
 """
 import functools
 import struct
@@ -40,7 +69,7 @@ from dataclasses import dataclass
 
 from amdrv.autogen import gmc as G
 from amdrv.autogen import ih as IHIDS
-from gpusim.device import Block, IVEntry
+from gpusim.device import Block, DMAError, IVEntry
 
 PAGE = 4096
 ADDR_MASK = 0x0000FFFFFFFFF000
@@ -53,6 +82,15 @@ N_VMIDS = 16
 PERM_VALID, PERM_READ, PERM_WRITE, PERM_EXECUTE = 1, 2, 4, 8
 _KIND_ENABLE = {"range": "RANGE", "valid": "VALID", "read": "READ", "write": "WRITE", "execute": "EXECUTE",
                 "pde": "PDE0"}
+# Power-on values (gc_11_0_0_default.h regGCVM_L2_*_DEFAULT, regGCMC_VM_MX_L1_TLB_CNTL_DEFAULT; the MMHUB's
+# from mmhub_2_3_0_default.h, equal: assumption for MMHUB 3.0.x, which publishes no default header)
+POWER_ON = {"MC_VM_MX_L1_TLB_CNTL": 0x501, "VM_L2_CNTL": 0x80602, "VM_L2_CNTL3": 0x80120007, "VM_L2_CNTL4": 0xC1,
+            "VM_L2_CNTL5": 0x3FE0, "VM_L2_PROTECTION_FAULT_CNTL": 0x3FFFFFFC}
+# sid.h SYSTEM_ACCESS_MODE_PA_ONLY / _NOT_IN_SYS
+ACCESS_PA_ONLY, ACCESS_NOT_IN_SYS = 0, 3
+# gfxhub_client_ids: CPF, CPC, CPG (the CP's own fetches and writes) and TCP, SQC (inst), SQC (data), SQG
+CP_CLIENTS, SHADER_CLIENTS = (4, 5, 6), (8, 9, 10, 11)
+RESP_FAULT_MODE_SUCCESS = 2   # gfxhub_v3_0_set_fault_enable_default: "Error (no retry) respond mode: SUCCESS"
 # IV ring_id bits of a fault (kfd_int_process_v11.c: prot_valid 0x08, prot_read 0x10, prot_write 0x20)
 _KIND_RING_ID = {"range": 0x08, "pde": 0x08, "valid": 0x08, "read": 0x10, "write": 0x20, "execute": 0}
 
@@ -60,9 +98,15 @@ _KIND_RING_ID = {"range": 0x08, "pde": 0x08, "valid": 0x08, "read": 0x10, "write
 class VMFault(Exception):
     """A translation the hub refused; the fault is already latched and (if enabled) posted to the IH."""
 
-    def __init__(self, hub: str, vmid: int, va: int, kind: str, write: bool):
+    def __init__(self, hub: str, vmid: int, va: int, kind: str, write: bool, level: int = 0):
         self.hub, self.vmid, self.va, self.kind, self.write = hub, vmid, va, kind, write
+        self.level = level    # for "pde": the level of the invalid entry (1 = PDB0 ... 3 = PDB2)
         super().__init__(f"{hub} VMID {vmid}: {kind} fault on {'write' if write else 'read'} at {va:#x}")
+
+
+class HubRefused(DMAError):
+    """The hub serviced no translation (L1 TLB or L2 off, an unmodelled access mode, nothing behind a
+    physical address): no fault is latched; the engine's access failed."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +114,7 @@ class Translation:
     system: bool      # True: host bus address; False: VRAM offset
     addr: int
     pte: int          # the entry that produced it (flags for the engines: MTYPE, SNOOPED, ...)
+    fault: VMFault | None = None   # set when the access faulted and was answered with the default page
 
 
 class Hub:
@@ -117,6 +162,9 @@ class GMC(Block):
             # AGP off (BOT above TOP, as gfxhub_v3_0_init_system_aperture_regs disables it): an all-zero
             # register file would otherwise open a 16 MiB AGP window at MC address 0.
             self.set(hub.ip, hub.mc + "AGP_BOT", 0xFFFFFF)
+            for stem, value in POWER_ON.items():
+                name = (hub.mc + stem[len("MC_VM_"):]) if stem.startswith("MC_VM_") else hub.vm + stem[len("VM_"):]
+                self.set(hub.ip, name, value)
 
     # -- register helpers ---------------------------------------------------------------------------
     def _reg(self, hub: Hub, name: str) -> int:
@@ -207,7 +255,8 @@ class GMC(Block):
         for r in ("L2_PROTECTION_FAULT_STATUS", "L2_PROTECTION_FAULT_ADDR_LO32", "L2_PROTECTION_FAULT_ADDR_HI32"):
             self.set(hub.ip, hub.vm + r, 0)
 
-    def _fault(self, hub: Hub, vmid: int, va: int, kind: str, write: bool, client: int, perm: int = 0):
+    def _fault(self, hub: Hub, vmid: int, va: int, kind: str, write: bool, client: int, perm: int = 0,
+               level: int = 0):
         self._held = None          # the latch is read and written here: no held values
         status_reg = hub.vm + "L2_PROTECTION_FAULT_STATUS"
         table = self.dev.table(hub.ip)
@@ -227,19 +276,48 @@ class GMC(Block):
             self.dev.post_interrupt(IVEntry(client_id=hub.client_id, source_id=hub.src_id, vmid=vmid,
                                             vmid_src=hub.vmid_src, ring_id=_KIND_RING_ID[kind],
                                             src_data=((va >> 12) & 0xFFFFFFFF, (va >> 44) & 0xF, 0, 0)))
-        raise VMFault(hub.name, vmid, va, kind, write)
+        raise VMFault(hub.name, vmid, va, kind, write, level)
+
+    def _default_page(self, h: Hub, f: VMFault) -> Translation | None:
+        """The answer to a faulting access when VM_L2_PROTECTION_FAULT_CNTL redirects this kind of fault to
+        the default page (set_fault_enable_default), else None."""
+        kind = f"PDE{f.level - 1}" if f.kind == "pde" else _KIND_ENABLE[f.kind]
+        if not self._fld(h, h.vm + "L2_PROTECTION_FAULT_CNTL", kind + "_PROTECTION_FAULT_ENABLE_DEFAULT"):
+            return None
+        page = self._page_number(h, h.vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR")
+        system = bool(self._fld(h, h.vm + "L2_CNTL", "ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY"))
+        pte = G.AMDGPU_PTE_VALID | G.AMDGPU_PTE_READABLE | G.AMDGPU_PTE_WRITEABLE | (G.AMDGPU_PTE_SYSTEM if system else 0)
+        return Translation(system, page << 12 | (f.va & (PAGE - 1)), pte, fault=f)
+
+    def client_halts(self, hub: str, client: int) -> bool:
+        """Whether a client stops on a fault the hub answered with the default page (module docstring)."""
+        h = self.hubs[hub]
+        if hub != "GC":
+            return False
+        if client in CP_CLIENTS:   # gfxhub_v3_0_set_fault_enable_default: "NO halt CP when page fault"
+            return not self._fld(h, "CP_DEBUG", "CPG_UTCL1_ERROR_HALT_DISABLE")
+        if client in SHADER_CLIENTS:
+            return self._fld(h, "GL1C_UTCL0_CNTL1", "RESP_FAULT_MODE") != RESP_FAULT_MODE_SUCCESS
+        return False
 
     # -- memory behind an entry ---------------------------------------------------------------------
     def _phys_read(self, system: bool, addr: int, n: int) -> bytes:
         if system:
             return self.dev.dma_read(addr, n)
-        return self.dev.vram.read(addr - self._fb_offset(self.hubs["MM"]), n)
+        return self.dev.vram.read(self._vram_offset(addr, n), n)
 
     def _phys_write(self, system: bool, addr: int, data: bytes) -> None:
         if system:
             self.dev.dma_write(addr, data)
         else:
-            self.dev.vram.write(addr - self._fb_offset(self.hubs["MM"]), data)
+            self.dev.vram.write(self._vram_offset(addr, len(data)), data)
+
+    def _vram_offset(self, addr: int, n: int) -> int:
+        off = addr - self._fb_offset(self.hubs["MM"])
+        if off < 0 or off + n > self.dev.vram.size:
+            raise HubRefused(f"physical VRAM address {addr:#x} (+{n:#x}) is outside the "
+                             f"{self.dev.vram.size >> 20} MiB of VRAM")
+        return off
 
     def _fb_offset(self, hub: Hub) -> int:
         return (self._reg(hub, hub.mc + "FB_OFFSET") & 0xFFFFFF) << 24
@@ -247,13 +325,31 @@ class GMC(Block):
     # -- translation --------------------------------------------------------------------------------
     def translate(self, vmid: int, va: int, write: bool = False, execute: bool = False, hub: str = "GC",
                   client: int = 0) -> Translation:
-        """Where `va` of `vmid` lands: a VRAM offset or a host bus address. Raises VMFault (after latching
-        the fault registers and posting the IV when enabled). `client` is the UTCL2 client id (CID)."""
+        """Where `va` of `vmid` lands: a VRAM offset or a host bus address. A fault is latched and posted
+        (when enabled); then, if VM_L2_PROTECTION_FAULT_CNTL redirects it, the default page is returned with
+        `fault` set, else VMFault is raised. HubRefused when the hub translates nothing (L1 TLB or L2 off).
+        `client` is the UTCL2 client id (CID)."""
         h = self.hubs[hub]
+        # mmhub_v3_0_gart_disable: the GART goes off by clearing ENABLE_L1_TLB and ENABLE_L2_CACHE
+        if not self._fld(h, h.mc + "MX_L1_TLB_CNTL", "ENABLE_L1_TLB"):
+            raise HubRefused(f"{h.name} hub: {h.mc}MX_L1_TLB_CNTL.ENABLE_L1_TLB is 0: the hub serves no request "
+                             f"(VMID {vmid} address {va:#x})")
         if vmid == 0:
-            phys = self.aperture(h, va, system_aperture=True)
+            phys = self._vmid0_physical(h, va)
             if phys is not None:
                 return phys
+        if not self._fld(h, h.vm + "L2_CNTL", "ENABLE_L2_CACHE"):
+            raise HubRefused(f"{h.name} hub: {h.vm}L2_CNTL.ENABLE_L2_CACHE is 0: no page table is walked "
+                             f"(VMID {vmid} address {va:#x})")
+        try:
+            return self._translate(h, vmid, va, write, execute, client)
+        except VMFault as f:
+            d = self._default_page(h, f)
+            if d is None:
+                raise
+            return d
+
+    def _translate(self, h: Hub, vmid: int, va: int, write: bool, execute: bool, client: int) -> Translation:
         cntl_reg = f"{h.vm}CONTEXT{vmid}_CNTL"
         cntl = self._reg(h, cntl_reg)
         start = self._page_number(h, f"{h.vm}CONTEXT{vmid}_PAGE_TABLE_START_ADDR")
@@ -310,7 +406,7 @@ class GMC(Block):
             if not lvl:
                 break
             if not entry & G.AMDGPU_PTE_VALID:
-                self._fault(h, vmid, va, "pde", write, client)
+                self._fault(h, vmid, va, "pde", write, client, level=lvl)
             if entry & G.AMDGPU_PDE_PTE:   # a huge page: this directory entry is the PTE
                 page_shift = 12 + shift
                 break
@@ -326,16 +422,36 @@ class GMC(Block):
         h.tlb_shifts[vmid].add(shift)
         return block_base + (rel & ((1 << shift) - 1)), system, pte
 
-    def aperture(self, h: Hub, addr: int, system_aperture: bool) -> Translation | None:
-        """Physical reach of an MC address: the FB aperture (VRAM) or AGP (host); None for the VM."""
-        fb_base = (self._reg(h, h.mc + "FB_LOCATION_BASE") & 0xFFFFFF) << 24
-        fb_top = ((self._reg(h, h.mc + "FB_LOCATION_TOP") & 0xFFFFFF) << 24) | 0xFFFFFF
-        in_fb = fb_base <= addr <= fb_top
-        if system_aperture:
+    def _vmid0_physical(self, h: Hub, addr: int) -> Translation | None:
+        """VMID 0's physical path (module docstring: SYSTEM_ACCESS_MODE, the system aperture); None when
+        the address goes through the VMID 0 page table."""
+        mode = self._fld(h, h.mc + "MX_L1_TLB_CNTL", "SYSTEM_ACCESS_MODE")
+        if mode == ACCESS_NOT_IN_SYS:
             lo = (self._reg(h, h.mc + "SYSTEM_APERTURE_LOW_ADDR") & 0x3FFFFFFF) << 18
             hi = ((self._reg(h, h.mc + "SYSTEM_APERTURE_HIGH_ADDR") & 0x3FFFFFFF) << 18) | 0x3FFFF
-            in_fb = in_fb and lo <= addr <= hi
-        if in_fb:
+            if not lo <= addr <= hi:
+                return None
+        elif mode != ACCESS_PA_ONLY:
+            raise HubRefused(f"{h.name} hub: {h.mc}MX_L1_TLB_CNTL.SYSTEM_ACCESS_MODE {mode} is not modelled "
+                             "(0 PA_ONLY and 3 NOT_IN_SYS are)")
+        t = self.aperture(h, addr)
+        if t is not None:
+            return t
+        if mode == ACCESS_PA_ONLY:
+            raise HubRefused(f"{h.name} hub: physical address {addr:#x} (SYSTEM_ACCESS_MODE 0) is in neither the "
+                             "FB nor the AGP aperture")
+        # inside the system aperture, in neither: the system aperture's default page (VRAM physical)
+        page = self._reg(h, h.mc + "SYSTEM_APERTURE_DEFAULT_ADDR_LSB") | (
+            self._reg(h, h.mc + "SYSTEM_APERTURE_DEFAULT_ADDR_MSB") & 0xF) << 32
+        return Translation(False, page << 12 | (addr & (PAGE - 1)), G.AMDGPU_PTE_VALID | G.AMDGPU_PTE_READABLE
+                           | G.AMDGPU_PTE_WRITEABLE)
+
+    def aperture(self, h: Hub, addr: int, system_aperture: bool = False) -> Translation | None:
+        """Physical reach of an MC address: the FB aperture (VRAM) or AGP (host); None for neither.
+        (system_aperture: ignored, kept for callers; the system aperture is _vmid0_physical's.)"""
+        fb_base = (self._reg(h, h.mc + "FB_LOCATION_BASE") & 0xFFFFFF) << 24
+        fb_top = ((self._reg(h, h.mc + "FB_LOCATION_TOP") & 0xFFFFFF) << 24) | 0xFFFFFF
+        if fb_base <= addr <= fb_top:
             return Translation(False, addr - fb_base + self._fb_offset(h), G.AMDGPU_PTE_VALID
                                | G.AMDGPU_PTE_READABLE | G.AMDGPU_PTE_WRITEABLE | G.AMDGPU_PTE_EXECUTABLE)
         agp_bot = (self._reg(h, h.mc + "AGP_BOT") & 0xFFFFFF) << 24
@@ -347,11 +463,17 @@ class GMC(Block):
         return None
 
     # -- accesses by engines ------------------------------------------------------------------------
+    def _translate_for(self, vmid: int, va: int, write: bool, hub: str, client: int) -> Translation:
+        t = self.translate(vmid, va, write=write, hub=hub, client=client)
+        if t.fault is not None and self.client_halts(hub, client):
+            raise t.fault
+        return t
+
     def read(self, vmid: int, va: int, n: int, hub: str = "GC", client: int = 0) -> bytes:
         out = bytearray()
         while n:
             chunk = min(n, PAGE - (va & (PAGE - 1)))
-            t = self.translate(vmid, va, hub=hub, client=client)
+            t = self._translate_for(vmid, va, False, hub, client)
             out += self._phys_read(t.system, t.addr, chunk)
             va, n = va + chunk, n - chunk
         return bytes(out)
@@ -360,31 +482,30 @@ class GMC(Block):
         data = bytes(data)
         while data:
             chunk = min(len(data), PAGE - (va & (PAGE - 1)))
-            t = self.translate(vmid, va, write=True, hub=hub, client=client)
+            t = self._translate_for(vmid, va, True, hub, client)
             self._phys_write(t.system, t.addr, data[:chunk])
             va, data = va + chunk, data[chunk:]
 
-    # -- MC addresses of physical clients (PSP, IH in MC_SPACE 4): the MMHUB, FB aperture first ------
-    def mc_translate(self, addr: int, write: bool = False) -> Translation:
-        h = self.hubs["MM"]
-        t = self.aperture(h, addr, system_aperture=False)
-        return t if t is not None else self.translate(0, addr, write=write, hub="MM")
+    # -- MC addresses of physical clients (PSP, SMU, IH in MC_SPACE 4): VMID 0 of the MMHUB, with its
+    # system aperture (SYSTEM_ACCESS_MODE 3: physical inside it, the VMID 0 page table outside) -------------
+    def mc_translate(self, addr: int, write: bool = False, client: int = 0) -> Translation:
+        return self.translate(0, addr, write=write, hub="MM", client=client)
 
-    def mc_read(self, addr: int, n: int) -> bytes:
+    def mc_read(self, addr: int, n: int, client: int = 0) -> bytes:
         out = bytearray()
         with self._holding():
             while n:
                 chunk = min(n, PAGE - (addr & (PAGE - 1)))
-                t = self.mc_translate(addr)
+                t = self.mc_translate(addr, client=client)
                 out += self._phys_read(t.system, t.addr, chunk)
                 addr, n = addr + chunk, n - chunk
         return bytes(out)
 
-    def mc_write(self, addr: int, data) -> None:
+    def mc_write(self, addr: int, data, client: int = 0) -> None:
         data = bytes(data)
         with self._holding():
             while data:
                 chunk = min(len(data), PAGE - (addr & (PAGE - 1)))
-                t = self.mc_translate(addr, write=True)
+                t = self.mc_translate(addr, write=True, client=client)
                 self._phys_write(t.system, t.addr, data[:chunk])
                 addr, data = addr + chunk, data[chunk:]

@@ -55,6 +55,7 @@ class IH(Block):
         self.overflow = False
         self.delivered = 0
         self.dropped = 0
+        self._posting = False
 
     # -- registers --------------------------------------------------------------------------------
     def _field(self, value: int, name: str) -> int:
@@ -106,6 +107,16 @@ class IH(Block):
 
     def post(self, entry: IVEntry) -> None:
         """The device's interrupt sink: encodes `entry` and writes it into the ring."""
+        if self._posting:   # the ring's own write faulted on the MMHUB: that IV has nowhere to go
+            self.dropped += 1
+            return
+        self._posting = True
+        try:
+            self._post(entry)
+        finally:
+            self._posting = False
+
+    def _post(self, entry: IVEntry) -> None:
         cntl = self.get(self.IP, "IH_RB_CNTL")
         if not self._field(cntl, "RB_ENABLE"):
             self.dropped += 1

@@ -241,9 +241,10 @@ class Signal:
         return self.mem[1] / self.device.timestamp_hz
 
     def wait(self, value: int, timeout: float | None = None) -> None:
-        """Returns once value >= `value`; HCQTimeout after timeout seconds (the device's default if None)."""
-        if self.mem[0] < value:
-            self.device._wait(self, value, self.device.default_timeout if timeout is None else timeout)
+        """Returns once value >= `value`; HCQTimeout after timeout seconds (the device's default if None).
+        The device is asked even when the value is already there: work can complete and still have failed
+        (an AMD GPU answers a page fault with a default page and signals), which only it can tell (HCQFault)."""
+        self.device._wait(self, value, self.device.default_timeout if timeout is None else timeout)
 
     def __repr__(self) -> str:
         return f"<hcq.Signal {self.name} va={self.va:#x} value={self.mem[0]}>"

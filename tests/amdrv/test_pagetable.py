@@ -454,6 +454,9 @@ class SimVM:
         self.gc.reg(vm + "PAGE_TABLE_END_ADDR_LO32").write(0xFFFFFFFF)
         self.gc.reg(vm + "PAGE_TABLE_END_ADDR_HI32").write(0xF)
         self.gc.reg(vm + "CNTL").write(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=3, PAGE_TABLE_BLOCK_SIZE=0)
+        # the hub's L1 TLB and L2 on, as gfxhub_v3_0_init_tlb_regs/init_cache_regs (off: nothing translates)
+        self.gc.reg("GCMC_VM_MX_L1_TLB_CNTL").update(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3)
+        self.gc.reg("GCVM_L2_CNTL").update(ENABLE_L2_CACHE=1)
         self.gmc = self.fn.dev.blocks["GMC"]
 
     def flush(self):
@@ -472,6 +475,8 @@ class SimVM:
         try:
             t = self.gmc.translate(self.VMID, va)
         except VMFault:
+            return None
+        if t.fault is not None:   # answered with the default page (power-on ENABLE_DEFAULT bits)
             return None
         return t.addr, t.system
 

@@ -288,15 +288,30 @@ def test_bad_packet_hangs_the_queue_until_dequeued(gpu, sim, queue, bad, why):
     assert u32(gpu, out, 12) == [4]
 
 
-def test_fault_on_packet_address_hangs_with_fault_registers(gpu, sim, queue):
+def test_fault_on_packet_address_takes_the_default_page_unless_the_cp_halts(gpu, sim, queue):
+    """gfxhub_v3_0_set_fault_enable_default: faults go to the default page and "NO halt CP when page fault"
+    (CP_DEBUG.CPG_UTCL1_ERROR_HALT_DISABLE): the write lands in the driver's dummy page, the fault is latched
+    and posted, the queue carries on. With the halt not disabled (CP_DEBUG's power-on value) it hangs."""
     gpu.ih.poll()
+    out = buf(gpu)
     unmapped = (1 << 44) + (900 << 20)                                  # in the VRAM window, never mapped
-    queue.submit(write_data(unmapped, 1))
-    assert busy(gpu)
+    dummy = gpu.gmc.dummy_page.view
+    dummy[:8] = bytes(8)
+    queue.submit(write_data(unmapped + 4, 0xC0FFEE) + write_data(out.va, 1))
+    assert not busy(gpu) and u32(gpu, out) == [1]
+    assert int.from_bytes(dummy[4:8], "little") == 0xC0FFEE
     fault = gpu.gmc.decode_fault("GC")
-    assert fault is not None and fault.address == unmapped and fault.write
+    assert fault is not None and fault.address == unmapped and fault.write and fault.client == "CPC"
     assert any(iv.client_id == IHIDS.SOC21_IH_CLIENTID_GFX for iv in gpu.ih.poll())
-    assert any("WRITE_DATA" in e.message for e in sim.errors)
+    gc = gpu.dev.reg("GC")
+    gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=0)
+    try:
+        queue.submit(write_data(unmapped, 1) + write_data(out.va, 2))
+        assert busy(gpu) and u32(gpu, out) == [1]
+        assert gpu.gmc.decode_fault("GC").address == unmapped
+        assert any("WRITE_DATA" in e.message for e in sim.errors)
+    finally:
+        gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=1)
 
 
 def test_doorbell_outside_the_mec_range_does_not_reach_it(gpu, sim, queue):
@@ -435,13 +450,38 @@ def test_user_data_the_kernel_does_not_expect_reads_garbage(gpu, sim, queue, add
     assert not busy(gpu) and not sim.errors, sim.errors
 
 
-def test_kernel_fault_hangs_the_queue_with_fault_registers_and_iv(gpu, sim, queue, add_f32):
+def test_kernel_fault_takes_the_default_page_and_the_fence_comes(gpu, sim, queue, add_f32):
+    """set_fault_enable_default: GL1C_UTCL0_CNTL1.RESP_FAULT_MODE 2 ("SUCCESS"): the faulting store goes to
+    the default page, the kernel ends and its fence comes; only the latch and the IV tell."""
     gpu.ih.poll()
     n = 64
     ma, fence = upload(gpu, np.ones(n, np.float32).tobytes()), buf(gpu)
     unmapped = (1 << 44) + (800 << 20)
+    dummy = gpu.gmc.dummy_page.view
+    dummy[:4 * n] = bytes(4 * n)
     queue.submit(kernel_packets(gpu, add_f32, [unmapped, ma.va, ma.va, np.uint32(n)], (1, 1, 1), (64, 1, 1))
                  + release_mem(fence.va, 1))
+    assert u64(gpu, fence) == 1 and not busy(gpu)
+    assert np.array_equal(np.frombuffer(dummy[:4 * n], np.float32), np.full(n, 2, np.float32))
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address == unmapped and fault.write and fault.vmid == 0
+    ivs = [iv for iv in gpu.ih.poll() if iv.client_id == IHIDS.SOC21_IH_CLIENTID_GFX]
+    assert ivs and ivs[0].src_data[0] == (unmapped >> 12) & 0xFFFFFFFF
+
+
+def test_kernel_fault_hangs_the_queue_without_the_success_response(gpu, sim, queue, add_f32):
+    """RESP_FAULT_MODE other than 2 (its power-on 0): the wave gets the error and stops (assumption)."""
+    gpu.ih.poll()
+    n = 64
+    ma, fence = upload(gpu, np.ones(n, np.float32).tobytes()), buf(gpu)
+    unmapped = (1 << 44) + (800 << 20)
+    gc = gpu.dev.reg("GC")
+    gc.GL1C_UTCL0_CNTL1.update(RESP_FAULT_MODE=0)
+    try:
+        queue.submit(kernel_packets(gpu, add_f32, [unmapped, ma.va, ma.va, np.uint32(n)], (1, 1, 1), (64, 1, 1))
+                     + release_mem(fence.va, 1))
+    finally:
+        gc.GL1C_UTCL0_CNTL1.update(RESP_FAULT_MODE=2)
     assert u64(gpu, fence) == 0 and busy(gpu)                          # the fence never comes
     fault = gpu.gmc.decode_fault("GC")
     assert fault is not None and fault.address == unmapped and fault.write and fault.vmid == 0

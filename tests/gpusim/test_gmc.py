@@ -25,7 +25,20 @@ def sim():
     mem = host_memory(2 << 20)
     (bus_base,) = bus.map_host(memoryview(mem))
     dev.pci.write(0x04, 2, dev.pci.command | 0x6)
+    enable_hubs(dev)
     return dev, mem, bus_base
+
+
+def enable_hubs(dev, stop_on_fault=True):
+    """What gart_enable programs that these tests rely on: the L1 TLB (SYSTEM_ACCESS_MODE 3) and the L2 of
+    both hubs; stop_on_fault clears the ENABLE_DEFAULT bits (set_fault_enable_default(false), as amdgpu does
+    with amdgpu_vm_fault_stop=always), so a fault raises VMFault instead of taking the default page."""
+    for ip, mc, vm in (("GC", "GCMC_VM_", "GCVM_"), ("MMHUB", "MMMC_VM_", "MMVM_")):
+        t = dev.table(ip)
+        reg(dev, ip, mc + "MX_L1_TLB_CNTL", t[mc + "MX_L1_TLB_CNTL"].encode(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3))
+        reg(dev, ip, vm + "L2_CNTL", reg(dev, ip, vm + "L2_CNTL") | 1)
+        if stop_on_fault:
+            reg(dev, ip, vm + "L2_PROTECTION_FAULT_CNTL", 0)
 
 
 def reg(dev, ip, name, value=None):
@@ -282,6 +295,10 @@ def test_mc_addresses_fb_agp_and_gart(sim):
     dev, mem, bus = sim
     gmc = dev.blocks["GMC"]
     dev.vram.write(0x1000, b"vram")
+    with pytest.raises(VMFault, match="range"):   # outside the system aperture: the VMID 0 page table
+        gmc.mc_read(FB_BASE + 0x1000, 4)
+    reg(dev, "MMHUB", "MMMC_VM_SYSTEM_APERTURE_LOW_ADDR", 0x10 << 6)            # 0x10 << 24 ..
+    reg(dev, "MMHUB", "MMMC_VM_SYSTEM_APERTURE_HIGH_ADDR", (FB_BASE + (512 << 20) - 1) >> 18)   # .. VRAM's end
     assert gmc.mc_read(FB_BASE + 0x1000, 4) == b"vram"      # the FB location the VBIOS left
     # AGP aperture onto host memory
     reg(dev, "MMHUB", "MMMC_VM_AGP_BOT", 0x10)
@@ -289,8 +306,11 @@ def test_mc_addresses_fb_agp_and_gart(sim):
     reg(dev, "MMHUB", "MMMC_VM_AGP_BASE", bus >> 24)
     mem[bus & 0xFFFFFF:(bus & 0xFFFFFF) + 3] = b"agp"
     assert gmc.mc_read((0x10 << 24) + (bus & 0xFFFFFF), 3) == b"agp"
-    # GART: context 0 of the MMHUB, a flat table
-    gart = 0x7F_0000_0000
+    # inside the system aperture, in neither FB nor AGP: the system aperture's default page (VRAM physical)
+    reg(dev, "MMHUB", "MMMC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_LSB", 0x1)
+    assert gmc.mc_read(0x7F_0000_0000, 4) == b"vram"
+    # GART: context 0 of the MMHUB, a flat table, above the system aperture
+    gart = 0x90_0000_0000
     setup_vmid(dev, vmid=0, hub="MM", depth=0, start=gart >> 12, end=(gart >> 12) + 511, base=0x200000)
     pte(dev, 0x200000, 2, 0x1000 | RW)
     assert gmc.mc_read(gart + 0x2000, 4) == b"vram"

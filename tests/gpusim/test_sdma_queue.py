@@ -362,12 +362,20 @@ def test_malformed_packets_hang(gpu, bad, why):
 
 
 def test_a_copy_from_an_unmapped_address_faults_and_hangs(gpu):
+    """With the faults not redirected (set_fault_enable_default(false), amdgpu_vm_fault_stop=always) the
+    SDMA engine stops at the copy."""
     ring = Ring(gpu)
     gpu.ih.poll()
     dst = gpu.gmc.map_vram(4096)
     gone = gpu.gmc.map_vram(8192)
     gpu.gmc.unmap(gone)
-    ring.emit(copy(gone.va + 4096 + 12, dst.va, 16))
+    cntl = gpu.dev.reg("GC").GCVM_L2_PROTECTION_FAULT_CNTL
+    saved = cntl.read()
+    cntl.write(saved & 3)       # every *_PROTECTION_FAULT_ENABLE_DEFAULT off
+    try:
+        ring.emit(copy(gone.va + 4096 + 12, dst.va, 16))
+    finally:
+        cntl.write(saved)
     fault = gpu.gmc.decode_fault("GC")
     assert fault is not None and fault.address == gone.va + 4096 and "SDMA0" in str(fault) and not fault.write
     ivs = [e for e in gpu.ih.poll() if e.src_id == IHIDS.UTCL2_1_0__SRCID__FAULT]
@@ -376,6 +384,22 @@ def test_a_copy_from_an_unmapped_address_faults_and_hangs(gpu):
     ring.soft_reset()
     ring.emit(fence(dst.va, 3))
     assert u32(gpu, dst) == 3
+
+
+def test_a_copy_from_an_unmapped_address_reads_the_default_page(gpu):
+    """As the driver programs it (set_fault_enable_default(true)) the copy reads the default page, the
+    engine carries on; the fault is latched and posted."""
+    ring = Ring(gpu)
+    gpu.ih.poll()
+    dst = gpu.gmc.map_vram(4096)
+    gone = gpu.gmc.map_vram(8192)
+    gpu.gmc.unmap(gone)
+    gpu.gmc.dummy_page.view[12:28] = b"D" * 16
+    ring.emit(copy(gone.va + 4096 + 12, dst.va, 16) + fence(dst.va + 64, 5))
+    assert gpu.dev.vram.read(dst.vram.addr, 16) == b"D" * 16 and u32(gpu, dst, 64) == 5 and ring.idle()
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address == gone.va + 4096 and "SDMA0" in str(fault)
+    assert [e for e in gpu.ih.poll() if e.src_id == IHIDS.UTCL2_1_0__SRCID__FAULT]
 
 
 def test_nothing_runs_while_halted_or_disabled(gpu):
