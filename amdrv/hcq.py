@@ -182,6 +182,10 @@ class AMHCQDevice(Device):
         self._host_keep: list = []   # host memory the GPU reads for the device's lifetime (graph IBs)
         self._add_signal_page()      # the first: where DMA memory reads back, if only some does (USB)
         self.coherent = self._signal_pages[0][0].coherent
+        # The IH's write-pointer write-back in the first signal slot: a fence poll reads it with the fences,
+        # so the fault check after each completed wait (_wait) costs no extra read while no IV came.
+        ih_slot = self._free_signals.pop()
+        gpu.ih.move_wptr_writeback(ih_slot.va, self._signal_pages[0][0], ih_slot.va - self._signal_pages[0][1].va)
         self.arena = _Arena(gpu, ARENA_BYTES if self.coherent else ARENA_BYTES_BRIDGE)
         self.staging_bytes = SDMA_STAGING if self.coherent else SDMA_STAGING_BRIDGE
         self._staging = None
@@ -592,6 +596,7 @@ class AMHCQDevice(Device):
         if self._closed:
             return
         self._closed = True
+        self.gpu.ih.move_wptr_writeback()   # back to VRAM: the signal page goes with this device
         self.gpu.fini()
 
 

@@ -102,6 +102,7 @@ class IH:
         self.overflows = 0      # times the IH overwrote entries before they were read
         self.dummy_page = None
         self.enabled = False
+        self._wb = None         # (DMABuffer, offset) when the write-back is in host memory (move_wptr_writeback)
 
     @property
     def regs(self):
@@ -117,6 +118,7 @@ class IH:
             self.dummy_page = dev.pci.alloc_dma(PAGE)
         self.nbio.ih_control(self.dummy_page.bus_address(0), ring_in_vram=True)
         dev.vram.write(self.wptr_offset, bytes(4))
+        self._wb = None
         ring = dev.mc_address(self.block.addr)
         wb = dev.mc_address(self.wptr_offset)
         r.IH_RB_BASE.write(ring >> 8)
@@ -152,12 +154,35 @@ class IH:
             self.regs.IH_RB_WPTR.write(0)
             self.rptr = 0
 
+    def move_wptr_writeback(self, mc_addr: int | None = None, dma=None, offset: int = 0) -> None:
+        """Where the IH writes its write pointer (IH_RB_WPTR_ADDR_LO/HI): by default the page after the
+        ring in VRAM; mc_addr (a VMID 0 address of `dma` + offset, mapped by the GMC) puts it in host memory,
+        where amdgpu keeps it too (a wb slot in GTT, amdgpu_ih_ring_init), so a host polling that page for
+        fences reads the IH's progress in the same read (over USB: no extra round trip). The slot gets the
+        current write pointer first (pushed where DMA memory is not coherent)."""
+        r = self.regs
+        wptr = r.IH_RB_WPTR.read()
+        if mc_addr is None:
+            self.dev.vram.write32(self.wptr_offset, wptr)
+            mc_addr, self._wb = self.dev.mc_address(self.wptr_offset), None
+        else:
+            dma.view[offset:offset + 4] = wptr.to_bytes(4, "little")
+            if not dma.coherent:
+                dma.push(offset, 4)
+            self._wb = (dma, offset)
+        r.IH_RB_WPTR_ADDR_LO.write(mc_addr & 0xFFFFFFFF)
+        r.IH_RB_WPTR_ADDR_HI.write((mc_addr >> 32) & 0xFFFF)
+
     # ---------------------------------------------------------------- reading
     def _wptr(self) -> int:
         """ih_v6_0_get_wptr."""
         r = self.regs
         overflow = r.IH_RB_WPTR.fields["RB_OVERFLOW"].mask
-        wptr = self.dev.vram.read32(self.wptr_offset)
+        if self._wb is not None:   # host memory: as fresh as the caller's last pull where not coherent
+            dma, off = self._wb
+            wptr = int.from_bytes(dma.view[off:off + 4], "little")
+        else:
+            wptr = self.dev.vram.read32(self.wptr_offset)
         if wptr & overflow:
             wptr = r.IH_RB_WPTR.read()
             if wptr & overflow:
