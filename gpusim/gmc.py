@@ -23,7 +23,8 @@ names and fields from the generated gc_11_0_0 and mmhub_3_0_x tables):
   VM_INVALIDATE_ENGn_REQ (PER_VMID_INVALIDATE_REQ bitmap) drops the VMIDs' translations with
   INVALIDATE_L1_PTES or INVALIDATE_L2_PTES and their cached PDB0/PDB1/PDB2 entries with INVALIDATE_L2_PDE0/1/2, and sets
   VM_INVALIDATE_ENGn_ACK.PER_VMID_INVALIDATE_ACK one clock step later; VM_INVALIDATE_ENGn_SEM reads 1 when
-  it grants the semaphore (0 while held) and a write of 0 releases it (gmc_v11_0_flush_vm_hub).
+  it grants the semaphore (0 while held) and a write of 0 releases it (gmc_v11_0_flush_vm_hub). On the
+  MMHUB a request made without holding the semaphore loses its ACK (upstream's reason for taking it there).
 - Faults latch VM_L2_PROTECTION_FAULT_STATUS (VMID, RW, CID, PERMISSION_FAULTS, MAPPING_ERROR, MORE_FAULTS)
   and _ADDR_LO32/_HI32 (page number bits 43:12 / 47:44) unless a fault is already latched and
   VM_L2_PROTECTION_FAULT_CNTL.ALLOW_SUBSEQUENT_PROTECTION_FAULT_STATUS_ADDR_UPDATES is 0 (then only
@@ -205,10 +206,17 @@ class GMC(Block):
     def _w_req(self, hub_name: str, eng: int, value: int):
         hub = self.hubs[hub_name]
         self.set(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_ACK", 0)
-        self.dev.schedule(1, functools.partial(self._complete_req, hub_name, eng), value)
+        # gmc_v11_0_flush_vm_hub: the MMHUB "may lose gpuvm invalidate acknowledge state across power-gating
+        # off cycle", which holding the engine's semaphore prevents. Modelled as its deterministic worst case:
+        # a request without the semaphore invalidates, but its ACK is lost.
+        ack = hub_name != "MM" or hub.sem_held[eng]
+        if not ack:
+            self.error(f"{hub.vm}INVALIDATE_ENG{eng}_REQ written without holding {hub.vm}INVALIDATE_ENG{eng}_SEM: "
+                       "the MMHUB may power-gate and lose the ACK (gmc_v11_0_flush_vm_hub); it is lost")
+        self.dev.schedule(1, functools.partial(self._complete_req, hub_name, eng), value, ack)
         return None
 
-    def _complete_req(self, hub_name: str, eng: int, value: int) -> None:
+    def _complete_req(self, hub_name: str, eng: int, value: int, ack: bool = True) -> None:
         hub = self.hubs[hub_name]
         reg = f"{hub.vm}INVALIDATE_ENG{eng}_REQ"
         vmids = self._fld(hub, reg, "PER_VMID_INVALIDATE_REQ", value)
@@ -219,7 +227,8 @@ class GMC(Block):
                 self.invalidate(hub_name, v, ptes=bool(ptes), pde_levels=pde_levels)
         if self._fld(hub, reg, "CLEAR_PROTECTION_FAULT_STATUS_ADDR", value):
             self._clear_fault(hub)
-        self.set(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_ACK", vmids)
+        if ack:
+            self.set(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_ACK", vmids)
 
     def _r_sem(self, hub_name: str, eng: int) -> int:
         hub = self.hubs[hub_name]

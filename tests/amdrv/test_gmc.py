@@ -254,3 +254,106 @@ def test_over_the_bridge_a_full_window_is_a_clear_error(bridged):
     assert s.blocks["GMC"].read(0, m.va, 2) == b"ok"
     for b in hog[3:]:
         b.free()
+
+
+# ---------------------------------------------------------------- each hub register the driver writes matters
+
+class _Dropped:
+    """A register whose writes are lost (the driver step left out)."""
+
+    def __init__(self, reg):
+        self._reg = reg
+
+    def write(self, *args, **kw):
+        return 0
+
+    def update(self, *args, **kw):
+        return 0
+
+    def __getattr__(self, name):
+        return getattr(self._reg, name)
+
+
+def drop_writes(monkeypatch, *names):
+    from amdrv.ip import gmc as gmc_mod
+    for meth, prefix in (("vmr", "vm"), ("mcr", "mc")):
+        orig = getattr(gmc_mod._Hub, meth)
+
+        def get(self, stem, _orig=orig, _prefix=prefix):
+            r = _orig(self, stem)
+            return _Dropped(r) if getattr(self, _prefix) + stem in names else r
+        monkeypatch.setattr(gmc_mod._Hub, meth, get)
+
+
+def engine_reads(s, hub, va, n=8):
+    """What an engine of the hub reads at VMID 0 va (SDMA0 on the GC hub, MP0 on the MMHUB): the bytes, or
+    the exception that stopped it."""
+    from gpusim.device import DMAError
+    from gpusim.gmc import VMFault
+    try:
+        return s.blocks["GMC"].read(0, va, n, hub=hub, client=13 if hub == "GC" else 6)
+    except (DMAError, VMFault) as e:
+        return e
+
+
+@pytest.mark.parametrize("hub", ["GC", "MM"])
+@pytest.mark.parametrize("names, why", [
+    (("MC_VM_MX_L1_TLB_CNTL",), "SYSTEM_ACCESS_MODE 0"),                    # power-on: PA only, no VM
+    (("VM_L2_CNTL",), "ENABLE_L2_CACHE is 0"),                              # power-on: L2 off
+    (("VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32"), "range"),
+])
+def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, hub, names, why):
+    """gfxhub/mmhub_v3_0 gart_enable: the L1 TLB (ENABLE_L1_TLB, SYSTEM_ACCESS_MODE 3), the L2
+    (ENABLE_L2_CACHE) and the context's END address must each be written for a mapped page to be reached."""
+    prefix = {"GC": "GC", "MM": "MM"}[hub]
+    full = tuple((prefix + "MC_VM_" + n[len("MC_VM_"):]) if n.startswith("MC_VM_") else (prefix + n) for n in names)
+    drop_writes(monkeypatch, *full)
+    dev, gmc, s = boot()
+    m = gmc.map_vram(4096)
+    dev.vram.write(m.vram.addr, b"mapped!!")
+    got = engine_reads(s, hub, m.va)
+    assert got != b"mapped!!"
+    if isinstance(got, bytes):       # redirected to the default page: the fault says why
+        f = gmc.decode_fault(hub)
+        assert f is not None and f.mapping_error and f.address == m.va
+    else:
+        assert why in str(got)
+    monkeypatch.undo()
+    dev, gmc, s = boot()
+    m = gmc.map_vram(4096)
+    dev.vram.write(m.vram.addr, b"mapped!!")
+    assert engine_reads(s, hub, m.va) == b"mapped!!"
+
+
+@pytest.mark.parametrize("hub", ["GC", "MM"])
+def test_without_the_system_aperture_the_fb_is_not_reached_physically(monkeypatch, hub):
+    """SYSTEM_APERTURE_LOW/HIGH (power-on 0): VMID 0's MC addresses of VRAM (the IH ring, the PSP's
+    buffers) are then looked up in the page table, where nothing maps them: the access faults to the
+    default page."""
+    p = "GCMC_VM_" if hub == "GC" else "MMMC_VM_"
+    drop_writes(monkeypatch, p + "SYSTEM_APERTURE_LOW_ADDR", p + "SYSTEM_APERTURE_HIGH_ADDR")
+    dev, gmc, s = boot()
+    dev.vram.write(0x10000, b"physical")
+    assert s.blocks["GMC"].read(0, dev.mc_address(0x10000), 8, hub=hub, client=6) != b"physical"
+    assert gmc.decode_fault(hub).address == dev.mc_address(0x10000)
+    monkeypatch.undo()
+    dev, gmc, s = boot()
+    dev.vram.write(0x10000, b"physical")
+    assert s.blocks["GMC"].read(0, dev.mc_address(0x10000), 8, hub=hub, client=6) == b"physical"
+    if hub == "MM":
+        assert s.blocks["GMC"].mc_read(dev.mc_address(0x10000), 8) == b"physical"
+
+
+def test_mmhub_flush_without_the_semaphore_is_never_acknowledged(monkeypatch):
+    """gmc_v11_0_flush_vm_hub takes engine 17's semaphore on the MMHUB (gmc_v11_0_use_invalidate_semaphore):
+    without it the ACK is lost (the power-gating case upstream's comment names) and the flush times out."""
+    from amdrv.ip import gmc as gmc_mod
+    from amdrv.ip.nbio import NBIOError
+    orig = gmc_mod._Hub.__init__
+
+    def no_sem(self, *a, **kw):
+        orig(self, *a, **kw)
+        self.semaphore = False
+    monkeypatch.setattr(gmc_mod._Hub, "__init__", no_sem)
+    with pytest.raises(NBIOError, match="MM hub TLB invalidation ack"):
+        boot()

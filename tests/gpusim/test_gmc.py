@@ -8,7 +8,7 @@ from amdrv.autogen import ih as IDS
 from gpusim import board
 from gpusim.bus import Bus, host_memory
 from gpusim.device import DMAError
-from gpusim.gmc import FB_BASE, VMFault
+from gpusim.gmc import FB_BASE, HubRefused, VMFault
 
 V, S, X, R, W = (G.AMDGPU_PTE_VALID, G.AMDGPU_PTE_SYSTEM, G.AMDGPU_PTE_EXECUTABLE, G.AMDGPU_PTE_READABLE,
                  G.AMDGPU_PTE_WRITEABLE)
@@ -350,3 +350,144 @@ def test_two_levels_with_block_size(sim):
     pte(dev, PDB0, 1, PTB | V)
     pte(dev, PTB, 1000, 0x900000 | RW)
     assert dev.blocks["GMC"].translate(7, (1024 + 1000) << 12 | 0x88).addr == 0x900088
+
+
+def test_mmhub_request_without_the_semaphore_loses_its_ack(sim):
+    """gmc_v11_0_flush_vm_hub takes the MMHUB engine's semaphore because the ACK may be lost across a
+    power-gating cycle otherwise: a request without it invalidates but never acks."""
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev, vmid=2, hub="MM")
+    four_levels(dev)
+    pte(dev, PTB, 1, 0xA00000 | RW)
+    assert gmc.translate(2, 0x1000, hub="MM").addr == 0xA00000
+    pte(dev, PTB, 1, 0xB00000 | RW)
+    req = dev.table("MMHUB")["MMVM_INVALIDATE_ENG17_REQ"].encode(PER_VMID_INVALIDATE_REQ=1 << 2, INVALIDATE_L2_PTES=1)
+    reg(dev, "MMHUB", "MMVM_INVALIDATE_ENG17_REQ", req)
+    dev.step(3)
+    assert reg(dev, "MMHUB", "MMVM_INVALIDATE_ENG17_ACK") == 0
+    assert any("without holding MMVM_INVALIDATE_ENG17_SEM" in e.message for e in dev.errors)
+    assert gmc.translate(2, 0x1000, hub="MM").addr == 0xB00000   # the invalidation itself happened
+    invalidate(dev, 2, hub="MM")                                 # with the semaphore: acked
+
+
+def redirect(dev, bus, system=True, hub="GC"):
+    """set_fault_enable_default(true) and the default page of gfxhub_v3_0_init_system_aperture_regs."""
+    vm, ip = ("GCVM_", "GC") if hub == "GC" else ("MMVM_", "MMHUB")
+    reg(dev, ip, vm + "L2_PROTECTION_FAULT_CNTL", 0x3FFC)   # every *_ENABLE_DEFAULT bit
+    reg(dev, ip, vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", (bus >> 12) & 0xFFFFFFFF)
+    reg(dev, ip, vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", bus >> 44)
+    cntl = reg(dev, ip, vm + "L2_CNTL")
+    reg(dev, ip, vm + "L2_CNTL", cntl | 0x800 if system else cntl & ~0x800)   # ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY
+
+
+def test_fault_redirected_to_the_default_page(sim):
+    """"true redirects VM faults to the default page" (gfxhub_v3_0_set_fault_enable_default): reads return
+    the default page, writes go there, the fault is still latched and posted."""
+    dev, mem, bus = sim
+    gmc = dev.blocks["GMC"]
+    enable_ih(dev, bus)
+    default = bus + 0x10000
+    redirect(dev, default)
+    setup_vmid(dev, vmid=3, end=0xFFFFF)
+    four_levels(dev)
+    mem[0x10000 + 0x20:0x10000 + 0x24] = b"dflt"
+    assert gmc.read(3, 0x5020, 4) == b"dflt"
+    gmc.write(3, 0x6030, b"here")
+    assert bytes(mem[0x10030:0x10034]) == b"here"
+    st, addr = status_fields(dev)
+    assert addr == 0x5000 and st["RW"] == 0 and st["MORE_FAULTS"] == 1
+    t = gmc.translate(3, 0x7000, write=True)
+    assert t.fault is not None and t.fault.kind == "valid" and t.system and t.addr == default
+    assert struct.unpack_from("<I", mem, 0)[0] & 0xFF == IDS.SOC21_IH_CLIENTID_GFX   # posted
+    # each kind has its own enable: RANGE off -> an out-of-range access fails again
+    reg(dev, "GC", "GCVM_L2_PROTECTION_FAULT_CNTL", 0x3FFC & ~(1 << 2))
+    with pytest.raises(VMFault, match="range"):
+        gmc.translate(3, 1 << 40)
+    # the default page in VRAM (ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY 0): a VRAM physical address
+    redirect(dev, 0x300000, system=False)
+    dev.vram.write(0x300010, b"vram")
+    assert gmc.read(3, 0x8010, 4) == b"vram"
+
+
+def test_which_clients_halt_on_a_redirected_fault(sim):
+    dev, mem, bus = sim
+    gmc = dev.blocks["GMC"]
+    redirect(dev, bus)
+    setup_vmid(dev, vmid=3)
+    four_levels(dev)
+    # the CP (CPC, client 5) halts until CP_DEBUG.CPG_UTCL1_ERROR_HALT_DISABLE; power-on 0
+    with pytest.raises(VMFault):
+        gmc.read(3, 0x5000, 4, client=5)
+    reg(dev, "GC", "CP_DEBUG", dev.table("GC")["CP_DEBUG"].encode(CPG_UTCL1_ERROR_HALT_DISABLE=1))
+    gmc.read(3, 0x5000, 4, client=5)
+    # shader clients (TCP 8) carry on only with GL1C_UTCL0_CNTL1.RESP_FAULT_MODE 2 ("SUCCESS")
+    with pytest.raises(VMFault):
+        gmc.read(3, 0x5000, 4, client=8)
+    reg(dev, "GC", "GL1C_UTCL0_CNTL1", dev.table("GC")["GL1C_UTCL0_CNTL1"].encode(RESP_FAULT_MODE=2))
+    gmc.read(3, 0x5000, 4, client=8)
+    gmc.read(3, 0x5000, 4, client=13)    # SDMA0: no halt control upstream programs
+
+
+def test_power_on_hub_state(sim):
+    """gc_11_0_0_default.h: faults redirected (0x3ffffffc), L1 TLB on in PA-only mode, L2 off."""
+    dev = board.build("navi31", vram_size=512 << 20)
+    assert reg(dev, "GC", "GCVM_L2_PROTECTION_FAULT_CNTL") == 0x3FFFFFFC
+    assert reg(dev, "GC", "GCMC_VM_MX_L1_TLB_CNTL") == 0x501 and reg(dev, "MMHUB", "MMMC_VM_MX_L1_TLB_CNTL") == 0x501
+    assert reg(dev, "GC", "GCVM_L2_CNTL") & 1 == 0 and reg(dev, "MMHUB", "MMVM_L2_CNTL") & 1 == 0
+
+
+@pytest.mark.parametrize("hub", ["GC", "MM"])
+@pytest.mark.parametrize("off", ["L1", "L2"])
+def test_l1_tlb_or_l2_off_translates_nothing(sim, hub, off):
+    """mmhub_v3_0_gart_disable: ENABLE_L1_TLB and ENABLE_L2_CACHE cleared turn the GART off. No fault is
+    latched (the L2 latches them); the access is refused. With the L2 off the physical path still works."""
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    ip, mc, vm = ("GC", "GCMC_VM_", "GCVM_") if hub == "GC" else ("MMHUB", "MMMC_VM_", "MMVM_")
+    setup_vmid(dev, vmid=1, hub=hub)
+    four_levels(dev)
+    pte(dev, PTB, 1, 0xA00000 | RW)
+    assert gmc.translate(1, 0x1000, hub=hub).addr == 0xA00000
+    reg(dev, ip, mc + "SYSTEM_APERTURE_LOW_ADDR", FB_BASE >> 18)
+    reg(dev, ip, mc + "SYSTEM_APERTURE_HIGH_ADDR", (FB_BASE + (512 << 20) - 1) >> 18)
+    if off == "L1":
+        reg(dev, ip, mc + "MX_L1_TLB_CNTL", reg(dev, ip, mc + "MX_L1_TLB_CNTL") & ~1)
+    else:
+        reg(dev, ip, vm + "L2_CNTL", reg(dev, ip, vm + "L2_CNTL") & ~1)
+    gmc.invalidate(hub, 1)
+    with pytest.raises(HubRefused, match="ENABLE_L1_TLB" if off == "L1" else "ENABLE_L2_CACHE"):
+        gmc.translate(1, 0x1000, hub=hub)
+    with pytest.raises(DMAError):      # HubRefused is a refused access to the engines
+        gmc.read(1, 0x1000, 4, hub=hub)
+    assert status_fields(dev, hub)[1] == 0
+    if off == "L2":
+        assert gmc.translate(0, FB_BASE + 0x1234, hub=hub).addr == 0x1234
+    else:
+        with pytest.raises(HubRefused):
+            gmc.translate(0, FB_BASE + 0x1234, hub=hub)
+
+
+def test_system_access_mode_pa_only_and_unmodelled(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    t = dev.table("GC")["GCMC_VM_MX_L1_TLB_CNTL"]
+    reg(dev, "GC", "GCMC_VM_MX_L1_TLB_CNTL", t.encode(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=0))
+    assert gmc.translate(0, FB_BASE + 0x40).addr == 0x40          # physical without any system aperture
+    with pytest.raises(HubRefused, match="neither"):
+        gmc.translate(0, 1 << 44)                                   # no page table in PA-only mode
+    reg(dev, "GC", "GCMC_VM_MX_L1_TLB_CNTL", t.encode(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=1))
+    with pytest.raises(HubRefused, match="not modelled"):
+        gmc.translate(0, FB_BASE)
+
+
+def test_page_table_start_and_end_bound_the_walk(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev, vmid=4, start=0x100, end=0x1FF)
+    four_levels(dev)
+    pte(dev, PTB, 1, 0xA00000 | RW)                      # index 1 = page start + 1
+    assert gmc.translate(4, 0x101000).addr == 0xA00000
+    for va in (0xFF000, 0x200000):
+        with pytest.raises(VMFault, match="range"):
+            gmc.translate(4, va)

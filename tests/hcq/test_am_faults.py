@@ -122,3 +122,24 @@ def test_with_the_ih_ring_off_the_driver_sees_nothing(dev, kernel_corpus):
     poke(BAD, 5, global_size=(1,), local_size=(1,), wait=True, timeout=5)
     assert dev.gpu.gmc.decode_fault("GC").address == BAD
     assert sim(dev).blocks["IH"].dropped >= 1
+
+
+def test_a_previous_runs_address_faults_after_a_warm_boot(debian_firmware, kernel_corpus, monkeypatch):
+    """Issue 17: after a clean exit the next open boots warm over a cleared root directory (gmc fini), so a
+    virtual address of the previous run is mapped by nothing and a store there faults."""
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    d = hcq.open("am:sim", slot=7, fresh=True)
+    old = d.alloc(64 << 20)
+    va = old.va + (64 << 20) - 4096
+    poke = d.program(kernel_corpus["faults"], "poke")
+    poke(va, 1, global_size=(1,), local_size=(1,), wait=True)          # mapped in this run
+    d.close()
+    d = hcq.open("am:sim", slot=7)
+    try:
+        assert d.gpu.boot_report.kind == "warm"
+        poke = d.program(kernel_corpus["faults"], "poke")
+        with pytest.raises(hcq.HCQFault, match=rf"page fault at {va:#x} \(VMID 0\): write by TCP"):
+            poke(va, 2, global_size=(1,), local_size=(1,), wait=True, timeout=5)
+        d.recover()
+    finally:
+        d.close()
