@@ -128,13 +128,13 @@ def test_a_previous_runs_address_faults_after_a_warm_boot(debian_firmware, kerne
     """Issue 17: after a clean exit the next open boots warm over a cleared root directory (gmc fini), so a
     virtual address of the previous run is mapped by nothing and a store there faults."""
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    d = hcq.open("am:sim", slot=7, fresh=True)
+    d = hcq.open("am:sim", slot=47, fresh=True)
     old = d.alloc(64 << 20)
     va = old.va + (64 << 20) - 4096
     poke = d.program(kernel_corpus["faults"], "poke")
     poke(va, 1, global_size=(1,), local_size=(1,), wait=True)          # mapped in this run
     d.close()
-    d = hcq.open("am:sim", slot=7)
+    d = hcq.open("am:sim", slot=47)
     try:
         assert d.gpu.boot_report.kind == "warm"
         poke = d.program(kernel_corpus["faults"], "poke")
