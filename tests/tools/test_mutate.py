@@ -1,0 +1,79 @@
+"""tools/mutate.py, the mutation tool: a quick subset in CI. The baseline workload is deterministic, a few
+mutations that break boot or kernels today are caught (register drops, a packet field, named steps), a
+mutation that changes nothing survives, and a run that spins is killed and reported as a hang. The full
+run and its figures are in docs/fidelity.md ("Mutation figures")."""
+import pytest
+
+from tools import mutate as M
+
+# caught today, each for a reason the hardware shares: the queue's ring address, the MEC doorbell window,
+# the PSP's bootloader command register, the dispatch's workgroup count, the SDMA copy's byte count, and the
+# PSP's command order (SMU firmware before SETUP_TMR)
+MUST_CATCH = ["reg-drop:GC.CP_HQD_PQ_BASE", "reg-drop:GC.CP_MEC_DOORBELL_RANGE_UPPER",
+              "reg-drop:MP0.MP0_SMN_C2PMSG_35", "pkt-zero:PM4.DISPATCH_DIRECT.DIM_X",
+              "pkt-zero:SDMA.COPY_LINEAR.COUNT"]
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory, debian_firmware):
+    if not M.shutil.which("clang-15"):
+        pytest.skip("clang-15 and ld.lld-15 are needed to build OpenCL kernels (make test installs them)")
+    mp = pytest.MonkeyPatch()   # module scope: set up before conftest's per-test environment, so set it here
+    mp.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    mp.setenv("DRIVERLESS_CACHE", str(tmp_path_factory.mktemp("cache")))
+    mp.setenv("DRIVERLESS_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+    mp.setenv("DRIVERLESS_OFFLINE", "1")
+    mp.delenv("DRIVERLESS_COLD_BOOT", raising=False)
+    kernels = M.build_kernels(tmp_path_factory.mktemp("mutate"))
+    base = M.baseline(kernels, jobs=2)    # two runs; MutateError unless they agree
+    yield kernels, base
+    mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def firmware(debian_firmware, monkeypatch):
+    # conftest's per-test environment clears the firmware dir; the forked runs need it
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+
+
+def test_baseline_is_deterministic_and_complete(rig):
+    kernels, base = rig
+    phases = [p for p, _ in base["outcome"]]
+    assert phases[0] == "cold boot" and phases[-1] == "final fini"
+    out = dict((p, w) for p, w in base["outcome"])
+    assert out["cold boot"] == "cold boot" and out["warm boot"] == "warm boot"
+    assert out["mode1 boot"] == "cold boot after mode1 reset"
+    assert out["fault"].startswith("fault reported") and out["recover"] == "poke after recover 77"
+    names = {n for (_, n), _, _ in base["regs"].values()}
+    assert {"CP_HQD_PQ_BASE", "MMVM_INVALIDATE_ENG17_REQ", "S2A_DOORBELL_ENTRY_2_CTRL"} <= names
+    # the index/data path is resolved to its target register
+    assert any(via == "RSMU" for _, _, via in base["regs"].values())
+    muts, excluded = M.mutations(base, "regs")
+    assert "GCVM_INVALIDATE_ENG3_ADDR_RANGE_LO32" in excluded and "GDS_OA_VMID15" in excluded
+    assert not any("ENG3_ADDR_RANGE" in m.name or "GDS_VMID7" in m.name for m in muts)
+    assert any(k[:2] == ("PM4", "SET_SH_REG") and k[2] == "COMPUTE_PGM_LO" for k in base["packets"])
+
+
+def test_mutations_that_break_the_workload_are_caught(rig):
+    kernels, base = rig
+    muts, _ = M.mutations(base, "all", MUST_CATCH + ["step:setup-tmr-before-smu-fw"])
+    assert sorted(m.name for m in muts) == sorted(MUST_CATCH + ["step:setup-tmr-before-smu-fw"])
+    results = M.run(muts, base, kernels, jobs=2)
+    for r in results:
+        assert r.status == "caught" and r.how and "FirmwareError" not in r.how, (r.mutation, r.status, r.how)
+
+
+def test_a_harmless_mutation_survives_and_a_spin_is_a_hang(rig):
+    kernels, base = rig
+    noop = M.Mutation("step:noop", "steps", step=M.Step("noop", "changes nothing", lambda c: None))
+    import amdrv.hcq
+
+    def spin(c):
+        c.patch(amdrv.hcq.AMHCQDevice, "program", lambda orig: lambda *a, **kw: [None for _ in iter(int, 1)])
+    hang = M.Mutation("step:spin", "steps", step=M.Step("spin", "a driver loop that never ends", spin), timeout=3)
+    gone = M.Mutation("step:gone", "steps", step=M.Step("gone", "a target the driver lost",
+                                                        lambda c: c.skip(amdrv.hcq.AMHCQDevice, "no_such_method")))
+    hang_r, noop_r, gone_r = M.run([hang, noop, gone], base, kernels, jobs=2)
+    assert noop_r.status == "survived", noop_r
+    assert hang_r.status == "caught" and hang_r.how.startswith("hang"), hang_r
+    assert gone_r.status == "n/a" and "no such target" in gone_r.how, gone_r

@@ -1,0 +1,1113 @@
+"""The project's mutation tool: how much of what the driver does does the simulator hold it to?
+
+    python -m tools.mutate                           # everything: registers, packet fields, named steps
+    python -m tools.mutate --kind regs -j 2          # register drops and corruptions only
+    python -m tools.mutate --only 'reg-drop:GC.CP_HQD_PQ_BASE' 'step:*'   # by name (fnmatch patterns)
+    python -m tools.mutate --list --kind packets     # the mutations, without running them
+    python -m tools.mutate --json out.json           # every result, machine-readable
+
+It runs one WORKLOAD in-process on the simulator (gpusim, through hcq.open("am:sim")): a cold boot,
+BAR0 copies, three clang-built OpenCL kernels (add, saxpy, an LDS reverse), SDMA copies (host to VRAM and
+back, VRAM to VRAM), an out-of-bounds store that must fault and be reported, recover() and a kernel after
+it, fini, a warm boot with a kernel, then an exit without fini and the cold boot behind a mode1 reset it
+leads to, with a kernel again. The OUTCOME of a run is what a user of the driver can observe: per phase
+the boot kind, the hashes of the output buffers, the exceptions raised (type and message with the numbers
+taken out), and whether the fault was reported. A mutation is CAUGHT when the outcome differs from the
+unmutated baseline (an error, wrong data, a fault not reported, a boot of another kind, or a hang: no
+outcome within --timeout seconds), SURVIVED when it is the same. The simulator's own error log
+(gpusim's dev.errors) is not part of the outcome (no driver can read it), but new entries are shown next
+to a surviving mutation: the model noticed and let it pass.
+
+Mutations:
+- Registers (--kind regs): every register the driver writes during the baseline, named through the
+  generated tables at the bases the simulated IP discovery declares. Host-originated writes only: BAR5
+  `write32` (gpusim.provider.RegisterBAR), and the writes through the index/data pairs resolved to their
+  target (BIF_BX_PF0_MM_INDEX/MM_DATA in register mode, BIF_BX_PF0_RSMU_INDEX/DATA,
+  BIF_BX0_PCIE_INDEX2/DATA2). For each register: `reg-drop:` drops every host write to it, `reg-flip:`
+  writes each value with all 32 bits inverted. Left out, as issue 11 counts: the address-range registers
+  of invalidation engines 0-16 (the driver invalidates with engine 17 only) and the GDS/GWS/OA registers
+  of VMIDs 1-15 (nothing the driver runs uses them).
+- Packet fields (--kind packets): interception at the ring write, `amdrv.queue._Queue.submit`, the one
+  place every PM4 and SDMA dword the driver emits passes (hcq's queues, the driver's own): the submitted
+  dwords are split into packets (PM4 type-3 headers; SDMA headers by opcode) and each (engine, packet,
+  dword) seen in the baseline becomes `pkt-zero:` (that dword 0 in every such packet) and `pkt-flip:`
+  (all its bits inverted). SET_SH_REG values are keyed by the register they set, RELEASE_MEM by its
+  DATA_SEL form, POLL_REGMEM by its HDP-flush form; NOP packets are left alone. Chosen over wrapping the
+  builders in amdrv.pm4/sdma_packets because hcq copies prebuilt templates and patches them after the
+  builder ran: only the ring sees the final dwords. Indirect buffers (graphs) are not parsed; the
+  workload uses none.
+- Named steps (--kind steps): the STEPS table below, one small monkeypatch of the driver each (skip a
+  flush, a wait, a message, a reset; rewrite one packet bit). Add an entry to extend it; an entry whose
+  target the driver no longer has is reported "n/a" instead of failing the run.
+
+Each mutation runs in a forked child (os.fork after the kernels are built and everything is imported)
+with a fresh simulated GPU, -j workers at a time (default 2), results in a fixed order. Two baseline runs
+come first; they must agree (the simulator is stepped and seeded, so the outcome is deterministic), and
+the figure printed at the end is "registers caught X of Y (Z%)" over register drops. Firmware comes from
+/lib/firmware/amdgpu (DRIVERLESS_TEST_FIRMWARE overrides) with a temporary cache, DRIVERLESS_OFFLINE=1,
+as the tests run. docs/fidelity.md ("Mutation figures") has the last full run.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import functools
+import hashlib
+import json
+import os
+import pickle
+import re
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL_DIR = ROOT / "tests" / "amdrv" / "isa" / "kernels"     # the project's OpenCL corpus (and common.h)
+FAULT_KERNELS = ROOT / "tests" / "hcq" / "kernels" / "faults.cl"
+KERNELS = ("add_f32", "saxpy", "local_reverse")
+CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-nogpulib",
+         "-O2", "-c"]
+DEFAULT_TIMEOUT = 30.0     # seconds per mutated run; longer is a hang (caught)
+KERNEL_TIMEOUT = 2.0       # hcq waits inside the workload
+N = 256                    # work-items per kernel (one workgroup)
+SLOT = 40                  # the simulator slot the workload uses (a process may hold other simulated GPUs)
+
+# left out of the register count, as issue 11 counts (see the module docstring)
+EXCLUDE = (re.compile(r"(GC|MM)VM_INVALIDATE_ENG([0-9]|1[0-6])_ADDR_RANGE_(LO|HI)32$"),
+           re.compile(r"GDS_(VMID([1-9]|1[0-5])_(BASE|SIZE)|GWS_VMID([1-9]|1[0-5])|OA_VMID([1-9]|1[0-5]))$"))
+
+
+# ====================================================================== environment and kernels
+def setup_env(tmp: Path) -> None:
+    """What tests/conftest.py gives every test: the real firmware, a private cache, no network."""
+    fw = Path(os.environ.get("DRIVERLESS_TEST_FIRMWARE", "/lib/firmware/amdgpu"))
+    if not (fw / "gc_11_0_0_mec.bin").is_file():
+        raise SystemExit(f"mutate: real firmware not found in {fw} (Debian firmware-amd-graphics; "
+                         "DRIVERLESS_TEST_FIRMWARE=<linux-firmware amdgpu dir> overrides)")
+    os.environ["DRIVERLESS_FIRMWARE_DIR"] = str(fw)
+    os.environ["DRIVERLESS_CACHE"] = str(tmp / "cache")
+    os.environ["DRIVERLESS_LOCK_DIR"] = str(tmp / "locks")
+    os.environ["DRIVERLESS_OFFLINE"] = "1"
+    for k in ("DRIVERLESS_FIRMWARE_URL", "DRIVERLESS_COLD_BOOT"):
+        os.environ.pop(k, None)
+    (tmp / "locks").mkdir(exist_ok=True)
+
+
+def build_kernels(tmp: Path) -> dict[str, bytes]:
+    """{name: linked code object}: the corpus kernels and the faulting one, through clang-15/ld.lld-15."""
+    if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
+        raise SystemExit("mutate: clang-15 and ld.lld-15 are needed (make test installs them)")
+    out = {}
+    for src in [KERNEL_DIR / f"{k}.cl" for k in KERNELS] + [FAULT_KERNELS]:
+        obj, so = tmp / f"{src.stem}.o", tmp / f"{src.stem}.so"
+        for cmd in (CLANG + ["-I", str(KERNEL_DIR), str(src), "-o", str(obj)],
+                    ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                raise SystemExit(f"mutate: {' '.join(cmd)} failed:\n{r.stderr}")
+        out[src.stem] = so.read_bytes()
+    return out
+
+
+# ====================================================================== the workload
+_NUM = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
+
+
+def norm(msg: str) -> str:
+    """An error message with its numbers taken out: the class of the error, not this run's pointers."""
+    return _NUM.sub("#", str(msg))[:240]
+
+
+def _h(data) -> str:
+    return hashlib.sha256(bytes(data)).hexdigest()[:16]
+
+
+class Workload:
+    """Runs the phases in order into `outcome` ([phase, what] pairs); stops at the first unexpected error."""
+
+    def __init__(self, kernels: dict[str, bytes]):
+        self.k = kernels
+        self.outcome: list[list[str]] = []
+        self.dev = None
+
+    def note(self, phase: str, what: str) -> None:
+        self.outcome.append([phase, what])
+
+    def run(self) -> list[list[str]]:
+        import numpy as np
+        self.np = np
+        self.rng = np.random.default_rng(11)
+        phases = [("cold boot", self.cold_boot), ("bar0 copies and kernels", self.kernels),
+                  ("sdma copies", self.sdma), ("fault", self.fault), ("recover", self.recover),
+                  ("fini", self.fini), ("warm boot", self.warm_boot), ("warm kernel", self.one_kernel),
+                  ("exit without fini", self.unclean), ("mode1 boot", self.mode1_boot),
+                  ("mode1 kernel", self.one_kernel), ("final fini", self.fini)]
+        for name, fn in phases:
+            try:
+                fn(name)
+            except BaseException as e:   # noqa: BLE001 - everything the driver raises is an outcome
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                tb, sim = e.__traceback__, False
+                while tb is not None:   # an exception that passed through simulator code: labelled as such
+                    sim = sim or f"{os.sep}gpusim{os.sep}" in tb.tb_frame.f_code.co_filename
+                    tb = tb.tb_next
+                where = " (raised inside the simulator)" if sim else ""
+                self.note(name, f"error {type(e).__name__}{where}: {norm(e)}")
+                break
+        return self.outcome
+
+    # ------------------------------------------------------------ phases
+    def _open(self, phase: str, **kw) -> None:
+        import hcq
+        self.dev = hcq.open("am:sim", slot=SLOT, **kw)
+        self.dev.default_timeout = KERNEL_TIMEOUT
+        r = self.dev.gpu.boot_report
+        self.note(phase, f"{r.kind} boot{' after mode1 reset' if r.mode1_reset else ''}")
+
+    def cold_boot(self, phase: str) -> None:
+        self._open(phase, fresh=True)
+
+    def _f32(self, a):
+        b = self.dev.alloc(a.nbytes)
+        self.dev.copyin(b, a)
+        return b
+
+    def kernels(self, phase: str) -> None:
+        np, dev = self.np, self.dev
+        a, b = self.rng.random(N, np.float32), self.rng.random(N, np.float32)
+        ba, bb, out = self._f32(a), self._f32(b), dev.alloc(4 * N)
+        add = dev.program(self.k["add_f32"], "add_f32")
+        add(out, ba, bb, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "add " + _h(dev.copyout(out)))
+        saxpy = dev.program(self.k["saxpy"], "saxpy")
+        saxpy(out, ba, 3.0, N, global_size=(2,), local_size=(N // 2,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "saxpy " + _h(dev.copyout(out)))
+        rev = dev.program(self.k["local_reverse"], "local_reverse")
+        rev(out, bb, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "local_reverse " + _h(dev.copyout(out)))
+
+    def sdma(self, phase: str) -> None:
+        np, dev = self.np, self.dev
+        direct, dev.direct_max = dev.direct_max, 0    # copyin/copyout through SDMA and host memory
+        try:
+            # Every copy goes through the one staging buffer: each read-back follows a transfer of other
+            # data, so a copy that moved nothing (or too little) cannot pass on what the staging held.
+            d1, d2 = (self.rng.integers(0, 256, 20000, dtype=np.uint8).tobytes() for _ in range(2))
+            x, y, z = dev.alloc(20480), dev.alloc(20480), dev.alloc(20480)
+            dev.copyin(x, d1, offset=5)
+            dev.copyin(z, d2)
+            self.note(phase, "copyout " + _h(dev.copyout(x, len(d1), 5)))
+            dev.copy(y.view(3), x.view(5, len(d1)))
+            dev.synchronize()
+            self.note(phase, "other " + _h(dev.copyout(z, len(d2))))
+            self.note(phase, "copy " + _h(dev.copyout(y, len(d1), 3)))
+        finally:
+            dev.direct_max = direct
+
+    def fault(self, phase: str) -> None:
+        import hcq
+        poke = self.dev.program(self.k["faults"], "poke")
+        self.poke = poke
+        bad = (1 << 44) - (1 << 30)   # below the VRAM window: mapped by nothing
+        try:
+            poke(bad, 5, global_size=(1,), local_size=(1,), wait=True, timeout=KERNEL_TIMEOUT)
+        except hcq.HCQFault as e:
+            self.note(phase, f"fault reported: {norm(e).split(';')[0]}")
+            return
+        except hcq.HCQTimeout as e:
+            self.note(phase, f"no fault reported, a timeout: {norm(e)}")
+            return
+        self.note(phase, "no fault reported: the store completed")
+
+    def recover(self, phase: str) -> None:
+        dev = self.dev
+        self.note(phase, "faults pending: " + norm(" | ".join(dev.recover())))
+        ok = dev.alloc(4)
+        self.poke(ok.va, 77, global_size=(1,), local_size=(1,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "poke after recover " + str(struct.unpack("<I", dev.copyout(ok))[0]))
+
+    def fini(self, phase: str) -> None:
+        self.dev.close()
+        self.note(phase, "closed")
+
+    def warm_boot(self, phase: str) -> None:
+        self._open(phase)
+
+    def one_kernel(self, phase: str) -> None:
+        np, dev = self.np, self.dev
+        a = self.rng.random(N, np.float32)
+        ba, out = self._f32(a), dev.alloc(4 * N)
+        add = dev.program(self.k["add_f32"], "add_f32")
+        add(out, ba, ba, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "add " + _h(dev.copyout(out)))
+
+    def unclean(self, phase: str) -> None:
+        self.dev.gpu.dev.close()     # the process "dies": no fini, the clean-exit flag stays clear
+        self.note(phase, "dropped")
+
+    def mode1_boot(self, phase: str) -> None:
+        from amdrv.ip import smu
+        # The driver sleeps SMU13_MODE1_RESET_WAIT_TIME (500 ms) touching nothing; the stepped simulator
+        # does not move meanwhile, so the workload shortens it (every run alike).
+        orig = smu.SMU.mode1_reset
+
+        def quick(self_):
+            self_.reset_wait_s = min(self_.reset_wait_s, 0.01)
+            return orig(self_)
+        smu.SMU.mode1_reset = quick
+        try:
+            self._open(phase)
+        finally:
+            smu.SMU.mode1_reset = orig
+
+
+# ====================================================================== interception
+PM4_OPS = ("NOP", "SET_SH_REG", "DISPATCH_DIRECT", "ACQUIRE_MEM", "RELEASE_MEM", "WAIT_REG_MEM", "INDIRECT_BUFFER",
+           "EVENT_WRITE", "COPY_DATA", "WRITE_DATA", "SET_RESOURCES", "MAP_QUEUES", "UNMAP_QUEUES", "SET_UCONFIG_REG")
+PM4_FIELDS = {
+    "ACQUIRE_MEM": ("COHER_CNTL", "COHER_SIZE", "COHER_SIZE_HI", "COHER_BASE", "COHER_BASE_HI", "POLL_INTERVAL",
+                    "GCR_CNTL"),
+    "RELEASE_MEM": ("EVENT_GCR", "DATA_INT_SEL", "ADDR_LO", "ADDR_HI", "DATA_LO", "DATA_HI", "INT_CTXID"),
+    "WAIT_REG_MEM": ("FUNCTION_MEM_SPACE", "ADDR_LO", "ADDR_HI", "REFERENCE", "MASK", "POLL_INTERVAL"),
+    "DISPATCH_DIRECT": ("DIM_X", "DIM_Y", "DIM_Z", "DISPATCH_INITIATOR"),
+    "INDIRECT_BUFFER": ("IB_BASE_LO", "IB_BASE_HI", "IB_SIZE_VALID_VMID"),
+    "EVENT_WRITE": ("EVENT",),
+    "COPY_DATA": ("CONTROL", "SRC_LO", "SRC_HI", "DST_LO", "DST_HI"),
+    "WRITE_DATA": ("CONTROL", "DST_LO", "DST_HI"),
+}
+SDMA_FIELDS = {
+    "COPY_LINEAR": ("COUNT", "PARAMETER", "SRC_LO", "SRC_HI", "DST_LO", "DST_HI"),
+    "WRITE": ("DST_LO", "DST_HI", "COUNT"),
+    "FENCE": ("ADDR_LO", "ADDR_HI", "DATA"),
+    "TRAP": ("INT_CONTEXT",),
+    "POLL_REGMEM": ("ADDR_LO", "ADDR_HI", "VALUE", "MASK", "INTERVAL_RETRY"),
+    "POLL_REGMEM/HDP_FLUSH": ("DONE_ADDR", "REQ_ADDR", "VALUE", "MASK", "INTERVAL_RETRY"),
+    "CONST_FILL": ("DST_LO", "DST_HI", "DATA", "COUNT"),
+    "TIMESTAMP": ("ADDR_LO", "ADDR_HI"),
+    "GCR_REQ": ("BASE_LO", "BASE_HI_GCR_15_0", "LIMIT_LO_GCR_18_16", "LIMIT_HI"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _pm4_names() -> dict[int, str]:
+    from amdrv.autogen import pm4 as P
+    return {getattr(P, f"PACKET3_{n}"): n for n in PM4_OPS if hasattr(P, f"PACKET3_{n}")}
+
+
+@functools.lru_cache(maxsize=None)
+def _sdma_ops() -> dict[int, str]:
+    from amdrv.autogen import sdma6 as S
+    names = {"NOP": "NOP", "COPY": "COPY", "WRITE": "WRITE", "FENCE": "FENCE", "TRAP": "TRAP",
+             "POLL_REGMEM": "POLL_REGMEM", "CONST_FILL": "CONST_FILL", "TIMESTAMP": "TIMESTAMP",
+             "GCR_REQ": "GCR_REQ"}
+    return {getattr(S, f"SDMA_OP_{k}"): v for k, v in names.items() if hasattr(S, f"SDMA_OP_{k}")}
+
+
+@dataclass
+class Packet:
+    name: str        # "RELEASE_MEM/DATA_64", "COPY_LINEAR", ...
+    start: int       # dword index in the submission
+    length: int
+    keys: list       # per dword: its field key (str) or None (not mutated: NOP payload, data payloads)
+
+
+def parse_pm4(dw, sh_name: Callable[[int], str]) -> list[Packet]:
+    out, i, names = [], 0, _pm4_names()
+    while i < len(dw):
+        h = dw[i]
+        if h >> 30 != 3:
+            out.append(Packet(f"type{h >> 30}", i, 1, [None]))
+            i += 1
+            continue
+        op, n = (h >> 8) & 0xFF, (h >> 16) & 0x3FFF
+        name = names.get(op, f"op{op:#04x}")
+        length = 1 if n == 0x3FFF else n + 2
+        length = min(length, len(dw) - i)
+        keys: list = [None] * length
+        if name != "NOP":
+            if name == "RELEASE_MEM" and length > 2:
+                name += "/" + {0: "DATA_NONE", 1: "DATA_32", 2: "DATA_64", 3: "GPU_CLOCK"}.get((dw[i + 2] >> 29) & 7,
+                                                                                         "DATA_SEL?")
+            keys[0] = "HEADER"
+            labels = PM4_FIELDS.get(name.split("/")[0], ())
+            for j in range(1, length):
+                if name == "SET_SH_REG":
+                    keys[j] = "REG_OFFSET" if j == 1 else sh_name(dw[i + 1] + j - 2)
+                else:
+                    keys[j] = labels[j - 1] if j - 1 < len(labels) else ("DATA" if name == "WRITE_DATA" else f"dw{j}")
+        out.append(Packet(name, i, length, keys))
+        i += length
+    return out
+
+
+def parse_sdma(dw) -> list[Packet]:
+    out, i, ops = [], 0, _sdma_ops()
+    while i < len(dw):
+        h = dw[i]
+        op, sub = h & 0xFF, (h >> 8) & 0xFF
+        name = ops.get(op, f"op{op:#04x}")
+        length = {"NOP": 1 + ((h >> 16) & 0x3FFF), "COPY": 7, "FENCE": 4, "TRAP": 2, "POLL_REGMEM": 6,
+                  "CONST_FILL": 5, "TIMESTAMP": 3, "GCR_REQ": 5}.get(name)
+        if name == "WRITE":
+            length = 4 + (dw[i + 3] + 1 if i + 3 < len(dw) else 0)
+        if name == "COPY":
+            name = "COPY_LINEAR" if sub == 0 else f"COPY/sub{sub}"
+        if name == "POLL_REGMEM" and (h >> 26) & 1:
+            name = "POLL_REGMEM/HDP_FLUSH"
+        if length is None:    # an opcode this parser does not know: the rest is left alone
+            out.append(Packet(name, i, len(dw) - i, [None] * (len(dw) - i)))
+            break
+        length = min(length, len(dw) - i)
+        keys: list = [None] * length
+        if name != "NOP":
+            keys[0] = "HEADER"
+            labels = SDMA_FIELDS.get(name, ())
+            for j in range(1, length):
+                keys[j] = labels[j - 1] if j - 1 < len(labels) else ("DATA" if name == "WRITE" else f"dw{j}")
+        out.append(Packet(name, i, length, keys))
+        i += length
+    return out
+
+
+class Hooks:
+    """The child's interception: records host register writes and packet fields, applies mutations.
+
+    reg_mut: {dword address: "drop" | "flip"}; pkt_mut: {(engine, packet, field): "zero" | "flip"};
+    reg_filters / pkt_filters: callables for named steps (see Ctx)."""
+
+    def __init__(self):
+        self.record = False
+        self.reg_writes: dict[int, int] = {}         # dword address -> host writes
+        self.reg_via: dict[int, str] = {}            # dword address -> index/data pair used, if any
+        self.pkt_seen: dict[tuple, int] = {}
+        self.reg_mut: dict[int, str] = {}
+        self.pkt_mut: dict[tuple, str] = {}
+        self.reg_filters: list[Callable] = []        # fn(dev, dword, value) -> value or None (drop)
+        self.pkt_filters: list[Callable] = []        # fn(engine, Packet, dwords list) -> dwords list (or [] to drop)
+        self.hits = 0
+        self._pairs: dict[int, dict] = {}
+        self._sh: dict[int, str] = {}
+
+    # ------------------------------------------------------------ registers
+    def pairs(self, dev) -> dict:
+        p = self._pairs.get(id(dev))
+        if p is None:
+            a = lambda n: dev.reg_addr("NBIO", n)  # noqa: E731
+            p = self._pairs[id(dev)] = {
+                a("BIF_BX_PF0_MM_DATA"): ("MM", a("BIF_BX_PF0_MM_INDEX")),
+                a("BIF_BX_PF0_RSMU_DATA"): ("RSMU", a("BIF_BX_PF0_RSMU_INDEX")),
+                a("BIF_BX0_PCIE_DATA2"): ("PCIE2", a("BIF_BX0_PCIE_INDEX2")),
+            }
+        return p
+
+    def install(self) -> None:
+        from gpusim import provider
+        from amdrv import queue
+        hooks = self
+        orig_write = provider.RegisterBAR.write32
+
+        def write32(bar, offset, value):
+            dev = bar.dev
+            dw = target = offset >> 2
+            pair = hooks.pairs(dev).get(dw)
+            if pair is not None:
+                idx = dev.regs.peek(pair[1])
+                if pair[0] == "MM" and idx & (1 << 31):
+                    target = dw            # MM_DATA into VRAM: counted as the data register itself
+                else:
+                    target = (idx & 0x7FFFFFFF) >> 2
+            if hooks.record:
+                hooks.reg_writes[target] = hooks.reg_writes.get(target, 0) + 1
+                if pair is not None and target != dw:
+                    hooks.reg_via[target] = pair[0]
+            mode = hooks.reg_mut.get(target)
+            if mode is not None:
+                hooks.hits += 1
+                if mode == "drop":
+                    bar.fn.counters.mmio_writes += 1
+                    return
+                value ^= 0xFFFFFFFF
+            for f in hooks.reg_filters:
+                value = f(dev, target, value)
+                if value is None:
+                    bar.fn.counters.mmio_writes += 1
+                    return
+            orig_write(bar, offset, value)
+
+        provider.RegisterBAR.write32 = write32
+        orig_submit = queue._Queue.submit
+
+        def submit(q, dwords):
+            engine = "PM4" if q.kind == "compute" else "SDMA"
+            dw = [int(x) for x in (dwords if not isinstance(dwords, memoryview) else dwords.tolist())]
+            pkts = parse_pm4(dw, functools.partial(hooks.sh_name, q)) if engine == "PM4" else parse_sdma(dw)
+            out: list[int] = []
+            for p in pkts:
+                words = dw[p.start:p.start + p.length]
+                for j, key in enumerate(p.keys):
+                    if key is None:
+                        continue
+                    k = (engine, p.name, key)
+                    if hooks.record:
+                        hooks.pkt_seen[k] = hooks.pkt_seen.get(k, 0) + 1
+                    mode = hooks.pkt_mut.get(k)
+                    if mode is not None:
+                        hooks.hits += 1
+                        words[j] = 0 if mode == "zero" else words[j] ^ 0xFFFFFFFF
+                for f in hooks.pkt_filters:
+                    words = f(engine, p, words)
+                out.extend(words)
+            return orig_submit(q, array("I", out))
+
+        queue._Queue.submit = submit
+
+    def sh_name(self, q, offset: int) -> str:
+        n = self._sh.get(offset)
+        if n is None:
+            from amdrv.autogen import pm4 as P
+            names = reg_names(q.gpu.dev.pci.dev)
+            n = self._sh[offset] = names.get(offset + P.PACKET3_SET_SH_REG_START, (None, f"SH+{offset:#x}"))[1]
+        return n
+
+
+_NAMES: dict = {}
+
+
+def reg_names(dev) -> dict[int, tuple[str, str]]:
+    """{dword address: (ip, register name)} for every MMIO register of the device's discovered IPs."""
+    key = dev.chip
+    if key in _NAMES:
+        return _NAMES[key]
+    from amdrv import regs as R
+    out: dict[int, tuple[str, str]] = {}
+    seen = set()
+    for e in dev.layout.ips:
+        if e.table is None or (e.table, e.bases) in seen:
+            continue
+        seen.add((e.table, e.bases))
+        t = R.load(e.table)
+        for name in t.names():
+            d = t[name]
+            if d.base_idx is None or d.base_idx >= len(e.bases):
+                continue
+            ip = e.name
+            if e.table.startswith("mp_"):
+                ip = name.split("_")[0] if name.startswith(("MP0_", "MP1_")) else "MP"
+            elif e.table.startswith("gc_") and name.startswith(("SDMA0_", "SDMA1_")):
+                ip = "GC"
+            out.setdefault(e.bases[d.base_idx] + d.offset, (ip, name))
+    _NAMES[key] = out
+    return out
+
+
+def name_of(dev, dword: int) -> tuple[str, str]:
+    n = reg_names(dev).get(dword)
+    if n is not None:
+        return n
+    nb = dev.blocks.get("NBIO")
+    if nb is not None and getattr(nb, "_remap_addr", None) == dword:
+        return ("NBIO", "REMAP_HDP_MEM_FLUSH_CNTL_page")
+    if nb is not None and getattr(nb, "_remap_addr", None) is not None and dword == nb._remap_addr + 1:
+        return ("NBIO", "REMAP_HDP_REG_FLUSH_CNTL_page")
+    return ("?", f"dword_{dword:#x}")
+
+
+# ====================================================================== named steps
+class Ctx:
+    """What a step's apply(ctx) uses to patch the driver in the child (never undone: the child exits)."""
+
+    def __init__(self, hooks: Hooks):
+        self.hooks = hooks
+        self.inside: dict[str, int] = {}
+
+    def patch(self, obj, attr: str, make: Callable) -> None:
+        """obj.attr = make(original); AttributeError (the driver changed) makes the step n/a."""
+        orig = getattr(obj, attr)
+        setattr(obj, attr, make(orig))
+
+    def track(self, obj, attr: str, label: str | None = None) -> str:
+        """Counts being inside obj.attr (ctx.inside[label] > 0 while it runs); returns the label."""
+        label = label or f"{getattr(obj, '__name__', obj)}.{attr}"
+        inside = self.inside
+        inside.setdefault(label, 0)
+
+        def make(orig):
+            @functools.wraps(orig)
+            def wrapper(*a, **kw):
+                inside[label] += 1
+                try:
+                    return orig(*a, **kw)
+                finally:
+                    inside[label] -= 1
+            return wrapper
+        self.patch(obj, attr, make)
+        return label
+
+    def skip(self, obj, attr: str, when: Callable[..., bool] = lambda *a, **kw: True, result=None) -> None:
+        """obj.attr does nothing (returns `result`) whenever when(*args) says so."""
+        hooks = self.hooks
+
+        def make(orig):
+            @functools.wraps(orig)
+            def wrapper(*a, **kw):
+                if when(*a, **kw):
+                    hooks.hits += 1
+                    return result
+                return orig(*a, **kw)
+            return wrapper
+        self.patch(obj, attr, make)
+
+    def skip_inside(self, outer, outer_attr: str, inner, inner_attr: str) -> None:
+        """inner.inner_attr does nothing while outer.outer_attr runs."""
+        label = self.track(outer, outer_attr)
+        self.skip(inner, inner_attr, lambda *a, **kw: self.inside[label] > 0)
+
+    def drop_reg_inside(self, outer, outer_attr: str, ip: str, reg: str, mask: int | None = None) -> None:
+        """Host writes to ip.reg made while outer.outer_attr runs are dropped (mask: only those that set
+        any of these bits)."""
+        label = self.track(outer, outer_attr)
+        hooks = self.hooks
+
+        def f(dev, dword, value):
+            if self.inside[label] and dword == dev.reg_addr(ip, reg) and (mask is None or value & mask):
+                hooks.hits += 1
+                return None
+            return value
+        hooks.reg_filters.append(f)
+
+    def packets(self, fn: Callable) -> None:
+        """fn(engine, Packet, words) -> words: rewrite (or drop, returning []) submitted packets."""
+        hooks = self.hooks
+
+        def counted(engine, p, words):
+            new = fn(engine, p, words)
+            if new != words:
+                hooks.hits += 1
+            return new
+        hooks.pkt_filters.append(counted)
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    what: str        # the driver step, in words, and its upstream source
+    apply: Callable  # apply(ctx)
+
+
+def _pm4_bits(name: str) -> int:
+    from amdrv.autogen import pm4 as P
+    return getattr(P, name)
+
+
+def _release_mem(fn):
+    """A packet filter for RELEASE_MEM's dword 1 (event and GCR actions): fn(dw1) -> dw1."""
+    def f(engine, p, words):
+        if engine == "PM4" and p.name.startswith("RELEASE_MEM") and len(words) > 1:
+            words = list(words)
+            words[1] = fn(words[1])
+        return words
+    return f
+
+
+def _set_field(value: int, field: str, v: int, width: int) -> int:
+    """value with the PM4 field (shift from the generated nvd.h table, width given) set to v."""
+    from amdrv.autogen import pm4 as P
+    shift = P.FIELDS[field][0]
+    mask = ((1 << width) - 1) << shift
+    return (value & ~mask) | (v << shift & mask)
+
+
+def _step_eop_unshifted(ctx: Ctx) -> None:
+    from amdrv import queue
+
+    def make(orig):
+        def values(q):
+            m = orig(q)
+            m["cp_hqd_eop_base_addr_lo"], m["cp_hqd_eop_base_addr_hi"] = q.eop.va & 0xFFFFFFFF, q.eop.va >> 32
+            ctx.hooks.hits += 1
+            return m
+        return values
+    ctx.patch(queue.ComputeQueue, "_mqd_values", make)
+
+
+def _step_no_mmhub_semaphore(ctx: Ctx) -> None:
+    from amdrv.ip import gmc
+
+    def make(orig):
+        def init(self, *a, **kw):
+            orig(self, *a, **kw)
+            if not hasattr(self.hubs["MM"], "semaphore"):
+                raise AttributeError("_Hub.semaphore")
+            self.hubs["MM"].semaphore = False
+            ctx.hooks.hits += 1
+        return init
+    ctx.patch(gmc.GMC, "__init__", make)
+
+
+def _step_smu_msg(*names: str):
+    def apply(ctx: Ctx) -> None:
+        from amdrv.ip import smu
+        from amdrv.autogen import smu_13_0_0 as S
+        msgs = {getattr(S, f"PPSMC_MSG_{n}") for n in names}
+        ctx.skip(smu.SMU, "send", lambda self, msg, *a, **kw: msg in msgs)
+    return apply
+
+
+def _step_psp_bootloader_ready(ctx: Ctx) -> None:
+    from amdrv.ip import psp
+    label = ctx.track(psp.PSP, "_bootloader_load")
+    ctx.skip(psp.PSP, "_wait", lambda self, n, done, what, *a, **kw:
+             ctx.inside[label] > 0 and n == 35 and "ready" in what and "finish" not in what)
+
+
+def _step_tmr_before_smu(ctx: Ctx) -> None:
+    """SETUP_TMR sent before the SMU firmware's LOAD_IP_FW (upstream: SMU firmware, then TMR)."""
+    from amdrv.ip import psp
+    state = {"tmr": False}
+
+    def make_load(orig):
+        def load_ip_fw(self, ld):
+            if not state["tmr"]:
+                state["tmr"] = True
+                orig_setup(self)
+                ctx.hooks.hits += 1
+            return orig(self, ld)
+        return load_ip_fw
+    orig_setup = psp.PSP.setup_tmr
+    ctx.patch(psp.PSP, "load_ip_fw", make_load)
+    ctx.skip(psp.PSP, "setup_tmr", lambda self: state["tmr"])
+
+
+def _step_no_config_restore(ctx: Ctx) -> None:
+    from amdrv import am
+    from gpusim import provider
+    label = ctx.track(am.AMGPU, "_mode1_reset")
+    ctx.skip(provider.SimFunction, "config_write", lambda *a, **kw: ctx.inside[label] > 0)
+
+
+def _drop_acquire(engine, p, words):
+    return [] if engine == "PM4" and p.name == "ACQUIRE_MEM" else words
+
+
+def _steps() -> list[Step]:
+    from amdrv import am, hcq as amhcq, queue
+    from amdrv.ip import gfx, gmc, nbio, sdma
+    rel = _release_mem
+    return [
+        Step("no-hdp-flush-before-tlb-invalidate", "HDP flush before a TLB invalidation after page tables were "
+             "written through BAR0 (gmc_v11_0_flush_gpu_tlb)",
+             lambda c: c.skip_inside(gmc.GMC, "flush_tlb", nbio.NBIO, "hdp_flush")),
+        Step("no-hdp-flush-after-copyin", "HDP flush after hcq copyin through BAR0 (amdgpu flushes per IB: amdgpu_ib.c)",
+             lambda c: c.skip_inside(amhcq.AMHCQDevice, "copyin", nbio.NBIO, "hdp_flush")),
+        Step("no-hdp-flush-after-mqd", "HDP flush after writing the MQD/EOP through BAR0",
+             lambda c: c.skip_inside(queue.ComputeQueue, "init", nbio.NBIO, "hdp_flush")),
+        Step("no-hdp-flush-at-all", "every host HDP flush (hdp_v6_0_flush_hdp) skipped",
+             lambda c: c.skip(nbio.NBIO, "hdp_flush")),
+        Step("no-tlb-invalidate", "TLB invalidation after page-table updates (gmc_v11_0_flush_gpu_tlb)",
+             lambda c: c.skip(gmc.GMC, "flush_tlb")),
+        Step("no-acquire-mem", "ACQUIRE_MEM (I$, K$, GL1, GL2 invalidate) before a dispatch (gfx_v11_0_emit_mem_sync)",
+             lambda c: c.packets(_drop_acquire)),
+        Step("release-mem-no-gl2-wb", "RELEASE_MEM without GCR GL2_WB (gfx_v11_0_ring_emit_fence)",
+             lambda c: c.packets(rel(lambda v: v & ~_pm4_bits("PACKET3_RELEASE_MEM_GCR_GL2_WB")))),
+        Step("release-mem-no-gcr", "RELEASE_MEM with no cache actions at all (gfx_v11_0_ring_emit_fence)",
+             lambda c: c.packets(rel(lambda v: v & 0xFFFF))),
+        Step("release-mem-wrong-event", "RELEASE_MEM with BOTTOM_OF_PIPE_TS instead of CACHE_FLUSH_AND_INV_TS_EVENT",
+             lambda c: c.packets(rel(lambda v: _set_field(v, "PACKET3_RELEASE_MEM_EVENT_TYPE", 0x28, 6)))),
+        Step("release-mem-event-index-0", "RELEASE_MEM with EVENT_INDEX 0 instead of 5 (end of pipe)",
+             lambda c: c.packets(rel(lambda v: _set_field(v, "PACKET3_RELEASE_MEM_EVENT_INDEX", 0, 4)))),
+        Step("eop-base-not-shifted", "CP_HQD_EOP_BASE_ADDR without the >> 8 (gfx_v11_0_compute_mqd_init)",
+             _step_eop_unshifted),
+        Step("no-set-allowed-features-mask", "SMU SetAllowedFeaturesMaskHigh/Low skipped (smu_v13_0_set_allowed_mask)",
+             _step_smu_msg("SetAllowedFeaturesMaskHigh", "SetAllowedFeaturesMaskLow")),
+        Step("no-enable-all-smu-features", "SMU EnableAllSmuFeatures skipped (smu_cmn_feature_update_enable_state)",
+             _step_smu_msg("EnableAllSmuFeatures")),
+        Step("no-mmhub-invalidation-semaphore", "MMHUB invalidation without taking the engine semaphore "
+             "(gmc_v11_0_use_invalidate_semaphore)", _step_no_mmhub_semaphore),
+        Step("recover-no-grbm-soft-reset-cp", "recover without GRBM_SOFT_RESET of CP/GFX/CPF/CPC/CPG "
+             "(gfx_v11_0_soft_reset)", lambda c: c.drop_reg_inside(queue, "_reset_compute", "GC", "GRBM_SOFT_RESET")),
+        Step("recover-no-sdma-soft-reset", "recover without GRBM_SOFT_RESET of SDMA (sdma_v6_0_soft_reset)",
+             lambda c: c.drop_reg_inside(queue, "_reset_sdma", "GC", "GRBM_SOFT_RESET")),
+        Step("recover-no-hqd-dequeue", "recover without dequeuing the MEC queues (gfx_v11_0_soft_reset)",
+             lambda c: c.drop_reg_inside(queue, "_reset_compute", "GC", "CP_HQD_DEQUEUE_REQUEST")),
+        Step("no-psp-bootloader-ready-wait", "no wait for the PSP bootloader's ready bit (C2PMSG_35) before each "
+             "component (psp_v13_0_wait_for_bootloader)", _step_psp_bootloader_ready),
+        Step("no-rlc-autoload-wait", "no wait for RLC autoload (gfx_v11_0_wait_for_rlc_autoload_complete)",
+             lambda c: c.skip(gfx.GFX, "wait_for_rlc_autoload")),
+        Step("setup-tmr-before-smu-fw", "SETUP_TMR before the SMU firmware load (psp_hw_start: SMU fw, then TMR)",
+             _step_tmr_before_smu),
+        Step("no-config-restore-after-mode1", "no PCI config-space restore after the mode1 reset "
+             "(amdgpu_device_mode1_reset: pci_restore_state)", _step_no_config_restore),
+        Step("no-gc-doorbell-init", "S2A doorbell routing for GC skipped (nbio_v4_3_gc_doorbell_init)",
+             lambda c: c.skip(nbio.NBIO, "gc_doorbell_init")),
+        Step("no-sdma-doorbell-range", "NBIO SDMA doorbell range skipped (nbio_v4_3_sdma_doorbell_range)",
+             lambda c: c.skip(nbio.NBIO, "sdma_doorbell_range")),
+        Step("no-ih-doorbell-range", "NBIO IH doorbell range skipped (nbio_v4_3_ih_doorbell_range)",
+             lambda c: c.skip(nbio.NBIO, "ih_doorbell_range")),
+        Step("no-sdma-fini", "SDMA left running at fini (sdma_v6_0_hw_fini)",
+             lambda c: c.skip(sdma.SDMA, "fini")),
+        Step("no-gfx-fini", "MEC left running at fini (gfx_v11_0_hw_fini)", lambda c: c.skip(gfx.GFX, "fini")),
+        Step("no-gmc-fini", "root page directory not cleared at fini (AM warm-boot contract)",
+             lambda c: c.skip(gmc.GMC, "fini")),
+        Step("no-mode1-reset", "cold boot over running firmware without the mode1 reset (amdgpu_device_mode1_reset)",
+             lambda c: c.skip(am.AMGPU, "_mode1_reset")),
+    ]
+
+
+# ====================================================================== mutations and the child
+@dataclass
+class Mutation:
+    name: str
+    kind: str                  # regs | packets | steps | baseline
+    group: str = ""            # for the report: the block
+    detail: str = ""
+    reg: int | None = None     # dword address
+    mode: str = ""
+    pkt: tuple | None = None
+    step: Step | None = None
+    timeout: float | None = None   # overrides the run's --timeout for this one
+
+
+@dataclass
+class Result:
+    mutation: str
+    kind: str
+    group: str
+    status: str                # caught | survived | n/a | baseline
+    how: str = ""              # caught: what differed first
+    hits: int = 0
+    seconds: float = 0.0
+    sim_errors: list = field(default_factory=list)
+
+
+def child_run(m: Mutation, kernels: dict[str, bytes], record: bool) -> dict:
+    """In the forked child: hooks, the mutation, the workload. Returns a picklable dict."""
+    hooks = Hooks()
+    hooks.record = record
+    hooks.install()
+    t0 = time.perf_counter()
+    if m.kind == "regs":
+        hooks.reg_mut[m.reg] = m.mode
+    elif m.kind == "packets":
+        hooks.pkt_mut[m.pkt] = m.mode
+    elif m.kind == "steps":
+        try:
+            m.step.apply(Ctx(hooks))
+        except (AttributeError, KeyError, ImportError) as e:
+            return {"na": f"the driver has no such target any more: {type(e).__name__}: {e}"}
+    w = Workload(kernels)
+    outcome = w.run()
+    from gpusim import provider
+    dev = provider._SLOTS.get(SLOT)
+    errors = [f"{e.block}: {norm(e.message)}" for e in dev.errors] if dev is not None else []
+    out = {"outcome": outcome, "hits": hooks.hits, "seconds": time.perf_counter() - t0, "errors": errors}
+    if record:
+        out["regs"] = {a: (name_of(dev, a), n, hooks.reg_via.get(a)) for a, n in hooks.reg_writes.items()}
+        out["packets"] = dict(hooks.pkt_seen)
+    return out
+
+
+def run_all(muts: list[Mutation], kernels: dict[str, bytes], jobs: int, timeout: float, record=False,
+            progress: Callable | None = None) -> list[dict | None]:
+    """Each mutation in a forked child, `jobs` at a time; None for a child that timed out (a hang),
+    {"crash": ...} for one that died without a result. Results in the order of `muts`."""
+    results: list = [None] * len(muts)
+    todo = list(range(len(muts)))[::-1]
+    running: dict[int, tuple] = {}     # fd -> (index, pid, start, chunks)
+    done = 0
+    while todo or running:
+        while todo and len(running) < jobs:
+            i = todo.pop()
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:   # the child
+                code = 0
+                try:
+                    os.close(r)
+                    devnull = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(devnull, 1)
+                    os.dup2(devnull, 2)
+                    signal.signal(signal.SIGINT, signal.SIG_DFL)
+                    data = pickle.dumps(child_run(muts[i], kernels, record))
+                    with os.fdopen(w, "wb") as f:
+                        f.write(data)
+                except BaseException:  # noqa: BLE001
+                    code = 1
+                finally:
+                    os._exit(code)
+            os.close(w)
+            running[r] = (i, pid, time.monotonic(), [])
+        now = time.monotonic()
+        limit = lambda i: muts[i].timeout or timeout  # noqa: E731
+        wait = max(0.05, min(s + limit(i) for i, _, s, _ in running.values()) - now)
+        ready, _, _ = select.select(list(running), [], [], wait)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 20)
+            if chunk:
+                running[fd][3].append(chunk)
+                continue
+            i, pid, start, chunks = running.pop(fd)
+            os.close(fd)
+            _, status = os.waitpid(pid, 0)
+            try:
+                results[i] = pickle.loads(b"".join(chunks))
+            except Exception:  # noqa: BLE001
+                results[i] = {"crash": f"the child died without a result (status {status:#x})"}
+            done += 1
+            if progress:
+                progress(done, len(muts), muts[i], results[i])
+        now = time.monotonic()
+        for fd, (i, pid, start, chunks) in list(running.items()):
+            if now - start > limit(i):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                os.close(fd)
+                del running[fd]
+                results[i] = None
+                done += 1
+                if progress:
+                    progress(done, len(muts), muts[i], None)
+    return results
+
+
+def judge(m: Mutation, base: dict, r: dict | None, timeout: float) -> Result:
+    res = Result(m.name, m.kind, m.group, "survived")
+    if r is None:
+        res.status, res.how = "caught", f"hang: no outcome within {m.timeout or timeout:g} s"
+        return res
+    if "na" in r:
+        res.status, res.how = "n/a", r["na"]
+        return res
+    if "crash" in r:
+        res.status, res.how = "caught", r["crash"]
+        return res
+    res.hits, res.seconds = r["hits"], r["seconds"]
+    got, want = r["outcome"], base["outcome"]
+    if got == want:
+        res.sim_errors = [e for e in dict.fromkeys(r["errors"]) if e not in set(base["errors"])]
+        if m.kind in ("regs", "packets", "steps") and not r["hits"]:
+            res.how = "never applied (the mutated item did not occur)"
+        return res
+    res.status = "caught"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            res.how = f"{g[0]}: {g[1]}" if g[0] == w[0] else f"{g[0]}: {g[1]} (baseline: {w[0]}: {w[1]})"
+            break
+    else:
+        res.how = (f"{got[len(want)][0]}: {got[len(want)][1]}" if len(got) > len(want) else
+                   f"stopped after {got[-1][0] if got else 'nothing'} (baseline goes on to {want[len(got)][0]})")
+    return res
+
+
+def warm_up(chip: str = "navi31") -> None:
+    """Everything a run imports, and the register-name map, loaded before forking: children start warm."""
+    import importlib
+    import pkgutil
+    for pkg in ("pcie", "hcq", "amdrv", "gpusim"):
+        mod = importlib.import_module(pkg)
+        for info in pkgutil.walk_packages(mod.__path__, pkg + "."):
+            if ".usb" in info.name or info.name.endswith("__main__"):
+                continue
+            with contextlib.suppress(Exception):
+                importlib.import_module(info.name)
+    from gpusim import discovery
+
+    class _Dev:
+        pass
+    d = _Dev()
+    d.chip, d.layout = chip, discovery.layout(chip)
+    reg_names(d)
+
+
+# ====================================================================== building the mutation lists
+def _group(ip: str, name: str) -> str:
+    head = name.split("_")[0]
+    return f"{ip}/{head}"
+
+
+def register_mutations(base: dict, modes=("drop", "flip")) -> tuple[list[Mutation], list[str]]:
+    muts, excluded = [], []
+    for addr, ((ip, name), n, via) in sorted(base["regs"].items(), key=lambda kv: (kv[1][0], kv[0])):
+        if any(p.match(name) for p in EXCLUDE):
+            excluded.append(name)
+            continue
+        detail = f"{n} write(s){' via ' + via + ' index/data' if via else ''}, dword {addr:#x}"
+        for mode in modes:
+            muts.append(Mutation(f"reg-{mode}:{ip}.{name}", "regs", _group(ip, name), detail, reg=addr, mode=mode))
+    return muts, excluded
+
+
+def packet_mutations(base: dict, modes=("zero", "flip")) -> list[Mutation]:
+    muts = []
+    for key, n in sorted(base["packets"].items()):
+        engine, pkt, fld = key
+        for mode in modes:
+            muts.append(Mutation(f"pkt-{mode}:{engine}.{pkt}.{fld}", "packets", f"{engine}/{pkt.split('/')[0]}",
+                                 f"{n} packet(s)", pkt=key, mode=mode))
+    return muts
+
+
+def step_mutations() -> list[Mutation]:
+    return [Mutation(f"step:{s.name}", "steps", "steps", s.what, step=s) for s in _steps()]
+
+
+# ====================================================================== the report
+def summary(results: list[Result], excluded: list[str]) -> list[str]:
+    lines = []
+
+    def fig(kind, prefix=""):
+        rs = [r for r in results if r.kind == kind and r.mutation.startswith(prefix) and r.status != "n/a"]
+        c = sum(r.status == "caught" for r in rs)
+        return c, len(rs)
+
+    drops = [r for r in results if r.kind == "regs" and r.mutation.startswith("reg-drop:")]
+    if drops:
+        regs = {r.mutation.split(":", 1)[1]: r.status == "caught" for r in drops}
+        flips = {r.mutation.split(":", 1)[1]: r.status == "caught"
+                 for r in results if r.mutation.startswith("reg-flip:")}
+        c, n = sum(regs.values()), len(regs)
+        lines.append(f"registers caught {c} of {n} ({100 * c / max(n, 1):.0f}%) by dropping their writes"
+                     f" ({len(set(excluded))} left out: invalidation-engine ranges 0-16, GDS/GWS/OA of VMIDs 1-15)")
+        if flips:
+            cf = sum(flips.values())
+            either = sum(regs.get(k, False) or flips.get(k, False) for k in set(regs) | set(flips))
+            lines.append(f"registers caught {cf} of {len(flips)} ({100 * cf / max(len(flips), 1):.0f}%) by inverting "
+                         f"their values; {either} of {len(set(regs) | set(flips))} by one or the other")
+    for kind, label in (("packets", "packet-field mutations"), ("steps", "named steps")):
+        c, n = fig(kind)
+        if n:
+            lines.append(f"{label} caught {c} of {n} ({100 * c / n:.0f}%)")
+    return lines
+
+
+def print_table(results: list[Result], out=sys.stdout) -> None:
+    w = max([len(r.mutation) for r in results] + [10])
+    for r in results:
+        how = r.how
+        if r.status == "survived" and r.sim_errors:
+            how = (how + "; " if how else "") + "simulator logged: " + r.sim_errors[0]
+        print(f"{r.mutation:<{w}}  {r.status:<8}  {how}"[:w + 200], file=out)
+
+
+def survived_by_group(results: list[Result]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in results:
+        if r.status == "survived":
+            out.setdefault(r.group, []).append(r.mutation.split(":", 1)[1])
+    return out
+
+
+# ====================================================================== API and CLI
+class MutateError(RuntimeError):
+    """The unmutated workload fails or is not deterministic: nothing can be measured against it."""
+
+
+def baseline(kernels: dict[str, bytes], jobs: int = 2, timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """Two recorded unmutated runs (in parallel with jobs >= 2); they must agree and must not fail."""
+    b = Mutation("baseline", "baseline")
+    b1, b2 = run_all([b, b], kernels, max(1, min(jobs, 2)), timeout, record=True)
+    for r in (b1, b2):
+        if r is None or "outcome" not in r:
+            raise MutateError(f"the unmutated workload did not finish: "
+                              f"{'no outcome within %g s' % timeout if r is None else r.get('crash')}")
+    if b1["outcome"] != b2["outcome"]:
+        diff = [f"{x} != {y}" for x, y in zip(b1["outcome"], b2["outcome"]) if x != y]
+        raise MutateError("two baseline runs disagree; the workload is not deterministic: " + "; ".join(diff[:3]))
+    bad = [o for o in b1["outcome"] if o[1].startswith("error")]
+    if bad:
+        raise MutateError(f"the unmutated workload fails: {bad[0][0]}: {bad[0][1]}")
+    return b1
+
+
+def mutations(base: dict, kind: str = "all", only=None) -> tuple[list[Mutation], list[str]]:
+    """The mutations of a kind ("regs", "packets", "steps", "all") for this baseline, filtered by
+    fnmatch patterns; and the register names left out of the count."""
+    muts: list[Mutation] = []
+    excluded: list[str] = []
+    if kind in ("regs", "all"):
+        rm, excluded = register_mutations(base)
+        muts += rm
+    if kind in ("packets", "all"):
+        muts += packet_mutations(base)
+    if kind in ("steps", "all"):
+        muts += step_mutations()
+    if only:
+        muts = [m for m in muts if any(fnmatch.fnmatchcase(m.name, p) for p in only)]
+    return muts, excluded
+
+
+def run(muts: list[Mutation], base: dict, kernels: dict[str, bytes], jobs: int = 2,
+        timeout: float = DEFAULT_TIMEOUT, progress: Callable | None = None) -> list[Result]:
+    raw = run_all(muts, kernels, jobs, timeout, progress=progress)
+    return [judge(m, base, r, timeout) for m, r in zip(muts, raw)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.mutate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kind", choices=("regs", "packets", "steps", "all"), default="all")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="mutation names or fnmatch patterns")
+    ap.add_argument("-j", "--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per run; longer is a hang")
+    ap.add_argument("--json", metavar="FILE", help="write every result (and the baseline) here")
+    ap.add_argument("--list", action="store_true", help="list the mutations (after the baseline) and stop")
+    ap.add_argument("--survived", action="store_true", help="print only the survivors, grouped by block")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    a = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="mutate-") as tmp:
+        tmp = Path(tmp)
+        setup_env(tmp)
+        kernels = build_kernels(tmp)
+        warm_up()
+        t0 = time.perf_counter()
+        try:
+            base = baseline(kernels, a.jobs, a.timeout)
+        except MutateError as e:
+            print(f"mutate: {e}", file=sys.stderr)
+            return 2
+        if not a.quiet:
+            print(f"baseline: {base['seconds']:.2f} s per workload run, {len(base['regs'])} registers written, "
+                  f"{len(base['packets'])} packet fields seen", file=sys.stderr)
+        muts, excluded = mutations(base, a.kind, a.only)
+        if a.only:
+            excluded = []
+        if a.list:
+            for m in muts:
+                print(f"{m.name}  {m.detail}")
+            return 0
+
+        def progress(done, total, m, r):
+            if not a.quiet:
+                print(f"[{done}/{total}] {m.name}", file=sys.stderr, flush=True)
+        results = run(muts, base, kernels, a.jobs, a.timeout, progress)
+        elapsed = time.perf_counter() - t0
+
+    if a.survived:
+        for g, names in sorted(survived_by_group(results).items()):
+            print(f"{g}: {', '.join(names)}")
+    else:
+        print_table(results)
+    lines = summary(results, excluded)
+    lines.append(f"{len(results)} mutations in {elapsed:.0f} s with -j {a.jobs}")
+    print("\n".join(lines))
+    if a.json:
+        Path(a.json).write_text(json.dumps({
+            "baseline": base["outcome"], "baseline_seconds": base["seconds"], "summary": lines,
+            "excluded": sorted(set(excluded)),
+            "results": [r.__dict__ for r in results],
+            "survived_by_group": survived_by_group(results)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
