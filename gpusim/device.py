@@ -51,8 +51,10 @@ from __future__ import annotations
 import ctypes
 import heapq
 import mmap
+import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +64,16 @@ from gpusim import discovery
 
 MAP_NORESERVE = 0x4000  # Linux; not exported by the mmap module. A "24 GiB" VRAM must not be charged.
 CHUNK = 2 << 20         # VRAM persistence granularity: only touched, non-zero chunks are saved
+
+
+_PAGEMAP: list[tuple[int, int]] = []
+
+
+def _pagemap() -> int:
+    """/proc/self/pagemap, opened once per process (page flags stay readable without privileges)."""
+    if not _PAGEMAP or _PAGEMAP[0][1] != os.getpid():
+        _PAGEMAP[:] = [(os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC), os.getpid())]
+    return _PAGEMAP[0][0]
 
 
 class DMAError(Exception):
@@ -93,14 +105,25 @@ class IVEntry:
 
 
 class VRAM:
-    """Device memory, sparse: an anonymous private mapping, so the OS materializes pages on first touch
-    and a 24 GiB device costs what is touched. A real mapping (not a dict of chunks) lets BAR0 hand the
-    driver a direct memoryview, as a mapped PCIe BAR does."""
+    """Device memory, sparse: a memfd the OS fills with pages on first touch, so a 24 GiB device costs
+    what is touched. Two mappings of it: `view`, the memory itself as the GPU's engines reach it
+    (read/write/read32/write32), and `host_view`, what the host sees through BAR0 and MM_DATA: a
+    copy-on-write mapping of the same memory, so a host write lands in a private copy of its page and
+    stays invisible to the engines until the HDP flush merges it (`host_flush`, gpusim.hdp). Pages the
+    host did not write show the memory as the engines left it. Being a real mapping, `host_view` is what
+    BAR0's `direct()` hands the driver, as a mapped PCIe BAR is."""
 
     def __init__(self, size: int):
         self.size = size
-        self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE)
+        self._fd = os.memfd_create("gpusim-vram", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, size)
+        self._map = mmap.mmap(self._fd, size, flags=mmap.MAP_SHARED)
+        self._host = mmap.mmap(self._fd, size, flags=mmap.MAP_PRIVATE | MAP_NORESERVE)
+        weakref.finalize(self, os.close, self._fd)
         self.view = memoryview(self._map)
+        self.host_view = memoryview(self._host)
+        self._host_base = ctypes.addressof(ctypes.c_char.from_buffer(self._host))
+        self.host_pending = 0      # host-written pages merged by the last flush, for tests
 
     def _check(self, addr: int, n: int) -> None:
         if addr < 0 or addr + n > self.size:
@@ -111,15 +134,75 @@ class VRAM:
         return bytes(self.view[addr:addr + n])
 
     def write(self, addr: int, data) -> None:
+        """An engine's write. Where the host has a write of its own pending in the page, the host's copy
+        of the page takes the engine's bytes too, so BAR0 reads see them and the flush does not undo them
+        (the host's pending bytes are then lost where both wrote: assumption, a race either way)."""
         n = len(data)
         self._check(addr, n)
         self.view[addr:addr + n] = data
+        if n:
+            for page in self._host_pages(addr >> 12, ((addr + n - 1) >> 12) + 1):
+                a, b = max(addr, page << 12), min(addr + n, (page + 1) << 12)
+                self.host_view[a:b] = self.view[a:b]
 
     def read32(self, addr: int) -> int:
         return int.from_bytes(self.read(addr, 4), "little")
 
     def write32(self, addr: int, value: int) -> None:
         self.write(addr, (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+    # -- the host's side (BAR0, MM_DATA) ---------------------------------------------------------------
+    def host_read(self, addr: int, n: int) -> bytes:
+        self._check(addr, n)
+        return bytes(self.host_view[addr:addr + n])
+
+    def host_write(self, addr: int, data) -> None:
+        n = len(data)
+        self._check(addr, n)
+        self.host_view[addr:addr + n] = data
+
+    def _host_pages(self, first: int, end: int) -> list[int]:
+        """Pages in [first, end) the host wrote since its last flush: private (anonymous) pages of the
+        copy-on-write mapping, from /proc/self/pagemap (bit 63 present, bit 61 file page)."""
+        raw = os.pread(_pagemap(), 8 * (end - first), ((self._host_base >> 12) + first) * 8)
+        if end - first <= 4:
+            return [first + i for i in range(end - first)
+                    if raw[8 * i + 7] & 0xA0 == 0x80]   # bits 63 and 61 of each little-endian entry
+        e = np.frombuffer(raw, np.uint64)
+        anon = (e >> np.uint64(63)) & ~(e >> np.uint64(61)) & np.uint64(1)
+        return (np.flatnonzero(anon) + first).tolist()
+
+    def _extents(self):
+        """Byte ranges of the memory anyone has touched (the memfd's data; holes are never-written VRAM)."""
+        pos = 0
+        while pos < self.size:
+            try:
+                start = os.lseek(self._fd, pos, os.SEEK_DATA)
+            except OSError:
+                return
+            pos = os.lseek(self._fd, start, os.SEEK_HOLE)
+            yield start, pos
+
+    def host_flush(self, drop: bool = True) -> int:
+        """Merges what the host wrote since the last flush into the memory: the bytes of each private page
+        that differ from the memory. With drop, the private copies are released so the host sees the
+        memory again (a flush from the engines' clock thread keeps them: the host may be writing them).
+        Returns how many pages were merged."""
+        merged = 0
+        for start, end in self._extents():
+            for page in self._host_pages(start >> 12, (end + 4095) >> 12):
+                a = page << 12
+                h = np.frombuffer(self.host_view[a:a + 4096], np.uint8)
+                m = np.frombuffer(self.view[a:a + 4096], np.uint8)
+                diff = h != m
+                if diff.any():
+                    g = np.frombuffer(self._map, np.uint8, 4096, a)
+                    g[diff] = h[diff]
+                if drop:
+                    self._host.madvise(mmap.MADV_DONTNEED, a, 4096)
+                merged += 1
+        self.host_pending = merged
+        return merged
 
     def resident_bytes(self) -> int:
         return int(self._resident_pages().sum()) * mmap.PAGESIZE
@@ -149,6 +232,7 @@ class VRAM:
                 yield i, bytes(mv)
 
     def __getstate__(self):
+        self.host_flush()   # what the host wrote drains into the memory (assumption: the write buffer empties)
         return {"size": self.size, "chunks": dict(self.chunks())}
 
     def __setstate__(self, state):

@@ -90,7 +90,7 @@ class NBIO(Block):
         if a + 4 > self.dev.vram.size:
             self.error(f"MM_DATA read at VRAM {a:#x} is beyond the {self.dev.vram.size:#x}-byte VRAM")
             return 0
-        return self.dev.vram.read32(a)
+        return int.from_bytes(self.dev.vram.host_read(a, 4), "little")   # the host's side of the HDP
 
     def _mm_data_write(self, value: int) -> None:
         kind, a = self._mm_target()
@@ -98,8 +98,9 @@ class NBIO(Block):
             self.dev.regs.write(a, value)
         elif a + 4 > self.dev.vram.size:
             self.error(f"MM_DATA write at VRAM {a:#x} is beyond the {self.dev.vram.size:#x}-byte VRAM")
-        else:
-            self.dev.vram.write32(a, value)
+        else:   # through the HDP, as BAR0 writes (hdp_v6_0's flush covers the MM_INDEX/MM_DATA path too)
+            self.dev.vram.host_write(a, (value & 0xFFFFFFFF).to_bytes(4, "little"))
+            self.dev.blocks["HDP"].host_write(4)
 
     def _rsmu_read(self) -> int:
         return self.dev.regs.read(self.get("NBIO", "BIF_BX_PF0_RSMU_INDEX") >> 2)

@@ -83,7 +83,10 @@ class RegisterBAR(_SimBAR):
 
 
 class VRAMBAR(_SimBAR):
-    """BAR0: the first bar-size bytes of VRAM (all of it with a large BAR)."""
+    """BAR0: the first bar-size bytes of VRAM (all of it with a large BAR), as the host sees them: through
+    the HDP, whose writes reach the engines only at the next HDP flush (gpusim.hdp). The host reads its
+    own writes back before that (assumption: the HDP forwards a read from its pending writes; upstream's
+    CPU-side users read back what they wrote without a flush)."""
 
     def _span(self, offset: int, size: int, align: int = 1) -> bool:
         if not self._decode(offset, size, align):
@@ -95,26 +98,29 @@ class VRAMBAR(_SimBAR):
 
     def read32(self, offset: int) -> int:
         self.fn.counters.mmio_reads += 1
-        return self.dev.vram.read32(offset) if self._span(offset, 4, 4) else 0xFFFFFFFF
+        return int.from_bytes(self.dev.vram.host_read(offset, 4), "little") if self._span(offset, 4, 4) \
+            else 0xFFFFFFFF
 
     def write32(self, offset: int, value: int) -> None:
         self.fn.counters.mmio_writes += 1
         if self._span(offset, 4, 4):
-            self.dev.vram.write32(offset, value)
+            self.dev.vram.host_write(offset, (value & 0xFFFFFFFF).to_bytes(4, "little"))
             self.dev.blocks["HDP"].host_write(4)
 
     def read(self, offset: int, size: int) -> bytes:
         self.fn.counters.bulk_read_bytes += size
-        return self.dev.vram.read(offset, size) if self._span(offset, size) else b"\xff" * size
+        return self.dev.vram.host_read(offset, size) if self._span(offset, size) else b"\xff" * size
 
     def write(self, offset: int, data: bytes) -> None:
         self.fn.counters.bulk_write_bytes += len(data)
         if self._span(offset, len(data)):
-            self.dev.vram.write(offset, data)
+            self.dev.vram.host_write(offset, data)
             self.dev.blocks["HDP"].host_write(len(data))
 
     def direct(self) -> memoryview:
-        return self.dev.vram.view[:min(self.size, self.dev.vram.size)]
+        """The host's mapping of VRAM (gpusim.device.VRAM.host_view): writes into it wait in the HDP for
+        the next flush like any other BAR0 write, although the simulator cannot count them."""
+        return self.dev.vram.host_view[:min(self.size, self.dev.vram.size)]
 
 
 class DoorbellBAR(_SimBAR):

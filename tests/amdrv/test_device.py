@@ -26,6 +26,7 @@ def test_small_bar_reaches_all_vram(offset, size):
     before = fn.counters.snapshot()
     d.vram.write(offset, data)
     assert d.vram.read(offset, size) == data
+    sim._SLOTS[7].blocks["HDP"].flush("test")              # past the HDP (gpusim.hdp)
     assert sim._SLOTS[7].vram.read(offset, size) == data  # it really landed in VRAM
     if offset >= d.vram.visible:
         assert (fn.counters - before).mmio_writes > 0  # went through MM_INDEX/MM_DATA

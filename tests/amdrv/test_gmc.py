@@ -69,6 +69,8 @@ def test_vram_and_system_mappings_translate_as_mapped(chip):
     buf.view[4096:4100] = b"host"
     assert s.blocks["GMC"].read(0, sysm.va + 4096, 4) == b"host"
     dev.vram.write(big.vram.addr + 3 * MiB, b"vram")
+    assert s.blocks["GMC"].read(0, big.va + 3 * MiB, 4) != b"vram"    # held in the HDP (hdp_v6_0)
+    gmc.nbio.hdp_flush()
     assert s.blocks["GMC"].read(0, big.va + 3 * MiB, 4) == b"vram"
     # unmapped again: both hubs fault, and the VRAM and VA space come back
     for m in (big, sysm, small):
@@ -161,6 +163,8 @@ def test_small_bar_boot_region_visible_and_vram_above_the_window_mapped():
     before = dev.pci.counters.snapshot()
     dev.vram.write(m.vram.addr + 4096, b"indirect")        # the CPU reaches it through MM_INDEX/MM_DATA
     assert (dev.pci.counters - before).mmio_writes == 5   # MM_INDEX, MM_DATA per dword; MM_INDEX_HI once
+    assert s.blocks["GMC"].read(0, m.va + 4096, 8) != b"indirect"   # MM_DATA writes pass the HDP too
+    gmc.nbio.hdp_flush()
     assert s.blocks["GMC"].read(0, m.va + 4096, 8) == b"indirect"
 
 
@@ -214,6 +218,7 @@ def test_over_the_bridge_page_tables_live_in_the_window_and_translate(bridged):
     pde = gmc.pt.root.entries[m.va >> 39]
     assert pde & 3 == 3 and not pde & 4      # VALID | SYSTEM, not SNOOPED (amdgpu_ttm_tt_pde_flags, USWC)
     dev.vram.write(m.vram.addr + 4096, b"through the window")
+    gmc.nbio.hdp_flush()                   # past the HDP
     dev.pci.bar(0).flush()                 # posted writes out
     for hub in ("GC", "MM"):               # the simulated walker reads the PDB1/PDB0/PTB from the SRAM
         assert g.read(0, m.va + 4096, 18, hub=hub) == b"through the window"
@@ -250,7 +255,8 @@ def test_over_the_bridge_a_full_window_is_a_clear_error(bridged):
         b.free()
     m = gmc.map_vram(4096)                                     # room again: it works
     dev.vram.write(m.vram.addr, b"ok")
-    dev.pci.bar(0).flush()
+    gmc.nbio.hdp_flush()                   # past the HDP
+    dev.pci.bar(0).flush()                 # posted writes out
     assert s.blocks["GMC"].read(0, m.va, 2) == b"ok"
     for b in hog[3:]:
         b.free()

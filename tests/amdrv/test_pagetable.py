@@ -439,7 +439,8 @@ class SimVM:
         self.fn.set_bus_master(True)
         regs, vram = self.fn.bar(5), self.fn.bar(0)
         size = discovery.vram_size(regs)
-        self.gc = discovery.read_discovery(vram.read, size).ip_block("GC", 0, regs)
+        disc = discovery.read_discovery(vram.read, size)
+        self.gc, self.nbif = disc.ip_block("GC", 0, regs), disc.ip_block("NBIF", 0, regs)
         self.mem = VRAMAllocator(size)
         self.flushes = 0
         self.pt = PageTable(self.mem, vram.write, self.flush if invalidate else lambda: None,
@@ -460,7 +461,10 @@ class SimVM:
         self.gmc = self.fn.dev.blocks["GMC"]
 
     def flush(self):
+        """gmc_v11_0_flush_gpu_tlb: the HDP first (the tables were written through BAR0), then the engine."""
         self.flushes += 1
+        self.nbif.BIF_BX_PF0_GPU_HDP_FLUSH_REQ.write(1)
+        assert self.nbif.BIF_BX_PF0_GPU_HDP_FLUSH_DONE.read() & 1
         eng = f"GCVM_INVALIDATE_ENG{self.ENG}_"
         self.gc.reg(eng + "REQ").write(PER_VMID_INVALIDATE_REQ=1 << self.VMID, INVALIDATE_L2_PTES=1,
                                        INVALIDATE_L2_PDE0=1, INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1,

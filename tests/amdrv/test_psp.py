@@ -7,6 +7,7 @@ import pytest
 import pcie
 from amdrv.autogen import psp as P
 from amdrv.device import AMDevice
+from amdrv.ip.nbio import NBIO
 from amdrv.ip.psp import PSP, PSPError, PSPTimeout
 from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
 
@@ -22,6 +23,9 @@ def open_dev(chip="navi31", fresh=True, **kw) -> AMDevice:
     dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=fresh, slot=SLOT, **kw))
     # Stand-in for the GMC block: the FB location the VBIOS left (mmhub_v3_0_get_fb_location).
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    # soc21_common_hw_init comes first upstream: it points the HDP flush page the PSP's flushes write
+    # at (without it the staged firmware never gets past the HDP)
+    NBIO(dev).init()
     return dev
 
 

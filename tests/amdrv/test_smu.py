@@ -4,6 +4,7 @@ import pytest
 import pcie
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.device import AMDevice
+from amdrv.ip.nbio import NBIO
 from amdrv.ip.psp import PSP
 from amdrv.ip import smu as smu_ip
 from amdrv.ip.smu import SMU, SMUError, SMUTimeout
@@ -21,6 +22,7 @@ def open_dev(chip="navi31") -> AMDevice:
     dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=True, slot=SLOT))
     # Stand-in for the GMC block: the FB location the VBIOS left (mmhub_v3_0_get_fb_location).
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    NBIO(dev).init()    # soc21_common_hw_init before the PSP: the HDP flush page its flushes write
     return dev
 
 
@@ -138,6 +140,7 @@ def test_mode1_reset_then_boot_again(booted):
     assert dev.pci.config_read(0x04, 2) & 0x04          # bus mastering restored, as amdgpu restores PCI state
     with pytest.raises(SMUTimeout):
         smu.query(S.PPSMC_MSG_GetSmuVersion)             # the firmware is gone with the reset
+    NBIO(dev).init()                                     # common hw_init again, as amdgpu after a reset
     psp.init()
     smu.init()
     assert smu.version == 0x004E4B00 and sim._SLOTS[SLOT].errors == []
@@ -181,11 +184,13 @@ def test_boot_and_mode1_reset_with_an_asynchronous_clock():
     # the simulator steps from a thread, as a real device runs on its own: waits must not rely on steps
     dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, async_clock=True))
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    NBIO(dev).init()
     psp, smu = PSP(dev), SMU(dev, reset_wait_s=0.01)
     psp.init()
     smu.init()
     smu.mode1_reset()
     assert not psp.sos_alive() and not smu.alive()
+    NBIO(dev).init()
     psp.init()
     smu.init()
     assert smu.metrics().counter == 1 and sim._SLOTS[SLOT].errors == []

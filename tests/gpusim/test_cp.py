@@ -89,6 +89,7 @@ class Queue:
             dev.vram.write(self.ring.vram.addr + 4 * (self.wptr % n), (w & 0xFFFFFFFF).to_bytes(4, "little"))
             self.wptr += 1
         dev.vram.write(self.wb.vram.addr + 8, self.wptr.to_bytes(8, "little"))   # amdgpu's wptr_cpu_addr
+        self.gpu.nbio.hdp_flush()    # the ring is VRAM written through BAR0: the CP reads it past the HDP
         if ring_doorbell:
             dev.pci.bar(2).write64(self.doorbell * 4, self.wptr)
 
@@ -209,9 +210,11 @@ def test_wait_reg_mem_blocks_until_memory_matches(gpu, sim, queue):
     saved = pickle.loads(pickle.dumps(sim))                            # gpusim.persist pickles the device
     assert any(q.waiting for q in saved.blocks["CP"].queues.values())
     gpu.dev.vram.write(flag.vram.addr, (2).to_bytes(4, "little"))    # not what it waits for
+    gpu.nbio.hdp_flush()
     gpu.dev.reg("GC").GRBM_STATUS.read()
     assert u32(gpu, out) == [0]
     gpu.dev.vram.write(flag.vram.addr, (1).to_bytes(4, "little"))
+    gpu.nbio.hdp_flush()
     gpu.dev.reg("GC").GRBM_STATUS.read()                               # a clock step: the CP polls again
     assert u32(gpu, out) == [0x5A] and not busy(gpu)
     # greater-or-equal on a masked value, satisfied at once
@@ -517,6 +520,7 @@ def test_async_clock_polls_a_blocked_wait(gpu, sim, queue):
         time.sleep(0.01)
         assert u32(gpu, out) == [0]
         gpu.dev.vram.write(flag.vram.addr, (1).to_bytes(4, "little"))    # no register access from here on
+        gpu.nbio.hdp_flush()
         deadline = time.monotonic() + 5
         while u32(gpu, out) != [9] and time.monotonic() < deadline:
             time.sleep(0.001)

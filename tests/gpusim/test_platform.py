@@ -91,6 +91,9 @@ def test_small_bar_reaches_vram_through_mm_index():
     regs.write32(MM_INDEX_HI * 4, pos >> 31)
     assert regs.read32(MM_DATA * 4) == 0x28211407  # BINARY_SIGNATURE
     regs.write32(MM_DATA * 4, 0xDEADBEEF)
+    assert regs.read32(MM_DATA * 4) == 0xDEADBEEF                # the host reads its own write back
+    assert f.dev.vram.read32(pos) != 0xDEADBEEF                  # the engines do not see it before
+    f.dev.blocks["HDP"].flush("test")                            # the HDP flush
     assert f.dev.vram.read32(pos) == 0xDEADBEEF
     with pytest.raises(pcie.PCIError):
         bar0.read32(256 << 20)
@@ -119,6 +122,7 @@ def test_sparse_vram_costs_what_is_touched():
     before = f.dev.vram.resident_bytes()
     assert before <= 64 << 10
     f.bar(0).write(12 << 30, b"\x01" * 8192)
+    f.dev.blocks["HDP"].flush("test")
     assert f.dev.vram.resident_bytes() - before <= 3 * 4096
     assert [i for i, _ in f.dev.vram.chunks()] == [(12 << 30) // (2 << 20), (24 << 30) // (2 << 20) - 1]
     f.close()

@@ -132,6 +132,7 @@ class Ring:
         self.ring()
 
     def ring(self):
+        self.gpu.nbio.hdp_flush()   # the ring and the tests' data are VRAM written through BAR0
         self.gpu.dev.pci.bar(2).write64(4 * self.doorbell, self.wptr)
 
     def rptr(self):
@@ -433,11 +434,13 @@ def test_32bit_doorbell_and_register_write_pointers(gpu):
     out = gpu.gmc.map_vram(4096)
     packet = fence(out.va, 1)
     gpu.dev.vram.write(ring.buf.vram.addr, struct.pack("<4I", *packet))
+    gpu.nbio.hdp_flush()   # the ring is VRAM written through BAR0
     ring.wptr = 16
     gpu.dev.pci.bar(2).write32(4 * ring.doorbell, ring.wptr)     # the upper half comes from the dword above
     assert u32(gpu, out) == 1
     ring.r("QUEUE0_DOORBELL").update(ENABLE=0)                    # use_doorbell false: RB_WPTR/_HI registers
     gpu.dev.vram.write(ring.buf.vram.addr + 16, struct.pack("<4I", *fence(out.va, 2)))
+    gpu.nbio.hdp_flush()   # the ring is VRAM written through BAR0
     ring.r("QUEUE0_RB_WPTR").write(32)
     ring.r("QUEUE0_RB_WPTR_HI").write(0)
     ring.idle()
@@ -451,7 +454,7 @@ def test_a_blocked_poll_survives_save_and_load(gpu, tmp_path):
     ring.emit(poll_mem(flag.va, 1), fence(out.va, 9))
     persist.save(sim(gpu), tmp_path / "gpu.state")
     dev = persist.load(tmp_path / "gpu.state")
-    dev.vram.write32(flag.vram.addr, 1)
+    dev.vram.write32(flag.vram.addr, 1)     # the simulator's own memory: no HDP in the way
     dev.step(10)
     assert dev.vram.read32(out.vram.addr) == 9 and not dev.blocks["SDMA"].queues[0].poll
     assert u32(gpu, out) == 0                                      # the original device still waits
@@ -465,6 +468,7 @@ def test_with_the_asynchronous_clock_the_queue_runs_on_its_own(gpu):
     try:
         ring.emit(poll_mem(flag.va, 1), fence(out.va, 4))
         gpu.dev.vram.write32(flag.vram.addr, 1)
+        gpu.nbio.hdp_flush()
         deadline = time.monotonic() + 5
         while u32(gpu, out) != 4 and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -479,6 +483,7 @@ def test_a_copy_run_from_a_poll_retry_takes_time_without_stepping_the_clock_back
     src, dst = gpu.gmc.map_vram(2 * MiB), gpu.gmc.map_vram(2 * MiB)
     ring.emit(poll_mem(flag.va, 1, interval=1), timestamp(ts.va), copy(src.va, dst.va, 2 * MiB), timestamp(ts.va + 8))
     gpu.dev.vram.write32(flag.vram.addr, 1)
+    gpu.nbio.hdp_flush()
     before = sim(gpu).steps
     ring.idle()                                          # the retry runs inside this read's clock step
     assert sim(gpu).steps == before + 1

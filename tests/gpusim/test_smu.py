@@ -162,6 +162,8 @@ def test_metrics_table_layout_in_vram(fn):
     assert struct.unpack_from("<I", fn.bar(0).read(table_off, 84), 80)[0] == 2
     # Dram2Smu keeps what the driver wrote; a table the SMU does not take fails.
     fn.bar(0).write(table_off, b"\x5a" * 140)
+    fn.bar(5).write32(dev.reg_addr("NBIO", "BIF_BX_PF0_GPU_HDP_FLUSH_REQ") * 4, 1)   # past the HDP
+    fn.bar(5).read32(dev.reg_addr("NBIO", "BIF_BX_PF0_GPU_HDP_FLUSH_DONE") * 4)
     assert send(fn, S.PPSMC_MSG_TransferTableDram2Smu, S.TABLE_OVERDRIVE)[0] == S.PPSMC_Result_OK
     assert smu.tables[S.TABLE_OVERDRIVE] == b"\x5a" * 140
     assert send(fn, S.PPSMC_MSG_TransferTableSmu2Dram, S.TABLE_PMSTATUSLOG)[0] == S.PPSMC_Result_Failed

@@ -173,7 +173,7 @@ def test_bar5_register_and_bar0_by_memory_tlps(rig):
     assert h.tlp(0x00, BAR5 + reg, be=0xC)[:2] == (0, 2)                # byte count = enabled span
     h.tlp(0x40, BAR0 + 0x1000, 0xDEADBEEF)
     h.tlp(0x40, BAR0 + 0x1004, 0x00770000, be=0x4)
-    assert bridge.dev.vram.read(0x1000, 8) == bytes.fromhex("efbeadde00007700")
+    assert bridge.dev.vram.host_read(0x1000, 8) == bytes.fromhex("efbeadde00007700")   # BAR0's side of the HDP
     assert h.tlp(0x00, 0xD0000000)[0] == 1                              # outside the bridges' windows
     assert h.tlp(0x00, BAR5 + (1 << 20))[0] == 1                        # inside them, but no BAR there
     # Memory decode off: the GPU answers UR.
