@@ -225,6 +225,7 @@ def test_mode1_reset_whose_answer_is_wiped_before_it_is_read(booted):
 def open_board(scpm: bool) -> AMDevice:
     dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, scpm=scpm))
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
+    NBIO(dev).init()    # the HDP flush page before the PSP (soc21_common_hw_init)
     PSP(dev).init()
     return dev
 
