@@ -317,6 +317,7 @@ def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, hu
     dev, gmc, s = boot()
     m = gmc.map_vram(4096)
     dev.vram.write(m.vram.addr, b"mapped!!")
+    gmc.nbio.hdp_flush()     # past the HDP
     got = engine_reads(s, hub, m.va)
     assert got != b"mapped!!"
     if isinstance(got, bytes):       # redirected to the default page: the fault says why
@@ -328,6 +329,7 @@ def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, hu
     dev, gmc, s = boot()
     m = gmc.map_vram(4096)
     dev.vram.write(m.vram.addr, b"mapped!!")
+    gmc.nbio.hdp_flush()     # past the HDP
     assert engine_reads(s, hub, m.va) == b"mapped!!"
 
 
@@ -340,11 +342,13 @@ def test_without_the_system_aperture_the_fb_is_not_reached_physically(monkeypatc
     drop_writes(monkeypatch, p + "SYSTEM_APERTURE_LOW_ADDR", p + "SYSTEM_APERTURE_HIGH_ADDR")
     dev, gmc, s = boot()
     dev.vram.write(0x10000, b"physical")
+    gmc.nbio.hdp_flush()     # past the HDP
     assert s.blocks["GMC"].read(0, dev.mc_address(0x10000), 8, hub=hub, client=6) != b"physical"
     assert gmc.decode_fault(hub).address == dev.mc_address(0x10000)
     monkeypatch.undo()
     dev, gmc, s = boot()
     dev.vram.write(0x10000, b"physical")
+    gmc.nbio.hdp_flush()     # past the HDP
     assert s.blocks["GMC"].read(0, dev.mc_address(0x10000), 8, hub=hub, client=6) == b"physical"
     if hub == "MM":
         assert s.blocks["GMC"].mc_read(dev.mc_address(0x10000), 8) == b"physical"
