@@ -152,6 +152,7 @@ class GMC(Block):
                 self.on_read(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_SEM", functools.partial(self._r_sem, hub.name, eng))
                 self.on_write(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_SEM", functools.partial(self._w_sem, hub.name, eng))
             self.on_write(hub.ip, f"{hub.vm}L2_PROTECTION_FAULT_CNTL", functools.partial(self._w_fault_cntl, hub.name))
+            self.on_write(hub.ip, f"{hub.vm}L2_CNTL2", functools.partial(self._w_l2_cntl2, hub.name))
 
     def reset(self) -> None:
         for hub in self.hubs.values():
@@ -229,6 +230,18 @@ class GMC(Block):
             self._clear_fault(hub)
         if ack:
             self.set(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_ACK", vmids)
+
+    def _w_l2_cntl2(self, hub_name: str, value: int):
+        """VM_L2_CNTL2.INVALIDATE_ALL_L1_TLBS / INVALIDATE_L2_CACHE (gfxhub_v3_0_init_cache_regs): every
+        VMID's cached translations and directory entries go; the bits act on the write (assumption: they
+        read back 0)."""
+        hub = self.hubs[hub_name]
+        if self._fld(hub, hub.vm + "L2_CNTL2", "INVALIDATE_ALL_L1_TLBS", value) or \
+                self._fld(hub, hub.vm + "L2_CNTL2", "INVALIDATE_L2_CACHE", value):
+            for v in range(N_VMIDS):
+                self.invalidate(hub_name, v)
+            return 0
+        return None
 
     def _r_sem(self, hub_name: str, eng: int) -> int:
         hub = self.hubs[hub_name]

@@ -491,3 +491,16 @@ def test_page_table_start_and_end_bound_the_walk(sim):
     for va in (0xFF000, 0x200000):
         with pytest.raises(VMFault, match="range"):
             gmc.translate(4, va)
+
+
+def test_l2_cntl2_invalidates_every_vmid(sim):
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev, vmid=6)
+    four_levels(dev)
+    pte(dev, PTB, 1, 0xA00000 | RW)
+    assert gmc.translate(6, 0x1000).addr == 0xA00000
+    pte(dev, PTB, 1, 0xB00000 | RW)
+    assert gmc.translate(6, 0x1000).addr == 0xA00000                 # cached
+    reg(dev, "GC", "GCVM_L2_CNTL2", dev.table("GC")["GCVM_L2_CNTL2"].encode(INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1))
+    assert gmc.translate(6, 0x1000).addr == 0xB00000
