@@ -894,6 +894,9 @@ def judge(m: Mutation, base: dict, r: dict | None, timeout: float) -> Result:
     res.hits, res.seconds = r["hits"], r["seconds"]
     got, want = r["outcome"], base["outcome"]
     if got == want:
+        why = expected(m.name)
+        if why:
+            res.how = f"expected: {why}"
         res.sim_errors = [e for e in dict.fromkeys(r["errors"]) if e not in set(base["errors"])]
         if m.kind in ("regs", "packets", "steps") and not r["hits"]:
             res.how = "never applied (the mutated item did not occur)"
@@ -927,6 +930,26 @@ def warm_up(chip: str = "navi31") -> None:
     d = _Dev()
     d.chip, d.layout = chip, discovery.layout(chip)
     reg_names(d)
+
+
+# Survivors the hardware would let pass too in this workload, with the reason: reported as "expected",
+# kept out of nothing (the figures count them), so a reader can tell a gap in the model from a field the card
+# ignores here. Patterns are fnmatch over mutation names.
+EXPECTED = {
+    "pkt-*:PM4.SET_SH_REG.COMPUTE_USER_DATA_[4-9]": "beyond the 4 user SGPRs the workload's kernels enable "
+    "(COMPUTE_PGM_RSRC2.USER_SGPR; the SPI loads only that many, AMDGPUUsage)",
+    "pkt-*:PM4.SET_SH_REG.COMPUTE_USER_DATA_1[0-5]": "beyond the 4 user SGPRs the kernels enable",
+    "pkt-*:PM4.RELEASE_MEM/GPU_CLOCK.DATA_[LH][OI]": "DATA_SEL 3 writes the GPU clock; the data dwords are unused (nvd.h)",
+    "pkt-*:PM4.RELEASE_MEM/*.INT_CTXID": "the context id goes with an interrupt, and INT_SEL asks for none",
+    "pkt-zero:PM4.SET_SH_REG.COMPUTE_START_[XYZ]": "the driver writes 0 already",
+    "pkt-zero:PM4.SET_SH_REG.COMPUTE_TMPRING_SIZE": "the driver writes 0 already",
+    "pkt-*:PM4.SET_SH_REG.COMPUTE_TMPRING_SIZE": "no kernel of the workload uses scratch",
+    "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
+}
+
+
+def expected(name: str) -> str | None:
+    return next((why for pat, why in EXPECTED.items() if fnmatch.fnmatchcase(name, pat)), None)
 
 
 # ====================================================================== building the mutation lists
@@ -1007,6 +1030,45 @@ def survived_by_group(results: list[Result]) -> dict[str, list[str]]:
     return out
 
 
+def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float) -> str:
+    """The "Mutation figures" body for docs/fidelity.md: date, commit, figures, survivors by block."""
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "?"
+    except OSError:
+        commit = "?"
+    out = [f"Full run of {time.strftime('%Y-%m-%d', time.gmtime())} at commit {commit} (`python -m tools.mutate "
+           f"-j {jobs}`, {len(results)} mutations, {seconds / 60:.0f} min):", ""]
+    out += [f"- {x}" for x in lines]
+    surv = survived_by_group([r for r in results if not r.how.startswith("expected")])
+    out += ["", "Survivors, by block (`reg-drop`/`reg-flip`: dropping / inverting every write to the register; "
+            "`pkt-zero`/`pkt-flip`: that packet dword; `step`: the named driver step):", ""]
+    modes: dict[str, list[str]] = {}
+    for r in results:
+        if r.status == "survived":
+            modes.setdefault(r.mutation.split(":", 1)[1], []).append(r.mutation.split(":", 1)[0])
+    for g, names in sorted(surv.items()):
+        items = []
+        for n in dict.fromkeys(names):
+            m = modes[n]
+            both = len(m) == 2 or m[0] == "step"
+            short = n.split(".", 1)[1] if "." in n and g != "steps" else n
+            items.append(f"`{short}`" if both else f"`{short}` ({m[0].split('-', 1)[1]} only)")
+        out.append(f"- {g}: {', '.join(items)}")
+    exp = [r.mutation for r in results if r.status == "survived" and r.how.startswith("expected")]
+    if exp:
+        out += ["", f"Expected survivors ({len(exp)}, `EXPECTED` in tools/mutate.py: the card ignores these here):", ""]
+        first = [next(p for p in EXPECTED if fnmatch.fnmatchcase(n, p)) for n in exp]
+        for pat, why in EXPECTED.items():
+            k = first.count(pat)
+            if k:
+                out.append(f"- `{pat}` ({k}): {why}")
+    na = [r.mutation for r in results if r.status == "n/a"]
+    if na:
+        out += ["", "Not applicable (the driver no longer has the target): " + ", ".join(f"`{n}`" for n in na)]
+    return "\n".join(out) + "\n"
+
+
 # ====================================================================== API and CLI
 class MutateError(RuntimeError):
     """The unmutated workload fails or is not deterministic: nothing can be measured against it."""
@@ -1062,7 +1124,21 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the mutations (after the baseline) and stop")
     ap.add_argument("--survived", action="store_true", help="print only the survivors, grouped by block")
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    ap.add_argument("--markdown", metavar="FILE", help="write the docs/fidelity.md 'Mutation figures' body here")
+    ap.add_argument("--report", metavar="JSON", help="no run: table, figures and --markdown from an earlier --json")
     a = ap.parse_args(argv)
+    if a.report:
+        d = json.loads(Path(a.report).read_text())
+        results = [Result(**r) for r in d["results"]]
+        for r in results:   # EXPECTED may have grown since
+            if r.status == "survived" and not r.how and expected(r.mutation):
+                r.how = f"expected: {expected(r.mutation)}"
+        print_table(results)
+        print("\n".join(d["summary"]))
+        if a.markdown:
+            secs = float(d["summary"][-1].split(" in ")[1].split(" s")[0]) if " in " in d["summary"][-1] else 0
+            Path(a.markdown).write_text(markdown(results, d["summary"][:-1], a.jobs, secs))
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="mutate-") as tmp:
         tmp = Path(tmp)
@@ -1100,6 +1176,8 @@ def main(argv=None) -> int:
     lines = summary(results, excluded)
     lines.append(f"{len(results)} mutations in {elapsed:.0f} s with -j {a.jobs}")
     print("\n".join(lines))
+    if a.markdown:
+        Path(a.markdown).write_text(markdown(results, lines[:-1], a.jobs, elapsed))
     if a.json:
         Path(a.json).write_text(json.dumps({
             "baseline": base["outcome"], "baseline_seconds": base["seconds"], "summary": lines,
