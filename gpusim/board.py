@@ -65,11 +65,11 @@ def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = 
 
 
 def mode1_reset(dev: Device) -> None:
-    """The whole ASIC back to power-on, as the SMU's Mode1Reset does: every block's registers and
-    state, bus mastering off (BIF is reset too; amdgpu restores PCI state afterwards). BAR assignments
-    and memory decode are kept (the host's enumeration). VRAM contents are not guaranteed by hardware;
-    the discovery binary is written again by the boot firmware."""
+    """The whole ASIC back to power-on, as the SMU's Mode1Reset does: every block's registers and state,
+    and the bus interface's config space (gpusim.pci.ConfigSpace.reset: no memory decode, no bus mastering,
+    BARs unassigned, resizable BARs at their default sizes; amdgpu_device_mode1_reset restores the saved
+    config space afterwards). VRAM contents are not guaranteed by hardware; the discovery binary is written
+    again by the boot firmware."""
     with dev.lock:
-        cmd = dev.pci.command
-        dev.pci.write(0x04, 2, cmd & ~0x4)
+        dev.pci.reset()
         dev.power_on_reset()

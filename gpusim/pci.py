@@ -41,10 +41,19 @@ def pow2_at_least(n: int) -> int:
 
 
 class ConfigSpace:
-    """4 KiB of config space with the read-only, writable and sizing behaviour of the real registers."""
+    """4 KiB of config space with the read-only, writable and sizing behaviour of the real registers.
+
+    `reset()` is what an ASIC reset that takes the bus interface with it (mode1) leaves: the header's
+    writable registers at their defaults (command 0: no memory decode, no bus mastering; BARs unassigned,
+    reading 0), the resizable BAR sizes back to their defaults. That is why amdgpu_device_mode1_reset saves
+    the config space first (amdgpu_device_cache_pci_state, pci_save_state) and restores it after
+    (amdgpu_device_load_pci_state, pci_restore_state: resizable BAR controls, then the header with the
+    command register last). A BAR whose register was reset claims no host address: the device answers
+    nothing there (master abort, all ones) until it is written back."""
 
     def __init__(self, chip: str, vram_size: int, bar0_size: int, slot: int = 0,
                  bar2_size: int = DOORBELL_BAR_SIZE):
+        self.default_sizes = {0: REBAR_MIN, 2: DOORBELL_BAR_SIZE}    # the Resizable BAR controls' reset sizes
         c = chips.by_name(chip)
         self.chip = chip
         self.vram_size = vram_size
@@ -84,6 +93,24 @@ class ConfigSpace:
             self._write_rebar_ctrl(i)
         for i in BAR_OFFSETS:
             self._store_bar(i)
+
+    def reset(self) -> None:
+        """The function's config space after a mode1 reset (see the class doc); host-side bookkeeping (the
+        addresses the host assigned) is gone from the device: the BARs read back unassigned."""
+        s = self.space
+        struct.pack_into("<H", s, COMMAND, 0)
+        s[0x3C] = 0
+        for bar, size in self.default_sizes.items():
+            self.sizes[bar] = size
+        for i in range(len(REBAR_BARS)):
+            self._write_rebar_ctrl(i)
+        for i, off in BAR_OFFSETS.items():
+            self.addrs[i] = 0
+            self._store_bar(i)
+
+    def assigned(self, bar: int) -> bool:
+        """Whether the BAR holds an address (a reset leaves it 0, claiming nothing)."""
+        return self.addrs[bar] != 0
 
     def _rebar_sizes(self, bar: int) -> int:
         lo, hi = self.rebar_range[bar]

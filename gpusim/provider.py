@@ -51,6 +51,10 @@ class _SimBAR(BAR):
             self.dev.error("BIF", f"BAR{self.index} access at {offset:#x} with memory decode off "
                                   f"(PCI_COMMAND_MEMORY): master abort")
             return False
+        if not self.dev.pci.assigned(self.index):
+            self.dev.error("BIF", f"BAR{self.index} access at {offset:#x}: the BAR holds no address (reset by a "
+                                  f"mode1 reset; the config space was not restored): master abort")
+            return False
         return True
 
 

@@ -23,9 +23,10 @@ Facts (drivers/gpu/drm/amd/pm/swsmu):
   SetSoftMinByFreq (smu_v13_0_set_soft_freq_limited_range).
 - Power limit (smu_v13_0_get_current_power_limit/set_power_limit): GetPptLimit with the power source << 16
   (0 AC), SetPptLimit in W.
-- Mode1 reset (smu_v13_0_0_mode1_reset, amdgpu_device_mode1_reset): bus mastering off, Mode1Reset, no
-  register access for SMU13_MODE1_RESET_WAIT_TIME_IN_MS (500 ms), PCI state back, then wait until the memory
-  size register reads something other than all ones.
+- Mode1 reset (smu_v13_0_0_mode1_reset, amdgpu_device_mode1_reset): PCI config space saved, bus mastering
+  off, Mode1Reset, no register access for SMU13_MODE1_RESET_WAIT_TIME_IN_MS (500 ms), the config space
+  restored (amdrv.pci_state: the reset clears memory decode, bus mastering and the BARs), then wait until the
+  memory size register reads something other than all ones.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import dataclasses
 import logging
 import time
 
-from amdrv import structs
+from amdrv import pci_state, structs
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.ip.psp import runtime_scpm
 
@@ -43,7 +44,6 @@ DRIVER_IF_VERSION = {(13, 0, 0): 0x37, (13, 0, 7): 0x37}    # smu_v13_0.h
 MODE1_RESET_WAIT_S = 0.5                                    # SMU13_MODE1_RESET_WAIT_TIME_IN_MS
 BUSY_THRESHOLD = 15                                         # SMU_13_0_0_BUSY_THRESHOLD
 MEMSIZE_DWORD = 0xDE3                                       # RCC_CONFIG_MEMSIZE (nbio get_memsize)
-PCI_COMMAND, BUS_MASTER = 0x04, 0x04
 
 MSG_NAMES = {v: k.removeprefix("PPSMC_MSG_") for k, v in vars(S).items()
              if k.startswith("PPSMC_MSG_") and isinstance(v, int) and k != "PPSMC_MSG_Count"}
@@ -140,10 +140,10 @@ class SMU:
         deadline = time.monotonic() + self.timeout_s
         while True:
             v = self.resp_reg.read()
-            if v:
+            if v and not (gone is not None and v == 0xFFFFFFFF):
                 return v
-            if gone is not None and gone():
-                return 0
+            if gone is not None and (v == 0xFFFFFFFF or gone()):
+                return 0     # all ones: the reset took the bus interface with it (memory decode off)
             if time.monotonic() > deadline:
                 return None
 
@@ -308,23 +308,28 @@ class SMU:
     # -- reset -------------------------------------------------------------------------------------------
     def mode1_reset(self) -> None:
         """The whole GPU back to its power-on state (amdgpu_device_mode1_reset through the SMU): PSP back to
-        its bootloader, SMU firmware stopped, every engine reset. Afterwards the firmware must be loaded again."""
-        was = self.dev.pci.config_read(PCI_COMMAND, 2) & BUS_MASTER
+        its bootloader, SMU firmware stopped, every engine reset, the PCI config space at its defaults.
+        Afterwards the firmware must be loaded again.
+
+        As upstream: the config space is saved first (amdgpu_device_cache_pci_state), bus mastering off,
+        Mode1Reset, no register access for 500 ms, the saved config space restored (memory decode, BARs,
+        bus mastering: amdgpu_device_load_pci_state), then RCC_CONFIG_MEMSIZE polled until it reads other
+        than all ones."""
+        saved = pci_state.save(self.dev.pci)
         # The reset follows the answer and clears the response register with everything else; a driver
         # that reads too late (a slow link, a preempted process) sees the sOS sign of life gone instead.
         sos = self.dev.reg("MP0").MP0_SMN_C2PMSG_81
-        gone = (lambda: sos.read() == 0) if sos.read() else None
+        gone = (lambda: sos.read() in (0, 0xFFFFFFFF)) if sos.read() else None
         self.dev.pci.set_bus_master(False)
         self.send(S.PPSMC_MSG_Mode1Reset, gone=gone)
         self._idle = False
         time.sleep(self.reset_wait_s)    # upstream touches no register meanwhile
-        self.dev.pci.set_bus_master(bool(was))
+        pci_state.restore(self.dev.pci, saved)
         deadline = time.monotonic() + self.timeout_s
         while self.dev.mmio.read32(MEMSIZE_DWORD * 4) == 0xFFFFFFFF:
             if time.monotonic() > deadline:
                 raise SMUTimeout(f"{self.dev.name}: after Mode1Reset the GPU did not come back within "
                                  f"{self.timeout_s:g} s (RCC_CONFIG_MEMSIZE reads all ones): power-cycle it")
-        # A reset that finished only after the restore above (a shorter wait than the reset took) cleared
-        # bus mastering again; the GPU answers now, so restoring once more is final.
-        if was:
-            self.dev.pci.set_bus_master(True)
+            # A reset that finished only after the restore above (a shorter wait than the reset took) reset
+            # the config space again: restore once more (only what differs is written).
+            pci_state.restore(self.dev.pci, saved)

@@ -77,7 +77,10 @@ def test_s2a_entries_route_each_doorbell_to_one_client():
     assert "AWADDR 0x0, AWID 0x3) leads to no modeled client" in ring(0x200)
     _s2a(dev, 2, ENABLE=0, AWID=0xE, RANGE_OFFSET=0x200, RANGE_SIZE=40, AWADDR_31_28_VALUE=3)
     assert ring(0x200) == "CP"                   # a disabled entry claims nothing
+    saved = [f.config_read(4 * i, 4) for i in range(16)]
     board.mode1_reset(dev)                       # the BIF is reset too: every entry back to 0
+    for i in reversed(range(16)):                # the config space back (amdgpu_device_load_pci_state)
+        f.config_write(4 * i, 4, saved[i])
     dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
     assert "no enabled S2A" in ring(0x6)
     f.close()

@@ -180,10 +180,17 @@ def test_mode1_reset_returns_to_power_on(fn):
     send(fn, S.PPSMC_MSG_EnableAllSmuFeatures)
     discovery_at = dev.vram.size - (64 << 10)
     dev.vram.write32(discovery_at, 0)                   # damage the discovery binary
+    saved = [fn.config_read(4 * i, 4) for i in range(16)]   # amdgpu_device_cache_pci_state
     assert send(fn, S.PPSMC_MSG_Mode1Reset)[0] == S.PPSMC_Result_OK
     bar.read32(0)                                       # time passes: the reset happens
+    # the bus interface was reset too: no memory decode, no bus mastering, BARs unassigned (amdgpu saves
+    # and restores the config space around it, amdgpu_device_mode1_reset)
+    assert fn.config_read(0x04, 2) & 0x6 == 0 and not dev.bus_master
+    assert fn.config_read(0x10, 4) & ~0xF == 0 and fn.config_read(0x24, 4) == 0
+    assert bar.read32(0xde3 * 4) == 0xFFFFFFFF and "master abort" in str(dev.errors[-1])
+    for i in reversed(range(16)):                       # pci_restore_config_space: the command register last
+        fn.config_write(4 * i, 4, saved[i])
     assert bar.read32(scratch) == 0 and bar.read32(gc_scratch) == 0
-    assert not dev.bus_master                           # the driver must enable bus mastering again
     assert dev.vram.read32(discovery_at) == 0x28211407  # the boot firmware wrote discovery again
     assert bar.read32(0xde3 * 4) == 1024                # RCC_CONFIG_MEMSIZE back
     smu = dev.blocks["SMU"]
