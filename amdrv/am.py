@@ -15,6 +15,13 @@ What the GPU was left in decides the boot:
   programmed again, the SMU gets its driver table and clocks back, GFX (MEC start, GC hub, unhalt) and
   SDMA (unhalt) start. fini leaves the VMID 0 root page directory all-invalid, so the warm boot does not
   write it again (4 KiB through BAR0: 4 000 USB round trips).
+- The boot state alone does not prove that nothing ran in between: whether BIF_BX0_DRIVER_SCRATCH_* survive a
+  mode1 reset is not documented, and amdgpu resets a GPU whose sOS is alive when it loads
+  (soc21_need_reset_on_init -> mode1, amdgpu_device_init), then loads its own firmware and state. So fini
+  also leaves a token in GC's SCRATCH_REG7 (GC is reset with the ASIC by any mode1 reset; upstream gfx_v11
+  uses only SCRATCH_REG0-3, for ring tests and SR-IOV register access), and a warm boot needs it back and
+  no VM fault latched (GCVM_L2_PROTECTION_FAULT_STATUS), as tinygrad's AM driver checks GC scratch and the
+  fault status.
 - Anything else is a cold boot: untouched GPU, one left by amdgpu, or an AM run that died (the flag is
   cleared at the start of every boot, so a crash at any point leaves it clear). If the SMU firmware
   runs, the SMU resets the whole ASIC (mode1) first: the PSP cannot load firmware over running firmware.
@@ -48,6 +55,7 @@ from pcie import PCIFunction, open_function
 from pcie.discover import SYSFS
 
 BOOT_STATE_VERSION = 2  # bump when the boot region layout or what a warm boot relies on changes
+GC_TOKEN = 0x414D0000 | BOOT_STATE_VERSION   # "AM" and the version in GC SCRATCH_REG7, written by fini
 COLD_ENV = "DRIVERLESS_COLD_BOOT"
 
 
@@ -152,6 +160,11 @@ class AMGPU:
         elif not (sos and smu):
             down = " and ".join(w for w, up in (("the PSP's sOS", sos), ("the SMU", smu)) if not up)
             cold_reason = f"the previous AM run ended with fini but {down} no longer runs"
+        elif (token := self.dev.reg("GC").SCRATCH_REG7.read()) != GC_TOKEN:
+            cold_reason = (f"GC SCRATCH_REG7 reads {token:#x}, not the {GC_TOKEN:#x} fini left: the GPU was reset "
+                           f"since (another driver, such as amdgpu, ran: it resets a GPU whose firmware is alive)")
+        elif fault := self.dev.reg("GC").GCVM_L2_PROTECTION_FAULT_STATUS.read():
+            cold_reason = f"a GPU VM fault is latched (GCVM_L2_PROTECTION_FAULT_STATUS {fault:#x})"
         elif (state.boot_base, state.boot_size) != (mm.boot_base, mm.boot_end - mm.boot_base):
             cold_reason = (f"the previous AM run's boot region ({state.boot_size:#x} bytes at "
                            f"{state.boot_base:#x}) is not this boot's")
@@ -261,6 +274,7 @@ class AMGPU:
             self.gmc.fini()
             self.nbio.fini()
             self.nbio.write_state(BOOT_STATE_VERSION, clean=True)
+            self.dev.reg("GC").SCRATCH_REG7.write(GC_TOKEN)
         finally:
             self._finished = True
             self.dev.close()

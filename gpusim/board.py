@@ -13,6 +13,7 @@ from gpusim.pci import DOORBELL_BAR_MAX, DOORBELL_BAR_SIZE, REBAR_MIN, ConfigSpa
 
 VRAM_SIZE = {"navi31": 24 << 30, "navi33": 8 << 30}   # RX 7900 XTX, RX 7600
 SMALL_BAR = REBAR_MIN                                 # 256 MiB, what a host without resizable BAR maps
+DRIVER_SCRATCH = tuple(f"BIF_BX0_DRIVER_SCRATCH_{i}" for i in range(16))
 
 # (module, class); order matters only for attach/reset order.
 BLOCKS = [
@@ -39,10 +40,13 @@ class DiscoveryTMR(Block):
 
 
 def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = False,
-          slot: int = 0, harvest: tuple = (), scpm: bool = True) -> Device:
+          slot: int = 0, harvest: tuple = (), scpm: bool = True,
+          driver_scratch_survives_reset: bool = False) -> Device:
     """harvest: (hw_id, instance) pairs the discovery harvest table lists as fused off (a cut-down
     product, e.g. one VCN instance). scpm: the board's PMFW runs with secure power management (retail
-    Navi31 boards do; gpusim.smu), which the PSP runtime database reports."""
+    Navi31 boards do; gpusim.smu), which the PSP runtime database reports. driver_scratch_survives_reset:
+    whether BIF_BX0_DRIVER_SCRATCH_* keep their values across a mode1 reset (not documented either way; both
+    are modeled so that the driver is right in both: see mode1_reset)."""
     vram_size = vram_size or VRAM_SIZE[chip]
     if vram_size % (1 << 20) or vram_size < 2 * SMALL_BAR:
         raise ValueError(f"{chip}: VRAM size {vram_size:#x} must be a multiple of 1 MiB and at least "
@@ -51,6 +55,7 @@ def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = 
     bar0, bar2 = (SMALL_BAR, DOORBELL_BAR_SIZE) if small_bar else (pow2_at_least(vram_size), DOORBELL_BAR_MAX)
     dev = Device(chip, vram_size, tuple(harvest))
     dev.scpm = bool(scpm)
+    dev.driver_scratch_survives_reset = bool(driver_scratch_survives_reset)
     dev.pci = ConfigSpace(chip, vram_size, bar0, slot, bar2)
     dev.add(DiscoveryTMR(dev))
     for mod, cls in BLOCKS:
@@ -69,7 +74,14 @@ def mode1_reset(dev: Device) -> None:
     and the bus interface's config space (gpusim.pci.ConfigSpace.reset: no memory decode, no bus mastering,
     BARs unassigned, resizable BARs at their default sizes; amdgpu_device_mode1_reset restores the saved
     config space afterwards). VRAM contents are not guaranteed by hardware; the discovery binary is written
-    again by the boot firmware."""
+    again by the boot firmware. Whether BIF_BX0_DRIVER_SCRATCH_* survive is not public (assumption): the
+    board's driver_scratch_survives_reset setting decides; every GC register (SCRATCH_REG*, the VM fault
+    status) is reset with the ASIC either way."""
     with dev.lock:
+        kept = {}
+        if getattr(dev, "driver_scratch_survives_reset", False):
+            kept = {n: dev.get("NBIO", n) for n in DRIVER_SCRATCH}
         dev.pci.reset()
         dev.power_on_reset()
+        for n, v in kept.items():
+            dev.set("NBIO", n, v)

@@ -9,7 +9,8 @@ outlive the functions opened on them: opening a slot again gives a new driver in
 as it left it (fresh=True powers a new one on instead). With `state`, a file path, the device is loaded
 from that file when it exists (the file wins over the device in memory) and saved to it on close, so a new
 process finds it as the last left it. vram_size, small_bar, harvest ((hw_id, instance) pairs for the
-discovery harvest table) and scpm (gpusim.board.build) apply when a device is powered on.
+discovery harvest table), scpm and driver_scratch_survives_reset (gpusim.board.build) apply when a device
+is powered on.
 """
 from __future__ import annotations
 
@@ -231,7 +232,8 @@ class SimFunction(PCIFunction):
 
 def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
                   small_bar: bool = False, state=None, slot: int | None = None, fresh: bool = False,
-                  async_clock: bool = False, harvest: tuple = (), scpm: bool = True) -> SimFunction:
+                  async_clock: bool = False, harvest: tuple = (), scpm: bool = True,
+                  driver_scratch_survives_reset: bool = False) -> SimFunction:
     chip = chip or spec or "navi31"
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
@@ -245,7 +247,7 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
     if dev is not None and dev.chip != chip:
         raise PCIError(f"sim: slot {slot} holds a {dev.chip}, not a {chip}; pass fresh=True or another slot")
     if dev is None:
-        dev = board.build(chip, vram_size, small_bar, slot, harvest, scpm)
+        dev = board.build(chip, vram_size, small_bar, slot, harvest, scpm, driver_scratch_survives_reset)
     old = _SLOTS.get(slot)
     if old is not None and old is not dev:
         old.stop_async()

@@ -230,3 +230,88 @@ def test_cold_and_warm_boot_on_a_board_without_scpm():
     gpu = AMGPU.open(sim(slot=23))
     assert gpu.boot_report.kind == "warm"
     gpu.fini()
+
+
+# -- warm-boot state vs. what another driver leaves (issue 11 point 6, issue 17 "warm boot") ------------------
+
+def amdgpu_run(gpu_dev) -> None:
+    """What loading and unloading amdgpu 6.1 leaves on the simulated board (a stand-in, not amdgpu): at load
+    it resets a GPU whose sOS is alive (soc21_need_reset_on_init -> amdgpu_device_mode1_reset, config space
+    saved and restored), loads the firmware through the PSP again (sOS running, SMU answering), and sets up
+    GC its own way (gfx_v11_0_ring_test_ring writes SCRATCH_REG0); unloading leaves the firmware running.
+    Whether AM's NBIO boot state survived the reset is the board's driver_scratch_survives_reset."""
+    from gpusim import board
+    rebar = [(off, gpu_dev.pci.read(off, 4)) for off in (0x208, 0x210)]   # the Resizable BAR controls
+    saved = [gpu_dev.pci.read(4 * i, 4) for i in range(16)]
+    board.mode1_reset(gpu_dev)
+    for off, value in rebar:                              # pci_restore_state: rebar first, then the header
+        gpu_dev.pci.write(off, 4, value)
+    for i in reversed(range(16)):
+        gpu_dev.pci.write(4 * i, 4, saved[i])
+    psp, smu = gpu_dev.blocks["PSP"], gpu_dev.blocks["SMU"]
+    gpu_dev.step(100)                                     # the bootloader comes up
+    psp.bl_done, psp.sos_alive = [0x80000, 0x10000000, 0x10000, 0x20000], True   # KDB, SPL, SYSDRV, SOS
+    gpu_dev.set("MP0", "MP0_SMN_C2PMSG_81", 1)
+    gpu_dev.set("MP0", "MP0_SMN_C2PMSG_64", 0x80000000)
+    smu.firmware_loaded()
+    gpu_dev.set("GC", "SCRATCH_REG0", 0xDEADBEEF)
+
+
+@pytest.mark.parametrize("survives", [False, True])
+def test_am_fini_then_amdgpu_then_am_boots_cold(survives):
+    from gpusim import provider
+    gpu = AMGPU.open(sim(slot=24, fresh=True, driver_scratch_survives_reset=survives))
+    gpu.fini()
+    dev = provider._SLOTS[24]
+    amdgpu_run(dev)
+    gpu = AMGPU.open(sim(slot=24))
+    report = gpu.boot_report
+    assert (report.kind, report.mode1_reset) == ("cold", True), report
+    want = "GC SCRATCH_REG7 reads 0x0" if survives else "no AM boot state"
+    assert want in report.reason, report.reason
+    check_running(gpu)
+    gpu.fini()
+
+
+def test_without_the_gc_token_a_surviving_boot_state_would_boot_warm_over_amdgpu(monkeypatch):
+    """The GC token is what tells: with DRIVER_SCRATCH surviving the reset, the NBIO state alone says clean."""
+    import amdrv.am as am
+    from gpusim import provider
+    gpu = AMGPU.open(sim(slot=24, fresh=True, driver_scratch_survives_reset=True))
+    gpu.fini()
+    amdgpu_run(provider._SLOTS[24])
+    monkeypatch.setattr(am, "GC_TOKEN", 0)              # a driver that does not check GC
+    try:
+        gpu = AMGPU.open(sim(slot=24))
+    except AMError:
+        return                                          # it went warm and tripped over amdgpu's state
+    assert gpu.boot_report.kind == "warm", gpu.boot_report   # or warm: over another driver's firmware and state
+    gpu.fini()
+
+
+@pytest.mark.parametrize("survives", [False, True])
+def test_firmware_stopped_while_the_boot_state_survives_boots_cold(survives):
+    """Issue 17: the scratch flags say clean, but the firmware no longer runs: the next boot is cold."""
+    from gpusim import provider
+    gpu = AMGPU.open(sim(slot=24, fresh=True, driver_scratch_survives_reset=survives))
+    gpu.fini()
+    dev = provider._SLOTS[24]
+    dev.blocks["SMU"].running = False                   # the PMFW stopped (hung, or unloaded)
+    dev.set("MP1", "MP1_SMN_C2PMSG_90", 0)
+    gpu = AMGPU.open(sim(slot=24))
+    assert gpu.boot_report.kind == "cold" and "the SMU no longer runs" in gpu.boot_report.reason
+    check_running(gpu)
+    gpu.fini()
+
+
+def test_a_latched_vm_fault_makes_the_next_boot_cold():
+    from gpusim import provider
+    gpu = AMGPU.open(sim(slot=24, fresh=True))
+    gpu.fini()
+    provider._SLOTS[24].set("GC", "GCVM_L2_PROTECTION_FAULT_STATUS", 0x1)
+    gpu = AMGPU.open(sim(slot=24))
+    assert gpu.boot_report.kind == "cold" and "VM fault is latched" in gpu.boot_report.reason
+    gpu.fini()
+    gpu = AMGPU.open(sim(slot=24))
+    assert gpu.boot_report.kind == "warm"
+    gpu.fini()
