@@ -292,6 +292,7 @@ def test_mode1_reset_restores_bars_decode_and_resizable_bar_sizes():
     dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT))
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
     assert dev.pci.bar(0).size == 32 << 30            # large BAR: the BIOS resized it
+    NBIO(dev).init()    # the HDP flush page before the PSP (soc21_common_hw_init)
     before = [dev.pci.config_read(o, 4) for o in (0x04, 0x10, 0x14, 0x18, 0x1C, 0x24, 0x208, 0x210)]
     PSP(dev).init()
     smu = SMU(dev, reset_wait_s=0)
