@@ -193,9 +193,12 @@ class Workload:
         saxpy = dev.program(self.k["saxpy"], "saxpy")
         saxpy(out, ba, 3.0, N, global_size=(2,), local_size=(N // 2,), wait=True, timeout=KERNEL_TIMEOUT)
         self.note(phase, "saxpy " + _h(dev.copyout(out)))
+        # into a 4 MiB buffer, 3 MiB in: mapped with 2 MiB pages (PDB0 entries) when it lands aligned
+        big = dev.alloc(4 << 20)
+        at = big.view(3 << 20, 4 * N)
         rev = dev.program(self.k["local_reverse"], "local_reverse")
-        rev(out, bb, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
-        self.note(phase, "local_reverse " + _h(dev.copyout(out)))
+        rev(at, bb, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "local_reverse " + _h(dev.copyout(at)))
 
     def sdma(self, phase: str) -> None:
         np, dev = self.np, self.dev
@@ -220,10 +223,15 @@ class Workload:
         poke = self.dev.program(self.k["faults"], "poke")
         self.poke = poke
         bad = (1 << 44) - (1 << 30)   # below the VRAM window: mapped by nothing
+        dev = self.dev
         try:
             poke(bad, 5, global_size=(1,), local_size=(1,), wait=True, timeout=KERNEL_TIMEOUT)
         except hcq.HCQFault as e:
-            self.note(phase, f"fault reported: {norm(e).split(';')[0]}")
+            # whether the faulting launch still completed (its fence signalled: the fault answered with
+            # the default page, as the driver programs it) or its queue stopped
+            done = dev.timeline.value >= dev.timeline_value
+            self.note(phase, f"fault reported: {norm(e).split(';')[0]}; "
+                             f"{'the launch completed' if done else 'the launch did not complete'}")
             return
         except hcq.HCQTimeout as e:
             self.note(phase, f"no fault reported, a timeout: {norm(e)}")
@@ -586,6 +594,25 @@ class Ctx:
             return value
         hooks.reg_filters.append(f)
 
+    def set_fields(self, ip: str, reg: str, **fields: int) -> None:
+        """Every host write to ip.reg has these fields replaced (e.g. ENABLE_L1_TLB=0)."""
+        from amdrv import regs as R
+        from gpusim import discovery
+        have = R.load(discovery.layout("navi31").register_table(ip))[reg].fields   # KeyError: n/a
+        missing = [f for f in fields if f not in have]
+        if missing:
+            raise KeyError(f"{ip} {reg} has no field {', '.join(missing)}")
+        hooks = self.hooks
+
+        def f(dev, dword, value):
+            if dword == dev.reg_addr(ip, reg):
+                new = dev.table(ip)[reg].encode(value, **fields)
+                if new != value:
+                    hooks.hits += 1
+                return new
+            return value
+        hooks.reg_filters.append(f)
+
     def packets(self, fn: Callable) -> None:
         """fn(engine, Packet, words) -> words: rewrite (or drop, returning []) submitted packets."""
         hooks = self.hooks
@@ -696,6 +723,12 @@ def _step_no_config_restore(ctx: Ctx) -> None:
     ctx.skip(provider.SimFunction, "config_write", lambda *a, **kw: ctx.inside[label] > 0)
 
 
+def _step_pagetable_level(ctx: Ctx) -> None:
+    """Issue 17's source mutation: a 2 MiB fragment placed at the 1 GiB level (the map loop used to spin)."""
+    from amdrv import pagetable
+    ctx.patch(pagetable, "_level", lambda orig: lambda frag: pagetable.PDB1 if frag >= 9 else orig(frag))
+
+
 def _drop_acquire(engine, p, words):
     return [] if engine == "PM4" and p.name == "ACQUIRE_MEM" else words
 
@@ -761,6 +794,28 @@ def _steps() -> list[Step]:
              lambda c: c.skip(gmc.GMC, "fini")),
         Step("no-mode1-reset", "cold boot over running firmware without the mode1 reset (amdgpu_device_mode1_reset)",
              lambda c: c.skip(am.AMGPU, "_mode1_reset")),
+        Step("l1-tlb-off", "MX_L1_TLB_CNTL.ENABLE_L1_TLB 0 on both hubs (mmhub_v3_0_gart_disable turns GART off so)",
+             lambda c: (c.set_fields("GC", "GCMC_VM_MX_L1_TLB_CNTL", ENABLE_L1_TLB=0),
+                        c.set_fields("MMHUB", "MMMC_VM_MX_L1_TLB_CNTL", ENABLE_L1_TLB=0))),
+        Step("l2-cache-off", "VM_L2_CNTL.ENABLE_L2_CACHE 0 on both hubs (mmhub_v3_0_gart_disable)",
+             lambda c: (c.set_fields("GC", "GCVM_L2_CNTL", ENABLE_L2_CACHE=0),
+                        c.set_fields("MMHUB", "MMVM_L2_CNTL", ENABLE_L2_CACHE=0))),
+        Step("cp-halts-on-fault", "CP_DEBUG.CPG_UTCL1_ERROR_HALT_DISABLE left 0 (gfxhub_v3_0_set_fault_enable_default)",
+             lambda c: c.set_fields("GC", "CP_DEBUG", CPG_UTCL1_ERROR_HALT_DISABLE=0)),
+        Step("gl1c-fault-mode-0", "GL1C_UTCL0_CNTL1.RESP_FAULT_MODE 0 instead of 2 (gfxhub_v3_0_set_fault_enable_default)",
+             lambda c: c.set_fields("GC", "GL1C_UTCL0_CNTL1", RESP_FAULT_MODE=0)),
+        Step("no-fault-default-page", "GCVM_L2_PROTECTION_FAULT_CNTL without the *_ENABLE_DEFAULT bits (faults stop "
+             "the client instead of going to the default page)",
+             lambda c: c.set_fields("GC", "GCVM_L2_PROTECTION_FAULT_CNTL", **{
+                 f"{k}_PROTECTION_FAULT_ENABLE_DEFAULT": 0 for k in (
+                     "RANGE", "PDE0", "PDE1", "PDE2", "TRANSLATE_FURTHER", "NACK", "DUMMY_PAGE", "VALID", "READ",
+                     "WRITE", "EXECUTE")})),
+        Step("no-fault-interrupts", "GCVM_CONTEXT0_CNTL without the *_PROTECTION_FAULT_ENABLE_INTERRUPT bits",
+             lambda c: c.set_fields("GC", "GCVM_CONTEXT0_CNTL", **{
+                 f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT": 0 for k in (
+                     "RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")})),
+        Step("pagetable-2m-at-1g-level", "a 2 MiB fragment placed at the 1 GiB level (issue 17: the map loop spun "
+             "forever; amdgpu_vm_ptes_update's level choice)", _step_pagetable_level),
     ]
 
 

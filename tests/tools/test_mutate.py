@@ -7,11 +7,12 @@ import pytest
 from tools import mutate as M
 
 # caught today, each for a reason the hardware shares: the queue's ring address, the MEC doorbell window,
-# the PSP's bootloader command register, the dispatch's workgroup count, the SDMA copy's byte count, and the
-# PSP's command order (SMU firmware before SETUP_TMR)
+# the PSP's bootloader command register, the dispatch's workgroup count, the SDMA copy's byte count; the
+# PSP's command order (SMU firmware before SETUP_TMR), and issue 17's map-loop mutation (a clear error now)
 MUST_CATCH = ["reg-drop:GC.CP_HQD_PQ_BASE", "reg-drop:GC.CP_MEC_DOORBELL_RANGE_UPPER",
               "reg-drop:MP0.MP0_SMN_C2PMSG_35", "pkt-zero:PM4.DISPATCH_DIRECT.DIM_X",
               "pkt-zero:SDMA.COPY_LINEAR.COUNT"]
+STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +57,8 @@ def test_baseline_is_deterministic_and_complete(rig):
 
 def test_mutations_that_break_the_workload_are_caught(rig):
     kernels, base = rig
-    muts, _ = M.mutations(base, "all", MUST_CATCH + ["step:setup-tmr-before-smu-fw"])
-    assert sorted(m.name for m in muts) == sorted(MUST_CATCH + ["step:setup-tmr-before-smu-fw"])
+    muts, _ = M.mutations(base, "all", MUST_CATCH + STEPS)
+    assert sorted(m.name for m in muts) == sorted(MUST_CATCH + STEPS)
     results = M.run(muts, base, kernels, jobs=2)
     for r in results:
         assert r.status == "caught" and r.how and "FirmwareError" not in r.how, (r.mutation, r.status, r.how)
