@@ -741,7 +741,8 @@ def _steps() -> list[Step]:
         Step("no-hdp-flush-before-tlb-invalidate", "HDP flush before a TLB invalidation after page tables were "
              "written through BAR0 (gmc_v11_0_flush_gpu_tlb)",
              lambda c: c.skip_inside(gmc.GMC, "flush_tlb", nbio.NBIO, "hdp_flush")),
-        Step("no-hdp-flush-after-copyin", "HDP flush after hcq copyin through BAR0 (amdgpu flushes per IB: amdgpu_ib.c)",
+        Step("no-hdp-flush-after-copyin", "HDP flush after hcq copyin through BAR0 (amdgpu flushes per IB: "
+             "amdgpu_ib.c)",
              lambda c: c.skip_inside(amhcq.AMHCQDevice, "copyin", nbio.NBIO, "hdp_flush")),
         Step("no-hdp-flush-after-mqd", "HDP flush after writing the MQD/EOP through BAR0",
              lambda c: c.skip_inside(queue.ComputeQueue, "init", nbio.NBIO, "hdp_flush")),
@@ -802,7 +803,8 @@ def _steps() -> list[Step]:
                         c.set_fields("MMHUB", "MMVM_L2_CNTL", ENABLE_L2_CACHE=0))),
         Step("cp-halts-on-fault", "CP_DEBUG.CPG_UTCL1_ERROR_HALT_DISABLE left 0 (gfxhub_v3_0_set_fault_enable_default)",
              lambda c: c.set_fields("GC", "CP_DEBUG", CPG_UTCL1_ERROR_HALT_DISABLE=0)),
-        Step("gl1c-fault-mode-0", "GL1C_UTCL0_CNTL1.RESP_FAULT_MODE 0 instead of 2 (gfxhub_v3_0_set_fault_enable_default)",
+        Step("gl1c-fault-mode-0", "GL1C_UTCL0_CNTL1.RESP_FAULT_MODE 0 instead of 2 "
+             "(gfxhub_v3_0_set_fault_enable_default)",
              lambda c: c.set_fields("GC", "GL1C_UTCL0_CNTL1", RESP_FAULT_MODE=0)),
         Step("no-fault-default-page", "GCVM_L2_PROTECTION_FAULT_CNTL without the *_ENABLE_DEFAULT bits (faults stop "
              "the client instead of going to the default page)",
@@ -994,7 +996,8 @@ EXPECTED = {
     "pkt-*:PM4.SET_SH_REG.COMPUTE_USER_DATA_[4-9]": "beyond the 4 user SGPRs the workload's kernels enable "
     "(COMPUTE_PGM_RSRC2.USER_SGPR; the SPI loads only that many, AMDGPUUsage)",
     "pkt-*:PM4.SET_SH_REG.COMPUTE_USER_DATA_1[0-5]": "beyond the 4 user SGPRs the kernels enable",
-    "pkt-*:PM4.RELEASE_MEM/GPU_CLOCK.DATA_[LH][OI]": "DATA_SEL 3 writes the GPU clock; the data dwords are unused (nvd.h)",
+    "pkt-*:PM4.RELEASE_MEM/GPU_CLOCK.DATA_[LH][OI]": "DATA_SEL 3 writes the GPU clock; the data dwords are unused "
+    "(nvd.h)",
     "pkt-*:PM4.RELEASE_MEM/*.INT_CTXID": "the context id goes with an interrupt, and INT_SEL asks for none",
     "pkt-zero:PM4.SET_SH_REG.COMPUTE_START_[XYZ]": "the driver writes 0 already",
     "pkt-zero:PM4.SET_SH_REG.COMPUTE_TMPRING_SIZE": "the driver writes 0 already",
@@ -1110,6 +1113,10 @@ def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float)
             short = n.split(".", 1)[1] if "." in n and g != "steps" else n
             items.append(f"`{short}`" if both else f"`{short}` ({m[0].split('-', 1)[1]} only)")
         out.append(f"- {g}: {', '.join(items)}")
+    logged = [r for r in results if r.status == "survived" and r.sim_errors]
+    if logged:
+        out += ["", "Survivors the simulator logged an error for (it noticed, and let the outcome stand):", ""]
+        out += [f"- `{r.mutation}`: {r.sim_errors[0][:160]}" for r in logged]
     exp = [r.mutation for r in results if r.status == "survived" and r.how.startswith("expected")]
     if exp:
         out += ["", f"Expected survivors ({len(exp)}, `EXPECTED` in tools/mutate.py: the card ignores these here):", ""]
