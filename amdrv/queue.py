@@ -542,10 +542,7 @@ def _reset_compute(gpu) -> None:
 def _reset_sdma(gpu) -> None:
     """sdma_v6_0_soft_reset, then sdma_v6_0_start (the engines unhalted; rings come with the queues)."""
     gc = gpu.dev.reg("SDMA0")
-    for e in gpu.sdma.engines:
-        r = lambda n: gc.reg(f"SDMA{e}_{n}")  # noqa: E731
-        r("QUEUE0_RB_CNTL").update(RB_ENABLE=0)
-        r("QUEUE0_IB_CNTL").update(IB_ENABLE=0)
+    gpu.sdma.gfx_stop()
     for e in gpu.sdma.engines:
         r = lambda n: gc.reg(f"SDMA{e}_{n}")  # noqa: E731
         r("FREEZE").update(FREEZE=1)

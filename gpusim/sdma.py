@@ -35,7 +35,20 @@ The gfx ring (queue 0 of each engine; sdma_v6_0_gfx_resume, sdma_v6_0_ring_set_w
 - The doorbell: with QUEUE0_DOORBELL.ENABLE, a BAR2 write at the dword index DOORBELL_OFFSET.OFFSET holds
   (ring->doorbell_index, a dword index) carries the 64-bit wptr (WDOORBELL64: one 64-bit write; a 32-bit
   write there takes the upper half from the dword above). Without the doorbell, RB_WPTR/_HI register writes
-  move it (ignored as a kick while MINOR_PTR_UPDATE.ENABLE is set, as gfx_resume brackets its pointer reset).
+  move it.
+- MINOR_PTR_UPDATE: gfx_resume sets it before writing the pointers back ("before programing wptr to a less
+  value, need set minor_ptr_update first") and clears it after; while it is set the engine acts on no
+  pointer: writes (register or doorbell) are stored and take effect when it goes back to 0 (assumption: the
+  bracket's purpose as upstream's comment gives it; the engine holds the queue meanwhile).
+- F32_WPTR_POLL_ENABLE (RB_CNTL; gfx_resume sets it on bare metal too) with RB_WPTR_POLL_ADDR_HI/LO: the
+  engine's firmware reads the write pointer from that 64-bit shadow in memory (sdma_v6_0_ring_set_wptr
+  stores it there, atomic64_set, before ringing the doorbell). The model reads it, through the queue's
+  VMID, when the firmware is woken with the ring enabled: by a doorbell, or by an unhalt (it resumes the
+  queue), and takes it as the write pointer; a shadow that cannot be read hangs the queue. Assumption: the
+  firmware's poll period and triggers are not public; gfx_resume enables the ring (and after a reset the
+  shadow still holds the old ring's wptr) before the ring test rewrites it, so RB_ENABLE and wptr register
+  writes do not read it. Upstream's sdma_v6_0_gfx_stop clears RB_ENABLE and IB_ENABLE before halting
+  (hw_fini, soft reset), so a later unhalt does not resume a queue whose shadow was freed.
 - Packets (header: op bits 7:0, sub_op 15:8): NOP (COUNT more dwords follow, burst NOP), COPY LINEAR (count =
   bytes - 1 in a 30-bit field, so up to 1 GiB per packet; any byte alignment. Upstream's copy_max_bytes and
   fill_max_bytes of 0x400000 are navi10's 22-bit field carried over, a driver limit, not v6's), WRITE LINEAR
@@ -67,7 +80,7 @@ Timestamps count 100 MHz ticks of the largest of that clock, the device clock an
 GPU clock counter is one counter), so they only grow. A blocked POLL_REGMEM re-checks every max(1, INTERVAL)
 steps and on every doorbell; RETRY_COUNT 0xfff (what upstream emits) retries forever, a smaller count
 exhausted hangs the queue.
-The F32 wptr polling (F32_WPTR_POLL_ENABLE, RB_WPTR_POLL_ADDR), queues 1..7, preemption and AQL mode are not
+WPTR_POLL_ENABLE (the SR-IOV register poll), queues 1..7, preemption, FREEZE/FROZEN and AQL mode are not
 modeled.
 
 State for other models: `running(i)` (the control thread TH0 executes firmware), `ctx_switch_running(i)` (TH1
@@ -137,6 +150,7 @@ class SDMA(Block):
             self.on_write(GC, reg(i, "QUEUE0_RB_CNTL"), functools.partial(self._w_kick, i))
             for r in ("QUEUE0_RB_WPTR", "QUEUE0_RB_WPTR_HI"):
                 self.on_write(GC, reg(i, r), functools.partial(self._w_wptr, i))
+            self.on_write(GC, reg(i, "QUEUE0_MINOR_PTR_UPDATE"), functools.partial(self._w_minor, i))
         nbio = self.dev.blocks.get("NBIO")
         if nbio is not None:
             nbio.on_doorbell("SDMA", self.doorbell)   # what the S2A entries route to SDMA
@@ -199,7 +213,10 @@ class SDMA(Block):
                 self.error(f"{reg(i, 'F32_CNTL')}.HALT written 0 but {' and '.join(why)}: SDMA{i} stays halted")
                 value = r.encode(value, HALT=1)
             else:
-                self.dev.schedule(0, self._event_kick, i)   # work written while halted runs now
+                # work written while halted runs now; a queue enabled at this moment is resumed, its
+                # wptr read from the shadow (F32_WPTR_POLL_ENABLE)
+                resume = bool(self._fields(i, "QUEUE0_RB_CNTL")["RB_ENABLE"])
+                self.dev.schedule(0, self._event_kick, i, resume)
         return value
 
     def _r_status(self, i: int) -> int:
@@ -213,8 +230,14 @@ class SDMA(Block):
         self.dev.schedule(0, self._event_kick, i)
 
     def _w_wptr(self, i: int, value: int) -> None:
-        if not self._fields(i, "QUEUE0_MINOR_PTR_UPDATE")["ENABLE"]:
+        self.dev.schedule(0, self._event_kick, i)    # held while MINOR_PTR_UPDATE is set (kick)
+
+    def _w_minor(self, i: int, value: int) -> None:
+        if not value & 1:                            # MINOR_PTR_UPDATE.ENABLE back to 0: the pointers count now
             self.dev.schedule(0, self._event_kick, i)
+
+    def _minor_update(self, i: int) -> bool:
+        return bool(self.get(GC, reg(i, "QUEUE0_MINOR_PTR_UPDATE")) & 1)
 
     def doorbell(self, index: int, value: int) -> bool:
         """A BAR2 doorbell write (NBIO routing); True when it was one of the gfx rings'."""
@@ -226,13 +249,20 @@ class SDMA(Block):
             cells = self.dev.blocks["NBIO"].doorbells
             self._set_ptr(i, "WPTR", cells.get(index, 0) | cells.get(index + 1, 0) << 32)
             if self.dev.stepped:
-                self.kick(i)
+                self.kick(i, poll_wptr=True)
             else:
-                self.dev.schedule(0, self._event_kick, i)
+                self.dev.schedule(0, self._event_kick, i, True)
             return True
         return False
 
     # -- the ring ---------------------------------------------------------------------------------------
+    def _poll_wptr(self, i: int, cntl: dict) -> None:
+        """F32_WPTR_POLL_ENABLE: the write pointer from its 64-bit shadow at RB_WPTR_POLL_ADDR."""
+        addr = (self.get(GC, reg(i, "QUEUE0_RB_WPTR_POLL_ADDR_LO")) & ~3
+                | self.get(GC, reg(i, "QUEUE0_RB_WPTR_POLL_ADDR_HI")) << 32)
+        raw = self._read(i, cntl["RB_VMID"], addr, 8, "write pointer poll (RB_WPTR_POLL_ADDR)")
+        self._set_ptr(i, "WPTR", struct.unpack("<Q", raw)[0])
+
     def _ptr(self, i: int, which: str) -> int:
         return self.get(GC, reg(i, f"QUEUE0_RB_{which}")) | self.get(GC, reg(i, f"QUEUE0_RB_{which}_HI")) << 32
 
@@ -262,23 +292,31 @@ class SDMA(Block):
         self.error(f"SDMA{i} gfx ring hung at rptr {self._ptr(i, 'RPTR'):#x}: {why}; the queue stays stopped "
                    f"until GRBM_SOFT_RESET.SOFT_RESET_SDMA{i} (sdma_v6_0_soft_reset) or a mode1 reset")
 
-    def _event_kick(self, i: int) -> None:
+    def _event_kick(self, i: int, poll_wptr: bool = False) -> None:
         """A kick from a scheduled event: inside a clock step, which a transfer must not step again."""
         outer, self._in_event = self._in_event, True
         try:
-            self.kick(i)
+            self.kick(i, poll_wptr)
         finally:
             self._in_event = outer
 
-    def kick(self, i: int) -> None:
-        """Runs instance i's gfx ring until it is empty, blocked or hung."""
+    def kick(self, i: int, poll_wptr: bool = False) -> None:
+        """Runs instance i's gfx ring until it is empty, blocked or hung. poll_wptr: the firmware was woken
+        (a doorbell, an unhalt) and, with F32_WPTR_POLL_ENABLE, first reads the write pointer's shadow."""
         q = self.queues[i]
-        if q.active or q.hung or not self.running(i):
+        if q.active or q.hung or not self.running(i) or self._minor_update(i):
             return
-        if not self._fields(i, "QUEUE0_RB_CNTL")["RB_ENABLE"]:
+        cntl = self._fields(i, "QUEUE0_RB_CNTL")
+        if not cntl["RB_ENABLE"]:
             return
         q.active = True
         try:
+            if poll_wptr and cntl["F32_WPTR_POLL_ENABLE"]:
+                try:
+                    self._poll_wptr(i, cntl)
+                except Hang as e:
+                    self._hang(i, str(e))
+                    return
             while not q.hung and self.running(i):
                 try:
                     if not self._step_packet(i):

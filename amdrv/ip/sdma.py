@@ -7,7 +7,7 @@ on v6.0. An engine is ready when it runs and reports idle
 (SDMA0_STATUS_REG.IDLE, as sdma_v6_0_is_idle reads it). The gfx rings (sdma_v6_0_gfx_resume) are
 queues, built by the queue code. Engine 1's registers are engine 0's at the fixed distance upstream
 uses (SDMA1_REG_OFFSET, SDMA1_HYP_DEC_REG_OFFSET), spelled SDMA1_* in the GC register table.
-`fini` halts the engines (sdma_v6_0_hw_fini).
+`fini` stops the rings and halts the engines (sdma_v6_0_hw_fini -> sdma_v6_0_enable(false): gfx_stop, HALT).
 """
 from __future__ import annotations
 
@@ -44,11 +44,21 @@ class SDMA:
         self.wait_idle()
 
     def enable(self, enable: bool) -> None:
+        """sdma_v6_0_enable: unhalt, or stop the rings (gfx_stop) and halt."""
+        if not enable:
+            self.gfx_stop()
         for e in self.engines:
             if enable:
                 self._reg(e, "F32_CNTL").update(HALT=0, TH1_RESET=0)
             else:
                 self._reg(e, "F32_CNTL").update(HALT=1)
+
+    def gfx_stop(self) -> None:
+        """sdma_v6_0_gfx_stop: RB_ENABLE and IB_ENABLE off on every engine, so an unhalt (the next boot's)
+        does not resume a ring whose memory and write-pointer shadow (F32_WPTR_POLL_ENABLE) were freed."""
+        for e in self.engines:
+            self._reg(e, "QUEUE0_RB_CNTL").update(RB_ENABLE=0)
+            self._reg(e, "QUEUE0_IB_CNTL").update(IB_ENABLE=0)
 
     def engine_ready(self, engine: int) -> bool:
         return not self._reg(engine, "F32_CNTL").decode()["HALT"]

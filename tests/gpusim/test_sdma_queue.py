@@ -132,7 +132,9 @@ class Ring:
         self.ring()
 
     def ring(self):
-        self.gpu.nbio.hdp_flush()   # the ring and the tests' data are VRAM written through BAR0
+        """sdma_v6_0_ring_set_wptr: the wptr shadow (RB_WPTR_POLL_ADDR, which the F32 polls), then the doorbell."""
+        self.gpu.dev.vram.write(self.wb.vram.addr + 64, struct.pack("<Q", self.wptr))
+        self.gpu.nbio.hdp_flush()   # the ring, the shadow and the tests' data are VRAM written through BAR0
         self.gpu.dev.pci.bar(2).write64(4 * self.doorbell, self.wptr)
 
     def rptr(self):
@@ -436,6 +438,7 @@ def test_32bit_doorbell_and_register_write_pointers(gpu):
     gpu.dev.vram.write(ring.buf.vram.addr, struct.pack("<4I", *packet))
     gpu.nbio.hdp_flush()   # the ring is VRAM written through BAR0
     ring.wptr = 16
+    gpu.dev.vram.write(ring.wb.vram.addr + 64, struct.pack("<Q", ring.wptr))   # the shadow the F32 polls
     gpu.dev.pci.bar(2).write32(4 * ring.doorbell, ring.wptr)     # the upper half comes from the dword above
     assert u32(gpu, out) == 1
     ring.r("QUEUE0_DOORBELL").update(ENABLE=0)                    # use_doorbell false: RB_WPTR/_HI registers
@@ -491,3 +494,58 @@ def test_a_copy_run_from_a_poll_retry_takes_time_without_stepping_the_clock_back
     assert t1 - t0 >= 2 * MiB // (32 << 10) * 100
     ring.emit(timestamp(ts.va + 16))
     assert struct.unpack("<Q", vram(gpu, ts, 16, 8))[0] >= t1 and ring.idle()
+
+
+def test_the_f32_reads_the_wptr_shadow_when_a_doorbell_wakes_it(gpu):
+    """F32_WPTR_POLL_ENABLE (gfx_resume sets it): the write pointer comes from the shadow at
+    RB_WPTR_POLL_ADDR, which sdma_v6_0_ring_set_wptr stores before ringing; a doorbell alone is not enough."""
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    gpu.dev.vram.write(ring.buf.vram.addr, struct.pack("<4I", *fence(out.va, 1)))
+    gpu.dev.pci.bar(2).write64(4 * ring.doorbell, 16)            # the shadow still says 0
+    assert u32(gpu, out) == 0 and ring.r("QUEUE0_RB_WPTR").read() == 0
+    gpu.dev.vram.write(ring.wb.vram.addr + 64, struct.pack("<Q", 16))
+    gpu.dev.pci.bar(2).write64(4 * ring.doorbell, 16)
+    assert u32(gpu, out) == 1
+    ring.r("QUEUE0_RB_CNTL").update(F32_WPTR_POLL_ENABLE=0)       # not polling: the doorbell's value counts
+    gpu.dev.vram.write(ring.buf.vram.addr + 16, struct.pack("<4I", *fence(out.va, 2)))
+    gpu.dev.pci.bar(2).write64(4 * ring.doorbell, 32)
+    assert u32(gpu, out) == 2 and not sim(gpu).errors
+
+
+def test_minor_ptr_update_holds_the_pointers_until_it_clears(gpu):
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    ring.r("QUEUE0_MINOR_PTR_UPDATE").write(1)
+    ring.emit(fence(out.va, 1))
+    ring.idle()
+    assert u32(gpu, out) == 0 and not ring.idle()                 # work pending, held
+    ring.r("QUEUE0_MINOR_PTR_UPDATE").write(0)
+    ring.idle()
+    assert u32(gpu, out) == 1 and ring.idle()
+
+
+@pytest.mark.parametrize("stop_first", [True, False])
+def test_unhalting_an_enabled_ring_resumes_it_from_its_shadow(gpu, stop_first):
+    """hw_fini halts after sdma_v6_0_gfx_stop; a ring left enabled is resumed at the next unhalt, reading
+    its wptr shadow: freed memory there (here: unmapped) faults and hangs the queue."""
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    ring.emit(fence(out.va, 1))
+    assert u32(gpu, out) == 1
+    if stop_first:
+        ring.r("QUEUE0_RB_CNTL").update(RB_ENABLE=0)
+        ring.r("QUEUE0_IB_CNTL").update(IB_ENABLE=0)
+    ring.r("F32_CNTL").update(HALT=1)
+    gpu.gmc.unmap(ring.wb)                                         # the driver exits, its memory goes
+    ring.r("F32_CNTL").update(HALT=0)
+    idle = [ring.idle() for _ in range(3)][-1]
+    errors = [str(e) for e in sim(gpu).errors]
+    fault = gpu.gmc.decode_fault("GC")
+    if stop_first:
+        assert idle and not errors and fault is None
+    else:
+        # the shadow read faulted (redirected to the default page, as the driver programs faults) and what
+        # came back is no valid write pointer: the queue hangs
+        assert fault is not None and fault.address == ring.wb.va + 64 >> 12 << 12
+        assert not idle and any("SDMA0 gfx ring hung" in e for e in errors)
