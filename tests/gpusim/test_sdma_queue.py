@@ -436,9 +436,9 @@ def test_32bit_doorbell_and_register_write_pointers(gpu):
     out = gpu.gmc.map_vram(4096)
     packet = fence(out.va, 1)
     gpu.dev.vram.write(ring.buf.vram.addr, struct.pack("<4I", *packet))
-    gpu.nbio.hdp_flush()   # the ring is VRAM written through BAR0
     ring.wptr = 16
     gpu.dev.vram.write(ring.wb.vram.addr + 64, struct.pack("<Q", ring.wptr))   # the shadow the F32 polls
+    gpu.nbio.hdp_flush()   # the ring and the shadow are VRAM written through BAR0
     gpu.dev.pci.bar(2).write32(4 * ring.doorbell, ring.wptr)     # the upper half comes from the dword above
     assert u32(gpu, out) == 1
     ring.r("QUEUE0_DOORBELL").update(ENABLE=0)                    # use_doorbell false: RB_WPTR/_HI registers
@@ -502,13 +502,16 @@ def test_the_f32_reads_the_wptr_shadow_when_a_doorbell_wakes_it(gpu):
     ring = Ring(gpu)
     out = gpu.gmc.map_vram(4096)
     gpu.dev.vram.write(ring.buf.vram.addr, struct.pack("<4I", *fence(out.va, 1)))
+    gpu.nbio.hdp_flush()
     gpu.dev.pci.bar(2).write64(4 * ring.doorbell, 16)            # the shadow still says 0
     assert u32(gpu, out) == 0 and ring.r("QUEUE0_RB_WPTR").read() == 0
     gpu.dev.vram.write(ring.wb.vram.addr + 64, struct.pack("<Q", 16))
+    gpu.nbio.hdp_flush()
     gpu.dev.pci.bar(2).write64(4 * ring.doorbell, 16)
     assert u32(gpu, out) == 1
     ring.r("QUEUE0_RB_CNTL").update(F32_WPTR_POLL_ENABLE=0)       # not polling: the doorbell's value counts
     gpu.dev.vram.write(ring.buf.vram.addr + 16, struct.pack("<4I", *fence(out.va, 2)))
+    gpu.nbio.hdp_flush()
     gpu.dev.pci.bar(2).write64(4 * ring.doorbell, 32)
     assert u32(gpu, out) == 2 and not sim(gpu).errors
 
