@@ -3,7 +3,7 @@
     compile_opencl(source, mcpu="gfx1100") -> bytes      the linked code object (ELF, ET_DYN)
 
 The pipeline is the one the ISA corpus uses (tests/amdrv/isa/conftest.py): `clang-15 -x cl
--cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib -O2 -c`, then `ld.lld-15 -shared`.
+-cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib -O2 -c` (`opt=` picks another level), then `ld.lld-15 -shared`.
 No device library is linked, so sources read work-item ids through the amdgcn builtins.
 
 Results are cached by the sha256 of (source, mcpu, flags) in `$DRIVERLESS_CACHE_DIR/kernels`, else
@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 CLANG, LLD = "clang-15", "ld.lld-15"
-FLAGS = ("-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-nogpulib", "-O2")
+FLAGS = ("-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-nogpulib")
+OPT = "-O2"
 
 
 class ClangError(RuntimeError):
@@ -58,8 +59,10 @@ def _tools() -> tuple[str, str]:
     return clang, lld
 
 
-def compile_opencl(source: str, mcpu: str = "gfx1100", use_cache: bool = True) -> bytes:
-    key = hashlib.sha256("\0".join((source, mcpu, *FLAGS)).encode()).hexdigest()
+def compile_opencl(source: str, mcpu: str = "gfx1100", use_cache: bool = True, opt: str = OPT) -> bytes:
+    """`opt`: clang's optimisation level (-O0 .. -O3; the generator uses -O2)."""
+    flags = (*FLAGS, opt)
+    key = hashlib.sha256("\0".join((source, mcpu, *flags)).encode()).hexdigest()
     if use_cache and key in _memo:
         stats["memory_hits"] += 1
         return _memo[key]
@@ -74,7 +77,7 @@ def compile_opencl(source: str, mcpu: str = "gfx1100", use_cache: bool = True) -
     with tempfile.TemporaryDirectory(prefix="driverless-cl-") as tmp:
         src, obj, so = Path(tmp, "k.cl"), Path(tmp, "k.o"), Path(tmp, "k.so")
         src.write_text(source)
-        for cmd in ([clang, *FLAGS, f"-mcpu={mcpu}", "-c", str(src), "-o", str(obj)],
+        for cmd in ([clang, *flags, f"-mcpu={mcpu}", "-c", str(src), "-o", str(obj)],
                     [lld, "-shared", str(obj), "-o", str(so)]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:

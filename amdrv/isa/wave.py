@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amdrv.isa.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, N_SROWS, OP, Unsupported,
+from amdrv.isa.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, N_SROWS, OP, Unsupported,
                                     compile_instruction, pack_lanes, unpack_lanes)
 from amdrv.isa.wave_memory import ByteSpace, FlatMemory, MemoryFault
 
@@ -107,13 +107,17 @@ class Program:
 
     PAGE = 4096
 
-    def __init__(self, code: bytes, base: int, vgprs: int = 256, name: str = "kernel", fetch=None):
+    def __init__(self, code: bytes, base: int, vgprs: int = 256, name: str = "kernel", fetch=None,
+                 entry: int | None = None):
         self.code, self.base, self.nv, self.name = bytes(code), base, vgprs, name
+        self.entry = base if entry is None else entry      # where() counts from the kernel's first instruction
         self.fetch = fetch
+        self.pages: dict[int, bytes] = {}       # fetch mode: code pages by address
         self.cache: dict[int, Compiled] = {}
 
     def where(self, pc: int) -> str:
-        return f"{self.name}+{pc - self.base:#x}"
+        off = pc - self.entry
+        return f"{self.name}+{off:#x}" if off >= 0 else f"{self.name}-{-off:#x}"
 
     def at(self, pc: int) -> Compiled:
         c = self.cache.get(pc)
@@ -121,33 +125,43 @@ class Program:
             c = self.cache[pc] = self._compile(pc)
         return c
 
-    def _more(self, pc: int, end: int) -> None:
-        """Fetches code up to `end` (an offset), page by page, never past the page holding end - 1."""
-        while len(self.code) < end:
-            at = self.base + len(self.code)
-            n = self.PAGE - at % self.PAGE
-            try:
-                self.code += bytes(self.fetch(at, n))
-            except MemoryFault as e:
-                raise ExecError(pc, "?", f"instruction fetch: memory fault: {e}", where=self.where(pc)) from None
+    def _fetched(self, pc: int, end: int) -> tuple[bytes, int]:
+        """Fetch mode: (bytes from the page holding pc up to `end`, offset of pc in them), a page at a
+        time, never past the page holding end - 1."""
+        page = pc - pc % self.PAGE
+        out = b""
+        at = page
+        while at < end:
+            data = self.pages.get(at)
+            if data is None:
+                try:
+                    data = self.pages[at] = bytes(self.fetch(at, self.PAGE))
+                except MemoryFault as e:
+                    raise ExecError(pc, "?", f"instruction fetch: memory fault: {e}", where=self.where(pc)) from None
+            out += data
+            at += self.PAGE
+        return out, pc - page
 
     def _compile(self, pc: int) -> Compiled:
         from amdrv.isa import decode
-        off = pc - self.base
-        if self.fetch is not None and off >= 0:
-            # the rest of this page; an instruction that runs past it needs the next one (below)
-            self._more(pc, off + 4)
-            self._more(pc, min(off + 16, (pc // self.PAGE + 1) * self.PAGE - self.base))
-        if not 0 <= off < len(self.code):
-            raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(self.code):#x})",
-                            where=self.where(pc))
-        raw = self.code[off:off + 8]
+        if self.fetch is not None:
+            # the rest of this page; an instruction that runs past it needs the next one
+            code, off = self._fetched(pc, pc - pc % self.PAGE + self.PAGE)
+            if len(code) - off < 16:
+                try:
+                    decode(code, off)
+                except Exception as e:
+                    if "truncated" in str(e):
+                        code, off = self._fetched(pc, pc + 16)
+        else:
+            code, off = self.code, pc - self.base
+            if not 0 <= off < len(code):
+                raise ExecError(pc, "?", f"PC outside the kernel's code [{self.base:#x}, {self.base + len(code):#x})",
+                                where=self.where(pc))
+        raw = code[off:off + 8]
         try:
-            inst = decode(self.code, off)
+            inst = decode(code, off)
         except Exception as e:
-            if self.fetch is not None and "truncated" in str(e) and len(self.code) < off + 16:
-                self._more(pc, off + 16)
-                return self._compile(pc)
             raise ExecError(pc, f"<{raw.hex()}>", f"illegal instruction: {e}", where=self.where(pc)) from None
         text = str(inst)
         try:
@@ -267,6 +281,22 @@ class Executor:
                 if kind == END:
                     groups.remove(g)
                     return steps
+                if kind == IBR:            # s_setpc/s_swappc/s_call: a target per wave
+                    t = c.fn(g)
+                    pc = int(t[0])
+                    if g.n > 1 and not (t == t[0]).all():
+                        for u in np.unique(t[t != t[0]]).tolist():
+                            other = g.take(t == u)
+                            other.pc = u
+                            groups.append(other)
+                        keep = g.take(t == t[0])
+                        g.s, g.v, g.slot, g.ids, g._exec = keep.s, keep.v, keep.slot, keep.ids, None
+                        g.pc = pc
+                        return steps
+                    if len(groups) > 1 or steps > budget:
+                        g.pc = pc
+                        return steps
+                    continue
                 if kind == BARRIER:
                     g.pc, g.waiting = pc, True
                     return steps
@@ -295,9 +325,13 @@ def dispatch_packet(grid, block, kernarg_addr, kernel_object=0, group_segment=0,
 
 
 def pack_kernargs(kernel, values) -> bytes:
-    """Kernel arguments laid out as the metadata says; pointers and scalars given in order."""
+    """Kernel arguments laid out as the metadata says; pointers and scalars given in order. The
+    hidden arguments (value kind hidden_*, which clang keeps at -O0) may be left out: they stay 0."""
     buf = bytearray(max(kernel.kernarg_size, 1))
     args = kernel.args
+    explicit = [a for a in args if not a.value_kind.startswith("hidden_")]
+    if len(values) == len(explicit) < len(args):
+        args = explicit
     if len(values) != len(args):
         raise ValueError(f"kernel {kernel.name} takes {len(args)} arguments, got {len(values)}")
     for a, v in zip(args, values):
@@ -339,14 +373,21 @@ def dispatch(code_object, kernel_name, memory: FlatMemory, grid, block, kernargs
     packet_addr = memory.upload(dispatch_packet(grid, block, kernarg_addr, kern.descriptor_address,
                                                 group_segment, kd.private_segment_fixed_size), 64)
     queue_addr = memory.alloc(256, 64)
-    return launch(kd, kern.code, kern.code_address, memory, grid, block,
+    # the code is the whole loadable segment, so that calls into other functions of the object work
+    seg = next(((va, off, filesz) for va, off, filesz, _ in code_object.segments
+                 if va <= kern.code_address < va + filesz), None)
+    code, base = kern.code, None
+    if seg is not None:
+        va, off, filesz = seg
+        code, base = code_object.data[off:off + filesz], va
+    return launch(kd, code, kern.code_address, memory, grid, block,
                   {"dispatch_ptr": packet_addr, "queue_ptr": queue_addr, "kernarg_segment_ptr": kernarg_addr},
-                  kern.name, group_segment, max_waves, max_steps)
+                  kern.name, group_segment, max_waves, max_steps, code_base=base)
 
 
 def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values: dict,
            name: str = "kernel", group_segment_size: int | None = None, max_waves: int = 16384,
-           max_steps: int = 10**7) -> DispatchResult:
+           max_steps: int = 10**7, code_base: int | None = None) -> DispatchResult:
     """Run the code of a kernel described by `kd` (a KernelDescriptor) as the command processor
     would after a driver set it up: the user SGPRs the descriptor enables, in AMDGPUUsage order,
     take their values from `user_values` (dispatch_ptr, queue_ptr, kernarg_segment_ptr,
@@ -365,12 +406,13 @@ def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values:
     lds_size = max(kd.group_segment_fixed_size, group_segment_size or 0)
     return launch_regs(code_address, memory, grid, block, user, kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2,
                        kd.compute_pgm_rsrc3, lds_size, kd.private_segment_fixed_size, name=name,
-                       max_waves=max_waves, max_steps=max_steps, code=code)
+                       max_waves=max_waves, max_steps=max_steps, code=code, code_base=code_base)
 
 
 def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, rsrc2: int, rsrc3: int = 0,
                 lds_bytes: int = 0, private_bytes: int = 0, name: str = "kernel", max_waves: int = 16384,
-                max_steps: int = 10**7, code: bytes | None = None, wg_offset=(0, 0, 0)) -> DispatchResult:
+                max_steps: int = 10**7, code: bytes | None = None, wg_offset=(0, 0, 0),
+                code_base: int | None = None) -> DispatchResult:
     """Run a wave32 dispatch from what a command processor knows, its registers: the code at
     `code_address` (COMPUTE_PGM_LO/HI; `code` if given, else fetched through `memory.fetch(addr, n)`
     or `memory.load`), `grid` work-items (x, y, z) in `block`-sized workgroups (NUM_THREAD_*),
@@ -405,7 +447,7 @@ def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, 
         fetch = getattr(memory, "fetch", None) or (lambda a, n: memory.load(
             np.arange(a, a + n, 4, dtype=U64), 4).astype(U32).tobytes())
         code = b""
-    prog = Program(code, code_address, vgprs, name, fetch)
+    prog = Program(code, code_address if code_base is None else code_base, vgprs, name, fetch, code_address)
     lds_size = lds_bytes
     if lds_size > 65536:
         raise ValueError(f"kernel {name}: {lds_size} bytes of LDS per workgroup exceeds 64 KiB")

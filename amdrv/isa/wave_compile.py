@@ -43,6 +43,11 @@ LOAD_SIZES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16"
               "b8": 1, "b16": 2}
 
 
+# SALU ops whose result type is not their first source's
+SALU_RESULT = {"s_bcnt1_i32_b64": U32, "s_bcnt0_i32_b64": U32, "s_ctz_i32_b64": U32, "s_clz_i32_u64": U32,
+               "s_bfm_b64": U64}
+
+
 class Unsupported(Exception):
     """An instruction, operand or modifier whose semantics the executor does not model."""
 
@@ -245,7 +250,7 @@ def vwriter(op: ins.Operand, t, hi: bool = False, nv: int = 256):
 # ------------------------------------------------------------------------------------------------
 # compilation of one instruction into (kind, fn)
 
-OP, BRANCH, CBR, END, BARRIER = range(5)
+OP, BRANCH, CBR, END, BARRIER, IBR = range(6)
 
 
 def compile_instruction(inst, pc, prog):
@@ -262,6 +267,8 @@ def compile_instruction(inst, pc, prog):
         raise Unsupported("s_code_end is padding; the program ran past its end")
     if name == "s_branch":
         return BRANCH, None, pc + 4 + 4 * _label(inst)
+    if name in ("s_setpc_b64", "s_swappc_b64", "s_call_b64"):
+        return IBR, _jump(name, inst, pc), 0
     if name in CBRANCH:
         row, zero = CBRANCH[name]
         if zero:
@@ -284,6 +291,30 @@ def compile_instruction(inst, pc, prog):
     if fmt == "DS":
         return OP, _ds(name, inst, prog), 0
     raise Unsupported(f"format {fmt}")
+
+
+def _jump(name, inst, pc):
+    """IBR: fn(g) -> each wave's next PC (uint64[W]). S_SETPC_B64: PC = S0; S_SWAPPC_B64: D = PC + 4,
+    PC = S0; S_CALL_B64: D = PC + 4, PC = PC + 4 + simm16 * 4 (RDNA3 ISA, SOP1/SOPK)."""
+    ret = np.full(1, pc + 4, U64)
+    if name == "s_call_b64":
+        w = swriter(inst.dsts[0], U64)
+        target = np.full(1, pc + 4 + 4 * _label(inst), U64)
+
+        def call(g):
+            w(g, np.broadcast_to(ret, (g.n,)))
+            return np.broadcast_to(target, (g.n,))
+        return call
+    src = sreader(inst.srcs[0], U64)
+    if name == "s_setpc_b64":
+        return lambda g: np.broadcast_to(src(g), (g.n,))
+    w = swriter(inst.dsts[0], U64)
+
+    def swap(g):
+        t = np.broadcast_to(src(g), (g.n,)).copy()       # read before the write: D may be S0
+        w(g, np.broadcast_to(ret, (g.n,)))
+        return t
+    return swap
 
 
 def _label(inst) -> int:
@@ -598,14 +629,17 @@ def _salu(name, inst, pc):
     stypes, fn = ops.SALU[name]
     if name in ("s_addk_i32", "s_mulk_i32"):
         srcs = [dsts[0]] + srcs
-    if name in ("s_cmov_b32", "s_cmovk_i32", "s_cselect_b32", "s_cselect_b64", "s_addc_u32", "s_subb_u32"):
+    if name in ("s_bitset0_b32", "s_bitset1_b32"):
+        srcs = srcs + [dsts[0]]
+    if name in ("s_cmov_b32", "s_cmov_b64", "s_cmovk_i32", "s_cselect_b32", "s_cselect_b64", "s_addc_u32",
+                "s_subb_u32"):
         if name.startswith("s_cmov"):
             srcs = srcs + [dsts[0]]
         srcs = srcs + [ins.Operand(ins.SPECIAL, SCC, 1, reg="scc")]
     if len(srcs) != len(stypes):
         raise Unsupported(f"{name} with {len(srcs)} sources, expected {len(stypes)}")
     rd = [sreader(o, t) for o, t in zip(srcs, stypes)]
-    rtype = U32 if name == "s_bcnt1_i32_b64" else stypes[0]
+    rtype = SALU_RESULT.get(name, stypes[0])
     w = swriter(dsts[0], rtype) if dsts else (lambda g, r: None)
 
     def run(g, x):

@@ -169,6 +169,20 @@ def ffbh_u32(x):
     return np.where(np.asarray(x) == 0, -1, c).astype(I32)
 
 
+def ctz64(x):
+    """s_ctz_i32_b64: trailing zeros of a 64-bit value, -1 for 0."""
+    x = np.asarray(x, U64)
+    lo, hi = lo32(x), lo32(x >> U64(32))
+    return np.where(lo != 0, ctz32(lo), np.where(hi != 0, 32 + ctz32(hi), -1)).astype(I32)
+
+
+def clz64(x):
+    """s_clz_i32_u64: leading zeros of a 64-bit value, -1 for 0."""
+    x = np.asarray(x, U64)
+    lo, hi = lo32(x), lo32(x >> U64(32))
+    return np.where(hi != 0, clz32(hi), np.where(lo != 0, 32 + clz32(lo), -1)).astype(I32)
+
+
 def cls_i32(x):
     """v_cls_i32: position (from the MSB, 1..31) of the first bit that differs from the sign bit;
     -1 when all bits equal it (0 and -1)."""
@@ -334,6 +348,29 @@ _v("v_max3_u32", U32, u3, lambda a, b, c: np.maximum(np.maximum(a, b), c))
 _v("v_min3_i32", I32, (I32,) * 3, lambda a, b, c: np.minimum(np.minimum(a, b), c))
 _v("v_max3_i32", I32, (I32,) * 3, lambda a, b, c: np.maximum(np.maximum(a, b), c))
 _v("v_sad_u32", U32, u3, lambda a, b, c: np.where(a > b, a - b, b - a) + c)
+# 24-bit multiplies read the low 24 bits of S0/S1 sign- or zero-extended; mad adds S2 modulo 2**32
+# (RDNA3 ISA: V_MAD_I32_I24, V_MUL_HI_I32_I24); the 16-bit mad takes i16 sources (op_sel picks halves)
+_v("v_mad_i32_i24", I32, (U32, U32, I32),
+   lambda a, b, c: bfe_i32(a, U32(0), U32(24)) * bfe_i32(b, U32(0), U32(24)) + c)
+_v("v_mul_hi_i32_i24", I32, (U32, U32),
+   lambda a, b: ((bfe_i32(a, U32(0), U32(24)).astype(I64) * bfe_i32(b, U32(0), U32(24))) >> I64(32)).astype(I32))
+_v("v_mad_i32_i16", I32, (I16, I16, I32), lambda a, b, c: a.astype(I32) * b.astype(I32) + c)
+# V_MAXMIN_*: D = min(max(S0, S1), S2); V_MINMAX_*: D = max(min(S0, S1), S2) (RDNA3 ISA, VOP3 opcodes
+# 0x25e-0x265); the float forms follow v_max/v_min's NaN rule (a NaN operand yields the other)
+for _t, _n, _mx, _mn in (("f32", F32, np.fmax, np.fmin), ("f16", F16, np.fmax, np.fmin),
+                         ("i32", I32, np.maximum, np.minimum), ("u32", U32, np.maximum, np.minimum)):
+    _v(f"v_maxmin_{_t}", _n, (_n,) * 3, lambda a, b, c, mx=_mx, mn=_mn: mn(mx(a, b), c))
+    _v(f"v_minmax_{_t}", _n, (_n,) * 3, lambda a, b, c, mx=_mx, mn=_mn: mx(mn(a, b), c))
+_v("v_min3_u16", U16, (U16,) * 3, lambda a, b, c: np.minimum(np.minimum(a, b), c))
+_v("v_max3_u16", U16, (U16,) * 3, lambda a, b, c: np.maximum(np.maximum(a, b), c))
+_v("v_min3_i16", I16, (I16,) * 3, lambda a, b, c: np.minimum(np.minimum(a, b), c))
+_v("v_max3_i16", I16, (I16,) * 3, lambda a, b, c: np.maximum(np.maximum(a, b), c))
+_v("v_and_b16", U16, (U16, U16), lambda a, b: a & b)
+_v("v_or_b16", U16, (U16, U16), lambda a, b: a | b)
+_v("v_xor_b16", U16, (U16, U16), lambda a, b: a ^ b)
+_v("v_not_b16", U16, (U16,), lambda a: ~a)
+_v("v_cvt_i32_i16", I32, (I16,), lambda a: a.astype(I32))
+_v("v_cvt_u32_u16", U32, (U16,), lambda a: a.astype(U32))
 _v("v_add_nc_u64 v_lshl_add_u64", U64, (U64, U64), lambda a, b: a + b)
 
 
@@ -419,6 +456,9 @@ _v("v_cvt_f32_i32", F32, (I32,), lambda a: a.astype(F32))
 _v("v_cvt_f32_u32", F32, u1, lambda a: a.astype(F32))
 _v("v_cvt_i32_f32", I32, f1, lambda a: cvt_f32_to_int(a, -2**31, 2**31 - 1, I32))
 _v("v_cvt_u32_f32", U32, f1, lambda a: cvt_f32_to_int(a, 0, 2**32 - 1, U32))
+_v("v_cvt_floor_i32_f32", I32, f1, lambda a: cvt_f32_to_int(np.floor(a), -2**31, 2**31 - 1, I32))
+_v("v_cvt_nearest_i32_f32", I32, f1,
+   lambda a: cvt_f32_to_int(np.floor(a.astype(F64) + 0.5), -2**31, 2**31 - 1, I32))
 _v("v_cvt_f32_f64", F32, d1, lambda a: a.astype(F32))
 _v("v_cvt_f64_f32", F64, f1, lambda a: a.astype(F64))
 _v("v_cvt_f64_i32", F64, (I32,), lambda a: a.astype(F64))
@@ -610,6 +650,18 @@ _s("s_absdiff_i32", (I32, I32), lambda a, b: _nz(np.abs(a.astype(I64) - b).astyp
 _s("s_pack_ll_b32_b16", s2, lambda a, b: ((a & U32(0xFFFF)) | (b << U32(16)), None))
 _s("s_pack_lh_b32_b16", s2, lambda a, b: ((a & U32(0xFFFF)) | (b & U32(0xFFFF0000)), None))
 _s("s_pack_hh_b32_b16", s2, lambda a, b: ((a >> U32(16)) | (b & U32(0xFFFF0000)), None))
+_s("s_pack_hl_b32_b16", s2, lambda a, b: ((a >> U32(16)) | (b << U32(16)), None))
+_s("s_bcnt0_i32_b32", (U32,), lambda a: _nz(popcount(~a)))
+_s("s_bcnt0_i32_b64", (U64,), lambda a: _nz(popcount(~a)))
+_s("s_ctz_i32_b64", (U64,), lambda a: (ctz64(a), None))
+_s("s_clz_i32_u64", (U64,), lambda a: (clz64(a), None))
+_s("s_cls_i32", (I32,), lambda a: (cls_i32(a), None))
+_s("s_brev_b64", (U64,), lambda a: ((bfrev32(lo32(a)).astype(U64) << U64(32)) | bfrev32(lo32(a >> U64(32))), None))
+_s("s_bfm_b64", (U32, U32), lambda a, b: (((U64(1) << (a & U32(63)).astype(U64)) - U64(1)) << (b & U32(63)).astype(U64), None))
+_s("s_cmov_b64", (U64, U64, bool), lambda a, d, scc: (np.where(scc, a, d), None))
+# S_BITSET0/1: D[S0[4:0]] = 0/1, the rest of D kept (the executor appends D as the second source)
+_s("s_bitset0_b32", s2, lambda a, d: (d & ~(U32(1) << (a & U32(31))), None))
+_s("s_bitset1_b32", s2, lambda a, d: (d | (U32(1) << (a & U32(31))), None))
 
 _SCMP = {"eq": np.equal, "lg": np.not_equal, "gt": np.greater, "ge": np.greater_equal,
          "lt": np.less, "le": np.less_equal}
