@@ -484,6 +484,9 @@ def render_tables(tables: dict) -> str:
     hwreg, sendmsg = symbolic_names()
     lines += ["", "# hwreg(...) and sendmsg(...) names llvm-mc-15 prints for gfx1100, by id",
               f"HWREG = {hwreg!r}", f"SENDMSG = {sendmsg!r}"]
+    lines += ["", "# ALIASES[name]: the table mnemonic of another name llvm-mc-15 assembles to the same bytes",
+              "# (found by probing: tools/gen_isa.py ALIAS_RULES); suffixes (_e32, _e64, _dpp) carry over",
+              "ALIASES = {"] + [f"    {a!r}: {c!r}," for a, c in sorted(ALIASES.items())] + ["}"]
     return "\n".join(lines) + "\n"
 
 
@@ -735,6 +738,100 @@ def _special_lines(tables: dict) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# Aliases: other names llvm-mc-15 accepts for a gfx11 instruction (mostly the gfx9/gfx10 names of the
+# instructions gfx11 renamed). LLVM's AMDGPU .td files are not at hand, so candidate names are made
+# from each table mnemonic by the renaming rules below (each rule undoes one gfx11 renaming, applied
+# up to three at a time), and a candidate is an alias when llvm-mc assembles the canonical corpus
+# line written with it to the same bytes.
+
+ALIAS_RULES = [
+    # memory widths and types: gfx10 dword/byte/short names
+    (r"_b32$", "_dword"), (r"_b64$", "_dwordx2"), (r"_b96$", "_dwordx3"), (r"_b128$", "_dwordx4"),
+    (r"_b256$", "_dwordx8"), (r"_b512$", "_dwordx16"), (r"load_u8$", "load_ubyte"), (r"load_i8$", "load_sbyte"),
+    (r"load_u16$", "load_ushort"), (r"load_i16$", "load_sshort"), (r"store_b8$", "store_byte"),
+    (r"store_b16$", "store_short"), (r"load_d16_u8$", "load_ubyte_d16"), (r"load_d16_i8$", "load_sbyte_d16"),
+    (r"load_d16_hi_u8$", "load_ubyte_d16_hi"), (r"load_d16_hi_i8$", "load_sbyte_d16_hi"),
+    (r"load_d16_b16$", "load_short_d16"), (r"load_d16_hi_b16$", "load_short_d16_hi"),
+    (r"store_d16_hi_b8$", "store_byte_d16_hi"), (r"store_d16_hi_b16$", "store_short_d16_hi"),
+    # LDS: read/write, read2/write2
+    (r"^ds_load_", "ds_read_"), (r"^ds_store_", "ds_write_"), (r"^ds_load_2addr_stride64_", "ds_read2st64_"),
+    (r"^ds_load_2addr_", "ds_read2_"), (r"^ds_store_2addr_stride64_", "ds_write2st64_"),
+    (r"^ds_store_2addr_", "ds_write2_"), (r"^ds_storexchg_2addr_stride64_", "ds_wrxchg2st64_"),
+    (r"^ds_storexchg_2addr_", "ds_wrxchg2_"), (r"^ds_storexchg_", "ds_wrxchg_"), (r"^ds_cmpstore_", "ds_cmpst_"),
+    # atomics: untyped gfx10 names
+    (r"atomic_(add|sub|inc|dec)_u32$", r"atomic_\1"), (r"atomic_(and|or|xor|swap|cmpswap)_b32$", r"atomic_\1"),
+    (r"atomic_min_i32$", "atomic_smin"), (r"atomic_max_i32$", "atomic_smax"), (r"atomic_min_u32$", "atomic_umin"),
+    (r"atomic_max_u32$", "atomic_umax"), (r"atomic_(add|sub|inc|dec)_u64$", r"atomic_\1_x2"),
+    (r"atomic_(and|or|xor|swap|cmpswap)_b64$", r"atomic_\1_x2"), (r"atomic_min_i64$", "atomic_smin_x2"),
+    (r"atomic_max_i64$", "atomic_smax_x2"), (r"atomic_min_u64$", "atomic_umin_x2"),
+    (r"atomic_max_u64$", "atomic_umax_x2"), (r"atomic_cmpswap_f32$", "atomic_fcmpswap"),
+    (r"atomic_min_f32$", "atomic_fmin"), (r"atomic_max_f32$", "atomic_fmax"),
+    (r"atomic_cmpswap_f64$", "atomic_fcmpswap_x2"), (r"atomic_min_f64$", "atomic_fmin_x2"),
+    (r"atomic_max_f64$", "atomic_fmax_x2"), (r"atomic_csub_u32$", "atomic_csub"),
+    # scalar ALU renames
+    (r"^s_ctz_i32_b32$", "s_ff1_i32_b32"), (r"^s_ctz_i32_b64$", "s_ff1_i32_b64"),
+    (r"^s_clz_i32_u32$", "s_flbit_i32_b32"), (r"^s_clz_i32_u64$", "s_flbit_i32_b64"),
+    (r"^s_cls_i32$", "s_flbit_i32"), (r"^s_cls_i32_i64$", "s_flbit_i32_i64"), (r"_and_not1_", "_andn2_"),
+    (r"_or_not1_", "_orn2_"), (r"_and_not0_", "_andn1_"), (r"_or_not0_", "_orn1_"),
+    (r"^s_set_inst_prefetch_distance$", "s_inst_prefetch"),
+    # vector ALU renames
+    (r"^v_clz_i32_u32$", "v_ffbh_u32"), (r"^v_ctz_i32_b32$", "v_ffbl_b32"), (r"^v_cls_i32$", "v_ffbh_i32"),
+    (r"^v_cvt_floor_i32_f32$", "v_cvt_flr_i32_f32"), (r"^v_cvt_nearest_i32_f32$", "v_cvt_rpi_i32_f32"),
+    (r"^v_cvt_pk_rtz_f16_f32$", "v_cvt_pkrtz_f16_f32"), (r"_dx9_zero_", "_legacy_"),
+    (r"_nc_u32$", "_u32"), (r"_nc_i32$", "_i32"), (r"_nc_u16$", "_u16"), (r"_nc_i16$", "_i16"),
+    (r"^v_add_co_ci_u32$", "v_addc_co_u32"), (r"^v_sub_co_ci_u32$", "v_subb_co_u32"),
+    (r"^v_subrev_co_ci_u32$", "v_subbrev_co_u32"), (r"^v_add_co_ci_u32$", "v_addc_u32"),
+    (r"^v_sub_co_ci_u32$", "v_subb_u32"), (r"^v_subrev_co_ci_u32$", "v_subbrev_u32"),
+    (r"^v_add_co_u32$", "v_add_u32"), (r"^v_sub_co_u32$", "v_sub_u32"), (r"^v_subrev_co_u32$", "v_subrev_u32"),
+    (r"^v_mul_lo_u32$", "v_mul_lo_i32"), (r"^v_cmp(x?)_t_", r"v_cmp\1_tru_"),
+    (r"^v_(dot2|dot4|dot8)_", r"v_\1c_"),
+]
+ALIASES: dict[str, str] = {}        # filled by build_corpus, written by render_tables
+
+
+def alias_candidates(mn: str, names: set) -> set[str]:
+    out, frontier = set(), {mn}
+    for _ in range(3):
+        nxt = set()
+        for m in frontier:
+            for pat, rep in ALIAS_RULES:
+                c = re.sub(pat, rep, m)
+                if c != m and c not in names and c not in out:
+                    nxt.add(c)
+        out |= nxt
+        frontier = nxt
+    return out
+
+
+def find_aliases(lines: list[str], results: list) -> list[tuple[str, str, bytes]]:
+    """Corpus rows (alias line, llvm-mc's text, bytes) for every alias found, one per alias and canonical
+    line form (suffix); ALIASES gets {alias: canonical mnemonic}."""
+    names = set()
+    first: dict = {}
+    for ln, r in zip(lines, results):
+        mn, _, rest = ln.partition(" ")
+        base = re.sub(r"_(e32|e64|dpp)$", "", mn)
+        names.add(base)
+        if r is not None:
+            first.setdefault((base, mn[len(base):]), (rest, r))
+    probes, meta = [], []
+    for (base, suffix), (rest, r) in sorted(first.items()):
+        for cand in sorted(alias_candidates(base, names)):
+            probes.append(f"{cand}{suffix} {rest}".rstrip())
+            meta.append((cand, base, r))
+    got = mc_assemble(probes, with_text=True)
+    rows = []
+    ALIASES.clear()
+    for line, (cand, base, (want, text)), g in zip(probes, meta, got):
+        if g is None or g[0] != want:
+            continue
+        if ALIASES.setdefault(cand, base) != base:
+            raise RuntimeError(f"{cand} assembles as both {ALIASES[cand]} and {base}")
+        rows.append((line, g[1], g[0]))
+    return rows
+
+
 def build_corpus(tables: dict) -> str:
     lines, probe_of = corpus_lines(tables)
     results = mc_assemble(lines, with_text=True)
@@ -754,6 +851,9 @@ def build_corpus(tables: dict) -> str:
     for ln, enc, c in zip(lines, encs, canon):
         if enc is not None:
             rows.append(f"{ln}\t{c}\t{enc.hex()}")
+    rows.append("# aliases: other names llvm-mc-15 accepts (tools/gen_isa.py ALIAS_RULES), on the line of their instruction")
+    for ln, c, enc in find_aliases(lines, results):
+        rows.append(f"{ln}\t{c}\t{enc.hex()}")
     return "\n".join(rows) + "\n"
 
 

@@ -18,7 +18,7 @@ from amdrv.isa.disasm import ARCHS, DELAY_INSTID, DELAY_SKIP, HWREG_NAMES, SENDM
 from amdrv.isa.encoding import (DEPCTR_FIELDS, EXEC_LO, FLOAT_CODES, FORMATS, INV_2PI_BITS, LITERAL, NULL, SPECIAL_SRC, TTMP_BASE,
                                 VGPR_BASE, put_field)
 from amdrv.isa.errors import AsmError
-from amdrv.isa.opcodes_gfx11 import DPP_NAMES, OPCODES
+from amdrv.isa.opcodes_gfx11 import ALIASES, DPP_NAMES, OPCODES
 
 SCALAR_NAMES = {"vcc_lo": (106, 1), "vcc_hi": (107, 1), "vcc": (106, 2), "exec_lo": (126, 1),
                 "exec_hi": (127, 1), "exec": (126, 2), "m0": (125, 1), "null": (NULL, 0)}
@@ -330,8 +330,21 @@ def _build_index() -> dict:
 INDEX = _build_index()
 
 
+def canonical(mn: str) -> str:
+    """The table mnemonic of an alias llvm-mc-15 accepts (s_ff1_i32_b32 -> s_ctz_i32_b32), suffix kept."""
+    if mn in ALIASES:
+        return ALIASES[mn]
+    for suffix in ("_dpp", "_e32", "_e64"):
+        if mn.endswith(suffix) and len(mn) > 4:
+            base = canonical(mn[:-len(suffix)])
+            if base != mn[:-len(suffix)]:
+                return base + suffix
+    return mn
+
+
 def candidates(mn: str) -> list:
-    """Table entries a mnemonic may mean, preferred first."""
+    """Table entries a mnemonic (or an alias of one) may mean, preferred first."""
+    mn = canonical(mn)
     if mn.endswith("_dpp"):
         return candidates(mn[:-4])
     if mn.endswith(("_e32", "_e64")):
@@ -724,6 +737,7 @@ class Encoded:
 
 def encode_args(mn: str, args: list[Arg], modtoks: list[str]) -> Encoded:
     """Picks the first table entry of `mn` the operands fit; raises AsmError naming the mnemonic."""
+    mn = canonical(mn)
     cands = candidates(mn)
     if not cands:
         raise AsmError(f"unknown instruction {mn!r} for gfx11")

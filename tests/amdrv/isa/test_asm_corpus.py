@@ -141,3 +141,15 @@ def test_generated_files_are_fresh():
     tables, corpus = gen_isa.build()
     assert tables == gen_isa.OUT_TABLES.read_text(), "opcode tables are stale: run python -m tools.gen_isa"
     assert corpus == CORPUS.read_text(), "corpus is stale: run python -m tools.gen_isa"
+
+
+def test_every_alias_has_corpus_lines_checked_against_llvm():
+    """Each alias llvm-mc-15 accepts (found by tools/gen_isa.py's probes) has a corpus line, so it is held to
+    llvm-mc's bytes above; the brief's example among them."""
+    from amdrv.isa.opcodes_gfx11 import ALIASES
+    used = {text.split(" ", 1)[0] for text, _, _ in ROWS}
+    assert len(ALIASES) > 150 and ALIASES["s_ff1_i32_b32"] == "s_ctz_i32_b32"
+    assert ALIASES["ds_write2_b32"] == "ds_store_2addr_b32" and ALIASES["v_ffbh_u32"] == "v_clz_i32_u32"
+    missing = [a for a in ALIASES if not any(u == a or u.startswith(a + "_") for u in used)]
+    assert not missing, missing
+    assert assemble("s_ff1_i32_b32 s1, s2") == assemble("s_ctz_i32_b32 s1, s2") == bytes.fromhex("020881be")
