@@ -38,6 +38,12 @@ from pcie import open_function
 from hcq.api import (ArgLayout, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, Program, Signal,
                      Var, kernel_args)
 
+# SQ wave state a driver reads when a queue stops (gfx_v11_0_read_wave_data; gc_11_0_0_offset.h ixSQ_WAVE_*,
+# gc_11_0_0_sh_mask.h SQ_WAVE_STATUS/TRAPSTS fields); waits longer than WAVE_CHECK_AFTER look for a halted wave
+IX_SQ_WAVE_STATUS, IX_SQ_WAVE_TRAPSTS, IX_SQ_WAVE_PC_LO, IX_SQ_WAVE_PC_HI, IX_SQ_WAVE_EXEC_LO = 0x102, 0x103, 0x108, 0x109, 0x27E
+SQ_WAVE_STATUS_VALID, SQ_WAVE_STATUS_HALT, SQ_WAVE_TRAPSTS_ILLEGAL_INST = 1 << 16, 1 << 13, 1 << 11
+WAVE_CHECK_AFTER = 0.25
+
 PAGE = 4096
 XCLK_HZ = 100e6
 SIGNAL_BYTES = 16
@@ -194,6 +200,7 @@ class AMHCQDevice(Device):
         self.timeline.name = f"{name} timeline"
         self.timeline_value = 0
         self._timing = (self.new_signal(), self.new_signal())
+        self._code_images: list = []     # (GPU address, size, CodeObject) of loaded programs: names a wave's PC
         self._buffers: set = set()
         self._closed = False
         # copyin/copyout up to this many bytes go through BAR0 when it reaches the buffer; larger ones by
@@ -387,13 +394,18 @@ class AMHCQDevice(Device):
         if not self.coherent:  # one read of the signals in use (from pull_from on) per poll, no register read
             dma, end = self._signal_pages[0][0], PAGE - len(self._free_signals) * SIGNAL_BYTES
             poll = lambda: dma.pull(pull_from, end - pull_from)  # noqa: E731
-        n = 0
+        n, t_waves = 0, time.perf_counter() + WAVE_CHECK_AFTER
         while mem[0] < value:
             poll()  # coherent: a register read; on the simulator's stepped clock it lets the GPU run
             n += 1
             if n & 63 == 0:
                 self._check_faults()
-                if time.perf_counter() > t_end:
+                now = time.perf_counter()
+                if now > t_waves:          # a halted wave never resumes: say so now, not at the timeout
+                    t_waves = now + WAVE_CHECK_AFTER
+                    if self._wave_halted():
+                        raise HCQFault(self._hang_report(signal, value, timeout, "a shader wave halted"))
+                if now > t_end:
                     raise HCQTimeout(self._hang_report(signal, value, timeout))
         # The hubs answer a faulting access with the default page (set_fault_enable_default): the kernel
         # or copy completes and signals; only the IH ring tells (gmc_v11_0_process_interrupt).
@@ -413,11 +425,71 @@ class AMHCQDevice(Device):
         return "; ".join(f"{q.name}: {q.state()}"
                          for q in (self.compute, self.sdma))
 
-    def _hang_report(self, signal: Signal, value: int, timeout: float) -> str:
+    def _hang_report(self, signal: Signal, value: int, timeout: float, what: str = "") -> str:
         fault = self.gpu.gmc.decode_fault("GC")
-        f = f"; fault: {fault}" if fault else "; no fault latched"
-        return (f"{self.name}: {signal.name} did not reach {value} within {timeout:g} s (it reads {signal.value}): "
-                f"{self._queue_state()}{f}; call recover() to reset the engines")
+        f = f"; fault: {fault}" if fault else "; no VM fault latched"
+        waves = self._wave_report()
+        waited = f"did not reach {value}, {what} " if what else f"did not reach {value} within {timeout:g} s "
+        return (f"{self.name}: {signal.name} {waited}(it reads {signal.value}): {self._queue_state()}{f}; {waves}; "
+                f"call recover() to reset the engines")
+
+    def _read_wave(self, slot: int, ix: int) -> int:
+        """One ixSQ_WAVE_* register of a wave slot (gfx_v11_0.c wave_read_ind: SQ_IND_INDEX WAVE_ID | INDEX)."""
+        self.gc.SQ_IND_INDEX.write(slot | ix << 16)
+        return self.gc.SQ_IND_DATA.read()
+
+    def _waves(self, slots: range) -> list[tuple]:
+        """(slot, SQ_WAVE_STATUS, PC, SQ_WAVE_TRAPSTS, EXEC_LO) of the valid waves of SE 0, SA 0, WGP 0
+        (selected through GRBM_GFX_INDEX as gfx_v11_0_select_se_sh does; broadcast again after)."""
+        gc, out = self.gc, []
+        gc.GRBM_GFX_INDEX.write(0)
+        try:
+            for w in slots:
+                st = self._read_wave(w, IX_SQ_WAVE_STATUS)
+                if st & SQ_WAVE_STATUS_VALID:
+                    pc = self._read_wave(w, IX_SQ_WAVE_PC_LO) | self._read_wave(w, IX_SQ_WAVE_PC_HI) << 32
+                    out.append((w, st, pc, self._read_wave(w, IX_SQ_WAVE_TRAPSTS),
+                                self._read_wave(w, IX_SQ_WAVE_EXEC_LO)))
+        finally:
+            gc.GRBM_GFX_INDEX.write(0xE0000000)  # regGRBM_GFX_INDEX_DEFAULT: broadcast
+        return out
+
+    def _wave_halted(self) -> bool:
+        return any(st & SQ_WAVE_STATUS_HALT for _, st, *_ in self._waves(range(1)))
+
+    def _wave_report(self) -> str:
+        """What the SQ shows of the waves still resident: where each stopped and why, named by kernel and
+        instruction from the loaded code objects."""
+        waves = self._waves(range(32))
+        if not waves:
+            return "no shader wave resident (SE0 SA0 WGP0)"
+        out = []
+        for w, st, pc, trap, ex in waves[:4]:
+            state = "halted" if st & SQ_WAVE_STATUS_HALT else "running"
+            why = ("illegal instruction (SQ_WAVE_TRAPSTS.ILLEGAL_INST)" if trap & SQ_WAVE_TRAPSTS_ILLEGAL_INST
+                   else f"SQ_WAVE_TRAPSTS {trap:#x}" if trap else
+                   "no exception in SQ_WAVE_TRAPSTS (a simulated GPU records why in its error log)"
+                   if st & SQ_WAVE_STATUS_HALT else "")
+            out.append(f"wave {w} {state} at PC {pc:#x} ({self._code_at(pc)}), EXEC {ex:#010x}"
+                       + (f": {why}" if why else ""))
+        more = f" and {len(waves) - 4} more" if len(waves) > 4 else ""
+        return "SQ (SE0 SA0 WGP0): " + "; ".join(out) + more
+
+    def _code_at(self, pc: int) -> str:
+        """kernel+offset: instruction, for a PC inside a loaded program."""
+        from amdrv.isa import decode
+        for va, size, co in self._code_images:
+            if va <= pc < va + size:
+                off = pc - va
+                for k in co.kernels.values():
+                    if k.code_address <= off < k.code_address + len(k.code):
+                        try:
+                            text = str(decode(k.code, off - k.code_address))
+                        except Exception as e:  # noqa: BLE001 - what the hardware could not decode either
+                            text = f"undecodable ({e})"
+                        return f"kernel {k.name}+{off - k.code_address:#x}: {text}"
+                return f"code object at {va:#x}+{off:#x}"
+        return "not in a loaded program"
 
     def recover(self) -> list[str]:
         """Resets the compute and copy engines and re-creates their queues (amdrv.queue.recover), drops
@@ -439,6 +511,7 @@ class AMHCQDevice(Device):
             raise HCQError(f"kernel {name} is wave64; the AM HCQ backend launches wave32 kernels")
         layout = ArgLayout(name, kernel_args(kern.metadata.get(".args", [])), kern.kernarg_size)
         image = self._load_image(co)
+        self._code_images = [c for c in self._code_images if c[0] != image.va] + [(image.va, image.size, co)]
         try:
             k = _Kernel(self.gc, kern, image, layout)
         except BaseException:

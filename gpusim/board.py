@@ -25,6 +25,7 @@ BLOCKS = [
     ("gpusim.psp", "PSP"),
     ("gpusim.gfx", "GFX"),
     ("gpusim.cp", "CP"),
+    ("gpusim.sq", "SQ"),
     ("gpusim.sdma", "SDMA"),
 ]
 _PARALLEL = {"gpusim.ih", "gpusim.gmc", "gpusim.psp"}

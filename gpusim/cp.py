@@ -474,6 +474,9 @@ class CP(Block):
             insts, _ = run_dispatch(self.dev, q.sh, body[:3], body[3], self._exec_vmid(q), self.kernel_max_steps)
         except DispatchFailed as e:
             self.advance(work_ns(e.instructions), device=True)
+            sq = self.dev.blocks.get("SQ")
+            if sq is not None and e.waves:      # the stopped waves stay resident while the queue is hung
+                sq.hold(q, e.waves)
             raise Hang(f"DISPATCH_DIRECT {tuple(body[:3])}: {e.why}") from None
         self.advance(work_ns(insts), device=True)
         return True

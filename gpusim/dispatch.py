@@ -122,9 +122,23 @@ class VMMemory:
 class DispatchFailed(Exception):
     """The dispatch did not complete: `hang` says why; `fault` is the VMFault when one caused it."""
 
-    def __init__(self, why: str, instructions: int = 0, fault=None, running: bool = False):
+    def __init__(self, why: str, instructions: int = 0, fault=None, running: bool = False, waves=()):
         super().__init__(why)
         self.why, self.instructions, self.fault, self.running = why, instructions, fault, running
+        self.waves = list(waves)     # the stopped waves as the SQ shows them (gpusim.sq)
+
+
+# TRAPSTS.ILLEGAL_INST (gc_11_0_0_sh_mask.h): the bit an instruction the hardware cannot decode sets
+TRAPSTS_ILLEGAL_INST = 1 << 11
+
+
+def stopped_waves(e: ExecError) -> list[dict]:
+    """The waves an ExecError stopped, as gpusim.sq holds them: halted at the PC, except those of a dispatch
+    stopped for running too long (resident, still running there)."""
+    trapsts = TRAPSTS_ILLEGAL_INST if e.kind == "illegal" else 0
+    execs = e.execs or [0] * len(e.waves)
+    return [{"pc": e.pc, "exec": x, "halt": e.kind != "running", "trapsts": trapsts, "id": w}
+            for w, x in zip(e.waves, execs)]
 
 
 def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int):
@@ -162,9 +176,9 @@ def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int)
     except ExecError as e:
         done = getattr(e, "instructions", 0)
         if mem.fault is not None:
-            raise DispatchFailed(f"kernel at {code:#x} faulted: {e}", done, mem.fault) from None
-        running = "still running" in e.why
-        raise DispatchFailed(f"kernel at {code:#x}: {e}", done, running=running) from None
+            raise DispatchFailed(f"kernel at {code:#x} faulted: {e}", done, mem.fault, waves=stopped_waves(e)) from None
+        running = e.kind == "running"
+        raise DispatchFailed(f"kernel at {code:#x}: {e}", done, running=running, waves=stopped_waves(e)) from None
     except ValueError as e:
         raise DispatchFailed(f"kernel at {code:#x}: {e}") from None
     return r.instructions, r.waves

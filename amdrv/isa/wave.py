@@ -31,14 +31,21 @@ from amdrv.isa.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, N_SROW
 from amdrv.isa.wave_memory import ByteSpace, FlatMemory, MemoryFault
 
 U32, U64 = np.uint32, np.uint64
+# encoding bits 31:26 of the RDNA3 formats amdrv.isa does not decode: MTBUF 111010, MIMG 111100, EXP 111110
+# (RDNA3 ISA, "Microcode Formats"); VINTERP and LDSDIR are bits 31:24 = 0xCD, 0xCE
+UNDECODED_FORMATS = (0x3A, 0x3C, 0x3E)
 
 
 class ExecError(RuntimeError):
     """An instruction the executor cannot or must not execute; names the PC and instruction."""
 
-    def __init__(self, pc: int, text: str, why: str, waves=None, where: str = ""):
-        self.pc, self.text, self.why = pc, text, why
+    # kind: "illegal" (no gfx11 instruction decodes there), "unsupported" (an instruction the executor
+    # does not model), "fault" (a memory access), "running" (out of steps: hung), "error" (anything else)
+    def __init__(self, pc: int, text: str, why: str, waves=None, where: str = "", kind: str = "error",
+                 execs=None):
+        self.pc, self.text, self.why, self.kind = pc, text, why, kind
         self.waves = [] if waves is None else [int(w) for w in waves]
+        self.execs = [] if execs is None else [int(e) for e in execs]     # EXEC of each of `waves`
         who = ""
         if self.waves:
             more = f" and {len(self.waves) - 4} more" if len(self.waves) > 4 else ""
@@ -137,7 +144,8 @@ class Program:
                 try:
                     data = self.pages[at] = bytes(self.fetch(at, self.PAGE))
                 except MemoryFault as e:
-                    raise ExecError(pc, "?", f"instruction fetch: memory fault: {e}", where=self.where(pc)) from None
+                    raise ExecError(pc, "?", f"instruction fetch: memory fault: {e}", where=self.where(pc),
+                                    kind="fault") from None
             out += data
             at += self.PAGE
         return out, pc - page
@@ -162,14 +170,20 @@ class Program:
         try:
             inst = decode(code, off)
         except Exception as e:
-            raise ExecError(pc, f"<{raw.hex()}>", f"illegal instruction: {e}", where=self.where(pc)) from None
+            # a word of a format the decoder lacks (MTBUF, MIMG, EXP, VINTERP, LDSDIR) may be a valid
+            # instruction: a model gap, not an illegal one
+            w0 = int.from_bytes(raw[:4].ljust(4, b"\0"), "little")
+            gap = w0 >> 26 in UNDECODED_FORMATS or w0 >> 24 in (0xCD, 0xCE)
+            raise ExecError(pc, f"<{raw.hex()}>", f"{'undecodable' if gap else 'illegal'} instruction: {e}",
+                            where=self.where(pc), kind="unsupported" if gap else "illegal") from None
         text = str(inst)
         try:
             kind, fn, target = compile_instruction(inst, pc, self)
         except Unsupported as e:
-            raise ExecError(pc, text, f"unsupported: {e}", where=self.where(pc)) from None
+            raise ExecError(pc, text, f"unsupported: {e}", where=self.where(pc), kind="unsupported") from None
         except KeyError as e:
-            raise ExecError(pc, text, f"unsupported instruction ({e})", where=self.where(pc)) from None
+            raise ExecError(pc, text, f"unsupported instruction ({e})", where=self.where(pc),
+                            kind="unsupported") from None
         return Compiled(kind, fn, inst.size, text, target)
 
 
@@ -236,7 +250,7 @@ class Executor:
                     live -= np.bincount(g.slot, minlength=self.n_slots)
                 if steps > max_steps:
                     raise ExecError(g.pc, prog.at(g.pc).text, f"still running after {max_steps} instructions",
-                                    g.ids, prog.where(g.pc))
+                                    g.ids, prog.where(g.pc), "running", g.s[EXEC])
 
     def _run_group(self, g: Waves, groups: list, prog: Program, budget: int) -> int:
         """Run one group until it branches while others wait, splits, parks, ends, or has taken
@@ -302,13 +316,14 @@ class Executor:
                     return steps
         except ExecError as e:
             if not e.waves:
-                raise ExecError(e.pc, e.text, e.why, g.ids, prog.where(e.pc)) from None
+                raise ExecError(e.pc, e.text, e.why, g.ids, prog.where(e.pc), e.kind, g.s[EXEC]) from None
             raise
         except MemoryFault as e:
-            raise ExecError(pc, cache[pc].text, f"memory fault: {e}", g.ids, prog.where(pc)) from None
+            raise ExecError(pc, cache[pc].text, f"memory fault: {e}", g.ids, prog.where(pc), "fault",
+                            g.s[EXEC]) from None
         except Exception as e:
             text = cache[pc].text if pc in cache else "?"
-            raise ExecError(pc, text, f"{type(e).__name__}: {e}", g.ids, prog.where(pc)) from e
+            raise ExecError(pc, text, f"{type(e).__name__}: {e}", g.ids, prog.where(pc), "error", g.s[EXEC]) from e
 
 
 # ------------------------------------------------------------------------------------------------

@@ -276,3 +276,16 @@ def test_an_unimplemented_instruction_is_an_immediate_error_naming_it():
                                         r"unsupported: no semantics for v_sad_u8") as e:
         dispatch(co, None, FlatMemory(), (32,), (32,), b"", max_steps=10**6)
     assert e.value.instructions == 1        # at once, after the one instruction before it
+
+
+def test_a_valid_instruction_of_an_undecoded_format_is_a_model_gap_not_illegal(tmp_path):
+    from amdrv.isa import assemble
+    exp = bytes.fromhex("000000f8" "00000000")       # an EXP word (bits 31:26 = 111110): valid on hardware
+    co = CodeObject(write_code_object([KernelSpec("exp", exp + assemble("s_endpgm"), vgpr_count=8, sgpr_count=8)]))
+    with pytest.raises(ExecError, match=r"undecodable instruction") as e:
+        dispatch(co, None, FlatMemory(), (32,), (32,), b"")
+    assert e.value.kind == "unsupported"
+    co = CodeObject(write_code_object([KernelSpec("bad", bytes(4) + assemble("s_endpgm"), vgpr_count=8, sgpr_count=8)]))
+    with pytest.raises(ExecError, match=r"illegal instruction: VOP2 opcode 0") as e:
+        dispatch(co, None, FlatMemory(), (32,), (32,), b"")
+    assert e.value.kind == "illegal"

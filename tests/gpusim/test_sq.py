@@ -1,0 +1,48 @@
+"""The SQ's wave state through SQ_IND_INDEX/SQ_IND_DATA (gfx_v11_0.c wave_read_ind): what a stopped dispatch
+leaves resident, as each kind of stop shows it, and gone once the queue's hang is cleared."""
+import pytest
+
+from amdrv.isa.wave import ExecError
+from gpusim import board
+from gpusim.dispatch import stopped_waves
+from gpusim.sq import IX_EXEC_LO, IX_PC_HI, IX_PC_LO, IX_STATUS, IX_TRAPSTS
+
+
+class _Q:
+    hung = "DISPATCH_DIRECT: stopped"
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return board.build("navi31")
+
+
+def ind(dev, wave, ix, auto=False):
+    dev.regs.write(dev.reg_addr("GC", "SQ_IND_INDEX"), wave | ix << 16 | (1 << 11 if auto else 0))
+    return dev.regs.read(dev.reg_addr("GC", "SQ_IND_DATA"))
+
+
+@pytest.mark.parametrize("kind,halt,trapsts", [("illegal", 1, 1 << 11), ("unsupported", 1, 0), ("fault", 1, 0),
+                                               ("running", 0, 0)])
+def test_each_kind_of_stop_as_the_sq_shows_it(dev, kind, halt, trapsts):
+    e = ExecError(0x7FFF_1234_5678, "v_x", "why", [3, 4], "k+0x8", kind, [0xFFFF, 0])
+    q = _Q()
+    dev.blocks["SQ"].hold(q, stopped_waves(e))
+    st = ind(dev, 0, IX_STATUS)
+    assert st >> 16 & 1 == 1 and st >> 13 & 1 == halt and st >> 9 & 1 == 0     # VALID, HALT, EXECZ
+    assert ind(dev, 1, IX_STATUS) >> 9 & 1 == 1                                   # the second wave: EXEC 0
+    assert ind(dev, 0, IX_TRAPSTS) == trapsts
+    assert (ind(dev, 0, IX_PC_HI) << 32 | ind(dev, 0, IX_PC_LO)) == 0x7FFF_1234_5678
+    assert ind(dev, 0, IX_EXEC_LO) == 0xFFFF
+    assert ind(dev, 2, IX_STATUS) == 0                                            # no third wave
+    q.hung = None                                                                  # dequeue / reset cleared the hang
+    assert ind(dev, 0, IX_STATUS) == 0
+
+
+def test_auto_increment_steps_the_register_index(dev):
+    e = ExecError(0x1_0000_0040, "v_x", "why", [0], "k", "illegal", [1])
+    dev.blocks["SQ"].hold(_Q(), stopped_waves(e))
+    assert ind(dev, 0, IX_PC_LO, auto=True) == 0x40
+    assert dev.regs.read(dev.reg_addr("GC", "SQ_IND_DATA")) == 1                # PC_HI, the next index
+    board.mode1_reset(dev)
+    assert ind(dev, 0, IX_STATUS) == 0                                            # a reset empties the SQ

@@ -1,0 +1,60 @@
+"""A dispatch that stops is reported with what the SQ shows of its waves (SQ_IND_INDEX/SQ_IND_DATA, as
+gfx_v11_0_read_wave_data reads them): a halted wave at once, naming the kernel and the instruction, not after
+the timeout; an illegal instruction by SQ_WAVE_TRAPSTS.ILLEGAL_INST; a kernel that never ends by where its
+waves are running."""
+import time
+
+import pytest
+
+import hcq
+from amdrv.isa import assemble
+from amdrv.isa.codeobj import KernelSpec, write_code_object
+
+
+def _program(dev, name, code):
+    return dev.program(write_code_object([KernelSpec(name, code, vgpr_count=8, sgpr_count=8)]), name)
+
+
+def test_an_instruction_the_simulator_does_not_model_is_reported_at_once(dev):
+    prog = _program(dev, "needs_sad", assemble("v_mov_b32 v1, 0\nv_sad_u8 v1, v1, v1, v1\ns_endpgm\n"))
+    t0 = time.perf_counter()
+    with pytest.raises(hcq.HCQFault, match=r"did not reach \d+, a shader wave halted .*no VM fault latched; "
+                                           r"SQ \(SE0 SA0 WGP0\): wave 0 halted at PC 0x[0-9a-f]+ \(kernel needs_sad\+0x4: "
+                                           r"v_sad_u8 v1, v1, v1, v1\), EXEC 0xffffffff: no exception in SQ_WAVE_TRAPSTS"):
+        prog(global_size=(1,), local_size=(32,), wait=True, timeout=30)
+    assert time.perf_counter() - t0 < 10          # not the 30 s timeout
+    # the simulator's own record names the same instruction
+    sim = dev.gpu.dev.pci.dev
+    assert any("v_sad_u8 v1, v1, v1, v1: unsupported: no semantics for v_sad_u8" in str(e) for e in sim.errors)
+    dev.recover()
+    assert "no shader wave resident" in dev._wave_report()      # the dequeue took the waves
+
+
+def test_an_illegal_instruction_sets_trapsts(dev):
+    prog = _program(dev, "illegal", bytes(4) + assemble("s_endpgm"))     # VOP2 opcode 0: no gfx11 instruction
+    with pytest.raises(hcq.HCQFault, match=r"wave 0 halted at PC 0x[0-9a-f]+ \(kernel illegal\+0x0: undecodable .*\), EXEC 0xffffffff: "
+                                           r"illegal instruction \(SQ_WAVE_TRAPSTS.ILLEGAL_INST\)"):
+        prog(global_size=(1,), local_size=(32,), wait=True, timeout=30)
+    dev.recover()
+
+
+def test_a_kernel_that_never_ends_times_out_naming_where_its_waves_run(dev, kernel_corpus):
+    dev.gpu.dev.pci.dev.blocks["CP"].kernel_max_steps = 5000
+    flag = dev.alloc(4)
+    dev.copyin(flag, bytes(4))
+    spin = dev.program(kernel_corpus["faults"], "spin")
+    with pytest.raises(hcq.HCQTimeout, match=r"did not reach \d+ within 0.5 s .*wave 0 running at PC 0x[0-9a-f]+ "
+                                             r"\(kernel spin\+0x[0-9a-f]+: s_\w+"):
+        spin(flag, global_size=(1,), local_size=(32,), wait=True, timeout=0.5)
+    dev.recover()
+
+
+def test_a_driver_that_reads_no_wave_state_cannot_name_the_instruction(dev, monkeypatch):
+    """Mutation: SQ_IND_INDEX written with the register number in the wave field reads nothing valid."""
+    from amdrv import hcq as amhcq
+    monkeypatch.setattr(amhcq.AMHCQDevice, "_read_wave", lambda self, slot, ix: (
+        self.gc.SQ_IND_INDEX.write(ix), self.gc.SQ_IND_DATA.read())[1])
+    prog = _program(dev, "needs_sad", assemble("v_sad_u8 v1, v1, v1, v1\ns_endpgm\n"))
+    with pytest.raises(hcq.HCQTimeout, match="no shader wave resident"):
+        prog(global_size=(1,), local_size=(32,), wait=True, timeout=1)
+    dev.recover()
