@@ -1,10 +1,16 @@
-"""Every Tensor op against numpy on the host reference device "c", on awkward shapes."""
+"""Every Tensor op against numpy on the host reference device "c", on awkward shapes. With DEVICE set (e.g.
+DEVICE=am:sim CODEGEN=llvm) every test runs on that device instead; test_tensor_sim.py runs a subset on
+am:sim with the LLVM code generator in the normal suite."""
+import os
+
 import numpy as np
 import pytest
 
+from compiler_bridge import runtime
 from compiler_bridge.tensor import Tensor
 
 rng = np.random.default_rng(0)
+DEVICE = os.environ.get("DEVICE", "c")
 
 
 @pytest.fixture(autouse=True)
@@ -12,8 +18,21 @@ def _c_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_C_CACHE", str(tmp_path_factory.getbasetemp() / "c_cache"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _device(request):
+    if DEVICE == "c":
+        yield
+        return
+    firmware = request.getfixturevalue("debian_firmware")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DRIVERLESS_FIRMWARE_DIR", str(firmware))
+        runtime.open_device(DEVICE, fresh=True)
+        yield
+        runtime.close_device(DEVICE)
+
+
 def T(x):
-    return Tensor(x, device="c")
+    return Tensor(x, device=DEVICE)
 
 
 def f32(*shape, lo=-2.0, hi=2.0):
@@ -172,6 +191,6 @@ def test_errors_name_the_problem():
     with pytest.raises(TypeError, match="unsupported dtype"):
         T(np.zeros(3, np.complex64))
     with pytest.raises(ValueError, match="different devices"):
-        T(f32(3)) + Tensor(f32(3), device="am:sim")
+        T(f32(3)) + Tensor(f32(3), device="am:sim" if DEVICE == "c" else "c")
     with pytest.raises(IndexError, match="out of range"):
         T(f32(3))[3]
