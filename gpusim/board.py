@@ -22,6 +22,7 @@ BLOCKS = [
     ("gpusim.smu", "SMU"),
     ("gpusim.ih", "IH"),
     ("gpusim.gmc", "GMC"),
+    ("gpusim.gl2", "GL2"),
     ("gpusim.psp", "PSP"),
     ("gpusim.gfx", "GFX"),
     ("gpusim.cp", "CP"),

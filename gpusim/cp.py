@@ -435,9 +435,11 @@ class CP(Block):
         return True
 
     def _p_event_write(self, q, body):
-        return True      # caches and pipelines are coherent and drained: dispatches complete in order
+        return True      # pipelines are drained: dispatches complete in order
 
     def _p_acquire_mem(self, q, body):
+        # dword 7 is GCR_CNTL (gfx_v11_0_emit_mem_sync); the cache actions are gpusim.gl2's
+        self.dev.blocks["GL2"].gcr(body[6], f"ACQUIRE_MEM on {q.name}")
         return True
 
     def _p_set_sh_reg(self, q, body):
@@ -487,6 +489,12 @@ class CP(Block):
         addr = body[2] | body[3] << 32
         if dst_sel > 1:
             raise Hang(f"RELEASE_MEM DST_SEL {dst_sel}: not memory or TC_L2")
+        event, index = body[0] & 0x3F, body[0] >> 8 & 0xF
+        if event not in _RELEASE_EVENTS.get(index, ()):
+            raise Hang(f"RELEASE_MEM event {event:#x} with EVENT_INDEX {index}: the CP signals a release only "
+                       f"for an end-of-pipe *_TS event with index 5 or CS_DONE/PS_DONE with index 6 "
+                       f"(gfx_v11_0_ring_emit_fence: CACHE_FLUSH_AND_INV_TS_EVENT, index 5)")
+        self.dev.blocks["GL2"].release(body[0], f"RELEASE_MEM on {q.name}")   # caches before the data
         if data_sel == 1:
             self._write(self._exec_vmid(q), addr & ~3, body[4].to_bytes(4, "little"), "RELEASE_MEM")
         elif data_sel in (2, 3):
@@ -583,6 +591,16 @@ class CP(Block):
         privileged = self._f(q, "CP_HQD_PQ_CONTROL", "PRIV_STATE")
         vmid = (ctrl >> 24 & 0xF) if privileged else self._vmid(q)
         return [vmid, va, ctrl & 0xFFFFF, 0], bool(ctrl >> 20 & 1)
+
+
+# RELEASE_MEM replaced EVENT_WRITE_EOP/EOS (nvd.h 0x47/0x48): EVENT_INDEX 5 is an end-of-pipe release of a
+# timestamp event, 6 an end-of-shader one (soc21_enum.h VGT_EVENT_TYPE values). Other pairs: assumption,
+# the CP never signals them (the queue hangs at the packet).
+_RELEASE_EVENTS = {
+    5: frozenset((0x04, 0x14, 0x28, 0x29, 0x2B, 0x2D)),   # CACHE_FLUSH_TS, CACHE_FLUSH_AND_INV_TS_EVENT,
+                                                          # BOTTOM_OF_PIPE_TS, FLUSH_SX_TS, FLUSH_AND_INV_DB/CB_DATA_TS
+    6: frozenset((0x2F, 0x30)),                           # CS_DONE, PS_DONE
+}
 
 
 def _compare(function: int, value: int, ref: int) -> bool:

@@ -45,14 +45,17 @@ class VMMemory:
 
     def __init__(self, gmc, vmid: int, client: int = CLIENT_TCP):
         self.gmc, self.vmid, self.client = gmc, vmid, client
+        self.caches = gmc.dev.blocks["GL2"]    # loads, stores and fetches go through gpusim.gl2
         self.fault: Exception | None = None
         # (page, write, execute) -> Translation: nothing can invalidate the TLB while a dispatch runs
         # (the driver waits for it), so one lookup per page and kind of access is enough
         self._seen: dict[tuple[int, bool, bool], object] = {}
 
-    def _pages(self, addrs: np.ndarray, size: int, write: bool, execute: bool = False):
+    def _pages(self, addrs: np.ndarray, size: int, write: bool, execute: bool = False, kind: str = "v"):
         """A ByteSpace holding every page the accesses touch (in page order, so an access that runs into
-        the next page continues in it), the accesses' offsets in it, and the translations."""
+        the next page continues in it), as the caches of `kind` answer a load ("v" vector, "k" scalar,
+        "i" instruction; a store sees GL2 only), the accesses' offsets in it, and the translations. A load
+        fills the caches with the lines it touched."""
         addrs = np.asarray(addrs, U64).reshape(-1)
         first = addrs >> U64(12)
         pages = np.unique(np.concatenate([first, (addrs + U64(size - 1)) >> U64(12)]))
@@ -75,13 +78,23 @@ class VMMemory:
                 seen[(p, write, execute)] = t
             trans.append(t)
         space = ByteSpace(len(pages) * PAGE, "global")
+        caches = self.caches
+        answer = "w" if write else kind
         for i, t in enumerate(trans):
             try:
                 space.u8[i * PAGE:(i + 1) * PAGE] = np.frombuffer(self.gmc._phys_read(t.system, t.addr, PAGE), U8)
             except DMAError as e:
                 self.fault = e
                 raise MemoryFault("global", pages[i].item() << 12, size, write, str(e)) from None
+            caches.overlay(answer, (t.system, t.addr), space.u8[i * PAGE:(i + 1) * PAGE])
         off = np.searchsorted(pages, first).astype(np.int64) * PAGE + (addrs & U64(PAGE - 1)).astype(np.int64)
+        if not write:   # the 64-byte granules the accesses touched (one access spans at most two)
+            granules = np.unique(np.concatenate([off >> 6, (off + size - 1) >> 6])).tolist()
+            per_page = PAGE >> 6
+            for i, t in enumerate(trans):
+                mine = [g - i * per_page for g in granules if g // per_page == i]
+                if mine:
+                    caches.fill(kind, (t.system, t.addr), t.pte, space.u8[i * PAGE:(i + 1) * PAGE], mine)
         return space, off, trans
 
     def _write_back(self, space, off, size, trans) -> None:
@@ -91,12 +104,19 @@ class VMMemory:
             a = max(int(sel.min()), i * PAGE) if sel.size else i * PAGE
             b = min(int(sel.max()) + size, (i + 1) * PAGE) if sel.size else i * PAGE
             if b > a:
-                self.gmc._phys_write(t.system, t.addr + a - i * PAGE, space.u8[a:b].tobytes())
+                self.caches.store((t.system, t.addr), t.pte, a - i * PAGE, space.u8[a:b].tobytes())
 
     def load(self, addrs, size):
         if len(addrs) == 0:
             return np.zeros((0, max(1, size // 4)), U32)
         space, off, _ = self._pages(addrs, size, False)
+        return space.load(off, size)
+
+    def load_scalar(self, addrs, size):
+        """A scalar (SMEM) load: through the K$ rather than the vector L0."""
+        if len(addrs) == 0:
+            return np.zeros((0, max(1, size // 4)), U32)
+        space, off, _ = self._pages(addrs, size, False, kind="k")
         return space.load(off, size)
 
     def store(self, addrs, data, size):
@@ -115,7 +135,7 @@ class VMMemory:
 
     def fetch(self, addr: int, n: int) -> bytes:
         """Instruction fetch (execute permission), within one page."""
-        space, off, _ = self._pages(np.array([addr], U64), n, False, execute=True)
+        space, off, _ = self._pages(np.array([addr], U64), n, False, execute=True, kind="i")
         return space.u8[off[0]:off[0] + n].tobytes()
 
 

@@ -496,7 +496,11 @@ class GMC(Block):
         while n:
             chunk = min(n, PAGE - (va & (PAGE - 1)))
             t = self._translate_for(vmid, va, False, hub, client)
-            out += self._phys_read(t.system, t.addr, chunk)
+            data = self._phys_read(t.system, t.addr, chunk)
+            if hub == "GC":     # the CP and SDMA see GL2's dirty lines (gpusim.gl2)
+                data = self.dev.blocks["GL2"].coherent_read((t.system, t.addr & ~(PAGE - 1)),
+                                                            t.addr & (PAGE - 1), data)
+            out += data
             va, n = va + chunk, n - chunk
         return bytes(out)
 
@@ -505,7 +509,11 @@ class GMC(Block):
         while data:
             chunk = min(len(data), PAGE - (va & (PAGE - 1)))
             t = self._translate_for(vmid, va, True, hub, client)
-            self._phys_write(t.system, t.addr, data[:chunk])
+            if hub == "GC":     # through to memory, GL2's copies updated (gpusim.gl2)
+                self.dev.blocks["GL2"].write_through((t.system, t.addr & ~(PAGE - 1)), t.addr & (PAGE - 1),
+                                                     data[:chunk])
+            else:
+                self._phys_write(t.system, t.addr, data[:chunk])
             va, data = va + chunk, data[chunk:]
 
     # -- MC addresses of physical clients (PSP, SMU, IH in MC_SPACE 4): VMID 0 of the MMHUB, with its

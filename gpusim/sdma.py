@@ -60,8 +60,8 @@ The gfx ring (queue 0 of each engine; sdma_v6_0_gfx_resume, sdma_v6_0_ring_set_w
   request) and polls ADDR_LO (flush done), as sdma_v6_0_ring_emit_hdp_flush emits it), CONSTANT FILL (count =
   bytes - 1, FILLSIZE = log2 of the element taken from the data dword), TIMESTAMP (SET/GET/GET_GLOBAL, 8-byte
   aligned destination), COND_EXE (the next EXEC_COUNT dwords run only if the dword at ADDR equals REFERENCE),
-  SRBM_WRITE (a register write; privileged: RB_PRIV or the INDIRECT's PRIV), GCR_REQ (accepted: no caches are
-  modeled), INDIRECT (an IB of IB_SIZE dwords at a 32-byte aligned address in the header's VMID; needs
+  SRBM_WRITE (a register write; privileged: RB_PRIV or the INDIRECT's PRIV), GCR_REQ (its GCR_CONTROL's
+  cache actions, gpusim.gl2, as sdma_v6_0_ring_emit_mem_sync asks them), INDIRECT (an IB of IB_SIZE dwords at a 32-byte aligned address in the header's VMID; needs
   IB_CNTL.IB_ENABLE; no IB inside an IB).
 
 Strictness: an unknown opcode or sub-opcode, a packet the model does not execute (tiled/sub-window copies,
@@ -447,7 +447,10 @@ class SDMA(Block):
 
     def _execute(self, i: int, op: int, sub: int, d: list[int], vmid: int, priv: bool, in_ib: bool,
                  where: tuple) -> bool:
-        if op == S.SDMA_OP_NOP or op == S.SDMA_OP_GCR_REQ:
+        if op == S.SDMA_OP_NOP:
+            return True
+        if op == S.SDMA_OP_GCR_REQ:   # GCR_CONTROL 15:0 in dword 2's top half, 18:16 in dword 3 (sdma_v6_0_0_pkt_open.h)
+            self.dev.blocks["GL2"].gcr((d[2] >> 16) | (d[3] & 7) << 16, f"SDMA{i} GCR_REQ")
             return True
         if op == S.SDMA_OP_COPY:
             if d[1] >> 30:

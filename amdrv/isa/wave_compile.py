@@ -682,7 +682,7 @@ def _smem(name, inst):
         if soff_row != NULL:
             addr = addr + g.s[soff_row].astype(U64)
         addr &= ~U64(3)
-        vals = x.memory.load(addr, 4 * k)
+        vals = getattr(x.memory, "load_scalar", x.memory.load)(addr, 4 * k)   # the K$ where one is modeled
         g.s[row:row + k] = vals.T
         if row <= EXEC < row + k:
             g._exec = None

@@ -4,6 +4,7 @@ queue), a ring of PM4 packets in GPU memory mapped through the booted driver's p
 doorbell carrying the write pointer. Packet layouts as gfx_v11_0.c emits them."""
 import pickle
 import shutil
+import struct
 import subprocess
 
 import numpy as np
@@ -25,10 +26,26 @@ def pkt3(op: int, *body: int) -> list[int]:
     return [0xC0000000 | (len(body) - 1) << 16 | op << 8] + [b & 0xFFFFFFFF for b in body]
 
 
+RELEASE_GCR = (P.PACKET3_RELEASE_MEM_GCR_SEQ | P.PACKET3_RELEASE_MEM_GCR_GL2_WB | P.PACKET3_RELEASE_MEM_GCR_GL2_INV
+               | P.PACKET3_RELEASE_MEM_GCR_GL2_US | P.PACKET3_RELEASE_MEM_GCR_GL1_INV
+               | P.PACKET3_RELEASE_MEM_GCR_GLV_INV | P.PACKET3_RELEASE_MEM_GCR_GLM_INV
+               | P.PACKET3_RELEASE_MEM_GCR_GLM_WB)
+
+
 def release_mem(addr: int, data: int = 0, data_sel: int = 2, int_sel: int = 0, ctx: int = 0) -> list[int]:
-    event = 0x14 | 5 << 8                # CACHE_FLUSH_AND_INV_TS_EVENT, EVENT_INDEX 5
+    # CACHE_FLUSH_AND_INV_TS_EVENT, EVENT_INDEX 5 and the cache actions of gfx_v11_0_ring_emit_fence (GL2
+    # written back first, so the host sees what kernels stored)
+    event = 0x14 | 5 << 8 | RELEASE_GCR
     return pkt3(P.PACKET3_RELEASE_MEM, event, data_sel << 29 | int_sel << 24, addr, addr >> 32,
                 data, data >> 32, ctx)
+
+
+MEM_SYNC_GCR = 0x1 | 1 << 5 | 1 << 4 | 1 << 7 | 1 << 8 | 1 << 9 | 1 << 14 | 1 << 15   # gfx_v11_0_emit_mem_sync:
+# GLI_INV(1), GLM_INV, GLM_WB, GLK_INV, GLV_INV, GL1_INV, GL2_INV, GL2_WB (nvd.h PACKET3_ACQUIRE_MEM_GCR_CNTL_*)
+
+
+def acquire_mem(gcr: int = MEM_SYNC_GCR) -> list[int]:
+    return pkt3(P.PACKET3_ACQUIRE_MEM, 0, 0xFFFFFFFF, 0xFFFFFF, 0, 0, 10, gcr)
 
 
 def write_data(addr: int, *values: int) -> list[int]:
@@ -397,8 +414,10 @@ def upload(gpu, data: bytes):
 
 def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=True, lds=True,
                    initiator=INITIATOR) -> list[int]:
-    """What a driver emits for a clang kernel: code and kernargs in memory, the user SGPRs its descriptor
-    enables (AMDGPUUsage order), its RSRC registers, the workgroup size and the dispatch."""
+    """What a driver emits for a clang kernel: code and kernargs in memory, the caches invalidated
+    (gfx_v11_0_emit_mem_sync's ACQUIRE_MEM), the user SGPRs its descriptor enables (AMDGPUUsage order), its
+    RSRC registers, the workgroup size and the dispatch, then GL2 written back as the fence that ends
+    amdgpu's IB does (a RELEASE_MEM with no data here), so the host reads the results through BAR0."""
     kd = kern.descriptor
     code = upload(gpu, kern.code)
     kernargs = upload(gpu, pack_kernargs(kern, args).ljust(kd.kernarg_size + 256, b"\0"))
@@ -415,13 +434,15 @@ def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=
     rsrc2 = kd.compute_pgm_rsrc2 | lds_granules << 15
     # private memory: COMPUTE_TMPRING_SIZE.WAVESIZE in 256-byte units per (wave32) wave
     wavesize = -(-kd.private_segment_fixed_size * 32 // 256) if scratch else 0
-    return (sh(gpu, "COMPUTE_PGM_LO", code.va >> 8, code.va >> 40)
+    return (acquire_mem()
+            + sh(gpu, "COMPUTE_PGM_LO", code.va >> 8, code.va >> 40)
             + sh(gpu, "COMPUTE_TMPRING_SIZE", 32 | wavesize << 12)
             + sh(gpu, "COMPUTE_PGM_RSRC1", kd.compute_pgm_rsrc1, rsrc2)
             + sh(gpu, "COMPUTE_PGM_RSRC3", kd.compute_pgm_rsrc3)
             + sh(gpu, "COMPUTE_NUM_THREAD_X", *block)
             + sh(gpu, "COMPUTE_USER_DATA_0", *user)
-            + pkt3(P.PACKET3_DISPATCH_DIRECT, *groups, initiator))
+            + pkt3(P.PACKET3_DISPATCH_DIRECT, *groups, initiator)
+            + release_mem(0, data_sel=0))
 
 
 def test_clang_kernel_dispatch_matches_numpy(gpu, sim, queue, add_f32):
@@ -616,3 +637,71 @@ def test_lds_from_rsrc2(gpu, sim, queue, kernels):
     # garbage; the executor refuses them, so the simulated queue hangs, naming the access)
     queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (2, 1, 1), (256, 1, 1), lds=False))
     assert busy(gpu) and any("LDS" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+
+
+# ------------------------------------------------------------------------------------------------
+# caches (gpusim.gl2): ACQUIRE_MEM and RELEASE_MEM's GCR actions
+
+
+def _add(gpu, kern, mo, ma, mb, n, acquire=True, release=True):
+    """add_f32's packets with the ACQUIRE_MEM before and the write-back RELEASE_MEM after made optional."""
+    words = kernel_packets(gpu, kern, [mo.va, ma.va, mb.va, np.uint32(n)], (-(-n // 64), 1, 1), (64, 1, 1))
+    if not acquire:
+        words = words[8:]                        # the leading ACQUIRE_MEM is 8 dwords
+    if not release:
+        words = words[:-8]                       # the trailing RELEASE_MEM is 8
+    return words
+
+
+def test_kernel_results_reach_the_host_only_after_a_gl2_write_back(gpu, sim, queue, add_f32):
+    n = 256
+    a, b = np.arange(n, dtype=np.float32), np.ones(n, np.float32)
+    ma, mb, mo = upload(gpu, a.tobytes()), upload(gpu, b.tobytes()), buf(gpu, 4 * n)
+    queue.submit(_add(gpu, add_f32, mo, ma, mb, n, release=False))
+    read = lambda: np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.float32)  # noqa: E731
+    assert not read().any() and sim.blocks["GL2"].dirty_bytes == 4 * n   # in GL2, not in VRAM
+    queue.submit(release_mem(0, data_sel=0) [:1] + [0x14 | 5 << 8 | P.PACKET3_RELEASE_MEM_GCR_GL2_INV]
+                 + release_mem(0, data_sel=0)[2:])                      # invalidate only: dirty bytes stay
+    assert not read().any()
+    queue.submit(release_mem(0, data_sel=0))                            # GL2_WB (gfx_v11_0_ring_emit_fence)
+    assert np.array_equal(read(), a + b) and not sim.errors
+
+
+def test_a_release_mem_with_the_wrong_event_or_index_never_signals(gpu, sim, queue):
+    out = buf(gpu)
+    bad = release_mem(out.va, 7)
+    bad[1] = (bad[1] & ~0xF00) | 4 << 8                                  # EVENT_INDEX 4 (partial flushes)
+    queue.submit(bad)
+    assert u32(gpu, out) == [0] and busy(gpu) and "EVENT_INDEX 4" in sim.errors[-1].message
+    queue.dequeue()
+    bad = release_mem(out.va, 7)
+    bad[1] = (bad[1] & ~0x3F) | 0x07                                     # CS_PARTIAL_FLUSH: not a TS event
+    q2 = Queue(gpu, 3, 7, 2 * 63 + 6)
+    q2.submit(bad)
+    assert u32(gpu, out) == [0] and "event 0x7" in sim.errors[-1].message
+    q2.dequeue()
+
+
+def test_without_acquire_mem_a_dispatch_reads_old_kernargs(gpu, sim, queue, add_f32):
+    from amdrv.ip.gmc import VRAM_VA
+    n = 64
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 2, np.float32)
+    ma, mb, mo, mo2 = upload(gpu, a.tobytes()), upload(gpu, b.tobytes()), buf(gpu, 4 * n), buf(gpu, 4 * n)
+    words = _add(gpu, add_f32, mo, ma, mb, n)
+    queue.submit(words)
+    assert np.array_equal(np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.float32), a + b)
+    # the kernarg segment's first argument (out) rewritten to mo2 through BAR0 and flushed past the HDP
+    user = sh(gpu, "COMPUTE_USER_DATA_0", 0)[:2]
+    i = next(k for k in range(len(words)) if words[k + 1] == user[1] and words[k] >> 8 & 0xFF == user[0] >> 8 & 0xFF)
+    at = dict((name, at) for name, at, _ in add_f32.descriptor.user_sgpr_layout())["kernarg_segment_ptr"]
+    kernargs = words[i + 2 + at] | words[i + 3 + at] << 32
+    gpu.dev.vram.write(kernargs - VRAM_VA, struct.pack("<Q", mo2.va))
+    gpu.nbio.hdp_flush()
+    no_acquire = words[8:]
+    queue.submit(no_acquire)           # the K$ still holds the old one (the fence's RELEASE_MEM has no GLK_INV)
+    assert not np.frombuffer(gpu.dev.vram.read(mo2.vram.addr, 4 * n), np.float32).any() and not sim.errors
+    queue.submit(acquire_mem(MEM_SYNC_GCR & ~(1 << 7)) + no_acquire)    # all but GLK_INV: K$ still old
+    assert not np.frombuffer(gpu.dev.vram.read(mo2.vram.addr, 4 * n), np.float32).any()
+    queue.submit(words)                                                  # gfx_v11_0_emit_mem_sync first
+    assert np.array_equal(np.frombuffer(gpu.dev.vram.read(mo2.vram.addr, 4 * n), np.float32), a + b)
+    assert not sim.errors

@@ -552,3 +552,28 @@ def test_unhalting_an_enabled_ring_resumes_it_from_its_shadow(gpu, stop_first):
         # came back is no valid write pointer: the queue hangs
         assert fault is not None and fault.address == ring.wb.va + 64 >> 12 << 12
         assert not idle and any("SDMA0 gfx ring hung" in e for e in errors)
+
+
+def test_gcr_req_writes_gl2_back_as_sdma_v6_0_ring_emit_mem_sync_asks(gpu):
+    """SDMA's GCR_REQ (sdma_v6_0_ring_emit_mem_sync) carries the GCR actions: a shader's store still dirty
+    in GL2 reaches VRAM (and the host through BAR0) only with GL2_WB; GL2_INV alone keeps it."""
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    gl2 = sim(gpu).blocks["GL2"]
+    gl2.store((False, out.vram.addr), 0, 16, b"from a shader")   # MTYPE NC: write-back
+    assert vram(gpu, out, 16, 13) == bytes(13)
+    ring.emit(pkt("GCR_REQ", op=S.SDMA_OP_GCR_REQ, gcr_control_15_0=1 << 14))          # GL2_INV only
+    assert vram(gpu, out, 16, 13) == bytes(13) and gl2.dirty_bytes == 13
+    ring.emit(pkt("GCR_REQ", op=S.SDMA_OP_GCR_REQ, gcr_control_15_0=1 << 15 | 1 << 14))  # GL2_WB | GL2_INV
+    assert vram(gpu, out, 16, 13) == b"from a shader" and gl2.dirty_bytes == 0
+    assert gl2.actions[-1].startswith("SDMA0 GCR_REQ: GL2_WB GL2_INV")
+    assert sim(gpu).errors == [] and ring.idle()
+
+
+def test_sdma_reads_through_gl2(gpu):
+    """SDMA is a GL2 client: a copy sees a shader's store still dirty in GL2 (the host does not)."""
+    ring = Ring(gpu)
+    src, dst = gpu.gmc.map_vram(4096), gpu.gmc.map_vram(4096)
+    sim(gpu).blocks["GL2"].store((False, src.vram.addr), 0, 0, b"dirty")
+    ring.emit(copy(src.va, dst.va, 5))
+    assert vram(gpu, src, 0, 5) == bytes(5) and vram(gpu, dst, 0, 5) == b"dirty"
