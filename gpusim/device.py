@@ -404,6 +404,9 @@ class Device:
             raise
 
     def dma_write(self, bus_addr: int, data) -> None:
+        nbio = self.blocks.get("NBIO")
+        if nbio is not None and nbio.selfring is not None and nbio.selfring_write(bus_addr, data):
+            return   # the doorbell self-ring aperture (gpusim.nbio): it never reaches the bus
         self._dma_check("write", bus_addr, len(data))
         try:
             self.bus.write(bus_addr, data)

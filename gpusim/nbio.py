@@ -33,6 +33,14 @@ NBIOs had no CP range either, and which of AWID 3 or 6 the MEC listens on is not
 carries CP doorbells here). A doorbell no entry routes, or routed to an AWADDR/AWID no modeled client listens
 on, is dropped and recorded in dev.errors. FENCE_ENABLE, 64BIT_SUPPORT_DIS and NEED_DEDUCT_RANGE_OFFSET are
 not modeled (upstream writes them 0 on NBIO 4.3).
+
+Self-ring aperture (nbio_v4_3_enable_doorbell_selfring_aperture: BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_CNTL
+EN=1, MODE=1, SIZE=0, BASE_LOW/HIGH = the doorbell BAR's bus address, adev->doorbell.base): a write the GPU
+itself makes to that bus address (an engine's DMA write, e.g. a CP or SDMA packet storing a wptr to the
+doorbell BAR) stays inside the chip and rings the doorbell, as a host write to BAR2 would (the aperture
+and routing rules above apply). Without it the write goes out to the bus like any other DMA. Assumptions:
+SIZE 0 (what upstream writes) covers the whole doorbell BAR; MODE is not modeled; a self-ring write needs
+no bus mastering since it never leaves the device.
 """
 from __future__ import annotations
 
@@ -59,10 +67,13 @@ class NBIO(Block):
         self.on_write("NBIO", "BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", self._remap_hdp)
         for n in range(S2A_ENTRIES):
             self.on_write("NBIO", f"S2A_DOORBELL_ENTRY_{n}_CTRL", self._w_s2a)
+        for r in ("CNTL", "BASE_LOW", "BASE_HIGH"):
+            self.on_write("NBIO", f"BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_{r}", self._w_selfring)
         self.doorbell_clients: dict[str, list] = {}   # client name -> [fn(index, value)] set by engines
         self.doorbells: dict[int, int] = {}
         self._remap_addr = None
         self._routes = None
+        self.selfring = None     # (first, end) bus addresses of the self-ring aperture, None: off, False: stale
 
     def reset(self) -> None:
         dev = self.dev
@@ -73,6 +84,7 @@ class NBIO(Block):
         self.set("NBIO", "BIF_BX0_BIF_FB_EN", 3)    # the VBIOS posted the card with FB access on
         self.doorbells = {}
         self._routes = None
+        self.selfring = None
         self._set_remap(None)
 
     # -- index/data pairs --------------------------------------------------------------------------
@@ -151,6 +163,31 @@ class NBIO(Block):
 
     def _w_s2a(self, value: int) -> None:
         self._routes = None
+
+    def _w_selfring(self, value: int) -> None:
+        self.selfring = False      # decoded again at the next GPU write (the value is stored after this)
+
+    def _selfring_range(self):
+        if self.selfring is False:
+            cntl = self.get("NBIO", "BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_CNTL")
+            base = (self.get("NBIO", "BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_BASE_LOW")
+                    | self.get("NBIO", "BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_BASE_HIGH") << 32)
+            # DOORBELL_SELFRING_GPA_APER_EN
+            self.selfring = (base, base + self.dev.pci.sizes[2]) if cntl & 1 else None
+        return self.selfring
+
+    def selfring_write(self, bus_addr: int, data) -> bool:
+        """A DMA write of the GPU's own engines: True when the self-ring aperture took it as doorbells."""
+        ap = self._selfring_range()
+        if ap is None or not ap[0] <= bus_addr < ap[1]:
+            return False
+        off, data = bus_addr - ap[0], bytes(data)
+        if len(data) == 8 and not off & 7:
+            self.doorbell_write(off, int.from_bytes(data, "little"), 8)
+        else:
+            for k in range(0, len(data) - 3, 4):
+                self.doorbell_write(off + k, int.from_bytes(data[k:k + 4], "little"))
+        return True
 
     def routes(self) -> tuple[list, list]:
         """([(first, end, entry, awaddr, awid)] of the enabled sized entries, [(entry, awaddr, awid)] of the

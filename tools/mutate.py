@@ -1003,6 +1003,17 @@ EXPECTED = {
     "pkt-zero:PM4.SET_SH_REG.COMPUTE_TMPRING_SIZE": "the driver writes 0 already",
     "pkt-*:PM4.SET_SH_REG.COMPUTE_TMPRING_SIZE": "no kernel of the workload uses scratch",
     "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
+    "reg-drop:NBIO.BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_*": "the workload never rings a doorbell from the GPU "
+    "(the self-ring aperture is modeled: tests/gpusim/test_nbio.py)",
+    "reg-drop:NBIO.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL": "nothing writes the remapped HDP_REG flush page (hdp_v6_0 "
+    "flushes through the MEM page only)",
+    "reg-drop:GC.SDMA[01]_QUEUE0_IB_CNTL": "the workload submits no SDMA indirect buffer (INDIRECT without "
+    "IB_ENABLE hangs: tests/gpusim/test_sdma_queue.py)",
+    "reg-drop:GC.SDMA1_QUEUE0_RB_CNTL": "the workload never uses SDMA1's ring: the writes stop a disabled ring",
+    "reg-drop:GC.SDMA0_QUEUE0_RB_[RW]PTR_HI": "the driver zeroes what holds 0 (the 64-bit byte pointers never "
+    "pass 4 GiB)",
+    "reg-drop:GC.SDMA0_QUEUE0_MINOR_PTR_UPDATE": "the whole bracket dropped: the ring is disabled while its "
+    "pointers are written (the clear alone dropped is caught: tests/amdrv/test_sdma_regs.py)",
 }
 
 

@@ -6,6 +6,7 @@ import pytest
 import pcie
 from amdrv.autogen import smu_13_0_0 as S
 from gpusim import board, provider
+from gpusim.device import DMAError
 
 
 def _open(slot=13, **kw):
@@ -130,3 +131,30 @@ def test_async_clock_answers_without_polling():
     assert f.dev.regs.peek(0x1629A) == S.PPSMC_Result_OK
     f.close()
     assert f.dev._thread is None
+
+
+def test_a_gpu_write_to_the_doorbell_bar_rings_only_through_the_self_ring_aperture():
+    """nbio_v4_3_enable_doorbell_selfring_aperture: with it, an engine's write to the doorbell BAR's bus
+    address rings the doorbell inside the chip; without it the write goes out to the bus (nothing there)."""
+    f = _open()
+    dev, nbio = f.dev, f.dev.blocks["NBIO"]
+    dev.pci.write(0x04, 2, dev.pci.command | 0x6)
+    dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
+    _s2a(dev, 2, ENABLE=1, AWID=0xE, RANGE_OFFSET=0x200, RANGE_SIZE=40, AWADDR_31_28_VALUE=3)
+    rung = _listen(nbio, "SDMA")
+    bar2 = f.config_read(0x18, 4) & ~0xF | f.config_read(0x1C, 4) << 32
+    with pytest.raises(DMAError):
+        dev.dma_write(bar2 + 0x200 * 4, (5).to_bytes(8, "little"))
+    assert rung == []
+    w = lambda name, v: dev.regs.write(dev.reg_addr("NBIO", name), v)  # noqa: E731
+    w("BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_BASE_LOW", bar2 & 0xFFFFFFFF)
+    w("BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_BASE_HIGH", bar2 >> 32)
+    w("BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_CNTL", 0x3)             # EN, MODE 1, SIZE 0
+    dev.dma_write(bar2 + 0x200 * 4, (5).to_bytes(8, "little"))       # a 64-bit wptr: one doorbell
+    dev.dma_write(bar2 + 0x214 * 4, (7).to_bytes(4, "little"))
+    assert rung == [(0x200, 5), (0x214, 7)] and f.bar(2).read32(0x200 * 4) == 5
+    w("BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_CNTL", 0)               # soc21_common_hw_fini
+    with pytest.raises(DMAError):
+        dev.dma_write(bar2 + 0x200 * 4, (6).to_bytes(8, "little"))
+    assert len(rung) == 2
+    f.close()
