@@ -1005,7 +1005,7 @@ EXPECTED = {
     "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
     "reg-drop:NBIO.BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_*": "the workload never rings a doorbell from the GPU "
     "(the self-ring aperture is modeled: tests/gpusim/test_nbio.py)",
-    "reg-drop:NBIO.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL": "nothing writes the remapped HDP_REG flush page (hdp_v6_0 "
+    "reg-*:NBIO.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL": "nothing writes the remapped HDP_REG flush page (hdp_v6_0 "
     "flushes through the MEM page only)",
     "reg-drop:GC.SDMA[01]_QUEUE0_IB_CNTL": "the workload submits no SDMA indirect buffer (INDIRECT without "
     "IB_ENABLE hangs: tests/gpusim/test_sdma_queue.py)",
@@ -1014,6 +1014,10 @@ EXPECTED = {
     "pass 4 GiB)",
     "reg-drop:GC.SDMA0_QUEUE0_MINOR_PTR_UPDATE": "the whole bracket dropped: the ring is disabled while its "
     "pointers are written (the clear alone dropped is caught: tests/amdrv/test_sdma_regs.py)",
+    "reg-flip:NBIO.REMAP_HDP_MEM_FLUSH_CNTL_page": "any write to the remapped HDP_MEM_FLUSH_CNTL flushes "
+    "(hdp_v6_0 writes 0; assumption: the value is not decoded)",
+    "step:release-mem-wrong-event": "BOTTOM_OF_PIPE_TS is an end-of-pipe TS event too; what CACHE_FLUSH_AND_INV_TS_EVENT "
+    "adds is the CB/DB flush, which compute does not use (assumption; GL2 comes from the GCR bits)",
 }
 
 
