@@ -457,8 +457,8 @@ _v("v_cvt_f32_u32", F32, u1, lambda a: a.astype(F32))
 _v("v_cvt_i32_f32", I32, f1, lambda a: cvt_f32_to_int(a, -2**31, 2**31 - 1, I32))
 _v("v_cvt_u32_f32", U32, f1, lambda a: cvt_f32_to_int(a, 0, 2**32 - 1, U32))
 _v("v_cvt_floor_i32_f32", I32, f1, lambda a: cvt_f32_to_int(np.floor(a), -2**31, 2**31 - 1, I32))
-_v("v_cvt_nearest_i32_f32", I32, f1,
-   lambda a: cvt_f32_to_int(np.floor(a.astype(F64) + 0.5), -2**31, 2**31 - 1, I32))
+# V_CVT_NEAREST_I32_F32: (int)floor(S0.f + 0.5), the add in f32 as the ISA's pseudo-code has it
+_v("v_cvt_nearest_i32_f32", I32, f1, lambda a: cvt_f32_to_int(np.floor(a + F32(0.5)), -2**31, 2**31 - 1, I32))
 _v("v_cvt_f32_f64", F32, d1, lambda a: a.astype(F32))
 _v("v_cvt_f64_f32", F64, f1, lambda a: a.astype(F64))
 _v("v_cvt_f64_i32", F64, (I32,), lambda a: a.astype(F64))

@@ -169,12 +169,13 @@ def test_16_bit_min3_max3_and_logic():
 
 def test_float_to_int_rounding_conversions():
     x = rng.uniform(-5e9, 5e9, 256).astype(f32)
-    x[:12] = [np.nan, np.inf, -np.inf, 2.5, -2.5, 0.5, -0.5, 1.49999, -0.0, 3e9, -3e9, 7.5]
+    x[:13] = [np.nan, np.inf, -np.inf, 2.5, -2.5, 0.5, -0.5, 1.49999, -0.0, 3e9, -3e9, 7.5, 0.49999997]
     clamp = lambda v: max(-2**31, min(2**31 - 1, v))  # noqa: E731
     ref = lambda f: [0 if math.isnan(v) else clamp(-2**31 if v == -math.inf else 2**31 - 1 if v == math.inf  # noqa: E731
                                                    else f(v)) for v in map(float, x)]
     check(run_valu("v_cvt_floor_i32_f32 v4, v1", x.view(u32)), ref(math.floor))
-    check(run_valu("v_cvt_nearest_i32_f32 v4, v1", x.view(u32)), ref(lambda v: math.floor(v + 0.5)))
+    # S0 + 0.5 rounds in f32 (0.49999997 + 0.5 is 1.0), then floor
+    check(run_valu("v_cvt_nearest_i32_f32 v4, v1", x.view(u32)), ref(lambda v: math.floor(float(f32(v) + f32(0.5)))))
 
 
 # ------------------------------------------------------------------------------------------------
