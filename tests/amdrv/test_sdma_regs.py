@@ -8,7 +8,7 @@ from amdrv import regs
 from amdrv import sdma_packets as S
 from amdrv.am import AMError, AMGPU
 from amdrv.ip.sdma import SDMA
-from amdrv.queue import Fence, HostBuffer, QueueError, SDMAQueue
+from amdrv.queue import Fence, HostBuffer, QueueError, SDMAQueue, recover
 
 SLOT = 124
 
@@ -95,3 +95,27 @@ def test_fini_stops_the_rings_so_the_next_boot_does_not_resume_them(monkeypatch,
         with pytest.raises(AMError, match="warm boot failed in sdma: .*not idle"):
             open_gpu()
         assert any("SDMA0 gfx ring hung" in str(e) for e in sim.errors)
+
+
+@pytest.mark.parametrize("name", ["SDMA0_QUEUE0_RB_RPTR", "SDMA0_QUEUE0_RB_WPTR"])
+def test_pointers_not_zeroed_when_the_queue_is_set_up_again_after_recover(monkeypatch, name):
+    """gfx_resume zeroes RB_RPTR and RB_WPTR: after recover() the registers still hold the old ring's
+    pointers, and a queue set up over them runs from the wrong place."""
+    gpu = open_gpu(fresh=True)
+    try:
+        host = HostBuffer(gpu, 4096)
+        q = SDMAQueue(gpu)
+        for v in range(1, 9):                                  # the old ring's pointers move on
+            b = S.SDMA()
+            b.fence(host.va, v)
+            q.submit(b.buf)
+        q.wait(Fence(host, 0), 8)
+        drop(monkeypatch, name)
+        recover(gpu)                                           # sets up every queue again (gfx_resume)
+        b = S.SDMA()
+        b.fence(host.va + 8, 1)
+        with pytest.raises(QueueError, match="SDMA0 queue 0: timed out"):
+            q.submit(b.buf)
+            q.wait(Fence(host, 8), 1, timeout_s=0.1, min_reads=200)
+    finally:
+        gpu.dev.close()
