@@ -26,6 +26,7 @@ from gpusim.device import Block, DMAError, IVEntry
 IV_SIZE = 32
 MC_SPACE_BUS = 2
 MC_SPACE_GPUVM0 = 4
+MMHUB_CLIENT_OSSSYS = 15    # mmhub_client_ids_v3_0_0: the IH's writes fault as OSSSYS
 
 
 def encode_iv(e: IVEntry) -> bytes:
@@ -100,7 +101,7 @@ class IH(Block):
         if mc_space == MC_SPACE_BUS:
             self.dev.dma_write(addr, data)
         elif mc_space == MC_SPACE_GPUVM0:
-            self.dev.blocks["GMC"].mc_write(addr, data)
+            self.dev.blocks["GMC"].mc_write(addr, data, client=MMHUB_CLIENT_OSSSYS)
         else:
             raise DMAError(f"IH_RB_CNTL.MC_SPACE={mc_space} is not an address space the IH model knows "
                            f"(2 = bus, 4 = GPU VMID 0)")

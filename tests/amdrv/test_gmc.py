@@ -367,3 +367,20 @@ def test_mmhub_flush_without_the_semaphore_is_never_acknowledged(monkeypatch):
     monkeypatch.setattr(gmc_mod._Hub, "__init__", no_sem)
     with pytest.raises(NBIOError, match="MM hub TLB invalidation ack"):
         boot()
+
+
+@pytest.mark.parametrize("hub", ["GC", "MM"])
+def test_without_the_fault_default_address_a_fault_reaches_no_memory(monkeypatch, hub):
+    """gfxhub/mmhub_v3_0_init_system_aperture_regs point VM_L2_PROTECTION_FAULT_DEFAULT_ADDR at the dummy
+    page; left at its power-on 0, a faulting access (here an MMHUB client such as the PSP reading, or an
+    SDMA read on the GC hub) goes to bus address 0, where nothing answers."""
+    vm = "GCVM_" if hub == "GC" else "MMVM_"
+    drop_writes(monkeypatch, vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32")
+    dev, gmc, s = boot()
+    got = engine_reads(s, hub, 0x7000_0000_0000)
+    assert not isinstance(got, bytes) and "bus address 0x0" in str(got)
+    monkeypatch.undo()
+    dev, gmc, s = boot()
+    gmc.dummy_page.view[:8] = b"dummy!!!"
+    assert engine_reads(s, hub, 0x7000_0000_0000) == b"dummy!!!"
+    assert gmc.decode_fault(hub).address == 0x7000_0000_0000
