@@ -158,3 +158,25 @@ def test_a_gpu_write_to_the_doorbell_bar_rings_only_through_the_self_ring_apertu
         dev.dma_write(bar2 + 0x200 * 4, (6).to_bytes(8, "little"))
     assert len(rung) == 2
     f.close()
+
+
+def test_the_hdp_flush_happens_only_where_the_remap_register_points():
+    """nbio_v4_3_remap_hdp_registers: BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL.ADDRESS is the BAR5 byte offset
+    where the flush page appears; moved, the old offset is plain storage again."""
+    f = _open()
+    dev, hdp, bar = f.dev, f.dev.blocks["HDP"], f.bar(5)
+    remap = dev.reg_addr("NBIO", "BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL") * 4
+    first, second = 0x80000 - 4096, 0x80000 - 8192
+    bar.write32(remap, first)
+    f.bar(0).write32(0x3000, 0x1234)
+    bar.write32(second, 0)                       # not the remapped page: no flush, the engines see nothing yet
+    assert hdp.flushes == 0 and dev.vram.read32(0x3000) == 0
+    bar.write32(first, 0)
+    assert hdp.flushes == 1 and dev.vram.read32(0x3000) == 0x1234
+    bar.write32(remap, second)
+    f.bar(0).write32(0x3000, 0x5678)
+    bar.write32(first, 0)                        # the old page: storage now
+    assert hdp.flushes == 1 and dev.vram.read32(0x3000) == 0x1234
+    bar.write32(second, 0)
+    assert hdp.flushes == 2 and dev.vram.read32(0x3000) == 0x5678
+    f.close()
