@@ -88,8 +88,11 @@ class VMMemory:
                 raise MemoryFault("global", pages[i].item() << 12, size, write, str(e)) from None
             caches.overlay(answer, (t.system, t.addr), space.u8[i * PAGE:(i + 1) * PAGE])
         off = np.searchsorted(pages, first).astype(np.int64) * PAGE + (addrs & U64(PAGE - 1)).astype(np.int64)
-        if not write:   # the 64-byte granules the accesses touched (one access spans at most two)
-            granules = np.unique(np.concatenate([off >> 6, (off + size - 1) >> 6])).tolist()
+        if not write:   # the 64-byte granules the accesses touched (a load of <= 64 bytes spans at most two)
+            if size <= 64:
+                granules = np.unique(np.concatenate([off >> 6, (off + size - 1) >> 6])).tolist()
+            else:       # instruction fetch: one address, many bytes
+                granules = sorted({g for o in off.tolist() for g in range(o >> 6, ((o + size - 1) >> 6) + 1)})
             per_page = PAGE >> 6
             for i, t in enumerate(trans):
                 mine = [g - i * per_page for g in granules if g // per_page == i]

@@ -125,3 +125,30 @@ def test_a_signal_with_the_wrong_event_index_never_arrives(dev, kernel_corpus, m
         add(out, out, out, 256, global_size=(1,), local_size=(256,), wait=True, timeout=0.5)
     monkeypatch.undo()
     dev.recover()
+
+
+@pytest.mark.parametrize("acquire", [True, False], ids=["with ACQUIRE_MEM", "without"])
+def test_code_loaded_where_a_freed_program_was_runs_only_after_the_instruction_cache_invalidation(
+        dev, kernel_corpus, monkeypatch, acquire):
+    if not acquire:
+        monkeypatch.setattr(pm4.PM4, "acquire_mem", lambda self, *a, **k: self.nop(8) + 7)
+    n = 256
+    x = RNG.random(n, np.float32)
+    bx, y = dev.alloc(4 * n), dev.alloc(4 * n)
+    dev.copyin(bx, x)
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    add(y, bx, bx, n, global_size=(1,), local_size=(256,), wait=True)     # its code now in the I$ and GL2
+    old = add.handle.image.va
+    dev.free(add.handle.image)
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")                  # copied in where add_f32 was
+    assert saxpy.handle.image.va == old
+    dev.copyin(y, np.zeros(n, np.float32))
+    try:
+        saxpy(y, bx, 3.0, n, global_size=(1,), local_size=(256,), wait=True, timeout=1.0)
+        got = np.frombuffer(dev.copyout(y), np.float32)
+    except hcq.HCQError:
+        got = None
+    if acquire:
+        assert got is not None and np.allclose(got, 3 * x)
+    else:                                        # add_f32's code ran on saxpy's arguments
+        assert got is None or not np.allclose(got, 3 * x)
