@@ -427,7 +427,20 @@ class ComputeQueue(_Queue):
                 self._select()
         return (f"rptr {self.rptr} (write-back) / {rptr} (CP_HQD_PQ_RPTR), wptr {self.wptr} "
                 f"(driver) / {wptr} (CP_HQD_PQ_WPTR) dwords, CP_HQD_ACTIVE {active}, "
-                f"GRBM_STATUS {self.gc.GRBM_STATUS.read():#010x}")
+                f"GRBM_STATUS {self.gc.GRBM_STATUS.read():#010x}{self._packet_at(rptr, wptr)}")
+
+    def _packet_at(self, rptr: int, wptr: int) -> str:
+        """The packet the CP stopped at, from the driver's own ring (PM4 type-3 header: opcode 15:8)."""
+        if rptr % self.ring_dw == wptr % self.ring_dw:
+            return ""
+        h = self.ring[rptr % self.ring_dw]
+        if h >> 30 != 3:
+            return f", stopped at a non-type-3 header {h:#010x}"
+        from amdrv.autogen import pm4 as P
+        op = h >> 8 & 0xFF
+        name = next((k[len("PACKET3_"):] for k, v in vars(P).items() if k.startswith("PACKET3_") and v == op
+                     and isinstance(v, int)), f"opcode {op:#x}")
+        return f", stopped at PACKET3 {name} (header {h:#010x})"
 
 
 class SDMAQueue(_Queue):

@@ -18,7 +18,8 @@ def _program(dev, name, code):
 def test_an_instruction_the_simulator_does_not_model_is_reported_at_once(dev):
     prog = _program(dev, "needs_sad", assemble("v_mov_b32 v1, 0\nv_sad_u8 v1, v1, v1, v1\ns_endpgm\n"))
     t0 = time.perf_counter()
-    with pytest.raises(hcq.HCQFault, match=r"did not reach \d+, a shader wave halted .*no VM fault latched; "
+    with pytest.raises(hcq.HCQFault, match=r"did not reach \d+, a shader wave halted .*stopped at PACKET3 DISPATCH_DIRECT"
+                                           r".*no VM fault latched; "
                                            r"SQ \(SE0 SA0 WGP0\): wave 0 halted at PC 0x[0-9a-f]+ \(kernel needs_sad\+0x4: "
                                            r"v_sad_u8 v1, v1, v1, v1\), EXEC 0xffffffff: no exception in SQ_WAVE_TRAPSTS"):
         prog(global_size=(1,), local_size=(32,), wait=True, timeout=30)
