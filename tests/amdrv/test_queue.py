@@ -13,7 +13,7 @@ from amdrv import sdma_packets as S
 from amdrv.am import AMGPU
 from amdrv.isa import assemble
 from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
-from amdrv.queue import (MQD, MQD_HEADER, ComputeQueue, Fence,
+from amdrv.queue import (COMPUTE_MQD, MQD_HEADER, ComputeQueue, Fence,
                          HostBuffer, QueueError, SDMAQueue)
 
 KERNELS = Path(__file__).parent / "isa" / "kernels"
@@ -56,7 +56,7 @@ def test_compute_queue_programs_the_hqd_as_kiq_init_register(gpu):
     # amdgpu_doorbell.h: the MEC's doorbells run from KIQ (0) to USERQUEUE_END (0x8A), in bytes of dwords
     assert (gc.CP_MEC_DOORBELL_RANGE_LOWER.read(), gc.CP_MEC_DOORBELL_RANGE_UPPER.read()) == (0, 0x8A * 2 * 4)
     image = gpu.dev.vram.read(q.mqd.vram.addr, 4096)
-    word = lambda name: struct.unpack_from("<I", image, MQD[name] * 4)[0]  # noqa: E731
+    word = lambda name: struct.unpack_from("<I", image, COMPUTE_MQD.offset(name))[0]  # noqa: E731
     assert word("header") == MQD_HEADER and word("cp_hqd_active") == 1
     assert word("cp_hqd_pq_base_lo") == (q.ring_va >> 8) & 0xFFFFFFFF
     assert word("cp_hqd_pq_doorbell_control") == gc.CP_HQD_PQ_DOORBELL_CONTROL.encode(

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from amdrv import structs
-from amdrv.autogen import discovery, gmc, ih, pm4, psp, sdma6, smu_13_0_0, ucode
+from amdrv.autogen import discovery, gmc, ih, mqd_v11, pm4, psp, sdma6, smu_13_0_0, ucode
 
 
 def layout(mod, name):
@@ -309,6 +309,19 @@ def test_gmc_pte_bits():
 
 # ---------------------------------------------------------------- codec
 
+def test_v11_compute_mqd_layout():
+    # include/v11_structs.h: 512 dwords, each field's "offset:" comment is its dword index
+    s = structs.get(mqd_v11, "v11_compute_mqd")
+    assert s.size == 2048
+    for name, dword in [("header", 0), ("compute_pipelinestat_enable", 11), ("compute_misc_reserved", 32),
+                        ("cp_mqd_base_addr_lo", 128), ("cp_hqd_active", 130), ("cp_hqd_vmid", 131),
+                        ("cp_hqd_pq_base_lo", 136), ("cp_hqd_pq_control", 145), ("cp_mqd_control", 162),
+                        ("cp_hqd_eop_base_addr_lo", 165), ("cp_hqd_eop_control", 167),
+                        ("cp_hqd_pq_wptr_lo", 182), ("cp_hqd_pq_wptr_hi", 183)]:
+        assert s.offset(name) == 4 * dword, name
+    assert structs.get(mqd_v11, "v11_sdma_mqd").size == 512
+
+
 def test_round_trip_and_views():
     h = structs.get(ucode, "common_firmware_header")
     vals = dict(size_bytes=0x1234, header_size_bytes=32, header_version_major=2, header_version_minor=1,
@@ -418,6 +431,7 @@ def _kernel_tree():
     # amdgpu_psp.h is kernel-internal: only its PSP runtime DB section (what gentables reads of it) is compiled
     (psp, ["amdgpu/psp_gfx_if.h", ("amdgpu/amdgpu_psp.h", "/** PSP runtime DB **/", "struct psp_context")]),
     (smu_13_0_0, ["pm/swsmu/inc/pmfw_if/smu13_driver_if_v13_0_0.h"]),
+    (mqd_v11, ["include/v11_structs.h"]),
 ])
 def test_layouts_match_gcc(mod, headers, tmp_path):
     """Every generated offset, size and bitfield position equals what gcc computes for the header."""

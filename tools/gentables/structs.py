@@ -413,7 +413,16 @@ def gen_gmc(tree, outdir: Path) -> Path:
     return w.write(outdir)
 
 
-GENERATORS = [gen_ucode, gen_discovery, gen_psp, gen_pm4, gen_sdma6, gen_smu, gen_ih, gen_gmc]
+def gen_mqd(tree, outdir: Path) -> Path:
+    files = ["include/v11_structs.h"]
+    w = ModuleWriter("mqd_v11", "Memory queue descriptors of gfx11 (v11_structs.h): v11_compute_mqd (the MEC's "
+                     "HQD image at CP_MQD_BASE_ADDR), v11_gfx_mqd, v11_sdma_mqd.", tree.origin, files)
+    h = _header(tree, files)
+    w.add_header(h, files[0])
+    return w.write(outdir)
+
+
+GENERATORS = [gen_ucode, gen_discovery, gen_psp, gen_pm4, gen_sdma6, gen_smu, gen_ih, gen_gmc, gen_mqd]
 
 
 def generate(tree, outdir: Path) -> list[Path]:
