@@ -268,6 +268,8 @@ class AMGPU:
             return
         try:
             self.gfx.wait_idle()
+            from amdrv.queue import fini_queues
+            fini_queues(self)     # hw_fini unmaps the compute queues before halting the MEC
             self.gfx.fini()
             self.sdma.fini()
             self.smu.low_clocks()

@@ -79,6 +79,10 @@ class QueueError(RuntimeError):
     """A queue failed: names the GPU, the queue, its read/write pointers and any fault, and what to do."""
 
 
+def dev_name(q) -> str:
+    return q.dev.name
+
+
 def grbm_lock(dev) -> threading.Lock:
     """The lock around GRBM_GFX_CNTL queue selection (amdgpu's srbm_mutex), one per device."""
     lock = _grbm_locks.get(dev)
@@ -364,8 +368,12 @@ class ComputeQueue(_Queue):
         gc.CP_HQD_EOP_CONTROL.write(m["cp_hqd_eop_control"])
         gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
         if gc.CP_HQD_ACTIVE.read() & 1:
-            self._dequeue(1)
+            ok = self._dequeue(1)
             gc.CP_HQD_DEQUEUE_REQUEST.write(m["cp_hqd_dequeue_request"])
+            if not ok:
+                raise QueueError(f"{dev_name(self)}: {self.name}: the HQD did not dequeue (CP_HQD_ACTIVE stays 1 "
+                                 f"after CP_HQD_DEQUEUE_REQUEST): the CP is stuck in it; a GFX soft reset "
+                                 f"(gpu.recover()) or a cold boot (DRIVERLESS_COLD_BOOT=1) is needed")
         gc.CP_HQD_PQ_RPTR.write(m["cp_hqd_pq_rptr"])
         gc.CP_HQD_PQ_WPTR_LO.write(m["cp_hqd_pq_wptr_lo"])
         gc.CP_HQD_PQ_WPTR_HI.write(m["cp_hqd_pq_wptr_hi"])
@@ -395,6 +403,24 @@ class ComputeQueue(_Queue):
         gc.CP_HQD_DEQUEUE_REQUEST.write(request)
         ok, _ = poll(gc.CP_HQD_ACTIVE.read, lambda v: not v & 1, USEC_TIMEOUT, 1000)
         return ok
+
+    def fini(self) -> None:
+        """Takes the queue off the MEC (amdgpu_amdkfd_gfx_v11 hqd_destroy: select, CP_HQD_DEQUEUE_REQUEST,
+        poll CP_HQD_ACTIVE; upstream hw_fini unmaps its compute queues through the KIQ,
+        amdgpu_gfx_disable_kcq) so no HQD outlives the driver with its ring in freed memory."""
+        with grbm_lock(self.dev):
+            self._select(self.me, self.pipe, self.queue)
+            try:
+                gc = self.gc
+                if gc.CP_HQD_ACTIVE.read() & 1:
+                    ok = self._dequeue(1)
+                    gc.CP_HQD_DEQUEUE_REQUEST.write(0)
+                    if not ok:
+                        raise QueueError(f"{dev_name(self)}: {self.name}: the HQD did not dequeue at fini "
+                                         "(CP_HQD_ACTIVE stays 1): the CP is stuck in it; the next boot must be "
+                                         "cold")
+            finally:
+                self._select()
 
     def _tick(self) -> int:
         return self.gc.GRBM_STATUS.read()
@@ -557,6 +583,14 @@ def _reset_sdma(gpu) -> None:
         gc.GRBM_SOFT_RESET.write(0)
         gc.GRBM_SOFT_RESET.read()
     gpu.sdma.enable(True)
+
+
+def fini_queues(gpu) -> None:
+    """Dequeues every compute queue created on this GPU (hw_fini's queue unmap); the SDMA rings are
+    stopped by the SDMA block's fini."""
+    for q in sorted(_queues.get(gpu, ()), key=lambda q: q.doorbell_index):
+        if q.kind == "compute":
+            q.fini()
 
 
 def recover(gpu) -> list[str]:

@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import functools
 
+from amdrv import structs
 from amdrv.autogen import ih as IHIDS
+from amdrv.autogen import mqd_v11
 from amdrv.autogen import pm4 as P
 from gpusim.device import Block, DMAError, IVEntry
 from gpusim.dispatch import DispatchFailed, run_dispatch, work_ns
@@ -73,6 +75,15 @@ NOP_ONE_DWORD = 0x3FFF
 # gfxhub_client_ids "CPC": the compute CP's own fetches and writes; on a fault it halts unless
 # CP_DEBUG.CPG_UTCL1_ERROR_HALT_DISABLE (gpusim.gmc.GMC.client_halts)
 CLIENT_CPC = 5
+# A dequeue request completes (the HQD state saved to the MQD, CP_HQD_ACTIVE 0) this many clock steps
+# after CP_HQD_DEQUEUE_REQUEST: upstream polls CP_HQD_ACTIVE for it (gfx_v11_0_kiq_init_register,
+# amdgpu_amdkfd_gfx_v11 hqd_destroy); the number is an assumption.
+DEQUEUE_STEPS = 4
+# One end-of-pipe record per RELEASE_MEM in the HQD's EOP buffer: its format is the firmware's own
+# (not public); 32 bytes (an event, its address and data) is an assumption. GFX11_MEC_HPD_SIZE
+# (gfx_v11_0.c) is 2048 bytes: 64 of them.
+EOP_RECORD_BYTES = 32
+COMPUTE_MQD = structs.get(mqd_v11, "v11_compute_mqd")
 
 
 class Hang(Exception):
@@ -93,6 +104,9 @@ class Queue:
         self.wait_written = False
         self.ibs: list[list[int]] = []   # [vmid, address, size in dwords, position] per IB level
         self.sh: dict[str, int] = {}     # SH registers SET_SH_REG wrote (COMPUTE_*)
+        self.dequeuing = False           # a CP_HQD_DEQUEUE_REQUEST is being served
+        self.generation = 0              # bumped when the queue is (re)activated or reset
+        self.eop_events = 0              # end-of-pipe records written to its EOP buffer
 
     @property
     def name(self) -> str:
@@ -110,12 +124,25 @@ class CP(Block):
             self.on_write(GC, n, functools.partial(self._w_hqd, n))
             self.on_read(GC, n, functools.partial(self._r_hqd, n))
         self.on_write(GC, "CP_PQ_WPTR_POLL_CNTL", self._w_wptr_poll_cntl)
+        for n in ("SH_MEM_CONFIG", "SH_MEM_BASES"):
+            self.on_write(GC, n, functools.partial(self._w_sh_mem, n))
+            self.on_read(GC, n, functools.partial(self._r_sh_mem, n))
+        # v11_compute_mqd field -> the HQD register the CP saves into it at a dequeue: the field named
+        # as the register in lower case (cp_hqd_pq_base_lo/_hi: CP_HQD_PQ_BASE/_HI)
+        self.mqd_regs = []
+        for field in COMPUTE_MQD.fields:
+            reg = field.upper()
+            if reg not in t and reg.endswith("_LO"):
+                reg = reg[:-3]
+            if reg.startswith(("CP_HQD_", "CP_MQD_")) and reg in self.hqd_names:
+                self.mqd_regs.append((COMPUTE_MQD.offset(field), reg))
         self.sh_names = {self.dev.reg_addr(GC, n): n for n in t.names() if n.startswith("COMPUTE_")}
         self.kernel_max_steps = KERNEL_MAX_STEPS
         self.dev.blocks["NBIO"].on_doorbell("CP", self._doorbell)   # S2A routing: gpusim.nbio
 
     def reset(self) -> None:
         self.queues: dict[tuple[int, int, int], Queue] = {}
+        self.sh_mem: dict[tuple[str, int], int] = {}     # (SH_MEM_CONFIG/BASES, VMID) -> value
         self.clock_ns = 0
         self._running = False
         self._again = False
@@ -158,12 +185,14 @@ class CP(Block):
         q = self._selected()
         q.regs[name] = value
         if name == "CP_HQD_ACTIVE":
-            if value & 1:
+            if q.hung:
+                pass         # the pipe's firmware is stuck in this queue: only a CP soft reset frees it
+            elif value & 1:
                 self._activate(q)
             else:
                 self._deactivate(q)
         elif name == "CP_HQD_DEQUEUE_REQUEST" and value & 0xF:
-            self._deactivate(q)
+            self._dequeue_request(q)
         elif name == "CP_HQD_PQ_RPTR":
             q.rptr = value & (self._ring_dwords(q) - 1)
         elif name in ("CP_HQD_PQ_WPTR_LO", "CP_HQD_PQ_WPTR_HI"):
@@ -174,7 +203,7 @@ class CP(Block):
     def _r_hqd(self, name: str) -> int:
         q = self._selected()
         if name == "CP_HQD_ACTIVE":
-            return (q.regs.get(name, 0) & ~1) | int(q.active)
+            return (q.regs.get(name, 0) & ~1) | int(q.active or bool(q.hung))
         if name == "CP_HQD_PQ_RPTR":
             return q.rptr
         return q.regs.get(name, 0)
@@ -185,19 +214,85 @@ class CP(Block):
                        f"ME {MEC_ME} with {N_PIPES} pipes of {N_QUEUES} queues; nothing runs there")
             return
         q.active, q.hung, q.waiting, q.wait_written, q.ibs = True, None, False, False, []
+        q.dequeuing, q.eop_events = False, 0
+        q.generation += 1
         q.rptr = q.regs.get("CP_HQD_PQ_RPTR", 0) & (self._ring_dwords(q) - 1)
         q.wptr = q.regs.get("CP_HQD_PQ_WPTR_LO", 0) | q.regs.get("CP_HQD_PQ_WPTR_HI", 0) << 32
         self._kick()
 
     def _deactivate(self, q: Queue) -> None:
         q.active, q.hung, q.waiting, q.wait_written, q.ibs = False, None, False, False, []
+        q.dequeuing = False
+        q.generation += 1
         self._update_busy()
 
-    def pipe_reset(self, pipe: int) -> None:
-        """The MEC pipe was reset (MEC_PIPEn_RESET, CP soft reset): its queues lose their state."""
+    def _dequeue_request(self, q: Queue) -> None:
+        """CP_HQD_DEQUEUE_REQUEST: the firmware takes the queue off the pipe, saves its HQD state to
+        the MQD at CP_MQD_BASE_ADDR/_HI (in CP_MQD_CONTROL.VMID's address space) and clears
+        CP_HQD_ACTIVE, DEQUEUE_STEPS later (amdkfd kfd_mqd_manager_v11.c get_wave_state reads the
+        control-stack fields the CP saved there at preemption). A hung queue never answers: its
+        pipe's firmware is stuck in it (amdkfd kfd_device_queue_manager.c: a preemption that times out
+        leaves "the cp ... in an unrecoverable state" and a GPU reset follows; upstream
+        gfx_v11_0_soft_reset issues the dequeues and then resets the CP without waiting for them)."""
+        if q.hung:
+            self.error(f"CP_HQD_DEQUEUE_REQUEST to the {q.name}, which is hung ({q.hung}): the request is "
+                       f"never served and CP_HQD_ACTIVE stays 1 until a CP soft reset (GRBM_SOFT_RESET CP/CPC)")
+            return
+        if not q.active or q.dequeuing:
+            return
+        q.dequeuing = True
+        self.dev.schedule(DEQUEUE_STEPS, self._dequeue_done, q, q.generation)
+
+    def _dequeue_done(self, q: Queue, generation: int) -> None:
+        if q.generation != generation or not q.dequeuing or q.hung:
+            return
+        image = bytearray(COMPUTE_MQD.size)
+        for off, reg in self.mqd_regs:
+            v = q.rptr if reg == "CP_HQD_PQ_RPTR" else 0 if reg == "CP_HQD_ACTIVE" else q.regs.get(reg, 0)
+            image[off:off + 4] = (v & 0xFFFFFFFF).to_bytes(4, "little")
+        va = (q.regs.get("CP_MQD_BASE_ADDR", 0) & ~3) | (q.regs.get("CP_MQD_BASE_ADDR_HI", 0) & 0xFFFF) << 32
+        vmid = self._f(q, "CP_MQD_CONTROL", "VMID")
+        # only the HQD part (from cp_mqd_base_addr_lo on) is the CP's; the header and COMPUTE_* dwords
+        # before it are the driver's (gfx_v11_0_compute_mqd_init)
+        first = min(off for off, _ in self.mqd_regs)
+        last = max(off for off, _ in self.mqd_regs) + 4
+        try:
+            self._write(vmid, va + first, bytes(image[first:last]), "MQD save at dequeue (CP_MQD_BASE_ADDR)")
+        except Hang as e:
+            self._hang(q, str(e))
+            return
+        self._deactivate(q)
+
+    def soft_reset(self, pipe: int) -> None:
+        """GRBM_SOFT_RESET of the CP (SOFT_RESET_CP/CPC, gfx_v11_0_soft_reset): the pipe's firmware
+        restarts and its queues lose their state, hung ones included. A pipe reset or halt through
+        CP_MEC_RS64_CNTL does not touch the HQDs: they stop being served and carry on once the pipe
+        runs again (issue 11 point 9; upstream dequeues queues before halting, gfx_v11_0_hw_fini)."""
         for q in self.queues.values():
             if q.me == MEC_ME and q.pipe == pipe and (q.active or q.hung):
                 self._deactivate(q)
+
+    def hqd_state(self) -> list[tuple[str, str]]:
+        """(queue name, "active"/"hung: why") of every HQD that is not idle-inactive."""
+        return [(q.name, f"hung: {q.hung}" if q.hung else "active") for q in self.queues.values()
+                if q.active or q.hung]
+
+    # -- SH_MEM_CONFIG / SH_MEM_BASES, banked per VMID by GRBM_GFX_CNTL.VMID (soc21_grbm_select) --------
+    def _grbm_vmid(self) -> int:
+        return self.dev.table(GC)["GRBM_GFX_CNTL"].decode(self.get(GC, "GRBM_GFX_CNTL"))["VMID"]
+
+    def _w_sh_mem(self, name: str, value: int) -> None:
+        self.sh_mem[(name, self._grbm_vmid())] = value
+
+    def _r_sh_mem(self, name: str) -> int:
+        return self.sh_mem.get((name, self._grbm_vmid()), 0)
+
+    def apertures(self, vmid: int) -> tuple[int, int]:
+        """(shared, private) flat aperture bases a wave of `vmid` sees: SH_MEM_BASES SHARED_BASE/
+        PRIVATE_BASE are bits 63:48 of each 4 GiB aperture (gmc_v11_0_early_init's shared/private
+        aperture start and end; gfx_v11_0_constants_init writes start >> 48)."""
+        f = self.dev.table(GC)["SH_MEM_BASES"].decode(self.sh_mem.get(("SH_MEM_BASES", vmid), 0))
+        return f["SHARED_BASE"] << 48, f["PRIVATE_BASE"] << 48
 
     # -- queue geometry --------------------------------------------------------------------------------
     def _ring_dwords(self, q: Queue) -> int:
@@ -213,6 +308,16 @@ class CP(Block):
     def _doorbell(self, index: int, value: int) -> bool:
         taken = False
         lo = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_LOWER", "DOORBELL_RANGE_LOWER") << 2
+        # CP_PQ_STATUS.DOORBELL_ENABLE: gfx_v11_0_kiq_init_register sets it after activating the queue;
+        # the CP takes no queue doorbell while it is 0 (assumption: the field's name; the register's
+        # reset value is 0 in gc_11_0_0)
+        if not self.dev.field(GC, "CP_PQ_STATUS", "DOORBELL_ENABLE"):
+            if any(q.active and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_EN")
+                   and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_OFFSET") == index
+                   for q in self.queues.values()):
+                self.error(f"doorbell {index} for a compute queue while CP_PQ_STATUS.DOORBELL_ENABLE is 0: "
+                           "the CP does not take it")
+            return
         hi = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_UPPER", "DOORBELL_RANGE_UPPER") << 2
         for q in self.queues.values():
             if not (q.active and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_EN")
@@ -309,8 +414,8 @@ class CP(Block):
     def _hang(self, q: Queue, why: str) -> None:
         q.hung = why
         q.waiting = False
-        self.error(f"{q.name} hung at rptr {q.rptr:#x} (wptr {q.wptr:#x}): {why}; it stays hung until a "
-                   f"dequeue (CP_HQD_DEQUEUE_REQUEST), a pipe reset or a CP soft reset")
+        self.error(f"{q.name} hung at rptr {q.rptr:#x} (wptr {q.wptr:#x}): {why}; it stays hung (a dequeue "
+                   f"request is not served) until a CP soft reset (GRBM_SOFT_RESET CP/CPC) or a mode1 reset")
 
     def _run(self, q: Queue) -> None:
         moved = False
@@ -472,8 +577,10 @@ class CP(Block):
 
     def _p_dispatch_direct(self, q, body):
         self.dispatches += 1
+        vmid = self._exec_vmid(q)
         try:
-            insts, _ = run_dispatch(self.dev, q.sh, body[:3], body[3], self._exec_vmid(q), self.kernel_max_steps)
+            insts, _ = run_dispatch(self.dev, q.sh, body[:3], body[3], vmid, self.kernel_max_steps,
+                                    apertures=self.apertures(vmid))
         except DispatchFailed as e:
             self.advance(work_ns(e.instructions), device=True)
             sq = self.dev.blocks.get("SQ")
@@ -483,10 +590,26 @@ class CP(Block):
         self.advance(work_ns(insts), device=True)
         return True
 
+    def _eop_record(self, q: Queue, body) -> None:
+        """The CP queues each end-of-pipe event (RELEASE_MEM) in the HQD's EOP buffer at
+        CP_HQD_EOP_BASE_ADDR/_HI << 8 (the driver writes the address >> 8, gfx_v11_0_compute_mqd_init),
+        CP_HQD_EOP_CONTROL.EOP_SIZE giving its size (2^(EOP_SIZE+1) dwords), in the queue's VMID. A
+        wrong or unmapped base faults and hangs the queue (issue 17). Record format: assumption
+        (EOP_RECORD_BYTES)."""
+        base = (q.regs.get("CP_HQD_EOP_BASE_ADDR", 0) | (q.regs.get("CP_HQD_EOP_BASE_ADDR_HI", 0) & 0xFF) << 32) << 8
+        size = 4 << (self._f(q, "CP_HQD_EOP_CONTROL", "EOP_SIZE") + 1)
+        slots = max(1, size // EOP_RECORD_BYTES)
+        rec = b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in (body[0], body[1], body[2], body[3],
+                                                                         body[4], body[5], body[6], q.eop_events))
+        self._write(self._vmid(q), base + (q.eop_events % slots) * EOP_RECORD_BYTES, rec[:EOP_RECORD_BYTES],
+                    "end-of-pipe record in the EOP buffer (CP_HQD_EOP_BASE_ADDR << 8)")
+        q.eop_events += 1
+
     def _p_release_mem(self, q, body):
         sel = body[1]
         data_sel, int_sel, dst_sel = sel >> 29 & 7, sel >> 24 & 7, sel >> 16 & 3
         addr = body[2] | body[3] << 32
+        self._eop_record(q, body)
         if dst_sel > 1:
             raise Hang(f"RELEASE_MEM DST_SEL {dst_sel}: not memory or TC_L2")
         event, index = body[0] & 0x3F, body[0] >> 8 & 0xF

@@ -164,9 +164,10 @@ def stopped_waves(e: ExecError) -> list[dict]:
             for w, x in zip(e.waves, execs)]
 
 
-def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int):
+def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int, apertures=(0, 0)):
     """Runs one DISPATCH_DIRECT with the SH registers `sh` (register name -> value) in `vmid`'s address
-    space; returns (instructions, waves) or raises DispatchFailed."""
+    space, with `apertures` = (shared, private) flat aperture bases from that VMID's SH_MEM_BASES;
+    returns (instructions, waves) or raises DispatchFailed."""
     t = dev.table("GC")
     ini = t["COMPUTE_DISPATCH_INITIATOR"].decode(initiator)
     if not ini["COMPUTE_SHADER_EN"]:
@@ -195,7 +196,7 @@ def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int)
     mem = VMMemory(dev.blocks["GMC"], vmid)
     try:
         r = launch_regs(code, mem, grid, block, user, rsrc1, rsrc2, rsrc3, lds, private,
-                        name=f"kernel@{code:#x}", max_steps=max_steps, wg_offset=start)
+                        name=f"kernel@{code:#x}", max_steps=max_steps, wg_offset=start, apertures=apertures)
     except ExecError as e:
         done = getattr(e, "instructions", 0)
         if mem.fault is not None:

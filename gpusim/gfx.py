@@ -231,8 +231,11 @@ class GFX(Block):
             if in_reset or restart:
                 self.hung[e.name].discard(p)
                 self.running[e.name].discard(p)
-                if e.name == "MEC" and "CP" in self.dev.blocks:
-                    self.dev.blocks["CP"].pipe_reset(p)   # its queues lose their state
+            if restart and e.name == "MEC" and "CP" in self.dev.blocks:
+                # a CP soft reset: the pipe's queues lose their state. A pipe reset or halt through
+                # CP_MEC_RS64_CNTL leaves the HQDs as they are (issue 11 point 9: nothing upstream says
+                # otherwise, and gfx_v11_0_hw_fini dequeues its queues before halting the MEC)
+                self.dev.blocks["CP"].soft_reset(p)
             if not runs:
                 self.running[e.name].discard(p)
             elif p not in self.running[e.name] and p not in self.hung[e.name]:

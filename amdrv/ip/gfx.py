@@ -26,7 +26,7 @@ from amdrv.firmware import files_for, parse
 
 # gfx_v11_0.c: DEFAULT_SH_MEM_CONFIG = ADDRESS_MODE 64, ALIGNMENT_MODE UNALIGNED, INITIAL_INST_PREFETCH 3
 SH_MEM_ADDRESS_MODE_64, SH_MEM_ALIGNMENT_MODE_UNALIGNED = 0, 3
-# gmc_v11_0.c: the flat apertures the shaders of VMIDs 1..7 see (bits 63:48 go into SH_MEM_BASES)
+# gmc_v11_0.c: the flat apertures the shaders of VMIDs 0..7 see (bits 63:48 go into SH_MEM_BASES)
 SHARED_APERTURE_START, PRIVATE_APERTURE_START = 0x2000000000000000, 0x1000000000000000
 # gfx_v11_0_init_compute_vmid: LDS_APP_BASE / SCRATCH_APP_BASE for the KFD (compute) VMIDs
 LDS_APP_BASE, SCRATCH_APP_BASE = 0x1, 0x2
@@ -149,8 +149,9 @@ class GFX:
         for vmid in range(NUM_VMID):
             self.grbm_select(vmid=vmid)
             gc.SH_MEM_CONFIG.write(config)
-            if vmid:
-                gc.SH_MEM_BASES.write(compute_bases if vmid >= FIRST_COMPUTE_VMID else bases)
+            # Upstream skips VMID 0 (the kernel's VMID runs no shaders under amdgpu); this driver
+            # dispatches in VMID 0, so its waves need the flat apertures too (issue 11 point 4).
+            gc.SH_MEM_BASES.write(compute_bases if vmid >= FIRST_COMPUTE_VMID else bases)
         self.grbm_select()
         for vmid in range(1, NUM_VMID):  # firmware grants GDS/GWS/OA to the VMIDs that use them
             for name in (f"GDS_VMID{vmid}_BASE", f"GDS_VMID{vmid}_SIZE", f"GDS_GWS_VMID{vmid}",

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amdrv.isa.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, N_SROWS, OP, Unsupported,
-                                    compile_instruction, pack_lanes, unpack_lanes)
+from amdrv.isa.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, N_SROWS, OP, PRIVATE_HI, SHARED_HI,
+                                    Unsupported, compile_instruction, pack_lanes, unpack_lanes)
 from amdrv.isa.wave_memory import ByteSpace, FlatMemory, MemoryFault
 
 U32, U64 = np.uint32, np.uint64
@@ -115,11 +115,16 @@ class Program:
     PAGE = 4096
 
     def __init__(self, code: bytes, base: int, vgprs: int = 256, name: str = "kernel", fetch=None,
-                 entry: int | None = None):
+                 entry: int | None = None, apertures=None):
         self.code, self.base, self.nv, self.name = bytes(code), base, vgprs, name
         self.entry = base if entry is None else entry      # where() counts from the kernel's first instruction
         self.fetch = fetch
         self.pages: dict[int, bytes] = {}       # fetch mode: code pages by address
+        # flat apertures (shared, private): 64-bit bases of 4 GiB windows, the high dword compared
+        if apertures is None:
+            self.shared_hi, self.private_hi = SHARED_HI, PRIVATE_HI
+        else:
+            self.shared_hi, self.private_hi = (int(a) >> 32 & 0xFFFFFFFF for a in apertures)
         self.cache: dict[int, Compiled] = {}
 
     def where(self, pc: int) -> str:
@@ -197,6 +202,7 @@ class Executor:
     def __init__(self, program: Program, memory, n_slots: int, lds_size: int,
                  n_waves: int = 0, first_wave: int = 0, private_size: int = 0):
         self.prog = program
+        self.shared_hi, self.private_hi = program.shared_hi, program.private_hi
         self.memory = memory
         self.lds_size = lds_size
         self.lds = ByteSpace(max(1, n_slots * lds_size), "LDS")
@@ -427,7 +433,7 @@ def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values:
 def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, rsrc2: int, rsrc3: int = 0,
                 lds_bytes: int = 0, private_bytes: int = 0, name: str = "kernel", max_waves: int = 16384,
                 max_steps: int = 10**7, code: bytes | None = None, wg_offset=(0, 0, 0),
-                code_base: int | None = None) -> DispatchResult:
+                code_base: int | None = None, apertures=None) -> DispatchResult:
     """Run a wave32 dispatch from what a command processor knows, its registers: the code at
     `code_address` (COMPUTE_PGM_LO/HI; `code` if given, else fetched through `memory.fetch(addr, n)`
     or `memory.load`), `grid` work-items (x, y, z) in `block`-sized workgroups (NUM_THREAD_*),
@@ -437,7 +443,8 @@ def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, 
     RSRC1.VGPRS granules of 8 VGPRs, `lds_bytes` of LDS per workgroup and `private_bytes` of
     private memory per work-item. Partial workgroups at the grid's edges launch only their
     work-items. A dispatch that takes more than `max_steps` scheduler steps (instructions of one
-    lockstep group) is reported as hung (ExecError)."""
+    lockstep group) is reported as hung (ExecError). `apertures` = (shared, private) flat aperture bases
+    (SH_MEM_BASES of the dispatching VMID; default gmc_v11_0's)."""
     from amdrv.isa.codeobj import RSRC1, RSRC2, _fields
     grid = tuple(grid) + (1,) * (3 - len(grid))
     block = tuple(block) + (1,) * (3 - len(block))
@@ -462,7 +469,8 @@ def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, 
         fetch = getattr(memory, "fetch", None) or (lambda a, n: memory.load(
             np.arange(a, a + n, 4, dtype=U64), 4).astype(U32).tobytes())
         code = b""
-    prog = Program(code, code_address if code_base is None else code_base, vgprs, name, fetch, code_address)
+    prog = Program(code, code_address if code_base is None else code_base, vgprs, name, fetch, code_address,
+                   apertures)
     lds_size = lds_bytes
     if lds_size > 65536:
         raise ValueError(f"kernel {name}: {lds_size} bytes of LDS per workgroup exceeds 64 KiB")

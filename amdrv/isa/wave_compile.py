@@ -33,10 +33,13 @@ CBRANCH = {"s_cbranch_scc0": (SCC, True), "s_cbranch_scc1": (SCC, False),
            "s_cbranch_vccz": (VCC, True), "s_cbranch_vccnz": (VCC, False),
            "s_cbranch_execz": (EXEC, True), "s_cbranch_execnz": (EXEC, False)}
 # Flat-address apertures (the high dword of a 64-bit flat address) for LDS and private memory, as
-# SH_MEM_BASES reports them: shared base in bits 31:16, private base in bits 15:0.
-SHARED_HI, PRIVATE_HI = 0x1000_0000, 0x2000_0000
+# SH_MEM_BASES reports them: shared base in bits 31:16, private base in bits 15:0. A dispatch takes
+# them from its VMID's SH_MEM_BASES (Program.apertures); these defaults, for the executor used on its
+# own, are gmc_v11_0_early_init's shared (0x2000...) and private (0x1000...) aperture starts.
+SHARED_HI, PRIVATE_HI = 0x2000_0000, 0x1000_0000
 SH_MEM_BASES = (SHARED_HI >> 16) << 16 | (PRIVATE_HI >> 16)
 HW_REGS = {15: SH_MEM_BASES}          # hwreg ids s_getreg_b32 may read: HW_REG_SH_MEM_BASES
+HW_REG_SH_MEM_BASES = 15
 APERTURE_REGS = {"src_shared_base": SHARED_HI, "src_private_base": PRIVATE_HI}
 SEXT_LOADS = {"i8": (1, 8), "i16": (2, 16)}
 LOAD_SIZES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2,
@@ -253,8 +256,26 @@ def vwriter(op: ins.Operand, t, hi: bool = False, nv: int = 256):
 OP, BRANCH, CBR, END, BARRIER, IBR = range(6)
 
 
+def _with_apertures(inst, shared_hi: int, private_hi: int):
+    """inst with src_shared_base/src_private_base replaced by the dispatch's aperture high dwords."""
+    vals = {"src_shared_base": shared_hi, "src_private_base": private_hi}
+    ops = tuple(ins.Operand(ins.LITERAL, value=vals[o.reg], name=o.name)
+                if o.kind == ins.SPECIAL and o.reg in vals else o for o in inst.operands)
+    y = inst.vopd_y
+    if y is not None:
+        y = _with_apertures(y, shared_hi, private_hi)
+    if ops == inst.operands and y is inst.vopd_y:
+        return inst
+    return replace(inst, operands=ops, vopd_y=y)
+
+
 def compile_instruction(inst, pc, prog):
-    """(kind, fn, branch target) for one instruction at `pc`; `prog.nv` is the VGPR allocation."""
+    """(kind, fn, branch target) for one instruction at `pc`; `prog.nv` is the VGPR allocation;
+    `prog.shared_hi`/`prog.private_hi` (when present) the flat apertures' high dwords."""
+    shared_hi = getattr(prog, "shared_hi", SHARED_HI)
+    private_hi = getattr(prog, "private_hi", PRIVATE_HI)
+    if (shared_hi, private_hi) != (SHARED_HI, PRIVATE_HI):
+        inst = _with_apertures(inst, shared_hi, private_hi)
     name = inst.op
     fmt = inst.fmt
     if name in NOPS:
@@ -607,8 +628,11 @@ def _salu(name, inst, pc):
         hwid, lo, width = v & 0x3F, (v >> 6) & 0x1F, ((v >> 11) & 0x1F) + 1
         if hwid not in HW_REGS:
             raise Unsupported(f"s_getreg_b32 of hardware register {hwid}")
-        val = np.array((HW_REGS[hwid] >> lo) & ((1 << width) - 1), U32)
+        mask = (1 << width) - 1
         w = swriter(dsts[0], U32)
+        if hwid == HW_REG_SH_MEM_BASES:     # the dispatch's apertures (Executor.shared_hi/private_hi)
+            return lambda g, x: w(g, np.array(((x.shared_hi >> 16) << 16 | x.private_hi >> 16) >> lo & mask, U32))
+        val = np.array((HW_REGS[hwid] >> lo) & mask, U32)
         return lambda g, x: w(g, val)
     if name == "s_getpc_b64":
         w = swriter(dsts[0], U64)
@@ -788,7 +812,9 @@ def _flat_parts(g, m, full, x, a, size, write):
     """Route flat addresses: the LDS and private apertures to those spaces (offset = the low
     dword), everything else to global memory. None when every lane is global."""
     hi = (a >> U64(32)).astype(U32)
-    lds, prv = hi == SHARED_HI, hi == PRIVATE_HI
+    # an address in both (equal bases, e.g. SH_MEM_BASES never written) goes to LDS: assumption
+    lds = hi == U32(x.shared_hi)
+    prv = (hi == U32(x.private_hi)) & ~lds
     if not (lds.any() or prv.any()):
         return None
     parts = []

@@ -13,6 +13,7 @@ from amdrv import sdma_packets as S
 from amdrv.am import AMGPU
 from amdrv.isa import assemble
 from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
+from amdrv.regs import Register
 from amdrv.queue import (COMPUTE_MQD, MQD_HEADER, ComputeQueue, Fence,
                          HostBuffer, QueueError, SDMAQueue)
 
@@ -319,3 +320,88 @@ def test_sdma_copy_to_unmapped_memory_is_a_decoded_fault_then_recover(gpu):
     b.fence(done.va, 2)
     s.submit(b.buf)
     s.wait(done, 2, timeout_s=5)
+
+
+# ------------------------------------------------------------------ driver steps the simulator enforces
+def test_eop_base_must_be_shifted_by_8(gpu, monkeypatch):
+    """The CP writes its end-of-pipe records at CP_HQD_EOP_BASE_ADDR << 8 (issue 17): an EOP base
+    written unshifted points into unmapped space, and the first RELEASE_MEM faults."""
+    mqd_values = ComputeQueue._mqd_values
+
+    def unshifted(self):
+        m = mqd_values(self)
+        m["cp_hqd_eop_base_addr_lo"], m["cp_hqd_eop_base_addr_hi"] = self.eop.va & 0xFFFFFFFF, self.eop.va >> 32
+        return m
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    q = ComputeQueue(gpu)
+    b = pm4.PM4()
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    q.wait(done, 1, timeout_s=5)                              # shifted: runs
+    monkeypatch.setattr(ComputeQueue, "_mqd_values", unshifted)
+    q2 = ComputeQueue(gpu, pipe=1)
+    q2.submit(b.buf)
+    with pytest.raises(QueueError, match=r"(?i)fault"):
+        q2.wait(Fence(host, 8), 1, timeout_s=1, min_reads=2000)
+
+
+def test_doorbells_need_cp_pq_status_doorbell_enable(gpu):
+    q = ComputeQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    gpu.dev.reg("GC").CP_PQ_STATUS.update(DOORBELL_ENABLE=0)   # the last step of kiq_init_register left out
+    b = pm4.PM4()
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    with pytest.raises(QueueError, match="timed out"):
+        q.wait(done, 1, timeout_s=0.02, min_reads=300)
+    q.init()
+    q.submit(b.buf)
+    q.wait(done, 1, timeout_s=5)
+
+
+def test_fini_dequeues_the_compute_queues(monkeypatch):
+    """Upstream hw_fini unmaps its compute queues (amdgpu_gfx_disable_kcq); a fini that only halts the
+    MEC leaves the HQD active (pipe halts keep HQD state, issue 11 point 9), its ring in freed memory."""
+    def run(dequeue: bool):
+        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=71, vram_size=512 << 20))
+        sim = g.dev.pci.dev
+        queues = [ComputeQueue(g), ComputeQueue(g, pipe=2, queue=3)]  # noqa: F841 (the driver holds them)
+        with monkeypatch.context() as m:
+            if not dequeue:
+                m.setattr(ComputeQueue, "fini", lambda self: None)
+            g.fini()
+        return sim.blocks["CP"].hqd_state()
+    assert run(True) == []
+    left = run(False)
+    assert sorted(name for name, _ in left) == ["compute queue me 1 pipe 0 queue 0", "compute queue me 1 pipe 2 queue 3"]
+
+
+def test_recover_needs_the_grbm_soft_reset_of_the_cp(gpu, monkeypatch):
+    """A hung queue does not answer a dequeue request; only gfx_v11_0_soft_reset's GRBM_SOFT_RESET of the
+    CP frees it (issue 17: recovery without it must fail)."""
+    import amdrv.queue as Q
+    q = ComputeQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = pm4.PM4()
+    b.buf.extend((pm4.header(0x01, 0), 0))                    # no such packet: the queue hangs
+    q.submit(b.buf)
+    real = Q._reset_compute
+    update = Register.update
+
+    def no_grbm_soft_reset(g):
+        with monkeypatch.context() as m:                      # GRBM_SOFT_RESET of CP/GFX/CPF/CPC/CPG left out
+            m.setattr(Register, "update", lambda self, **f: None if self.name == "GRBM_SOFT_RESET"
+                      else update(self, **f))
+            real(g)
+    monkeypatch.setattr(Q, "_reset_compute", no_grbm_soft_reset)
+    with pytest.raises(QueueError, match="did not dequeue"):
+        gpu.recover()
+    monkeypatch.setattr(Q, "_reset_compute", real)
+    gpu.recover()
+    b = pm4.PM4()
+    b.release_mem(done.va, 2)
+    q.submit(b.buf)
+    q.wait(done, 2, timeout_s=5)

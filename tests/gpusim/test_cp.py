@@ -117,11 +117,30 @@ class Queue:
         with self.selected():
             return bool(self.gc.CP_HQD_ACTIVE.read() & 1)
 
-    def dequeue(self) -> None:
+    def dequeue(self, soft_reset_if_hung: bool = True) -> None:
+        """As amdgpu_amdkfd_gfx_v11 hqd_destroy: request, poll CP_HQD_ACTIVE (it takes a few steps);
+        a hung queue never dequeues: then the CP soft reset of gfx_v11_0_soft_reset."""
         with self.selected():
             self.gc.CP_HQD_DEQUEUE_REQUEST.write(1)
-            assert not self.gc.CP_HQD_ACTIVE.read() & 1
+            for _ in range(50):
+                if not self.gc.CP_HQD_ACTIVE.read() & 1:
+                    break
             self.gc.CP_HQD_DEQUEUE_REQUEST.write(0)
+            active = self.gc.CP_HQD_ACTIVE.read() & 1
+        if active and soft_reset_if_hung:
+            cp_soft_reset(self.gpu)
+            assert not self.active()
+
+
+def cp_soft_reset(gpu) -> None:
+    """The CP part of gfx_v11_0_soft_reset, then the MEC started again as cp_resume does."""
+    gc = gpu.dev.reg("GC")
+    cntl = gc.CP_MEC_RS64_CNTL.read()
+    gc.GRBM_SOFT_RESET.update(SOFT_RESET_CP=1, SOFT_RESET_CPC=1)
+    gc.GRBM_SOFT_RESET.update(SOFT_RESET_CP=0, SOFT_RESET_CPC=0)
+    gc.CP_MEC_RS64_CNTL.write(cntl)
+    gpu.gfx.config_mec_rs64()
+    gpu.gfx.cp_compute_enable(True)
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +309,7 @@ def test_release_mem_interrupt_when_enabled(gpu, sim, queue):
     (pkt3(P.PACKET3_RELEASE_MEM, 0, 0, 0, 0, 0, 0), "RELEASE_MEM with 6 body dwords"),
     ([0x00001234], "type-0 packet"),
 ])
-def test_bad_packet_hangs_the_queue_until_dequeued(gpu, sim, queue, bad, why):
+def test_bad_packet_hangs_the_queue_until_a_cp_soft_reset(gpu, sim, queue, bad, why):
     out = buf(gpu)
     queue.submit(write_data(out.va, 1))
     at = queue.wptr
@@ -301,8 +320,11 @@ def test_bad_packet_hangs_the_queue_until_dequeued(gpu, sim, queue, bad, why):
     assert any(why in e.message and "hung" in e.message for e in sim.errors), sim.errors
     queue.submit(write_data(out.va + 8, 3))                            # a hung queue stays hung
     assert u32(gpu, out, 8) == [0] and busy(gpu)
-    queue.dequeue()                                                    # the reset upstream does
-    assert not busy(gpu)
+    queue.dequeue(soft_reset_if_hung=False)                            # a hung queue does not dequeue
+    assert queue.active() and busy(gpu)
+    assert any("never served" in e.message for e in sim.errors), sim.errors
+    cp_soft_reset(gpu)                                                 # the reset upstream does
+    assert not busy(gpu) and not queue.active()
     queue.__init__(gpu, queue.pipe, queue.queue, queue.doorbell)       # set up again: runs
     queue.submit(write_data(out.va + 12, 4))
     assert u32(gpu, out, 12) == [4]
@@ -365,14 +387,66 @@ def test_queue_does_not_run_while_the_mec_is_halted(gpu, sim, queue):
     assert not sim.errors, sim.errors
 
 
-def test_pipe_reset_clears_a_hung_queue(gpu, sim, queue):
-    queue.submit(pkt3(P.PACKET3_DRAW_INDEX_AUTO, 0, 0))
-    assert busy(gpu) and queue.active()
+def test_pipe_halt_and_reset_keep_the_hqd_only_a_cp_soft_reset_clears_it(gpu, sim, queue):
+    """Issue 11 point 9: HQD state survives a pipe halt/reset (CP_MEC_RS64_CNTL); a hung queue stays hung
+    through it; the GRBM soft reset of the CP (gfx_v11_0_soft_reset) clears it."""
+    out = buf(gpu)
     gc = gpu.dev.reg("GC")
     cntl = gc.CP_MEC_RS64_CNTL.read()
     gc.CP_MEC_RS64_CNTL.update(MEC_HALT=1, **{f"MEC_PIPE{queue.pipe}_RESET": 1})
     gc.CP_MEC_RS64_CNTL.write(cntl)
+    assert queue.active()                                              # still active: runs on
+    queue.submit(write_data(out.va, 5))
+    assert u32(gpu, out) == [5]
+    queue.submit(pkt3(P.PACKET3_DRAW_INDEX_AUTO, 0, 0))
+    assert busy(gpu) and queue.active()
+    gc.CP_MEC_RS64_CNTL.update(MEC_HALT=1, **{f"MEC_PIPE{queue.pipe}_RESET": 1})
+    gc.CP_MEC_RS64_CNTL.write(cntl)
+    assert busy(gpu) and queue.active()                                # still hung
+    cp_soft_reset(gpu)
     assert not busy(gpu) and not queue.active()
+
+
+def test_dequeue_takes_time_and_saves_the_hqd_to_the_mqd(gpu, sim, queue):
+    """CP_HQD_ACTIVE reads 1 for a few steps after CP_HQD_DEQUEUE_REQUEST; then the HQD registers are
+    in the MQD at CP_MQD_BASE_ADDR (v11_compute_mqd layout, generated from v11_structs.h)."""
+    from gpusim.cp import COMPUTE_MQD
+    out = buf(gpu)
+    mqd = buf(gpu)
+    gc = gpu.dev.reg("GC")
+    queue.submit(write_data(out.va, 1) + write_data(out.va, 2))
+    with queue.selected():
+        gc.CP_MQD_BASE_ADDR.write(mqd.va & 0xFFFFFFFC)
+        gc.CP_MQD_BASE_ADDR_HI.write(mqd.va >> 32)
+        gc.CP_HQD_DEQUEUE_REQUEST.write(1)
+        assert gc.CP_HQD_ACTIVE.read() & 1                              # not at once
+        for _ in range(20):
+            if not gc.CP_HQD_ACTIVE.read() & 1:
+                break
+        assert not gc.CP_HQD_ACTIVE.read() & 1
+        gc.CP_HQD_DEQUEUE_REQUEST.write(0)
+    image = gpu.dev.vram.read(mqd.vram.addr, COMPUTE_MQD.size)
+    m = COMPUTE_MQD.unpack_from(image)
+    assert m.cp_hqd_pq_base_lo == (queue.ring.va >> 8) & 0xFFFFFFFF
+    assert m.cp_hqd_eop_base_addr_lo == (queue.eop.va >> 8) & 0xFFFFFFFF
+    assert m.cp_mqd_base_addr_lo == mqd.va & 0xFFFFFFFC
+    assert m.cp_hqd_pq_rptr == queue.wptr and m.cp_hqd_active == 0
+    assert m.header == 0                                               # the driver's part is not the CP's
+
+
+def test_dequeue_with_an_unmapped_mqd_never_completes(gpu, sim, queue):
+    gc = gpu.dev.reg("GC")
+    with queue.selected():
+        gc.CP_MQD_BASE_ADDR.write(0)
+        gc.CP_MQD_BASE_ADDR_HI.write(0x7F00)                           # never mapped
+    queue.dequeue(soft_reset_if_hung=False)
+    assert queue.active()
+    assert any("MQD save" in e.message for e in sim.errors), sim.errors
+    fault = gpu.gmc.decode_fault("GC")                                 # read and cleared
+    assert fault is not None and fault.address >> 32 == 0x7F00 and fault.write
+    gpu.ih.poll()
+    cp_soft_reset(gpu)
+    assert not queue.active()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -387,7 +461,7 @@ def kernels(tmp_path_factory):
     if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
         pytest.skip("clang-15 and ld.lld-15 are needed to build the kernels")
     out, found = tmp_path_factory.mktemp("cp_kernels"), {}
-    for name in ("add_f32", "private_array", "grid3d", "local_reverse"):
+    for name in ("add_f32", "private_array", "grid3d", "local_reverse", "generic_lds_private"):
         obj, so = out / f"{name}.o", out / f"{name}.so"
         subprocess.run(["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
                         "-nogpulib", "-O2", "-c", str(KERNELS / f"{name}.cl"), "-o", str(obj)], check=True)
@@ -705,3 +779,118 @@ def test_without_acquire_mem_a_dispatch_reads_old_kernargs(gpu, sim, queue, add_
     queue.submit(words)                                                  # gfx_v11_0_emit_mem_sync first
     assert np.array_equal(np.frombuffer(gpu.dev.vram.read(mo2.vram.addr, 4 * n), np.float32), a + b)
     assert not sim.errors
+
+
+# ------------------------------------------------------------------------------------------------
+# flat apertures from the dispatching VMID's SH_MEM_BASES (issue 11 point 4)
+
+def generic_lds_private(gpu, queue, kern, n=64):
+    """Runs generic_lds_private (flat loads through both the LDS and the private aperture); returns
+    (what it wrote, what it should have)."""
+    a = np.random.default_rng(5).integers(-1000, 1000, n).astype(np.int32)
+    ma, mo = upload(gpu, a.tobytes()), buf(gpu, 4 * n)
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (n // 64, 1, 1), (64, 1, 1)))
+    i = np.arange(n)
+    want = np.where(a & 1, a[(i // 64) * 64 + (i % 64 + 1) % 64] * 3, a[(i + (a & 15)) % n] + (a & 15))
+    return np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.int32), want
+
+
+def set_sh_mem_bases(gpu, vmid: int, **fields) -> int:
+    gc = gpu.dev.reg("GC")
+    gc.GRBM_GFX_CNTL.write(VMID=vmid)
+    try:
+        old = gc.SH_MEM_BASES.read()
+        gc.SH_MEM_BASES.write(gc.SH_MEM_BASES.encode(**fields))
+    finally:
+        gc.GRBM_GFX_CNTL.write(0)
+    return old
+
+
+def test_sh_mem_bases_are_banked_per_vmid_and_the_driver_programs_vmid_0(gpu, sim):
+    gc = gpu.dev.reg("GC")
+    seen = {}
+    for vmid in (0, 1, 8):
+        gc.GRBM_GFX_CNTL.write(VMID=vmid)
+        seen[vmid] = gc.SH_MEM_BASES.decode()
+    gc.GRBM_GFX_CNTL.write(0)
+    # gmc_v11_0: shared aperture 0x2000..., private 0x1000... (>> 48); VMIDs 8..15: LDS_APP_BASE/SCRATCH_APP_BASE
+    assert (seen[0]["SHARED_BASE"], seen[0]["PRIVATE_BASE"]) == (0x2000, 0x1000) == \
+        (seen[1]["SHARED_BASE"], seen[1]["PRIVATE_BASE"])
+    assert (seen[8]["SHARED_BASE"], seen[8]["PRIVATE_BASE"]) == (1, 2)
+    assert sim.blocks["CP"].apertures(0) == (0x2000 << 48, 0x1000 << 48)
+
+
+def test_flat_lds_and_private_follow_the_vmids_sh_mem_bases(gpu, sim, queue, kernels):
+    kern = kernels["generic_lds_private"]
+    got, want = generic_lds_private(gpu, queue, kern)
+    assert np.array_equal(got, want) and not sim.errors, sim.errors
+    old = set_sh_mem_bases(gpu, 0, SHARED_BASE=0x4000, PRIVATE_BASE=0x5000)   # elsewhere: the kernel reads
+    try:                                                                      # them, so it still works
+        got, want = generic_lds_private(gpu, queue, kern)
+        assert np.array_equal(got, want)
+        set_sh_mem_bases(gpu, 0, SHARED_BASE=0, PRIVATE_BASE=0)              # never programmed: one aperture
+        got, want = generic_lds_private(gpu, queue, kern)                     # holds both, private reads
+        assert not np.array_equal(got, want)                                  # land in LDS
+    finally:
+        gc = gpu.dev.reg("GC")
+        gc.GRBM_GFX_CNTL.write(VMID=0)
+        gc.SH_MEM_BASES.write(old)
+        gc.GRBM_GFX_CNTL.write(0)
+
+
+
+def test_a_driver_that_leaves_vmid_0_sh_mem_bases_unprogrammed_gets_wrong_data(debian_firmware, kernels,
+                                                                               monkeypatch):
+    """Upstream gfx_v11_0_constants_init skips SH_MEM_BASES for VMID 0 (amdgpu runs no shaders there);
+    this driver dispatches in VMID 0, so doing as upstream does breaks generic pointers."""
+    from amdrv.ip.gfx import GFX
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    real = GFX.constants_init
+
+    def upstream_vmid0(self):
+        real(self)
+        self.grbm_select(vmid=0)
+        self.gc.SH_MEM_BASES.write(0)          # as if never written (its reset value)
+        self.grbm_select()
+    monkeypatch.setattr(GFX, "constants_init", upstream_vmid0)
+    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=91, vram_size=512 << 20))
+    try:
+        got, want = generic_lds_private(g, Queue(g, 0, 0, 6), kernels["generic_lds_private"])
+        assert not np.array_equal(got, want)
+    finally:
+        g.dev.close()
+
+
+def test_release_mem_writes_an_eop_record_at_eop_base_shifted_by_8(gpu, sim, queue):
+    from gpusim.cp import EOP_RECORD_BYTES
+    out = buf(gpu)
+    gpu.dev.vram.write(queue.eop.vram.addr, bytes(4096))
+    queue.submit(release_mem(out.va, 7) + release_mem(out.va + 8, 8))
+    assert u64(gpu, out) == 7 and u64(gpu, out, 8) == 8
+    rec = u32(gpu, queue.eop, 0, 2 * EOP_RECORD_BYTES // 4)
+    assert rec[2] == out.va & 0xFFFFFFFF and rec[EOP_RECORD_BYTES // 4 + 2] == (out.va + 8) & 0xFFFFFFFF
+    # the base unshifted (the address, not the address >> 8): the records go to an unmapped address
+    gpu.ih.poll()
+    with queue.selected():
+        gpu.dev.reg("GC").CP_HQD_EOP_BASE_ADDR.write(queue.eop.va & 0xFFFFFFFF)
+        gpu.dev.reg("GC").CP_HQD_EOP_BASE_ADDR_HI.write(queue.eop.va >> 32)
+    queue.submit(release_mem(out.va + 16, 9))
+    assert u64(gpu, out, 16) == 0 and busy(gpu)
+    assert any("EOP buffer" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address == (queue.eop.va << 8) & ((1 << 48) - 1)
+    gpu.ih.poll()
+
+
+def test_doorbells_do_not_reach_the_cp_without_pq_status_doorbell_enable(gpu, sim, queue):
+    out = buf(gpu)
+    gc = gpu.dev.reg("GC")
+    gc.CP_PQ_STATUS.update(DOORBELL_ENABLE=0)
+    try:
+        queue.submit(write_data(out.va, 1))
+        assert u32(gpu, out) == [0]
+        assert any("DOORBELL_ENABLE" in e.message for e in sim.errors), sim.errors
+    finally:
+        gc.CP_PQ_STATUS.update(DOORBELL_ENABLE=1)
+    queue.submit([])
+    assert u32(gpu, out) == [1]
