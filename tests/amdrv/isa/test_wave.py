@@ -474,6 +474,16 @@ def test_generic_ptr(kernel_corpus, size):
     assert np.array_equal(out[1], np.where(i & 1, a, a + 1))      # the global half was incremented
 
 
+def test_generic_lds_private(kernel_corpus):
+    """Flat loads through both apertures (src_shared_base/src_private_base via SH_MEM_BASES)."""
+    n, wg = 128, 64
+    a = rng.integers(-1000, 1000, n).astype(i32)
+    out, _ = run(kernel_corpus["generic_lds_private"], (n,), (wg,), [np.zeros(n, i32), a, u32(n)], [0])
+    i = np.arange(n)
+    want = np.where(a & 1, a[(i // wg) * wg + (i % wg + 1) % wg] * 3, a[(i + (a & 15)) % n] + (a & 15))
+    assert np.array_equal(out[0], want)
+
+
 def test_dpp_shuffle(kernel_corpus, size):
     n, wg = size
     a = rng.integers(-10**6, 10**6, n).astype(i32)
