@@ -308,16 +308,6 @@ class CP(Block):
     def _doorbell(self, index: int, value: int) -> bool:
         taken = False
         lo = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_LOWER", "DOORBELL_RANGE_LOWER") << 2
-        # CP_PQ_STATUS.DOORBELL_ENABLE: gfx_v11_0_kiq_init_register sets it after activating the queue;
-        # the CP takes no queue doorbell while it is 0 (assumption: the field's name; the register's
-        # reset value is 0 in gc_11_0_0)
-        if not self.dev.field(GC, "CP_PQ_STATUS", "DOORBELL_ENABLE"):
-            if any(q.active and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_EN")
-                   and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_OFFSET") == index
-                   for q in self.queues.values()):
-                self.error(f"doorbell {index} for a compute queue while CP_PQ_STATUS.DOORBELL_ENABLE is 0: "
-                           "the CP does not take it")
-            return
         hi = self.dev.field(GC, "CP_MEC_DOORBELL_RANGE_UPPER", "DOORBELL_RANGE_UPPER") << 2
         for q in self.queues.values():
             if not (q.active and self._f(q, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_EN")
