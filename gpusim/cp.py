@@ -181,8 +181,15 @@ class CP(Block):
     def _f(self, q: Queue, reg: str, field: str) -> int:
         return self.dev.table(GC)[reg].decode(q.regs.get(reg, 0))[field]
 
-    def _w_hqd(self, name: str, value: int) -> None:
+    def _w_hqd(self, name: str, value: int):
         q = self._selected()
+        gfx = self.dev.blocks.get("GFX")
+        if q.me == MEC_ME and gfx is not None and gfx.mec_starting(q.pipe):
+            # upstream waits udelay(50) after unhalting the MEC (gfx_v11_0_cp_compute_enable) before it
+            # programs queues: the write is lost (assumption, gpusim.gfx MEC_START_STEPS)
+            self.error(f"{name} of the {q.name} written while MEC pipe {q.pipe} is still starting (just "
+                       f"unhalted): the write is lost")
+            return q.regs.get(name, 0)
         q.regs[name] = value
         if name == "CP_HQD_ACTIVE":
             if q.hung:

@@ -42,7 +42,9 @@ firmware), `pipes_running(engine)`, `hung`, `banked(name, me, pipe)`, `set_busy(
 from __future__ import annotations
 
 import functools
+import random
 import struct
+import zlib
 from dataclasses import dataclass
 
 from amdrv.autogen import psp as P
@@ -50,7 +52,16 @@ from gpusim.device import Block
 from gpusim.fwcheck import fw_type_name
 
 GC = "GC"
-AUTOLOAD_STEPS = 10        # clock steps from AUTOLOAD_RLC to BOOTLOAD_COMPLETE (the driver polls for it)
+# Seeded latencies (clock steps, one per polled register read in the stepped mode), drawn per event from a
+# generator seeded by the chip, so a run is deterministic:
+# - AUTOLOAD_RLC to BOOTLOAD_COMPLETE: the RLC loads every engine. Longer than the ~30 register reads a
+#   cold boot makes between AUTOLOAD_RLC and gfx_v11_0_wait_for_rlc_autoload_complete's first poll, so a
+#   driver that does not wait for it fails (issue 17); the real figure is not public (assumption).
+AUTOLOAD_STEPS = (48, 96)
+# - MEC unhalt to its pipes serving queues: upstream waits udelay(50) after gfx_v11_0_cp_compute_enable
+#   (one step is 1 us); while they start, CP_STAT/GRBM_STATUS read busy and HQD register writes to that
+#   pipe are lost (assumption: the firmware initialises its queues as it starts).
+MEC_START_STEPS = (10, 40)
 CACHE_OP_STEPS = 1
 VMID_RESET_STEPS = 2
 IMU_RESETS_RELEASED = 0x1F     # GFX_IMU_GFX_RESET_CTRL: what imu_v11_0_wait_for_reset_status waits for
@@ -119,6 +130,10 @@ class GFX(Block):
         self.on_write(GC, "CP_VMID_RESET", self._w_vmid_reset)
 
     def reset(self) -> None:
+        if not hasattr(self, "rng"):           # one stream per device: reset draws go on from where they were
+            self.rng = random.Random(zlib.crc32(f"GFX {self.dev.chip}".encode()))
+        self.starting: set[int] = set()        # MEC pipes whose firmware is starting (MEC_START_STEPS)
+        self._start_gens: dict[int, int] = {}
         self.autoloading = False
         self.rlc_autoload_complete = False
         self.running: dict[str, set] = {e.name: set() for e in ENGINES}   # pipes executing their firmware
@@ -157,7 +172,11 @@ class GFX(Block):
         (self.busy.add if busy else self.busy.discard)(source)
 
     def is_busy(self) -> bool:
-        return self.autoloading or bool(self.busy) or any(self.hung.values())
+        return self.autoloading or bool(self.busy) or any(self.hung.values()) or bool(self.starting)
+
+    def mec_starting(self, pipe: int) -> bool:
+        """The MEC pipe was just started and its firmware does not serve queues yet (MEC_START_STEPS)."""
+        return pipe in self.starting
 
     # -- RLC autoload (started by the PSP's AUTOLOAD_RLC) -------------------------------------------
     def start_autoload(self) -> None:
@@ -173,7 +192,7 @@ class GFX(Block):
             self.error("RLC autoload started with no SMU firmware loaded: the RLC waits for the SMU and never "
                        "completes (the CP stays busy until a mode1 reset)")
             return
-        self.dev.schedule(AUTOLOAD_STEPS, self._autoload_done)
+        self.dev.schedule(self.rng.randint(*AUTOLOAD_STEPS), self._autoload_done)
 
     def _autoload_done(self) -> None:
         self.autoloading = False
@@ -231,6 +250,8 @@ class GFX(Block):
             if in_reset or restart:
                 self.hung[e.name].discard(p)
                 self.running[e.name].discard(p)
+                if e.name == "MEC":
+                    self.starting.discard(p)
             if restart and e.name == "MEC" and "CP" in self.dev.blocks:
                 # a CP soft reset: the pipe's queues lose their state. A pipe reset or halt through
                 # CP_MEC_RS64_CNTL leaves the HQDs as they are (issue 11 point 9: nothing upstream says
@@ -238,7 +259,10 @@ class GFX(Block):
                 self.dev.blocks["CP"].soft_reset(p)
             if not runs:
                 self.running[e.name].discard(p)
-            elif p not in self.running[e.name] and p not in self.hung[e.name]:
+                if e.name == "MEC":
+                    self.starting.discard(p)
+            elif p not in self.running[e.name] and p not in self.hung[e.name] and not (
+                    e.name == "MEC" and p in self.starting):
                 self._start_pipe(e, p)
 
     def _start_pipe(self, e: MicroEngine, p: int) -> None:
@@ -249,8 +273,17 @@ class GFX(Block):
                        f"entry point is {want[0]:#x}/{want[1]:#x} (ucode_start_addr of gc {e.part}): the pipe "
                        f"runs garbage and hangs")
             self.hung[e.name].add(p)
+        elif e.name == "MEC":
+            self.starting.add(p)
+            gen = self._start_gens[p] = self._start_gens.get(p, 0) + 1
+            self.dev.schedule(self.rng.randint(*MEC_START_STEPS), self._mec_pipe_ready, p, gen)
         else:
             self.running[e.name].add(p)
+
+    def _mec_pipe_ready(self, p: int, gen: int) -> None:
+        if p in self.starting and gen == self._start_gens.get(p):
+            self.starting.discard(p)
+            self.running["MEC"].add(p)     # queues with work run at the CP's next poll
 
     def _reevaluate(self, restart_engines=()) -> None:
         t = self.dev.table(GC)

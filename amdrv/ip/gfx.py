@@ -41,6 +41,7 @@ GOLDEN_GC_11_0_1 = (
     ("PA_SC_VRS_SURFACE_CNTL_1", 0xFFF891FF, 0x55480100), ("TA_CNTL_AUX", 0xF7F7FFFF, 0x01030000),
     ("TCP_CNTL2", 0xFCFFFFFF, 0x0000000A))
 AUTOLOAD_TIMEOUT_S = 0.1  # adev->usec_timeout (AMDGPU_MAX_USEC_TIMEOUT, 100 ms)
+MEC_START_S = 50e-6       # gfx_v11_0_cp_compute_enable: udelay(50) after unhalting the MEC
 
 
 class GFXError(RuntimeError):
@@ -170,7 +171,20 @@ class GFX:
             fields[f"MEC_PIPE{p}_RESET"] = off
             fields[f"MEC_PIPE{p}_ACTIVE"] = on
         self.gc.CP_MEC_RS64_CNTL.update(**fields)
+        if enable:
+            self.wait_mec_start()
 
+    def wait_mec_start(self) -> None:
+        """Upstream's udelay(50) after the unhalt: the MEC's pipes are not ready at once. Waits the 50 us
+        and, beyond them, until CP_STAT reads 0 (as gfx_v11_0_cp_gfx_enable does for the ME/PFP), so a
+        clock that runs on register reads (the simulator) sees the time pass too."""
+        t0 = time.perf_counter()
+        ok, v = poll(self.gc.CP_STAT.read, lambda v: v == 0, AUTOLOAD_TIMEOUT_S, 1000)
+        if not ok:
+            raise self._fail(f"the MEC did not come up after unhalting it: CP_STAT reads {v:#010x}")
+        left = MEC_START_S - (time.perf_counter() - t0)
+        if left > 0:
+            time.sleep(left)
     # ---------------------------------------------------------------- state
     def mec_ready(self) -> bool:
         f = self.gc.CP_MEC_RS64_CNTL.decode()

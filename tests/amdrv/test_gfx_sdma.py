@@ -79,6 +79,7 @@ def test_a_wrong_mec_start_address_hangs_the_mec_and_the_boot_says_so(monkeypatc
 
     monkeypatch.setattr(GFX, "__init__", off_by_one_instruction)
     fn = fresh(33)
-    with pytest.raises(AMError, match="cold boot failed in gfx: .*GFX did not go idle: GRBM_STATUS .* GUI_ACTIVE"):
+    with pytest.raises(AMError, match="cold boot failed in gfx: .*(GFX did not go idle: GRBM_STATUS .* GUI_ACTIVE|"
+                                        "the MEC did not come up after unhalting it: CP_STAT reads 0x8)"):
         AMGPU.open(fn)
     assert any("entry point" in str(e) for e in fn.dev.errors)

@@ -13,6 +13,7 @@ from amdrv import sdma_packets as S
 from amdrv.am import AMGPU
 from amdrv.isa import assemble
 from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
+from amdrv.ip.gfx import GFXError
 from amdrv.regs import Register
 from amdrv.queue import (COMPUTE_MQD, MQD_HEADER, ComputeQueue, Fence,
                          HostBuffer, QueueError, SDMAQueue)
@@ -397,11 +398,49 @@ def test_recover_needs_the_grbm_soft_reset_of_the_cp(gpu, monkeypatch):
                       else update(self, **f))
             real(g)
     monkeypatch.setattr(Q, "_reset_compute", no_grbm_soft_reset)
-    with pytest.raises(QueueError, match="did not dequeue"):
-        gpu.recover()
+    with pytest.raises((QueueError, GFXError), match="did not (dequeue|come up)"):
+        gpu.recover()                                         # the hung queue keeps the CP busy
     monkeypatch.setattr(Q, "_reset_compute", real)
     gpu.recover()
     b = pm4.PM4()
     b.release_mem(done.va, 2)
     q.submit(b.buf)
     q.wait(done, 2, timeout_s=5)
+
+
+def test_cold_boot_needs_the_wait_for_the_rlc_autoload(monkeypatch):
+    """Issue 17: the RLC autoload takes longer than the reads a boot makes before polling for it
+    (gpusim.gfx AUTOLOAD_STEPS): a driver that does not wait (gfx_v11_0_wait_for_rlc_autoload_complete)
+    unhalts the MEC too early and the boot fails."""
+    from amdrv.am import AMError
+    from amdrv.ip.gfx import GFX
+    monkeypatch.setattr(GFX, "wait_for_rlc_autoload", lambda self, *a, **k: None)
+    with pytest.raises(AMError, match="cold boot failed in gfx"):
+        AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=72, vram_size=512 << 20))
+
+
+def test_recover_needs_the_wait_after_the_mec_unhalt(gpu, monkeypatch):
+    """gfx_v11_0_cp_compute_enable's udelay(50): queues programmed while the MEC pipes are still starting
+    are lost (gpusim.gfx MEC_START_STEPS), so a recover that does not wait leaves no working queue."""
+    from amdrv.ip.gfx import GFX
+    q = ComputeQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = pm4.PM4()
+    b.buf.extend((pm4.header(0x01, 0), 0))                    # hang it
+    q.submit(b.buf)
+    b = pm4.PM4()
+    b.release_mem(done.va, 1)
+    with monkeypatch.context() as m:
+        m.setattr(GFX, "wait_mec_start", lambda self: None)
+        try:
+            gpu.recover()
+            q.submit(b.buf)
+            q.wait(done, 1, timeout_s=0.05, min_reads=500)
+        except (QueueError, GFXError):
+            pass
+        else:
+            pytest.fail("a queue set up before the MEC pipes were ready worked")
+    gpu.recover()
+    q.submit(b.buf)
+    q.wait(done, 1, timeout_s=5)

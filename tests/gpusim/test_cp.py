@@ -132,6 +132,12 @@ class Queue:
             assert not self.active()
 
 
+def wait_mec(gpu) -> None:
+    """udelay(50) after a MEC unhalt (gfx_v11_0_cp_compute_enable): one simulated us per register read."""
+    for _ in range(50):
+        gpu.dev.reg("GC").GRBM_STATUS.read()
+
+
 def cp_soft_reset(gpu) -> None:
     """The CP part of gfx_v11_0_soft_reset, then the MEC started again as cp_resume does."""
     gc = gpu.dev.reg("GC")
@@ -382,7 +388,7 @@ def test_queue_does_not_run_while_the_mec_is_halted(gpu, sim, queue):
         assert u32(gpu, out) == [0] and queue.rptr_report() == 0
     finally:
         gc.CP_MEC_RS64_CNTL.write(cntl)
-    gc.GRBM_STATUS.read()                                              # the MEC runs again: the queue goes on
+    wait_mec(gpu)                                                      # the MEC runs again: the queue goes on
     assert u32(gpu, out) == [1]
     assert not sim.errors, sim.errors
 
@@ -395,6 +401,7 @@ def test_pipe_halt_and_reset_keep_the_hqd_only_a_cp_soft_reset_clears_it(gpu, si
     cntl = gc.CP_MEC_RS64_CNTL.read()
     gc.CP_MEC_RS64_CNTL.update(MEC_HALT=1, **{f"MEC_PIPE{queue.pipe}_RESET": 1})
     gc.CP_MEC_RS64_CNTL.write(cntl)
+    wait_mec(gpu)
     assert queue.active()                                              # still active: runs on
     queue.submit(write_data(out.va, 5))
     assert u32(gpu, out) == [5]

@@ -79,6 +79,14 @@ def cp_compute_enable(gc, enable):
     on, off = int(enable), int(not enable)
     gc.update("CP_MEC_RS64_CNTL", MEC_INVALIDATE_ICACHE=off, MEC_HALT=off,
               **{f"MEC_PIPE{p}_RESET": off for p in range(4)}, **{f"MEC_PIPE{p}_ACTIVE": on for p in range(4)})
+    if enable:
+        udelay(gc, 50)
+
+
+def udelay(gc, us):
+    """Upstream's udelay: the simulated clock moves one step (1 us) per register read."""
+    for _ in range(us):
+        gc.r("GRBM_STATUS")
 
 
 def cp_gfx_enable(gc, enable, tries=50):
@@ -288,6 +296,8 @@ def test_soft_reset_held_keeps_pipes_stopped(firmware):
     cp_compute_enable(gc, True)
     assert gc.f("CP_MEC_RS64_CNTL", "MEC_HALT") == 0 and not g.mec_running
     gc.update("GRBM_SOFT_RESET", SOFT_RESET_CPC=0)
+    assert g.mec_pipes == frozenset() and gc.r("CP_STAT")             # starting: not at once
+    udelay(gc, 50)
     assert g.mec_pipes == {0, 1, 2, 3}
 
 
@@ -314,3 +324,37 @@ def test_entry_point_offsets_match_the_header_layout():
     layout = structs.get(ucode, "gfx_firmware_header_v2_0")
     assert (layout.offset("ucode_start_addr_lo"), layout.offset("ucode_start_addr_hi")) == \
         (G._START_LO, G._START_HI)
+
+
+def test_mec_pipes_are_not_ready_at_once_after_the_unhalt(firmware):
+    """gfx_v11_0_cp_compute_enable waits udelay(50) after unhalting the MEC: until its pipes are up,
+    CP_STAT reads busy and HQD register writes are lost (gpusim.gfx MEC_START_STEPS)."""
+    dev, gc, fw = build(firmware)
+    g = dev.blocks["GFX"]
+    psp_load_everything(dev, fw)
+    wait_for_rlc_autoload_complete(gc)
+    config_gfx_rs64(gc, fw)
+    gc.update("CP_MEC_RS64_CNTL", MEC_INVALIDATE_ICACHE=0, MEC_HALT=0, **{f"MEC_PIPE{p}_RESET": 0 for p in range(4)},
+              **{f"MEC_PIPE{p}_ACTIVE": 1 for p in range(4)})
+    assert g.mec_pipes == frozenset() and gc.r("CP_STAT")
+    gc.grbm_select(1, 0, queue=0)
+    gc.w("CP_HQD_PQ_BASE", 0x1234)
+    assert gc.r("CP_HQD_PQ_BASE") == 0                                # lost
+    assert any("still starting" in e.message for e in dev.errors)
+    dev.errors.clear()
+    steps = next(i for i in range(100) if gc.r("CP_STAT") == 0)
+    assert 5 <= steps <= 50                                           # within upstream's 50 us
+    gc.w("CP_HQD_PQ_BASE", 0x1234)
+    assert gc.r("CP_HQD_PQ_BASE") == 0x1234 and g.mec_pipes == {0, 1, 2, 3} and not dev.errors
+    gc.grbm_select(0, 0)
+
+
+def test_rlc_autoload_takes_longer_than_the_boot_reads_before_its_poll(firmware):
+    """Issue 17: the autoload must not be complete before the driver could look (AUTOLOAD_STEPS)."""
+    from gpusim.gfx import AUTOLOAD_STEPS
+    dev, gc, fw = build(firmware)
+    psp_load_everything(dev, fw)
+    start = dev.steps
+    polls = wait_for_rlc_autoload_complete(gc)
+    assert polls is not None and dev.steps - start >= AUTOLOAD_STEPS[0] and polls >= 10
+
