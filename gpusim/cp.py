@@ -35,8 +35,11 @@ Strictness: a queue runs only while its MEC pipe runs its firmware (gpusim.gfx);
 CP_MEC_DOORBELL_RANGE does not reach the MEC. An unknown opcode, a packet of the wrong length, a
 non-type-3 header, a fault on the ring, an IB or a packet's address, or a kernel that faults or does
 not finish HANGS the queue: the read pointer stops at the packet, CP_STAT/GRBM_STATUS read busy, the
-reason is in dev.errors, and only a dequeue (CP_HQD_DEQUEUE_REQUEST), a reset of its pipe, a CP soft
-reset or a mode1 reset clears it.
+reason is in dev.errors; a hung queue ignores dequeue requests, and only the GRBM soft reset of the CP or a
+mode1 reset clears it. HQD state survives a MEC halt or pipe reset; a dequeue takes DEQUEUE_STEPS and saves
+the HQD registers to the MQD (CP_MQD_BASE_ADDR, v11_compute_mqd). RELEASE_MEM writes an end-of-pipe record
+at CP_HQD_EOP_BASE_ADDR << 8. SH_MEM_CONFIG/SH_MEM_BASES are banked per GRBM_GFX_CNTL.VMID and give a
+dispatch its flat LDS/private apertures.
 
 Simulator choices: a rung queue runs at once, to completion or until it blocks or hangs (deterministic;
 a driver polling a fence in memory sees it done); WAIT_REG_MEM that does not match blocks the queue and
@@ -48,7 +51,7 @@ of a privileged queue (PQ_CONTROL.PRIV_STATE) runs in the VMID of its control wo
 queue's. The GPU clock counter (RELEASE_MEM DATA_SEL 3, COPY_DATA SRC_SEL 9) counts 100 MHz ticks of a
 clock that is the device clock plus the work the CP did (PACKET_NS per packet, gpusim.dispatch.work_ns
 per dispatch; in the stepped mode a dispatch also moves the device clock on by that time), so timestamps
-are monotonic and a kernel takes time. The EOP buffer and the MQD in memory are not used.
+are monotonic and a kernel takes time. The MQD is written at a dequeue and never read (no MAP_QUEUES).
 """
 from __future__ import annotations
 
