@@ -57,11 +57,11 @@ GC = "GC"
 # - AUTOLOAD_RLC to BOOTLOAD_COMPLETE: the RLC loads every engine. Longer than the ~30 register reads a
 #   cold boot makes between AUTOLOAD_RLC and gfx_v11_0_wait_for_rlc_autoload_complete's first poll, so a
 #   driver that does not wait for it fails (issue 17); the real figure is not public (assumption).
-AUTOLOAD_STEPS = (48, 96)
+AUTOLOAD_MIN_STEPS, AUTOLOAD_STEPS = 48, 96      # drawn in [min, max]
 # - MEC unhalt to its pipes serving queues: upstream waits udelay(50) after gfx_v11_0_cp_compute_enable
 #   (one step is 1 us); while they start, CP_STAT/GRBM_STATUS read busy and HQD register writes to that
 #   pipe are lost (assumption: the firmware initialises its queues as it starts).
-MEC_START_STEPS = (10, 40)
+MEC_START_STEPS = (25, 45)
 CACHE_OP_STEPS = 1
 VMID_RESET_STEPS = 2
 IMU_RESETS_RELEASED = 0x1F     # GFX_IMU_GFX_RESET_CTRL: what imu_v11_0_wait_for_reset_status waits for
@@ -192,7 +192,7 @@ class GFX(Block):
             self.error("RLC autoload started with no SMU firmware loaded: the RLC waits for the SMU and never "
                        "completes (the CP stays busy until a mode1 reset)")
             return
-        self.dev.schedule(self.rng.randint(*AUTOLOAD_STEPS), self._autoload_done)
+        self.dev.schedule(self.rng.randint(AUTOLOAD_MIN_STEPS, AUTOLOAD_STEPS), self._autoload_done)
 
     def _autoload_done(self) -> None:
         self.autoloading = False

@@ -504,7 +504,9 @@ def test_amdevice_caches_only_where_reading_is_costly(monkeypatch, tmp_path):
 
 # measured round trips (first open: the binary read, filling the cache; second: from the cache) per link
 BRIDGE_OPEN = {"bot": (2_430, 280), "uas": (179, 22)}
-WARM_BOOT = {"bot": (4_014, 1_864), "uas": (323, 166)}
+# +~11 UAS / +~24 BOT round trips since the MEC start wait (gfx_v11_0_cp_compute_enable udelay(50), gpusim.gfx
+# MEC_START_STEPS: the simulated clock moves one step per round trip)
+WARM_BOOT = {"bot": (4_088, 1_938), "uas": (334, 177)}
 
 
 @pytest.mark.parametrize("link", ["bot", "uas"])
