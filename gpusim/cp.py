@@ -82,10 +82,12 @@ CLIENT_CPC = 5
 # after CP_HQD_DEQUEUE_REQUEST: upstream polls CP_HQD_ACTIVE for it (gfx_v11_0_kiq_init_register,
 # amdgpu_amdkfd_gfx_v11 hqd_destroy); the number is an assumption.
 DEQUEUE_STEPS = 4
-# One end-of-pipe record per RELEASE_MEM in the HQD's EOP buffer: its format is the firmware's own
-# (not public); 32 bytes (an event, its address and data) is an assumption. GFX11_MEC_HPD_SIZE
-# (gfx_v11_0.c) is 2048 bytes: 64 of them.
+# One end-of-pipe entry per RELEASE_MEM in the HQD's EOP buffer, 8 dwords (amdkfd kfd_mqd_manager_v11.c
+# update_mqd: "0xFF EOP entries (= 0x7F8 dwords)"); the CP submits at most entries - 1 events and EOP_SIZE
+# above 0xA is not clamped correctly by the hardware (same comment). What an entry holds is the
+# firmware's own: the packet's dwords here (assumption). GFX11_MEC_HPD_SIZE (2048 bytes): 64 entries.
 EOP_RECORD_BYTES = 32
+EOP_SIZE_MAX = 0xA
 COMPUTE_MQD = structs.get(mqd_v11, "v11_compute_mqd")
 
 
@@ -597,8 +599,15 @@ class CP(Block):
         wrong or unmapped base faults and hangs the queue (issue 17). Record format: assumption
         (EOP_RECORD_BYTES)."""
         base = (q.regs.get("CP_HQD_EOP_BASE_ADDR", 0) | (q.regs.get("CP_HQD_EOP_BASE_ADDR_HI", 0) & 0xFF) << 32) << 8
-        size = 4 << (self._f(q, "CP_HQD_EOP_CONTROL", "EOP_SIZE") + 1)
-        slots = max(1, size // EOP_RECORD_BYTES)
+        eop_size = self._f(q, "CP_HQD_EOP_CONTROL", "EOP_SIZE")
+        slots = (4 << (eop_size + 1)) // EOP_RECORD_BYTES
+        if eop_size > EOP_SIZE_MAX:
+            raise Hang(f"CP_HQD_EOP_CONTROL.EOP_SIZE {eop_size:#x} > {EOP_SIZE_MAX:#x}: more EOP entries than the "
+                       f"8-bit per-SE EOP done count, which the hardware does not clamp (kfd_mqd_manager_v11.c)")
+        if slots < 2:
+            raise Hang(f"CP_HQD_EOP_CONTROL.EOP_SIZE {eop_size}: an EOP buffer of {2 << eop_size} dwords holds "
+                       f"{slots} entries of 8 dwords and the CP submits at most entries - 1 end-of-pipe events "
+                       f"(kfd_mqd_manager_v11.c): it cannot submit this RELEASE_MEM")
         rec = b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in (body[0], body[1], body[2], body[3],
                                                                          body[4], body[5], body[6], q.eop_events))
         self._write(self._vmid(q), base + (q.eop_events % slots) * EOP_RECORD_BYTES, rec[:EOP_RECORD_BYTES],

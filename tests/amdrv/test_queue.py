@@ -347,6 +347,27 @@ def test_eop_base_must_be_shifted_by_8(gpu, monkeypatch):
         q2.wait(Fence(host, 8), 1, timeout_s=1, min_reads=2000)
 
 
+def test_eop_size_must_be_programmed(gpu, monkeypatch):
+    """CP_HQD_EOP_CONTROL.EOP_SIZE at its reset value 0 (the write dropped) is a 2-dword EOP buffer: no
+    room for one 8-dword EOP entry, so the CP cannot submit the RELEASE_MEM (kfd_mqd_manager_v11.c)."""
+    mqd_values = ComputeQueue._mqd_values
+
+    def no_eop_size(self):
+        m = mqd_values(self)
+        m["cp_hqd_eop_control"] = 0
+        return m
+    monkeypatch.setattr(ComputeQueue, "_mqd_values", no_eop_size)
+    q = ComputeQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = pm4.PM4()
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    with pytest.raises(QueueError, match="timed out"):
+        q.wait(done, 1, timeout_s=0.05, min_reads=500)
+    assert any("EOP_SIZE 0" in e.message for e in gpu.dev.pci.dev.errors)
+
+
 def test_doorbells_need_cp_pq_status_doorbell_enable(gpu):
     q = ComputeQueue(gpu)
     host = HostBuffer(gpu, 4096)

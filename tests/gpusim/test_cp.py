@@ -441,16 +441,31 @@ def test_dequeue_takes_time_and_saves_the_hqd_to_the_mqd(gpu, sim, queue):
     assert m.header == 0                                               # the driver's part is not the CP's
 
 
-def test_dequeue_with_an_unmapped_mqd_never_completes(gpu, sim, queue):
+def test_dequeue_with_an_unmapped_mqd_faults(gpu, sim, queue):
+    """The MQD save goes through the page tables as a CPC access: with the driver's CP_DEBUG (no halt on
+    a UTCL1 error) it lands in the default page and the fault is latched; with the halt it never completes."""
     gc = gpu.dev.reg("GC")
+    gpu.ih.poll()
     with queue.selected():
         gc.CP_MQD_BASE_ADDR.write(0)
         gc.CP_MQD_BASE_ADDR_HI.write(0x7F00)                           # never mapped
     queue.dequeue(soft_reset_if_hung=False)
-    assert queue.active()
-    assert any("MQD save" in e.message for e in sim.errors), sim.errors
+    assert not queue.active()
     fault = gpu.gmc.decode_fault("GC")                                 # read and cleared
     assert fault is not None and fault.address >> 32 == 0x7F00 and fault.write
+    gpu.ih.poll()
+    queue.__init__(gpu, queue.pipe, queue.queue, queue.doorbell)
+    with queue.selected():
+        gc.CP_MQD_BASE_ADDR.write(0)
+        gc.CP_MQD_BASE_ADDR_HI.write(0x7F00)
+    gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=0)
+    try:
+        queue.dequeue(soft_reset_if_hung=False)
+        assert queue.active()
+        assert any("MQD save" in e.message for e in sim.errors), sim.errors
+    finally:
+        gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=1)
+    assert gpu.gmc.decode_fault("GC") is not None
     gpu.ih.poll()
     cp_soft_reset(gpu)
     assert not queue.active()
@@ -881,11 +896,20 @@ def test_release_mem_writes_an_eop_record_at_eop_base_shifted_by_8(gpu, sim, que
     with queue.selected():
         gpu.dev.reg("GC").CP_HQD_EOP_BASE_ADDR.write(queue.eop.va & 0xFFFFFFFF)
         gpu.dev.reg("GC").CP_HQD_EOP_BASE_ADDR_HI.write(queue.eop.va >> 32)
-    queue.submit(release_mem(out.va + 16, 9))
-    assert u64(gpu, out, 16) == 0 and busy(gpu)
-    assert any("EOP buffer" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+    queue.submit(release_mem(out.va + 16, 9))              # the driver's CP_DEBUG: no halt, the fence comes
+    assert u64(gpu, out, 16) == 9 and not busy(gpu)
     fault = gpu.gmc.decode_fault("GC")
     assert fault is not None and fault.address == (queue.eop.va << 8) & ((1 << 48) - 1)
+    gpu.ih.poll()
+    gc = gpu.dev.reg("GC")
+    gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=0)       # halting on the fault: the queue hangs
+    try:
+        queue.submit(release_mem(out.va + 24, 10))
+        assert u64(gpu, out, 24) == 0 and busy(gpu)
+        assert any("EOP buffer" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+    finally:
+        gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=1)
+    assert gpu.gmc.decode_fault("GC") is not None
     gpu.ih.poll()
 
 
@@ -901,3 +925,16 @@ def test_doorbells_do_not_reach_the_cp_without_pq_status_doorbell_enable(gpu, si
         gc.CP_PQ_STATUS.update(DOORBELL_ENABLE=1)
     queue.submit([])
     assert u32(gpu, out) == [1]
+
+
+@pytest.mark.parametrize("eop_size, why", [(0, "holds 0 entries"), (2, "holds 1 entries"), (0xB, "> 0xa")])
+def test_eop_size_outside_what_the_cp_can_use_hangs_release_mem(gpu, sim, queue, eop_size, why):
+    """kfd_mqd_manager_v11.c update_mqd: 8-dword EOP entries, at most entries - 1 submitted, EOP_SIZE
+    above 0xA not clamped by the hardware."""
+    out = buf(gpu)
+    with queue.selected():
+        gpu.dev.reg("GC").CP_HQD_EOP_CONTROL.write(EOP_SIZE=eop_size)
+    queue.submit(write_data(out.va, 1) + release_mem(out.va + 8, 2))
+    assert u32(gpu, out) == [1] and u64(gpu, out, 8) == 0 and busy(gpu)
+    assert any(why in e.message and "hung" in e.message for e in sim.errors), sim.errors
+
