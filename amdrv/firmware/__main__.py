@@ -3,7 +3,8 @@
   status             every pinned file: verified, missing or bad (override directory, then cache)
   verify [--dir DIR] exit 0 only when every pinned file is present and matches its pin
   fetch [--chip C]   download what is missing into the cache (all chips by default)
-  seed DIR           copy pinned files found in DIR (e.g. /lib/firmware/amdgpu) into the cache, verified
+  seed DIR           copy pinned files found in DIR (e.g. /lib/firmware/amdgpu) into the cache, verified;
+                     other versions and compressed files are skipped (exit 0: the download takes over)
   inspect FILE       header fields and components of one firmware file
 """
 import argparse
@@ -13,6 +14,8 @@ from pathlib import Path
 from amdrv import chips
 from amdrv.firmware import parse, pins
 from amdrv.firmware.store import FirmwareError, FirmwareStore, check, pin_of
+
+COMPRESSED = (".zst", ".xz")   # how distributions other than Debian ship linux-firmware (not read: skipped)
 
 
 def _status(store: FirmwareStore) -> int:
@@ -41,20 +44,32 @@ def _verify_dir(directory: Path) -> int:
 
 
 def _seed(store: FirmwareStore, directory: Path) -> int:
-    copied, bad = 0, 0
+    """Copies the pinned files DIR holds into the cache. Seeding only saves downloads: a file that is not
+    the pinned release (another linux-firmware version, or compressed .zst/.xz as newer distributions ship)
+    is skipped with one line saying so, and never fails the command; the pinned download (or the offline
+    error listing what is missing) takes over at first use."""
+    copied, skipped = 0, []
     for name in sorted(pins.PINS):
         p = next((q for q in (directory / name, directory / "amdgpu" / name) if q.is_file()), None)
         if p is None:
+            packed = next((q for ext in COMPRESSED for q in (directory / (name + ext),
+                                                              directory / "amdgpu" / (name + ext)) if q.is_file()),
+                          None)
+            if packed is not None:
+                skipped.append(f"{packed.name} (compressed)")
             continue
         try:
             store.store(name, check(pin_of(name), p.read_bytes(), str(p)))
             copied += 1
-        except FirmwareError as e:
-            bad += 1
-            print(e, file=sys.stderr)
-    print(f"seed: {copied} pinned files copied from {directory} into {store.cache}"
-          + (f", {bad} rejected" if bad else ""))
-    return 0 if bad == 0 and copied else 1
+        except FirmwareError:
+            skipped.append(f"{name} (not the pinned size/sha256)")
+        except OSError as e:
+            skipped.append(f"{name} ({e.strerror or e})")
+    print(f"seed: {copied} pinned files copied from {directory} into {store.cache}")
+    if skipped:
+        print(f"seed: skipped {len(skipped)} file(s) that are not linux-firmware {pins.TAG}'s: "
+              + ", ".join(skipped) + "; the pinned files are downloaded instead when first needed")
+    return 0
 
 
 def _inspect(path: Path) -> int:

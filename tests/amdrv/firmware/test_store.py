@@ -150,3 +150,25 @@ def test_fetch_404_lists_missing_and_remedies(served):
     (root / MEC).unlink()
     with pytest.raises(FirmwareError, match=rf"missing and not fetched: {MEC}(.|\n)*404(.|\n)*DRIVERLESS_FIRMWARE_DIR"):
         FirmwareStore(urls=(srv.url,), offline=False).read(MEC)
+
+
+def test_seed_skips_foreign_files_in_one_line_and_exits_0(debian_firmware, tmp_path, capsys):
+    # A newer or compressed linux-firmware (Ubuntu 24.04, Fedora, Arch ship .zst) must not stop `make demo`.
+    d = _copy(debian_firmware, tmp_path / "fw", ["sdma_6_0_0.bin"])
+    (d / MEC).write_bytes(b"\0" * 1000)                          # another release: wrong size
+    (d / "gc_11_0_0_me.bin.zst").write_bytes(b"\x28\xb5\x2f\xfd")  # compressed
+    (d / "gc_11_0_0_notpinned.bin").write_bytes(b"x")             # not ours: ignored
+    assert fw_main(["seed", str(d)]) == 0
+    out = capsys.readouterr().out
+    skipped = [ln for ln in out.splitlines() if "skipped" in ln]
+    assert len(skipped) == 1, out
+    assert "2 file(s)" in skipped[0] and MEC in skipped[0] and "gc_11_0_0_me.bin.zst (compressed)" in skipped[0]
+    assert "notpinned" not in out
+    store = FirmwareStore()
+    assert (store.cache / "sdma_6_0_0.bin").is_file() and not (store.cache / MEC).exists()
+    # Only foreign files, or nothing at all: still exit 0 (the download or the offline error takes over).
+    (d / "sdma_6_0_0.bin").unlink()
+    assert fw_main(["seed", str(d)]) == 0
+    assert fw_main(["seed", str(tmp_path / "absent")]) == 0
+    with pytest.raises(FirmwareError, match=MEC):
+        store.read(MEC)
