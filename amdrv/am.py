@@ -42,7 +42,7 @@ from pathlib import Path
 from amdrv import device_spec
 from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetMaxDpmFreq
 from amdrv.device import AMDevice
-from amdrv.firmware import FirmwareStore, files_for, parse
+from amdrv.firmware import FirmwareError, FirmwareStore, files_for, parse
 from amdrv.ip.gfx import GFX
 from amdrv.ip.gmc import GMC
 from amdrv.ip.ih import IH
@@ -178,9 +178,15 @@ class AMGPU:
         t0 = time.perf_counter() if t0 is None else t0
         dev = self.dev
         before = dev.pci.counters.snapshot()
-        self._build_blocks()
+        try:
+            self._build_blocks()
+        except FirmwareError:   # GFX reads the MEC header: name every missing file, not that one alone
+            dev.firmware.read_all(files_for(dev.chip))
+            raise
         state = self.nbio.read_state()
         kind, reason, mode1 = self._decide(state, force_cold)
+        if kind == "cold":  # the PSP loads every file: one error listing all that are missing, GPU untouched
+            dev.firmware.read_all(files_for(dev.chip))
         # Cleared before anything else: dying anywhere from here on makes the next boot cold.
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)
         steps: list[BootStep] = []

@@ -88,6 +88,7 @@ class FirmwareStore:
         self.urls = urls if urls is not None else ((env_url,) if env_url else DEFAULT_URLS)
         self.offline = offline if offline is not None else os.environ.get(ENV_OFFLINE) == "1"
         self.progress = progress if progress is not None else _Progress(sys.stderr)
+        self._verified: dict[str, bytes] = {}   # what read_all handed out: read and hashed once per store
         if self.override is not None and not self.override.is_dir():
             raise FirmwareError(f"firmware: {ENV_DIR}={self.override} is not a directory")
 
@@ -109,7 +110,7 @@ class FirmwareStore:
         """Verified contents of several files; one error lists every file that could not be had."""
         out, missing = {}, []
         for name in names:
-            data = self._local(name)
+            data = self._verified.get(name) or self._local(name)
             if data is None:
                 missing.append(name)
             else:
@@ -128,6 +129,7 @@ class FirmwareStore:
         if missing:
             raise FirmwareError(f"firmware: {len(missing)} pinned file(s) not found and offline: "
                                 + ", ".join(missing) + "\n" + _how_to_supply(missing))
+        self._verified.update(out)
         return out
 
     def path(self, name: str) -> Path:

@@ -315,3 +315,25 @@ def test_a_latched_vm_fault_makes_the_next_boot_cold():
     gpu = AMGPU.open(sim(slot=24))
     assert gpu.boot_report.kind == "warm"
     gpu.fini()
+
+
+@pytest.mark.parametrize("present", ["gc_11_0_0_pfp.bin", "gc_11_0_0_mec.bin"])  # GFX reads the MEC's at build
+def test_missing_firmware_is_one_error_listing_every_file(debian_firmware, tmp_path, present):
+    # docs/firmware.md: offline with files missing, one FirmwareError lists them all (not the first the
+    # PSP happens to load), raised before the boot touches the GPU.
+    from amdrv.firmware import FirmwareError, FirmwareStore, files_for
+    from amdrv import chips
+    names = files_for(chips.NAVI31)
+    have = tmp_path / "fw"
+    have.mkdir()
+    (have / present).write_bytes((debian_firmware / present).read_bytes())
+    store = FirmwareStore(override=have, offline=True)
+    with pytest.raises(FirmwareError) as e:
+        AMGPU.open(sim(slot=31, fresh=True), firmware=store)
+    first = str(e.value).splitlines()[0]
+    assert f"{len(names) - 1} pinned file(s) not found and offline" in first
+    assert all(n in first for n in names if n != present) and present not in first
+    # Nothing was written: the GPU's boot state is as before (none), so the next boot with firmware is cold.
+    gpu = AMGPU.open(sim(slot=31))
+    assert gpu.boot_report.kind == "cold" and "no AM boot state" in gpu.boot_report.reason
+    gpu.fini()
