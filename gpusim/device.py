@@ -190,17 +190,22 @@ class VRAM:
         Returns how many pages were merged."""
         merged = 0
         for start, end in self._extents():
-            for page in self._host_pages(start >> 12, (end + 4095) >> 12):
-                a = page << 12
-                h = np.frombuffer(self.host_view[a:a + 4096], np.uint8)
-                m = np.frombuffer(self.view[a:a + 4096], np.uint8)
+            pages = self._host_pages(start >> 12, (end + 4095) >> 12)
+            merged += len(pages)
+            i = 0
+            while i < len(pages):          # runs of consecutive pages: one compare and one madvise each
+                j = i + 1
+                while j < len(pages) and pages[j] == pages[j - 1] + 1:
+                    j += 1
+                a, b = pages[i] << 12, (pages[j - 1] + 1) << 12
+                h = np.frombuffer(self.host_view[a:b], np.uint8)
+                m = np.frombuffer(self._map, np.uint8, b - a, a)
                 diff = h != m
                 if diff.any():
-                    g = np.frombuffer(self._map, np.uint8, 4096, a)
-                    g[diff] = h[diff]
+                    m[diff] = h[diff]
                 if drop:
-                    self._host.madvise(mmap.MADV_DONTNEED, a, 4096)
-                merged += 1
+                    self._host.madvise(mmap.MADV_DONTNEED, a, b - a)
+                i = j
         self.host_pending = merged
         return merged
 
