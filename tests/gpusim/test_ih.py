@@ -142,3 +142,34 @@ def test_doorbell_rptr(sim):
     assert r(dev, "IH_RB_RPTR") == 96
     nbio.doorbell_write(0x89 * 4, 128)
     assert r(dev, "IH_RB_RPTR") == 96
+
+
+def test_mc_space_4_goes_through_the_mmhub_system_aperture(sim):
+    """MC_SPACE 4 (ih_v6_0 for a ring that is not a bus address): the ring's MC address is a VMID 0 address
+    of the MMHUB, physical only inside the system aperture (SYSTEM_ACCESS_MODE 3). Without the aperture the
+    write goes through the page table: a fault (as OSSSYS, mmhub_client_ids_v3_0_0) answered with the
+    default page, and the IV that fault raises is dropped rather than written through the same ring."""
+    from gpusim.gmc import FB_BASE
+    dev, mem, bus = sim
+    t = dev.table("MMHUB")
+    dev.regs.write(dev.reg_addr("MMHUB", "MMMC_VM_MX_L1_TLB_CNTL"), t["MMMC_VM_MX_L1_TLB_CNTL"].encode(
+        ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3))
+    dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_CNTL"), t["MMVM_L2_CNTL"].encode(
+        ENABLE_L2_CACHE=1, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1))
+    dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32"), (bus + 0x10000) >> 12)
+    ring, wb = FB_BASE + 0x100000, FB_BASE + 0x100000 + RING
+    cntl = dev.table("OSSSYS")["IH_RB_CNTL"]
+    enable(dev, ring, wb)
+    w(dev, "IH_RB_CNTL", r(dev, "IH_RB_CNTL") & ~cntl.fields["MC_SPACE"].mask | 4 << cntl.fields["MC_SPACE"].shift)
+    dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_GRBM_CP, 181, src_data=(7, 0, 0, 0)))
+    assert dev.vram.read(0x100000, 32) == bytes(32)                     # not in VRAM
+    assert struct.unpack_from("<I", mem, 0x10000 + 16)[0] == 7          # in the default page
+    st = dev.table("MMHUB")["MMVM_L2_PROTECTION_FAULT_STATUS"].decode(
+        dev.regs.read(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_STATUS")))
+    assert st["CID"] == 15 and st["RW"] == 1
+    # with the system aperture over VRAM the ring is VRAM
+    dev.regs.write(dev.reg_addr("MMHUB", "MMMC_VM_SYSTEM_APERTURE_LOW_ADDR"), FB_BASE >> 18)
+    dev.regs.write(dev.reg_addr("MMHUB", "MMMC_VM_SYSTEM_APERTURE_HIGH_ADDR"), (FB_BASE + (512 << 20) - 1) >> 18)
+    dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_GRBM_CP, 181, src_data=(8, 0, 0, 0)))
+    assert struct.unpack_from("<I", dev.vram.read(0x100000 + 32 + 16, 4))[0] == 8
+    assert struct.unpack_from("<I", dev.vram.read(0x100000 + RING, 4))[0] == 64      # the write-back
