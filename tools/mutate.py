@@ -1118,7 +1118,7 @@ def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float)
             "`pkt-zero`/`pkt-flip`: that packet dword; `step`: the named driver step):", ""]
     modes: dict[str, list[str]] = {}
     for r in results:
-        if r.status == "survived":
+        if r.status == "survived" and not r.how.startswith("expected"):
             modes.setdefault(r.mutation.split(":", 1)[1], []).append(r.mutation.split(":", 1)[0])
     for g, names in sorted(surv.items()):
         items = []
