@@ -228,7 +228,10 @@ class CP(Block):
         q.active, q.hung, q.waiting, q.wait_written, q.ibs = True, None, False, False, []
         q.dequeuing, q.eop_events = False, 0
         q.generation += 1
-        q.rptr = q.regs.get("CP_HQD_PQ_RPTR", 0) & (self._ring_dwords(q) - 1)
+        # CP_HQD_PQ_RPTR is the live read pointer (it reads back as the CP moves it): a queue activated
+        # without writing it (gfx_v11_0_kiq_init_register writes mqd->cp_hqd_pq_rptr) starts where this
+        # HQD's previous queue stopped
+        q.rptr = q.rptr & (self._ring_dwords(q) - 1)
         q.wptr = q.regs.get("CP_HQD_PQ_WPTR_LO", 0) | q.regs.get("CP_HQD_PQ_WPTR_HI", 0) << 32
         self._kick()
 

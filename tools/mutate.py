@@ -733,6 +733,20 @@ def _drop_acquire(engine, p, words):
     return [] if engine == "PM4" and p.name == "ACQUIRE_MEM" else words
 
 
+def _step_no_sh_mem_bases_vmid0(ctx: Ctx) -> None:
+    from amdrv.ip import gfx
+
+    def make(orig):
+        def constants_init(self):
+            orig(self)
+            self.grbm_select(vmid=0)
+            self.gc.SH_MEM_BASES.write(0)       # its reset value: as if never written
+            self.grbm_select()
+            ctx.hooks.hits += 1
+        return constants_init
+    ctx.patch(gfx.GFX, "constants_init", make)
+
+
 def _steps() -> list[Step]:
     from amdrv import am, hcq as amhcq, queue
     from amdrv.ip import gfx, gmc, nbio, sdma
@@ -778,6 +792,12 @@ def _steps() -> list[Step]:
              "component (psp_v13_0_wait_for_bootloader)", _step_psp_bootloader_ready),
         Step("no-rlc-autoload-wait", "no wait for RLC autoload (gfx_v11_0_wait_for_rlc_autoload_complete)",
              lambda c: c.skip(gfx.GFX, "wait_for_rlc_autoload")),
+        Step("no-mec-start-wait", "no wait after unhalting the MEC (gfx_v11_0_cp_compute_enable: udelay(50))",
+             lambda c: c.skip(gfx.GFX, "wait_mec_start")),
+        Step("fini-no-hqd-dequeue", "fini leaves the compute HQDs active (gfx_v11_0_hw_fini unmaps the queues: "
+             "amdgpu_gfx_disable_kcq)", lambda c: c.skip(queue.ComputeQueue, "fini")),
+        Step("no-sh-mem-bases-vmid0", "SH_MEM_BASES not written for VMID 0, as upstream (gfx_v11_0_constants_init; "
+             "this driver dispatches in VMID 0)", _step_no_sh_mem_bases_vmid0),
         Step("setup-tmr-before-smu-fw", "SETUP_TMR before the SMU firmware load (psp_hw_start: SMU fw, then TMR)",
              _step_tmr_before_smu),
         Step("no-config-restore-after-mode1", "no PCI config-space restore after the mode1 reset "

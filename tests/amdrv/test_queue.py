@@ -463,3 +463,26 @@ def test_queues_need_the_wait_after_the_mec_unhalt(gpu, monkeypatch):
     q = ComputeQueue(gpu, pipe=1)
     q.submit(b.buf)
     q.wait(done, 1, timeout_s=5)
+
+
+def test_a_queue_set_up_again_needs_its_rptr_zeroed(gpu, monkeypatch):
+    """CP_HQD_PQ_RPTR is live: a queue re-created on the same HQD without writing it 0
+    (gfx_v11_0_kiq_init_register writes mqd->cp_hqd_pq_rptr) starts at the old read pointer in its new,
+    empty ring and runs the zeros there."""
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    q = ComputeQueue(gpu, ring_size=4096)
+    b = pm4.PM4()
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    q.wait(done, 1, timeout_s=5)
+    q.fini()
+    write = Register.write
+    monkeypatch.setattr(Register, "write", lambda self, *a, **k: None if self.name == "CP_HQD_PQ_RPTR"
+                        else write(self, *a, **k))
+    q.init()
+    b = pm4.PM4()
+    b.release_mem(done.va, 2)
+    q.submit(b.buf)
+    with pytest.raises(QueueError):
+        q.wait(done, 2, timeout_s=0.05, min_reads=500)

@@ -82,6 +82,7 @@ class Queue:
             gc.CP_HQD_PQ_WPTR_POLL_ADDR_HI.write(((self.wb.va + 8) >> 32) & 0xFFFF)
             gc.CP_MEC_DOORBELL_RANGE_LOWER.write(0)
             gc.CP_MEC_DOORBELL_RANGE_UPPER.write(DOORBELL_RANGE_UPPER)
+            gc.CP_HQD_PQ_RPTR.write(0)
             gc.CP_HQD_PQ_WPTR_LO.write(0)
             gc.CP_HQD_PQ_WPTR_HI.write(0)
             gc.CP_HQD_VMID.write(0)
