@@ -1,13 +1,15 @@
 """python -m amdrv: what the AM driver supports and would use on this machine; `info` boots a GPU.
 
-    python -m amdrv                          supported GPUs, pinned firmware (fetched and verified),
+    python -m amdrv                          supported GPUs, pinned firmware (verified; where from),
                                              the generated hardware tables each chip binds to
     python -m amdrv info --device am:sim     boots the GPU (warm when a clean AM run left it), prints IP
                                              versions, VRAM, BARs, firmware versions, boot kind, time and
                                              MMIO counts, then leaves it with fini (so the next is warm)
+    --json (either form)                     the same as JSON (also: driverless info [--device D] --json)
 """
 import argparse
 import importlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -35,6 +37,7 @@ def _firmware(store: FirmwareStore) -> bool:
     ok = True
     for c in chips.SUPPORTED:
         names = files_for(c)
+        origin = {n: store.origin(n) for n in names}   # before reading: what is missing now gets downloaded
         try:
             blobs = store.read_all(names)
         except FirmwareError as e:
@@ -44,8 +47,9 @@ def _firmware(store: FirmwareStore) -> bool:
         parts = 0
         for name, data in blobs.items():
             parts += len(parse(name, data).components)
-        print(f"  {c.name}: {len(names)} files fetched and verified (size, sha256), "
-              f"{parts} components parsed")
+        counts = {w: sum(o == w for o in origin.values()) for w in dict.fromkeys(origin.values())}
+        print(f"  {c.name}: {len(names)} files verified (size, sha256): "
+              + ", ".join(f"{k} {w}" for w, k in counts.items()) + f"; {parts} components parsed")
     return ok
 
 
@@ -76,12 +80,42 @@ def _version(v) -> str:
     return ".".join(map(str, v))
 
 
-def info(device: str, cold: bool | None = None) -> int:
-    """Boots (or attaches warm to) `device` and prints what it found; fini at the end."""
+def _info_dict(gpu) -> dict:
+    """What info prints, as plain data (driverless info --device D --json)."""
+    dev, rep, pci = gpu.dev, gpu.boot_report, gpu.dev.pci
+    return {
+        "device": dev.name, "chip": dev.chip.name, "gfx_target": dev.chip.gfx_target, "address": pci.address,
+        "pci_id": f"{pci.vendor_id:04x}:{pci.device_id:04x}",
+        "boot": {"kind": rep.kind, "mode1_reset": rep.mode1_reset, "reason": rep.reason, "seconds": rep.seconds,
+                 "mmio_reads": rep.mmio_reads, "mmio_writes": rep.mmio_writes,
+                 "steps": [{"name": s.name, "seconds": s.seconds, "mmio_reads": s.mmio_reads,
+                            "mmio_writes": s.mmio_writes} for s in rep.steps]},
+        "vram": {"size": dev.vram.size, "visible": dev.vram.visible, "boot_base": dev.mm.boot_base,
+                 "boot_used": dev.mm.boot_used},
+        "bars": {str(i): pci.bar(i).size for i in (0, 2, 5)},
+        "ip_blocks": {f"{name}{'' if inst == 0 else inst}": _version(ip.version)
+                      for (name, inst), ip in sorted(dev.disc.ips.items())},
+        "firmware": gpu.firmware_versions(),
+        "mec_ready": bool(gpu.gfx.mec_ready()), "sdma_ready": bool(gpu.sdma.ready()),
+    }
+
+
+def info(device: str, cold: bool | None = None, as_json: bool = False) -> int:
+    """Boots (or attaches warm to) `device` and prints what it found (as JSON with as_json); fini at the end."""
     from amdrv.am import AMGPU
     from amdrv.memory import fmt_size
 
     gpu = AMGPU.open(device, cold=cold)
+    if as_json:
+        try:
+            data = _info_dict(gpu)
+        except BaseException:
+            gpu.dev.close()  # no fini: the next boot must not trust this state
+            raise
+        gpu.fini()
+        data["fini"] = "engines halted, clocks low, clean-exit flag set (the next open boots warm)"
+        print(json.dumps(data, indent=2))
+        return 0
     try:
         dev, rep = gpu.dev, gpu.boot_report
         pci = dev.pci
@@ -114,7 +148,32 @@ def info(device: str, cold: bool | None = None) -> int:
     return 0
 
 
-def report() -> int:
+def report_dict() -> dict:
+    """Supported GPUs and the state of their firmware, as plain data (driverless info --json)."""
+    store = FirmwareStore()
+    out = {"chips": [], "firmware": {"tag": TAG, "cache": str(store.cache), "chips": {}}}
+    for c in chips.SUPPORTED:
+        out["chips"].append({"name": c.name, "gfx_target": c.gfx_target, "products": c.products,
+                             "pci_ids": [f"{chips.AMD_VENDOR_ID:04x}:{d:04x}" for d in c.pci_device_ids],
+                             "ip": {b: _version(v) for b, v in c.ip.items()}})
+        names = files_for(c)
+        origin = {n: store.origin(n) for n in names}
+        try:
+            store.read_all(names)
+            out["firmware"]["chips"][c.name] = {"ready": True, "files": origin}
+        except FirmwareError as e:
+            out["firmware"]["chips"][c.name] = {"ready": False, "files": origin, "error": str(e)}
+    return out
+
+
+def report(as_json: bool = False) -> int:
+    if as_json:
+        try:
+            print(json.dumps(report_dict(), indent=2))
+        except FirmwareError as e:
+            print(json.dumps({"error": str(e)}))
+            return 2
+        return 0
     print("driverless AM driver: supported GPUs, their firmware and tables\n")
     _supported()
     try:
@@ -138,14 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="am", help="AM device string: am, am:sim, am:sim:navi33, "
                    "am:0000:03:00.0 (default: am, the first AMD GPU no kernel driver holds)")
     p.add_argument("--cold", action="store_true", default=None, help="force a cold boot")
+    for q in (parser, p):
+        q.add_argument("--json", action="store_true", help="print machine-readable JSON instead")
     args = parser.parse_args(argv or [])
     if args.command is None:
-        return report()
+        return report(as_json=args.json)
     from amdrv.am import AMError
     from pcie import PCIError
     try:
-        return info(args.device, cold=args.cold)
+        return info(args.device, cold=args.cold, as_json=args.json)
     except (AMError, PCIError, FirmwareError) as e:
+        if args.json:
+            print(json.dumps({"error": str(e)}))
         print(f"error: {e}", file=sys.stderr)
         return 2
 

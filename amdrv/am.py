@@ -1,4 +1,4 @@
-"""The AM life cycle (DESIGN.md): open a GPU, boot it cold or warm, and leave it clean with `fini`.
+"""The AM life cycle (docs/architecture.md): open a GPU, boot it cold or warm, and leave it clean with `fini`.
 
     gpu = AMGPU.open("am:sim")          # or a pcie.PCIFunction; "am" picks the first free AMD GPU
     gpu.boot_report                      # BootReport(kind="cold", reason=..., seconds, mmio_reads, ...)

@@ -5,7 +5,8 @@
 Picks a real AMD GPU through AM when one is present and free, otherwise the simulated Navi31 (and says
 so), whose state is kept in a file so that a second run finds the GPU as the first left it and boots warm,
 as a real GPU would. Prints the device, the boot kind and time, the kernels launched with their GPU times
-from timestamps, and the largest error against numpy (float64).
+from timestamps (on am:sim the simulator's clock, which models the work: not a measurement of a card), and
+the largest error against numpy (float64).
 """
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ def pick_device(requested: str | None) -> tuple[str, dict, str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         return name, {"state": str(path)}, f"no free AMD GPU found: using the simulated Navi31 (kept in {path})"
     return name, {}, "from $DEVICE" if os.environ.get("DEVICE") else "a free AMD GPU found"
+
+
+def is_simulated(name: str) -> bool:
+    """am:sim, am:sim:navi33, am:sim:usb: the GPU times are the simulator's, not a card's."""
+    return "sim" in name.split(":")[1:2]
 
 
 def mlp_softmax(x, w1, b1, w2, b2):
@@ -88,6 +94,9 @@ def main(argv=None) -> int:
     ran = runtime.launches[first:]
     print(f"kernels: {len(ran)} launched for the MLP ({BATCH}x{IN} -> {HIDDEN} -> {OUT}) and softmax, "
           f"{wall * 1e3:.0f} ms wall (compiling included)")
+    if any(k.seconds is not None for k in ran):
+        print("  GPU time per kernel, " + ("on the simulator's clock (its model of the work, not a measurement)"
+                                           if is_simulated(name) else "from the GPU's timestamps"))
     for k in ran:
         t = f"{k.seconds * 1e6:8.1f} us" if k.seconds is not None else "       -"
         print(f"  {t}  {k.kernel}")

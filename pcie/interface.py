@@ -1,4 +1,4 @@
-"""The contract between drivers and whatever carries their memory accesses (DESIGN.md, `pcie`).
+"""The contract between drivers and whatever carries their memory accesses (docs/architecture.md, "The `pcie` contract").
 
 Drivers only see these classes. Providers (sysfs, VFIO, USB bridge, TCP shim, the simulator) are found
 by name through the `driverless.pcie` entry-point group, so no driver imports a provider's package:

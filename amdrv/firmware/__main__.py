@@ -1,6 +1,6 @@
 """python -m amdrv.firmware {status,verify,fetch,seed,inspect}: manage the pinned firmware.
 
-  status             every pinned file: verified, missing or bad (override directory, then cache)
+  status [--json]    every pinned file: verified, missing or bad (override directory, then cache)
   verify [--dir DIR] exit 0 only when every pinned file is present and matches its pin
   fetch [--chip C]   download what is missing into the cache (all chips by default)
   seed DIR           copy pinned files found in DIR (e.g. /lib/firmware/amdgpu) into the cache, verified;
@@ -8,6 +8,7 @@
   inspect FILE       header fields and components of one firmware file
 """
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -18,11 +19,19 @@ from amdrv.firmware.store import FirmwareError, FirmwareStore, check, pin_of
 COMPRESSED = (".zst", ".xz")   # how distributions other than Debian ship linux-firmware (not read: skipped)
 
 
-def _status(store: FirmwareStore) -> int:
+def _status(store: FirmwareStore, as_json: bool = False) -> int:
     rows = store.status()
+    ok = sum(s.state == "verified" for s in rows)
+    if as_json:
+        print(json.dumps({"tag": pins.TAG, "cache": str(store.cache),
+                          "override": str(store.override) if store.override else None,
+                          "verified": ok, "total": len(rows),
+                          "files": [{"name": s.name, "state": s.state, "where": s.where,
+                                     "chips": [c.name for c in chips.SUPPORTED if s.name in pins.files_for(c)]}
+                                    for s in rows]}, indent=2))
+        return 0 if ok == len(rows) else 1
     for s in rows:
         print(f"  {s.state:9} {s.name:22} {s.where}")
-    ok = sum(s.state == "verified" for s in rows)
     print(f"{ok}/{len(rows)} pinned files verified (linux-firmware {pins.TAG})")
     return 0 if ok == len(rows) else 1
 
@@ -100,7 +109,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m amdrv.firmware", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("status")
+    st = sub.add_parser("status")
+    st.add_argument("--json", action="store_true", help="print machine-readable JSON instead")
     v = sub.add_parser("verify")
     v.add_argument("--dir", type=Path)
     f = sub.add_parser("fetch")
@@ -117,7 +127,7 @@ def main(argv=None) -> int:
             return _inspect(args.file)
         store = FirmwareStore()
         if args.cmd in ("status", "verify"):
-            return _status(store)
+            return _status(store, as_json=getattr(args, "json", False))
         if args.cmd == "seed":
             return _seed(store, args.dir)
         names = pins.files_for(chips.by_name(args.chip)) if args.chip else sorted(pins.PINS)

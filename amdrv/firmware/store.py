@@ -139,6 +139,15 @@ class FirmwareStore:
             return p
         return self.cache / name
 
+    def origin(self, name: str) -> str:
+        """Where read() would take `name` from now, in words (nothing is read): the override directory, the
+        cache (filled by an earlier download or by `seed`), or the web."""
+        if self.override is not None and _override_path(self.override, name):
+            return f"from {self.override} ({ENV_DIR})"
+        if (self.cache / name).is_file():
+            return "from the cache (downloaded or seeded earlier)"
+        return "not available (offline)" if self.offline else "downloaded now"
+
     def _fetch(self, pin: Pin) -> bytes:
         errors = []
         for template in self.urls:

@@ -17,6 +17,13 @@ def test_demo_runs_twice_cold_then_warm(debian_firmware, tmp_path):
     first = _demo(env)
     assert "using the simulated Navi31" in first and "boot: cold" in first
     assert "kernels: " in first and "(ok)" in first
+    assert "GPU time per kernel, on the simulator's clock" in first   # not passed off as a card's timing
     assert (tmp_path / "sim" / "navi31.state").is_file()
     second = _demo(env)
     assert "boot: warm" in second and "(ok)" in second
+
+
+def test_simulated_device_names():
+    from compiler_bridge.demo import is_simulated
+    assert all(map(is_simulated, ["am:sim", "am:sim:navi33", "am:sim:usb"]))
+    assert not any(map(is_simulated, ["am", "am:0000:03:00.0", "c", "am:usb"]))

@@ -172,3 +172,11 @@ def test_seed_skips_foreign_files_in_one_line_and_exits_0(debian_firmware, tmp_p
     assert fw_main(["seed", str(tmp_path / "absent")]) == 0
     with pytest.raises(FirmwareError, match=MEC):
         store.read(MEC)
+
+
+def test_origin_says_where_a_file_would_come_from(debian_firmware, tmp_path):
+    assert FirmwareStore(offline=False).origin(MEC) == "downloaded now"
+    assert FirmwareStore(offline=True).origin(MEC) == "not available (offline)"
+    FirmwareStore().store(MEC, (debian_firmware / MEC).read_bytes())
+    assert FirmwareStore().origin(MEC).startswith("from the cache")
+    assert FirmwareStore(override=debian_firmware).origin(MEC) == f"from {debian_firmware} (DRIVERLESS_FIRMWARE_DIR)"

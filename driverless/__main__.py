@@ -1,0 +1,5 @@
+import sys
+
+from driverless.cli import main
+
+sys.exit(main())
