@@ -1038,6 +1038,12 @@ EXPECTED = {
     "(hdp_v6_0 writes 0; assumption: the value is not decoded)",
     "step:release-mem-wrong-event": "BOTTOM_OF_PIPE_TS is an end-of-pipe TS event too; what CACHE_FLUSH_AND_INV_TS_EVENT "
     "adds is the CB/DB flush, which compute does not use (assumption; GL2 comes from the GCR bits)",
+    "step:no-set-allowed-features-mask": "the workload's board has SCPM, as retail Navi31: upstream skips the mask "
+    "too (smu_smc_hw_setup); on a board without SCPM tests/amdrv/test_smu.py catches it (no DPM)",
+    "step:no-enable-all-smu-features": "only clocks change (no DPM: boot clocks), which no outcome of the workload "
+    "measures; tests/amdrv/test_smu.py checks the enabled features",
+    "step:no-psp-bootloader-ready-wait": "the bootloader's start-up delay has passed by the PSP step (NBIO, GMC and "
+    "IH init read registers first); tests/amdrv/test_psp.py catches it with the PSP first",
 }
 
 
