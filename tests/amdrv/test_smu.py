@@ -189,7 +189,7 @@ def test_boot_and_mode1_reset_with_an_asynchronous_clock():
     dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, async_clock=True))
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
     NBIO(dev).init()
-    psp, smu = PSP(dev), SMU(dev, reset_wait_s=0.01)
+    psp, smu = PSP(dev), SMU(dev, reset_wait_s=0.2)   # the reset must land in the wait on a loaded host
     psp.init()
     smu.init()
     smu.mode1_reset()
