@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     print(f"kernels: {len(ran)} launched for the MLP ({BATCH}x{IN} -> {HIDDEN} -> {OUT}) and softmax, "
           f"{wall * 1e3:.0f} ms wall (compiling included)")
     if any(k.seconds is not None for k in ran):
-        print("  GPU time per kernel, " + ("on the simulator's clock (its model of the work, not a measurement)"
+        print("  GPU time per kernel, " + ("on the simulator's clock (modeled time, not a measurement)"
                                            if is_simulated(name) else "from the GPU's timestamps"))
     for k in ran:
         t = f"{k.seconds * 1e6:8.1f} us" if k.seconds is not None else "       -"

@@ -130,6 +130,14 @@ class HCQDevice(Device):
                                f"registered: {sorted(_CODEGENS) or 'none'}); use DEVICE=c for the host")
         self.dev = hcq.open(spec, **open_kwargs)
         self._progs: dict[str, tuple] = {}
+        # Buffers whose tensors were garbage collected, freed at the next alloc or launch. Not in the
+        # finalizer: the collector can run anywhere, even inside the simulated GPU's doorbell handling of a
+        # launch (same thread), where free's synchronize would poll a queue that cannot progress.
+        self._dead: list = []
+
+    def _reap(self):
+        while self._dead:
+            _free(self.dev, self._dead.pop())
 
     def upload(self, arr):
         a = np.ascontiguousarray(arr).reshape(-1)
@@ -138,15 +146,17 @@ class HCQDevice(Device):
         return buf
 
     def alloc(self, n, dtype):
+        self._reap()
         handle = self.dev.alloc(max(4 * n, 4))
         buf = DeviceBuffer(self, handle, n, dtype)
-        weakref.finalize(buf, _free, self.dev, handle)
+        weakref.finalize(buf, self._dead.append, handle)
         return buf
 
     def download(self, buf):
         return np.frombuffer(self.dev.copyout(buf.handle, 4 * buf.n), _NP[buf.dtype]).copy()
 
     def run(self, kernel, bufs):
+        self._reap()
         entry = self._progs.get(kernel.name)
         if entry is None:
             code, name, launch = _CODEGENS[self.codegen](kernel)
