@@ -100,6 +100,13 @@ def _info_dict(gpu) -> dict:
     }
 
 
+def _fini_line(device: str) -> str:
+    from amdrv import device_spec
+    kept = device_spec.parse(device).persistent   # a simulated GPU outlives the process in its state file
+    return "engines halted, clocks low, clean-exit flag set " + (
+        "(the next open boots warm)" if kept else "(this simulated GPU is not kept: the next open boots cold)")
+
+
 def info(device: str, cold: bool | None = None, as_json: bool = False) -> int:
     """Boots (or attaches warm to) `device` and prints what it found (as JSON with as_json); fini at the end."""
     from amdrv.am import AMGPU
@@ -113,7 +120,7 @@ def info(device: str, cold: bool | None = None, as_json: bool = False) -> int:
             gpu.dev.close()  # no fini: the next boot must not trust this state
             raise
         gpu.fini()
-        data["fini"] = "engines halted, clocks low, clean-exit flag set (the next open boots warm)"
+        data["fini"] = _fini_line(device)
         print(json.dumps(data, indent=2))
         return 0
     try:
@@ -144,7 +151,7 @@ def info(device: str, cold: bool | None = None, as_json: bool = False) -> int:
         gpu.dev.close()  # no fini: the next boot must not trust this state
         raise
     gpu.fini()
-    print("fini: engines halted, clocks low, clean-exit flag set (the next open boots warm)")
+    print(f"fini: {_fini_line(device)}")
     return 0
 
 

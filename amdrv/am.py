@@ -109,7 +109,7 @@ class AMGPU:
         else:
             spec = device_spec.parse(device, sysfs)
             kwargs = {} if spec.provider == "sim" else {"root": sysfs, "lock_dir": lock_dir}
-            pci, name = open_function(spec.provider, *spec.args, **kwargs), spec.text
+            pci, name = spec.open(**kwargs), spec.text   # am:sim: its state file (device_spec)
         try:
             gpu = cls(AMDevice(name, pci, firmware))
             if cold is None:

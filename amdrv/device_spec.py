@@ -5,12 +5,19 @@
     am:sim:navi33        a simulated Navi33 (any chip of amdrv.chips)
     am:0000:03:00.0      the GPU at that PCI address (am:03:00.0 means domain 0000)
 
+A simulated GPU is persisted: every entry point (the demo, `python -m amdrv info`, hcq.open, the Tensor
+API) opens `am:sim[:CHIP]` with the state file `sim_state_path(CHIP)` and `am:sim[:CHIP]:usb` with
+`sim_state_path(CHIP, usb=True)`, so the same string means the same GPU in every process, found as the
+last process left it (warm after a clean fini), as a real GPU stays powered between driver runs. The
+provider locks the file while a process drives it (pcie.lock).
+
 A real device opens through "vfio" when it is bound to vfio-pci and through "sysfs" when it is unbound;
 one bound to another kernel driver (amdgpu) is refused with the command that unbinds it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from amdrv import chips
@@ -28,16 +35,42 @@ class DeviceSpecError(PCIError, ValueError):
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """A resolved device string: `open()` is `pcie.open_function(provider, *args)`."""
+    """A resolved device string: `open()` is `pcie.open_function(provider, *args, **options)`."""
     text: str
     provider: str
     args: tuple
+    options: dict = field(default_factory=dict, compare=False)
 
-    def open(self) -> PCIFunction:
-        return open_function(self.provider, *self.args)
+    def open(self, **kwargs) -> PCIFunction:
+        return open_function(self.provider, *self.args, **{**self.options, **kwargs})
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the GPU outlives this process as the process leaves it: a real one stays powered; a
+        simulated one only when it is kept in a state file."""
+        if self.provider == "sim":
+            return bool(self.options.get("state"))
+        if self.args and str(self.args[0]).startswith("sim"):
+            return bool(self.options.get("sim", {}).get("state"))
+        return True
 
     def __str__(self) -> str:
         return f"{self.text} ({self.provider}: {', '.join(map(str, self.args))})"
+
+
+def cache_root() -> Path:
+    """$DRIVERLESS_CACHE, else $XDG_CACHE_HOME/driverless, else ~/.cache/driverless."""
+    root = os.environ.get("DRIVERLESS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "driverless")
+    return Path(root)
+
+
+def sim_state_path(chip: str = chips.NAVI31.name, usb: bool = False) -> Path:
+    """The file that keeps the simulated GPU `am:sim[:CHIP][:usb]` between processes (its directory is
+    created): CACHE/sim/CHIP.state, or CHIP-usb.state for the one behind the simulated USB bridge."""
+    path = cache_root() / "sim" / f"{chip.lower()}{'-usb' if usb else ''}.state"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def parse(text: str, sysfs: Path = discover.SYSFS) -> DeviceSpec:
@@ -65,8 +98,8 @@ def parse(text: str, sysfs: Path = discover.SYSFS) -> DeviceSpec:
             raise DeviceSpecError(f"{text!r}: no simulated chip {chip!r}; supported: "
                                   f"{', '.join(c.name for c in chips.SUPPORTED)}")
         if via:  # the simulated ASM24xx bridge in front of the simulated GPU
-            return DeviceSpec(spec, "usb", (f"sim:{name}",))
-        return DeviceSpec(spec, "sim", (name,))
+            return DeviceSpec(spec, "usb", (f"sim:{name}",), {"sim": {"state": str(sim_state_path(name, True))}})
+        return DeviceSpec(spec, "sim", (name,), {"state": str(sim_state_path(name))})
     try:
         address = discover.normalize_address(rest)
     except PCIError as e:

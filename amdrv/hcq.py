@@ -76,9 +76,10 @@ _USER_SGPR_REGS = 16
 
 
 def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
-    """Boots the GPU a device string names and wraps it. For simulated GPUs, slot=N and fresh=True pick
-    and power on a particular one (two GPUs in one process are two slots), and state=PATH keeps the GPU
-    in a file across processes (as a real GPU stays powered); other kwargs go to AMGPU.open."""
+    """Boots the GPU a device string names and wraps it. A simulated GPU (am:sim...) is kept in its state
+    file (amdrv.device_spec.sim_state_path) across processes, as a real GPU stays powered. slot=N and
+    fresh=True pick and power on a particular one in this process only (two GPUs in one process are two
+    slots), and state=PATH keeps it in that file instead; other kwargs go to AMGPU.open."""
     slot, fresh, state = kwargs.pop("slot", None), kwargs.pop("fresh", False), kwargs.pop("state", None)
     device = spec
     if slot is not None or fresh or state:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from amdrv import device_spec
 from compiler_bridge import runtime
 from compiler_bridge.tensor import Tensor
 
@@ -26,22 +27,34 @@ BATCH, IN, HIDDEN, OUT = 16, 48, 64, 10
 TOLERANCE = 1e-4
 
 
-def sim_state_path() -> Path:
-    root = os.environ.get("DRIVERLESS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "driverless")
-    return Path(root) / "sim" / "navi31.state"
-
-
 def pick_device(requested: str | None) -> tuple[str, dict, str]:
-    """(device string, open kwargs, why) for the demo."""
+    """(device string, open kwargs, why) for the demo. A simulated GPU is kept in its state file
+    (amdrv.device_spec.sim_state_path), whichever way its string was chosen."""
     if requested:
         return requested, {}, "as asked"
     name = runtime.default_device()
+    why = "from $DEVICE" if os.environ.get("DEVICE") else "a free AMD GPU found"
     if name == "am:sim" and not os.environ.get("DEVICE"):
-        path = sim_state_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return name, {"state": str(path)}, f"no free AMD GPU found: using the simulated Navi31 (kept in {path})"
-    return name, {}, "from $DEVICE" if os.environ.get("DEVICE") else "a free AMD GPU found"
+        why = "no free AMD GPU found: using the simulated Navi31"
+    return name, {}, why + _kept_in(name)
+
+
+def _kept_in(name: str) -> str:
+    try:
+        spec = device_spec.parse(name)
+    except Exception:  # "c", or a string hcq rejects with its own message at open
+        return ""
+    state = spec.options.get("state") or spec.options.get("sim", {}).get("state")
+    return f", kept in {state}" if state else ""
+
+
+def next_boot_warm(name: str) -> bool:
+    """True when the GPU outlives this process as fini leaves it (a real GPU, or a simulated one kept
+    in a state file): only then may the demo say that the next run boots warm."""
+    try:
+        return device_spec.parse(name).persistent
+    except Exception:
+        return False
 
 
 def is_simulated(name: str) -> bool:
@@ -103,7 +116,8 @@ def main(argv=None) -> int:
     print(f"largest error vs numpy (float64): {err:.2e} ({'ok' if err < TOLERANCE else 'TOO LARGE'})")
     runtime.close_device(name)
     if gpu is not None:
-        print("fini: GPU left idle at low clocks; the next run boots warm")
+        print("fini: GPU left idle at low clocks; " + ("the next run boots warm" if next_boot_warm(name)
+                                                        else "this simulated GPU is not kept: the next run boots cold"))
     return 0 if err < TOLERANCE else 1
 
 

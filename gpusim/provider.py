@@ -18,6 +18,7 @@ import atexit
 from pathlib import Path
 
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
+from pcie.lock import DeviceLock
 from gpusim import board, persist
 from gpusim.bus import SEGMENT, Bus, host_memory
 from gpusim.device import Device
@@ -183,9 +184,9 @@ class SimDMABuffer(DMABuffer):
 
 
 class SimFunction(PCIFunction):
-    def __init__(self, dev: Device, slot: int, state: Path | None):
+    def __init__(self, dev: Device, slot: int, state: Path | None, lock: DeviceLock | None = None):
         super().__init__(f"0000:{0x03 + slot:02x}:00.0")
-        self.dev, self.slot, self.state = dev, slot, state
+        self.dev, self.slot, self.state, self._lock = dev, slot, state, lock
         self._bars = {0: VRAMBAR(self, 0), 2: DoorbellBAR(self, 2), 5: RegisterBAR(self, 5)}
         self._dma: set[SimDMABuffer] = set()
         self.async_clock = False
@@ -224,10 +225,11 @@ class SimFunction(PCIFunction):
             buf.free()
         if self.async_clock or self.state is not None:
             self.dev.stop_async()   # the device keeps its state; its clock waits for the next user
-        if self.state is not None:
+        if self.state is not None and self._lock is not None and self._lock.held:
             persist.save(self.dev, self.state)
             if _STATE.get(self.slot) == self.state:
                 del _STATE[self.slot]
+            self._lock.release()
 
 
 def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
@@ -238,6 +240,28 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
     state = Path(state) if state else None
+    lock = _lock_state(state) if state is not None else None
+    try:
+        return _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, harvest, scpm,
+                     driver_scratch_survives_reset)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _lock_state(state: Path) -> DeviceLock:
+    """One process drives a simulated GPU kept in a file, as one driver drives a real one (pcie.lock's
+    flock, on STATE.lock beside the file: the file itself is replaced on every save). Assumption: the
+    simulator's own rule; two processes loading one file would each save over the other's GPU."""
+    try:
+        return DeviceLock(f"simulated GPU with state file {state}", path=state.with_name(state.name + ".lock"))
+    except PCIError as e:
+        raise PCIError(f"sim: {e}; close that process or use another state file") from None
+
+
+def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, harvest, scpm,
+          driver_scratch_survives_reset) -> SimFunction:
     if slot is None:  # the slot already holding this chip on the host's bus (not behind a USB bridge), else
         slot = next((s for s, d in sorted(_SLOTS.items()) if d.chip == chip and d.bus is BUS),  # the first free
                     next(i for i in range(len(_SLOTS) + 1) if i not in _SLOTS))
@@ -258,7 +282,7 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
         _STATE[slot] = state
     else:
         _STATE.pop(slot, None)
-    fn = SimFunction(dev, slot, state)
+    fn = SimFunction(dev, slot, state, lock)
     if async_clock:
         dev.start_async()
         fn.async_clock = True

@@ -497,7 +497,10 @@ class BridgeBackend(usb.backend.IBackend):
         return self
 
     def close_device(self, dev_handle):
-        pass
+        # The enclosure is unplugged from this process: a GPU kept in a state file is saved there and its
+        # lock released, so the next process (or open) finds it as this one left it.
+        if self.bridge.fn.state is not None:
+            self.bridge.fn.close()
 
     def set_configuration(self, dev_handle, config_value):
         self._alive()

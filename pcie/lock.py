@@ -28,9 +28,11 @@ def default_lock_dir() -> Path:
 class DeviceLock:
     """Taken on construction; released by `release()`, by leaving a `with` block, or by process exit."""
 
-    def __init__(self, address: str, directory: Path | None = None):
+    def __init__(self, address: str, directory: Path | None = None, *, path: Path | None = None):
+        """address names the device in messages; the lock file is `path` when given (a simulated GPU's
+        state file has its own, beside it), else DIRECTORY/driverless-ADDRESS.lock."""
         self.address = address
-        self.path = Path(directory or default_lock_dir()) / f"driverless-{address}.lock"
+        self.path = Path(path) if path else Path(directory or default_lock_dir()) / f"driverless-{address}.lock"
         try:
             self._fd = self._open()
         except OSError as e:

@@ -59,13 +59,15 @@ def parse_device_string(text: str) -> tuple[str, tuple]:
     return "usb", (f"{int(bus)}-{int(addr)}",)
 
 
-def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000, lock_dir=None, root=None) -> USBFunction:
+def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000, lock_dir=None, root=None,
+                  sim: dict | None = None) -> USBFunction:
     """The `driverless.pcie` entry point "usb": spec "" (first bridge) or "BUS-ADDR". lock_dir: where the
     per-bridge lock file goes (pcie.lock); root (the sysfs root other providers take) is not used.
     spec "sim:CHIP" (from `am:sim:usb`) plugs in the simulated bridge's pyusb backend, found by name in the
-    `driverless.usb_backends` entry-point group so that the driver never imports the simulator."""
+    `driverless.usb_backends` entry-point group so that the driver never imports the simulator; `sim`
+    holds that backend's keywords (state=PATH: the simulated GPU's state file, from amdrv.device_spec)."""
     if spec.startswith("sim"):
-        backend, spec = _named_backend("sim")(spec.partition(":")[2] or "navi31"), ""
+        backend, spec = _named_backend("sim")(spec.partition(":")[2] or "navi31", **(sim or {})), ""
     found = find_bridges(backend)
     if not found:
         raise BridgeNotFound("usb: no ASM24xx USB-to-PCIe bridge found (ids 174c:236x/246x, 2d01:3666); is the "
