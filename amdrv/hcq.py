@@ -399,9 +399,9 @@ class AMHCQDevice(Device):
         while mem[0] < value:
             poll()  # coherent: a register read; on the simulator's stepped clock it lets the GPU run
             n += 1
-            if n & 63 == 0:
+            now = time.perf_counter()   # every poll: one poll may take long (a simulated GPU running a kernel)
+            if n & 63 == 0 or now > t_end:
                 self._check_faults()
-                now = time.perf_counter()
                 if now > t_waves:          # a halted wave never resumes: say so now, not at the timeout
                     t_waves = now + WAVE_CHECK_AFTER
                     if self._wave_halted():

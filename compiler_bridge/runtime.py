@@ -139,10 +139,22 @@ class HCQDevice(Device):
         while self._dead:
             _free(self.dev, self._dead.pop())
 
+    def _recovering(self, fn, *args, **kwargs):
+        """fn(*args); after a hang or a fault the device is recovered (hcq recover(): the engines reset, what
+        was in flight dropped, buffers kept) before the error goes up, so the next op runs instead of timing
+        out behind the hung work."""
+        import hcq
+        try:
+            return fn(*args, **kwargs)
+        except (hcq.HCQTimeout, hcq.HCQFault) as e:
+            faults = self.dev.recover()
+            note = f"; {self.name} recovered{' (' + '; '.join(faults) + ')' if faults else ''}: later ops run"
+            raise type(e)(f"{e}{note}") from e
+
     def upload(self, arr):
         a = np.ascontiguousarray(arr).reshape(-1)
         buf = self.alloc(a.size, str(a.dtype))
-        self.dev.copyin(buf.handle, a.tobytes())
+        self._recovering(self.dev.copyin, buf.handle, a.tobytes())
         return buf
 
     def alloc(self, n, dtype):
@@ -153,7 +165,7 @@ class HCQDevice(Device):
         return buf
 
     def download(self, buf):
-        return np.frombuffer(self.dev.copyout(buf.handle, 4 * buf.n), _NP[buf.dtype]).copy()
+        return np.frombuffer(self._recovering(self.dev.copyout, buf.handle, 4 * buf.n), _NP[buf.dtype]).copy()
 
     def run(self, kernel, bufs):
         self._reap()
@@ -162,7 +174,8 @@ class HCQDevice(Device):
             code, name, launch = _CODEGENS[self.codegen](kernel)
             entry = self._progs[kernel.name] = (self.dev.program(code, name), launch)
         prog, (gsz, lsz) = entry
-        secs = prog(*(b.handle for b in bufs), global_size=tuple(gsz), local_size=tuple(lsz), wait=True)
+        secs = self._recovering(prog, *(b.handle for b in bufs), global_size=tuple(gsz), local_size=tuple(lsz),
+                                wait=True)
         launches.append(Launch(kernel.name, self.name, secs))
 
     def close(self):

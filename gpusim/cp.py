@@ -62,7 +62,7 @@ from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import mqd_v11
 from amdrv.autogen import pm4 as P
 from gpusim.device import Block, DMAError, IVEntry
-from gpusim.dispatch import DispatchFailed, run_dispatch, work_ns
+from gpusim.dispatch import DispatchFailed, dispatch_steps, work_ns
 from gpusim.gmc import VMFault
 
 GC = "GC"
@@ -73,6 +73,11 @@ PACKET_NS = 10
 WAIT_INLINE_STEPS = 16
 PACKET_BUDGET = 100_000      # packets per run of a queue before others get a turn (an IB chained to itself)
 KERNEL_MAX_STEPS = 500_000   # executor scheduler steps before a dispatch counts as hung
+# Executor steps a dispatch runs per pass of its queue; a longer one stays in flight across the GPU's clock
+# steps (a register read on the stepped clock), so the host's polls, their timeouts and the other queues go
+# on while a long or hung kernel runs, as on hardware, where the CP does not block the host. Assumption: the
+# slice is the simulator's own granularity (about 15 ms of wall time), not a hardware figure.
+DISPATCH_SLICE_STEPS = 1_000
 MAX_IB_DEPTH = 2
 NOP_ONE_DWORD = 0x3FFF
 # gfxhub_client_ids "CPC": the compute CP's own fetches and writes; on a fault it halts unless
@@ -112,6 +117,11 @@ class Queue:
         self.dequeuing = False           # a CP_HQD_DEQUEUE_REQUEST is being served
         self.generation = 0              # bumped when the queue is (re)activated or reset
         self.eop_events = 0              # end-of-pipe records written to its EOP buffer
+        self.dispatch = None             # the DISPATCH_DIRECT in flight (a gpusim.dispatch generator)
+
+    def __getstate__(self):
+        # A dispatch in flight is not saved (assumption): a loaded GPU runs that packet again from its start.
+        return {**self.__dict__, "dispatch": None}
 
     @property
     def name(self) -> str:
@@ -226,7 +236,7 @@ class CP(Block):
                        f"ME {MEC_ME} with {N_PIPES} pipes of {N_QUEUES} queues; nothing runs there")
             return
         q.active, q.hung, q.waiting, q.wait_written, q.ibs = True, None, False, False, []
-        q.dequeuing, q.eop_events = False, 0
+        q.dequeuing, q.eop_events, q.dispatch = False, 0, None
         q.generation += 1
         # CP_HQD_PQ_RPTR is the live read pointer (it reads back as the CP moves it): a queue activated
         # without writing it (gfx_v11_0_kiq_init_register writes mqd->cp_hqd_pq_rptr) starts where this
@@ -237,7 +247,7 @@ class CP(Block):
 
     def _deactivate(self, q: Queue) -> None:
         q.active, q.hung, q.waiting, q.wait_written, q.ibs = False, None, False, False, []
-        q.dequeuing = False
+        q.dequeuing, q.dispatch = False, None
         q.generation += 1
         self._update_busy()
 
@@ -581,17 +591,24 @@ class CP(Block):
                               "SET_UCONFIG_REG")
 
     def _p_dispatch_direct(self, q, body):
-        self.dispatches += 1
-        vmid = self._exec_vmid(q)
+        if q.dispatch is None:
+            self.dispatches += 1
+            vmid = self._exec_vmid(q)
+            q.dispatch = dispatch_steps(self.dev, q.sh, body[:3], body[3], vmid, self.kernel_max_steps,
+                                        apertures=self.apertures(vmid), slice_steps=DISPATCH_SLICE_STEPS)
         try:
-            insts, _ = run_dispatch(self.dev, q.sh, body[:3], body[3], vmid, self.kernel_max_steps,
-                                    apertures=self.apertures(vmid))
+            next(q.dispatch)
+            return False     # still running: the queue waits here and the next pass runs the next slice
+        except StopIteration as done:
+            insts, _ = done.value
         except DispatchFailed as e:
+            q.dispatch = None
             self.advance(work_ns(e.instructions), device=True)
             sq = self.dev.blocks.get("SQ")
             if sq is not None and e.waves:      # the stopped waves stay resident while the queue is hung
                 sq.hold(q, e.waves)
             raise Hang(f"DISPATCH_DIRECT {tuple(body[:3])}: {e.why}") from None
+        q.dispatch = None
         self.advance(work_ns(insts), device=True)
         return True
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from amdrv.isa.wave import ExecError, launch_regs
+from amdrv.isa.wave import ExecError, launch_regs_steps
 from amdrv.isa.wave_memory import ByteSpace, MemoryFault
 from gpusim.device import DMAError
 from gpusim.gmc import VMFault
@@ -168,6 +168,18 @@ def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int,
     """Runs one DISPATCH_DIRECT with the SH registers `sh` (register name -> value) in `vmid`'s address
     space, with `apertures` = (shared, private) flat aperture bases from that VMID's SH_MEM_BASES;
     returns (instructions, waves) or raises DispatchFailed."""
+    gen = dispatch_steps(dev, sh, dims, initiator, vmid, max_steps, apertures)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as done:
+            return done.value
+
+
+def dispatch_steps(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int, apertures=(0, 0),
+                   slice_steps: int | None = None):
+    """run_dispatch as a generator that yields after each `slice_steps` executor steps: the CP runs a long
+    dispatch across several of the GPU's clock steps while the host goes on (polls, other queues)."""
     t = dev.table("GC")
     ini = t["COMPUTE_DISPATCH_INITIATOR"].decode(initiator)
     if not ini["COMPUTE_SHADER_EN"]:
@@ -195,8 +207,9 @@ def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int,
     user = [sh.get(f"COMPUTE_USER_DATA_{i}", 0) for i in range(16)]
     mem = VMMemory(dev.blocks["GMC"], vmid)
     try:
-        r = launch_regs(code, mem, grid, block, user, rsrc1, rsrc2, rsrc3, lds, private,
-                        name=f"kernel@{code:#x}", max_steps=max_steps, wg_offset=start, apertures=apertures)
+        r = yield from launch_regs_steps(code, mem, grid, block, user, rsrc1, rsrc2, rsrc3, lds, private,
+                                         name=f"kernel@{code:#x}", max_steps=max_steps, wg_offset=start,
+                                         apertures=apertures, slice_steps=slice_steps)
     except ExecError as e:
         done = getattr(e, "instructions", 0)
         if mem.fault is not None:

@@ -233,7 +233,14 @@ class Executor:
             g.pc += 4
 
     def run(self, groups: list[Waves], max_steps: int = 10**7):
+        for _ in self.run_steps(groups, max_steps):
+            pass
+
+    def run_steps(self, groups: list[Waves], max_steps: int = 10**7, slice_steps: int | None = None):
+        """run() as a generator that yields after each `slice_steps` scheduler steps (at a group's turn
+        or branch), so a caller (a simulated command processor) can run a long dispatch in pieces."""
         prog, steps = self.prog, 0
+        pause = slice_steps
         live = np.bincount(np.concatenate([g.slot for g in groups]), minlength=self.n_slots)
         prev, streak = None, 0
         with np.errstate(all="ignore"):
@@ -251,12 +258,16 @@ class Executor:
                 for other in [o for o in runnable if o is not g and o.pc == g.pc]:
                     g.absorb(other)
                     groups.remove(other)
-                steps += self._run_group(g, groups, prog, max_steps - steps)
+                budget = max_steps - steps if pause is None else min(max_steps, pause) - steps
+                steps += self._run_group(g, groups, prog, budget)
                 if not any(o is g for o in groups):   # it ended: its waves no longer count at barriers
                     live -= np.bincount(g.slot, minlength=self.n_slots)
                 if steps > max_steps:
                     raise ExecError(g.pc, prog.at(g.pc).text, f"still running after {max_steps} instructions",
                                     g.ids, prog.where(g.pc), "running", g.s[EXEC])
+                if pause is not None and steps >= pause and groups:
+                    pause = steps + slice_steps
+                    yield steps
 
     def _run_group(self, g: Waves, groups: list, prog: Program, budget: int) -> int:
         """Run one group until it branches while others wait, splits, parks, ends, or has taken
@@ -430,10 +441,7 @@ def launch(kd, code: bytes, code_address: int, memory, grid, block, user_values:
                        max_waves=max_waves, max_steps=max_steps, code=code, code_base=code_base)
 
 
-def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, rsrc2: int, rsrc3: int = 0,
-                lds_bytes: int = 0, private_bytes: int = 0, name: str = "kernel", max_waves: int = 16384,
-                max_steps: int = 10**7, code: bytes | None = None, wg_offset=(0, 0, 0),
-                code_base: int | None = None, apertures=None) -> DispatchResult:
+def launch_regs(*args, **kwargs) -> DispatchResult:
     """Run a wave32 dispatch from what a command processor knows, its registers: the code at
     `code_address` (COMPUTE_PGM_LO/HI; `code` if given, else fetched through `memory.fetch(addr, n)`
     or `memory.load`), `grid` work-items (x, y, z) in `block`-sized workgroups (NUM_THREAD_*),
@@ -445,6 +453,17 @@ def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, 
     work-items. A dispatch that takes more than `max_steps` scheduler steps (instructions of one
     lockstep group) is reported as hung (ExecError). `apertures` = (shared, private) flat aperture bases
     (SH_MEM_BASES of the dispatching VMID; default gmc_v11_0's)."""
+    gen = launch_regs_steps(*args, **kwargs)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as done:
+            return done.value
+
+
+def _setup(code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, lds_bytes, private_bytes, name,
+           max_waves, max_steps, code, wg_offset, code_base, apertures):
+    """launch_regs' checks and setup: (workgroups, workgroups per batch, waves per workgroup, context)."""
     from amdrv.isa.codeobj import RSRC1, RSRC2, _fields
     grid = tuple(grid) + (1,) * (3 - len(grid))
     block = tuple(block) + (1,) * (3 - len(block))
@@ -483,6 +502,19 @@ def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, 
     if private_size:     # keep a batch's scratch under 64 MiB
         max_waves = max(1, min(max_waves, (64 << 20) // (32 * private_size)))
     per_batch = max(1, max_waves // waves_per_wg)
+    return wgs, per_batch, waves_per_wg, (grid, block, user, wg_rows, id_dims, prog, code_address, memory,
+                                         lds_size, private_size, wg_offset)
+
+
+def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, rsrc2: int, rsrc3: int = 0,
+                      lds_bytes: int = 0, private_bytes: int = 0, name: str = "kernel", max_waves: int = 16384,
+                      max_steps: int = 10**7, code: bytes | None = None, wg_offset=(0, 0, 0),
+                      code_base: int | None = None, apertures=None, slice_steps: int | None = None):
+    """launch_regs as a generator: yields after each `slice_steps` executor steps, returns its result."""
+    wgs, per_batch, waves_per_wg, ctx = _setup(
+        code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, lds_bytes, private_bytes, name,
+        max_waves, max_steps, code, wg_offset, code_base, apertures)
+    grid, block, user, wg_rows, id_dims, prog, code_address, memory, lds_size, private_size, wg_offset = ctx
     total_insts = total_waves = 0
     for start in range(0, len(wgs), per_batch):
         batch = wgs[start:start + per_batch]
@@ -491,7 +523,7 @@ def launch_regs(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, 
         ex = Executor(prog, memory, len(batch), lds_size, len(batch) * waves_per_wg,
                       start * waves_per_wg, private_size)
         try:
-            ex.run(groups, max_steps)
+            yield from ex.run_steps(groups, max_steps, slice_steps)
         except ExecError as e:
             e.instructions = total_insts + ex.instructions   # the work done before the fault or hang
             raise
