@@ -182,6 +182,7 @@ class AMHCQDevice(Device):
 
     def __init__(self, gpu: AMGPU, name: str):
         self.gpu, self.name = gpu, name
+        self.chip = f"{gpu.dev.chip.name} {gpu.dev.chip.gfx_target}"
         self.gc = gpu.dev.reg("GC")
         self.vram = gpu.dev.vram
         self._signal_pages: list = []
@@ -208,6 +209,11 @@ class AMHCQDevice(Device):
         # SDMA. On the simulator (and on PCIe hosts writing write-combined BAR memory) the CPU copy wins
         # at every size; 0 sends every copy through SDMA.
         self.direct_max = 1 << 62
+
+    def describe(self) -> str:
+        from amdrv.memory import fmt_size
+        state = "closed" if self._closed else f"{self.gpu.boot_report.kind} boot" if self.gpu.boot_report else "open"
+        return f"{self.chip} at {self.gpu.dev.pci.address}, {fmt_size(self.vram.size)} VRAM, {state}"
 
     # ------------------------------------------------------------------ memory
     def alloc(self, nbytes: int, *, host: bool = False, uncached: bool = False) -> Buffer:

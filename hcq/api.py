@@ -211,7 +211,19 @@ class Buffer:
         return Buffer(self.device, self.va + offset, size, self.mem, root, self.offset + offset)
 
     def __repr__(self) -> str:
-        return f"<hcq.Buffer {self.device.name} va={self.va:#x} size={self.size:#x}>"
+        chip = getattr(self.device, "chip", "")
+        view = f", a view at +{self.offset:#x} of {_size(self.base.size)}" if self.base is not None else ""
+        return (f"<hcq.Buffer {_size(self.size)} ({self.size:#x} bytes) at va {self.va:#x} on {self.device.name}"
+                f"{f' ({chip})' if chip else ''}{view}>")
+
+
+def _size(n: int) -> str:
+    """4 KiB, 1.50 MiB, 100 B: sizes in reprs."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            v = n / (1 << shift)
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{n} B"
 
 
 class Signal:
@@ -395,8 +407,17 @@ class Device(abc.ABC):
     signal every submission through the convenience calls (program calls, copies, graphs) bumps."""
 
     name: str
+    chip: str = ""                 # what the backend calls the GPU (e.g. "navi31 gfx1100"), for reprs
     timestamp_hz: float = 100e6
     default_timeout: float = 10.0
+
+    def describe(self) -> str:
+        """One line for repr: where the GPU is and what it has (backends add to it)."""
+        return self.chip
+
+    def __repr__(self) -> str:
+        what = self.describe()
+        return f"<{type(self).__module__.split('.')[0]}.{type(self).__name__} {self.name}{': ' + what if what else ''}>"
     timeline: Signal
     timeline_value: int = 0
 
