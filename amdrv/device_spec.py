@@ -73,6 +73,15 @@ def sim_state_path(chip: str = chips.NAVI31.name, usb: bool = False) -> Path:
     return path
 
 
+def _kept(chip: str, usb: bool) -> dict:
+    """{"state": path} for a simulated GPU, or {} when the cache directory cannot be created (a read-only
+    home): the GPU then lives in this process only, and DeviceSpec.persistent says so."""
+    try:
+        return {"state": str(sim_state_path(chip, usb))}
+    except OSError:
+        return {}
+
+
 def parse(text: str, sysfs: Path = discover.SYSFS) -> DeviceSpec:
     """Resolves an AM device string. Simulator strings need nothing from the machine; real devices are
     looked up in sysfs (which kernel driver, if any, holds them)."""
@@ -97,9 +106,10 @@ def parse(text: str, sysfs: Path = discover.SYSFS) -> DeviceSpec:
         if name not in {c.name for c in chips.SUPPORTED}:
             raise DeviceSpecError(f"{text!r}: no simulated chip {chip!r}; supported: "
                                   f"{', '.join(c.name for c in chips.SUPPORTED)}")
+        state = _kept(name, bool(via))
         if via:  # the simulated ASM24xx bridge in front of the simulated GPU
-            return DeviceSpec(spec, "usb", (f"sim:{name}",), {"sim": {"state": str(sim_state_path(name, True))}})
-        return DeviceSpec(spec, "sim", (name,), {"state": str(sim_state_path(name))})
+            return DeviceSpec(spec, "usb", (f"sim:{name}",), {"sim": state} if state else {})
+        return DeviceSpec(spec, "sim", (name,), state)
     try:
         address = discover.normalize_address(rest)
     except PCIError as e:

@@ -64,3 +64,13 @@ def test_the_demo_claims_a_warm_next_run_only_for_a_kept_gpu(monkeypatch):
     assert not demo.next_boot_warm("c")
     monkeypatch.setattr(device_spec, "parse", lambda s, *a: device_spec.DeviceSpec(s, "sim", ("navi31",)))
     assert not demo.next_boot_warm("am:sim")
+
+
+def test_an_unwritable_cache_keeps_nothing_and_says_so(env, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")                                    # the cache root cannot be a directory
+    env = dict(env, DRIVERLESS_CACHE=str(blocker))
+    out = _run(env, "amdrv", "info", "--device", "am:sim")
+    assert "not kept: the next open boots cold" in out, out
+    out = _run(env, "compiler_bridge.demo", "--device", "am:sim")
+    assert "not kept: the next run boots cold" in out, out
