@@ -60,3 +60,42 @@ def build_cl(tmp_path_factory):
         return {Path(s).stem: built[Path(s).stem] for s in sources}
 
     return build
+
+
+class DroppedRegister:
+    """A register (amdrv.regs bound register) whose writes are lost: the driver step left out."""
+
+    def __init__(self, reg):
+        self._reg = reg
+
+    def write(self, *args, **kw):
+        return 0
+
+    def update(self, *args, **kw):
+        return 0
+
+    def __getattr__(self, name):
+        return getattr(self._reg, name)
+
+
+class DroppingRegisters:
+    """A register block (amdrv.regs.IPBlock) whose registers named in `names` lose their writes."""
+
+    def __init__(self, regs, names):
+        self._regs, self._names = regs, names
+
+    def __getattr__(self, name):
+        r = getattr(self._regs, name)
+        return DroppedRegister(r) if name in self._names else r
+
+
+@pytest.fixture
+def dropped_register():
+    """The DroppedRegister class, for tests that leave a driver's register write out (mutation-style)."""
+    return DroppedRegister
+
+
+@pytest.fixture
+def dropping_registers():
+    """The DroppingRegisters class: a register block whose named registers lose their writes."""
+    return DroppingRegisters

@@ -264,30 +264,14 @@ def test_over_the_bridge_a_full_window_is_a_clear_error(bridged):
 
 # ---------------------------------------------------------------- each hub register the driver writes matters
 
-class _Dropped:
-    """A register whose writes are lost (the driver step left out)."""
-
-    def __init__(self, reg):
-        self._reg = reg
-
-    def write(self, *args, **kw):
-        return 0
-
-    def update(self, *args, **kw):
-        return 0
-
-    def __getattr__(self, name):
-        return getattr(self._reg, name)
-
-
-def drop_writes(monkeypatch, *names):
+def drop_writes(monkeypatch, dropped_register, *names):
     from amdrv.ip import gmc as gmc_mod
     for meth, prefix in (("vmr", "vm"), ("mcr", "mc")):
         orig = getattr(gmc_mod._Hub, meth)
 
         def get(self, stem, _orig=orig, _prefix=prefix):
             r = _orig(self, stem)
-            return _Dropped(r) if getattr(self, _prefix) + stem in names else r
+            return dropped_register(r) if getattr(self, _prefix) + stem in names else r
         monkeypatch.setattr(gmc_mod._Hub, meth, get)
 
 
@@ -308,12 +292,12 @@ def engine_reads(s, hub, va, n=8):
     (("VM_L2_CNTL",), "ENABLE_L2_CACHE is 0"),                              # power-on: L2 off
     (("VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32"), "range"),
 ])
-def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, hub, names, why):
+def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, dropped_register, hub, names, why):
     """gfxhub/mmhub_v3_0 gart_enable: the L1 TLB (ENABLE_L1_TLB, SYSTEM_ACCESS_MODE 3), the L2
     (ENABLE_L2_CACHE) and the context's END address must each be written for a mapped page to be reached."""
     prefix = {"GC": "GC", "MM": "MM"}[hub]
     full = tuple((prefix + "MC_VM_" + n[len("MC_VM_"):]) if n.startswith("MC_VM_") else (prefix + n) for n in names)
-    drop_writes(monkeypatch, *full)
+    drop_writes(monkeypatch, dropped_register, *full)
     dev, gmc, s = boot()
     m = gmc.map_vram(4096)
     dev.vram.write(m.vram.addr, b"mapped!!")
@@ -334,12 +318,12 @@ def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, hu
 
 
 @pytest.mark.parametrize("hub", ["GC", "MM"])
-def test_without_the_system_aperture_the_fb_is_not_reached_physically(monkeypatch, hub):
+def test_without_the_system_aperture_the_fb_is_not_reached_physically(monkeypatch, dropped_register, hub):
     """SYSTEM_APERTURE_LOW/HIGH (power-on 0): VMID 0's MC addresses of VRAM (the IH ring, the PSP's
     buffers) are then looked up in the page table, where nothing maps them: the access faults to the
     default page."""
     p = "GCMC_VM_" if hub == "GC" else "MMMC_VM_"
-    drop_writes(monkeypatch, p + "SYSTEM_APERTURE_LOW_ADDR", p + "SYSTEM_APERTURE_HIGH_ADDR")
+    drop_writes(monkeypatch, dropped_register, p + "SYSTEM_APERTURE_LOW_ADDR", p + "SYSTEM_APERTURE_HIGH_ADDR")
     dev, gmc, s = boot()
     dev.vram.write(0x10000, b"physical")
     gmc.nbio.hdp_flush()     # past the HDP
@@ -370,12 +354,12 @@ def test_mmhub_flush_without_the_semaphore_is_never_acknowledged(monkeypatch):
 
 
 @pytest.mark.parametrize("hub", ["GC", "MM"])
-def test_without_the_fault_default_address_a_fault_reaches_no_memory(monkeypatch, hub):
+def test_without_the_fault_default_address_a_fault_reaches_no_memory(monkeypatch, dropped_register, hub):
     """gfxhub/mmhub_v3_0_init_system_aperture_regs point VM_L2_PROTECTION_FAULT_DEFAULT_ADDR at the dummy
     page; left at its power-on 0, a faulting access (here an MMHUB client such as the PSP reading, or an
     SDMA read on the GC hub) goes to bus address 0, where nothing answers."""
     vm = "GCVM_" if hub == "GC" else "MMVM_"
-    drop_writes(monkeypatch, vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32")
+    drop_writes(monkeypatch, dropped_register, vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32")
     dev, gmc, s = boot()
     got = engine_reads(s, hub, 0x7000_0000_0000)
     assert not isinstance(got, bytes) and "bus address 0x0" in str(got)

@@ -148,37 +148,12 @@ def test_wrapping_reads_and_errors():
         early.poll()
 
 
-class _Dropped:
-    """A register whose writes are lost (the driver step left out)."""
-
-    def __init__(self, reg):
-        self._reg = reg
-
-    def write(self, *args, **kw):
-        return 0
-
-    def update(self, *args, **kw):
-        return 0
-
-    def __getattr__(self, name):
-        return getattr(self._reg, name)
-
-
-class _DropRegs:
-    def __init__(self, regs, names):
-        self._regs, self._names = regs, names
-
-    def __getattr__(self, name):
-        r = getattr(self._regs, name)
-        return _Dropped(r) if name in self._names else r
-
-
 @pytest.mark.parametrize("names", [("IH_RB_BASE",), ("IH_RB_CNTL",), ("IH_RB_WPTR_ADDR_LO",), ("IH_RB_WPTR_ADDR_HI",)])
-def test_a_dropped_ring_register_loses_the_fault(monkeypatch, names):
+def test_a_dropped_ring_register_loses_the_fault(monkeypatch, dropping_registers, names):
     """ih_v6_0_irq_init's ring base, control (RB_ENABLE, MC_SPACE, RB_SIZE, write-back) and write-back
     address each left at their power-on 0: the fault's IV never reaches the driver (the ring is off, or
     the entry or the write pointer land where nothing maps them and go to the default page)."""
-    monkeypatch.setattr(IH, "regs", property(lambda self: _DropRegs(self.dev.reg("OSSSYS"), names)))
+    monkeypatch.setattr(IH, "regs", property(lambda self: dropping_registers(self.dev.reg("OSSSYS"), names)))
     dev, gmc, ih, s = boot()
     sim_fault(s.blocks["GMC"], 0, 0x5000_1234_5000, write=True, client=8)
     assert [iv for iv in ih.poll() if gmc.fault_from_iv(iv)] == []

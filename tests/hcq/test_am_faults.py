@@ -151,29 +151,12 @@ def test_a_previous_runs_address_faults_after_a_warm_boot(debian_firmware, kerne
 
 
 def test_without_the_ih_pointer_reset_a_warm_boot_reports_the_previous_runs_fault(debian_firmware, kernel_corpus,
+                                                                                   dropping_registers,
                                                                                    monkeypatch):
     """ih_v6_0_irq_init writes IH_RB_WPTR (and RPTR) 0 on every init: the IH keeps its write pointer across
     a warm boot (no reset in between), so without that write the new run reads the previous run's IVs again
     as if they were new."""
     from amdrv.ip.ih import IH
-
-    class Dropped:
-        def __init__(self, reg):
-            self._reg = reg
-
-        def write(self, *a, **kw):
-            return 0
-
-        def __getattr__(self, n):
-            return getattr(self._reg, n)
-
-    class Regs:
-        def __init__(self, regs):
-            self._regs = regs
-
-        def __getattr__(self, n):
-            r = getattr(self._regs, n)
-            return Dropped(r) if n == "IH_RB_WPTR" else r
 
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     for drop in (False, True):
@@ -184,7 +167,7 @@ def test_without_the_ih_pointer_reset_a_warm_boot_reports_the_previous_runs_faul
         d.recover()
         d.close()
         if drop:
-            monkeypatch.setattr(IH, "regs", property(lambda self: Regs(self.dev.reg("OSSSYS"))))
+            monkeypatch.setattr(IH, "regs", property(lambda self: dropping_registers(self.dev.reg("OSSSYS"), ("IH_RB_WPTR",))))
         d = hcq.open("am:sim", slot=48)
         try:
             assert d.gpu.boot_report.kind == "warm"
