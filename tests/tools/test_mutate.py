@@ -13,6 +13,13 @@ MUST_CATCH = ["reg-drop:GC.CP_HQD_PQ_BASE", "reg-drop:GC.CP_MEC_DOORBELL_RANGE_U
               "reg-drop:MP0.MP0_SMN_C2PMSG_35", "pkt-zero:PM4.DISPATCH_DIRECT.DIM_X",
               "pkt-zero:SDMA.COPY_LINEAR.COUNT"]
 STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
+# each caught by one of the workload's later phases: the generic-pointer kernel (SH_MEM_BASES), the CP's own
+# fault (CP_DEBUG's no-halt bit), the hung queues before recover (the CP's GRBM soft reset), SDMA after
+# recover (RB_WPTR zeroed), the IH ring wrap (its rptr doorbell), a previous run's address after the warm
+# boot (gmc fini), the board without SCPM (the allowed-features mask)
+LATER_PHASES = ["reg-drop:GC.SH_MEM_BASES", "step:cp-halts-on-fault", "step:recover-no-grbm-soft-reset-cp",
+                "reg-drop:GC.SDMA0_QUEUE0_RB_WPTR", "reg-drop:OSSSYS.IH_DOORBELL_RPTR", "step:no-gmc-fini",
+                "step:no-set-allowed-features-mask"]
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +44,27 @@ def firmware(debian_firmware, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
 
 
+def seen_first(base, phase):
+    return next(w for p, w in base["outcome"] if p == phase)
+
+
 def test_baseline_is_deterministic_and_complete(rig):
     kernels, base = rig
     phases = [p for p, _ in base["outcome"]]
-    assert phases[0] == "cold boot" and phases[-1] == "final fini"
+    assert phases[0] == "cold boot" and phases[-1] == "board without scpm" and "final fini" in phases
     out = dict((p, w) for p, w in base["outcome"])
-    assert out["cold boot"] == "cold boot" and out["warm boot"] == "warm boot"
-    assert out["mode1 boot"] == "cold boot after mode1 reset"
+    boots = [out["cold boot"], out["warm boot"], out["mode1 boot"], seen_first(base, "board without scpm")]
+    assert [b.split(",")[0] for b in boots] == ["cold boot", "warm boot", "cold boot after mode1 reset", "cold boot"]
+    assert not any(b.endswith("SMU features 0x0") for b in boots)     # DPM up on every boot
     assert out["fault"].startswith("fault reported") and out["recover"] == "poke after recover 77"
+    seen = lambda phase: [w for p, w in base["outcome"] if p == phase]  # noqa: E731
+    assert seen("generic pointers")[0].startswith("generic_lds_private right")
+    assert seen("cp fault")[0].startswith("fault reported") and "write by CPC" in seen("cp fault")[0]
+    assert seen("cp fault")[0].endswith("completed") and seen("cp fault")[1] == "signal after it 1"
+    assert seen("hang")[0].startswith("timeout") and seen("hang")[1] == "signals 0 0"
+    assert len(seen("sdma after recover")) == 3 and "in order, overflows 0" in out["ih ring wrap"]
+    assert [w.split(":")[0] for w in seen("old addresses after warm boot")] == ["fault reported"] * 2
+    assert out["board without scpm"] == "closed"
     names = {n for (_, n), _, _ in base["regs"].values()}
     assert {"CP_HQD_PQ_BASE", "MMVM_INVALIDATE_ENG17_REQ", "S2A_DOORBELL_ENTRY_2_CTRL"} <= names
     # the index/data path is resolved to its target register
@@ -57,8 +77,8 @@ def test_baseline_is_deterministic_and_complete(rig):
 
 def test_mutations_that_break_the_workload_are_caught(rig):
     kernels, base = rig
-    muts, _ = M.mutations(base, "all", MUST_CATCH + STEPS)
-    assert sorted(m.name for m in muts) == sorted(MUST_CATCH + STEPS)
+    muts, _ = M.mutations(base, "all", MUST_CATCH + STEPS + LATER_PHASES)
+    assert sorted(m.name for m in muts) == sorted(MUST_CATCH + STEPS + LATER_PHASES)
     results = M.run(muts, base, kernels, jobs=2)
     for r in results:
         assert r.status == "caught" and r.how and "FirmwareError" not in r.how, (r.mutation, r.status, r.how)
