@@ -18,7 +18,7 @@ def test_a_hang_returns_at_the_callers_timeout(dev, kernel_corpus):
     t0 = time.perf_counter()
     with pytest.raises(hcq.HCQTimeout, match=r"did not reach \d+ within 1 s"):
         spin(flag, global_size=(1,), local_size=(32,), wait=True, timeout=1)
-    assert time.perf_counter() - t0 < 2.5
+    assert time.perf_counter() - t0 < 4.5   # ~1.2 s idle; the old overshoot was ~8 s
     dev.recover()
     dev.copyin(flag, (1).to_bytes(4, "little"))
     spin(flag, global_size=(1,), local_size=(32,), wait=True, timeout=5)   # the device runs again
@@ -50,7 +50,7 @@ def test_the_tensor_api_recovers_after_a_hang(debian_firmware, kernel_corpus, mo
         t0 = time.perf_counter()
         with pytest.raises(hcq.HCQTimeout, match="recovered"):
             (Tensor(x, device="am:sim") + 1).numpy()            # queued behind the hung kernel
-        assert time.perf_counter() - t0 < 2.5
+        assert time.perf_counter() - t0 < 4.5   # ~1.2 s idle; the old overshoot was ~8 s
         for _ in range(2):                                      # later ops run, no timeout each time
             assert np.array_equal((Tensor(x, device="am:sim") * 2).numpy(), 2 * x)
     finally:
