@@ -35,8 +35,9 @@ from amdrv.pagetable import MTYPE_UC
 from amdrv.queue import ComputeQueue, SDMAQueue
 from amdrv.isa.codeobj import RSRC2, CodeObject, CodeObjectError
 from pcie import open_function
+from amdrv.kernargs import kernel_args
 from hcq.api import (ArgLayout, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, Program, Signal,
-                     Var, kernel_args)
+                     Var)
 
 # SQ wave state a driver reads when a queue stops (gfx_v11_0_read_wave_data; gc_11_0_0_offset.h ixSQ_WAVE_*,
 # gc_11_0_0_sh_mask.h SQ_WAVE_STATUS/TRAPSTS fields); waits longer than WAVE_CHECK_AFTER look for a halted wave

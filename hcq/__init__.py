@@ -4,8 +4,8 @@
     dev = hcq.open("am:sim")      # backend "am" through the driverless.hcq entry points
 """
 from hcq.api import (ArgLayout, ArgumentError, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue,
-                     KernelArg, Program, Signal, Var, kernel_args)
+                     KernelArg, Program, Signal, Var, scalar_code)
 from hcq.registry import backends, open
 
 __all__ = ["ArgLayout", "ArgumentError", "Buffer", "Device", "Graph", "HCQError", "HCQFault", "HCQTimeout", "HWQueue",
-           "KernelArg", "Program", "Signal", "Var", "backends", "kernel_args", "open"]
+           "KernelArg", "Program", "Signal", "Var", "backends", "open", "scalar_code"]

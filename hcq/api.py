@@ -6,8 +6,9 @@
     seconds = prog(out, a, b, 1024, global_size=(4, 1, 1), local_size=(256, 1, 1), wait=True)
     dev.copyout(out)                                   # bytes
 
-Backends (amdrv.hcq for AMD) subclass Device and HWQueue; Buffer, Signal, Program, ArgLayout and Graph
-are shared. Hot paths are written for CPU cost per launch: argument layouts are compiled once into one
+Backends (amdrv.hcq for AMD, nvdrv for NVIDIA) subclass Device and HWQueue; Buffer, Signal, Program,
+ArgLayout and Graph are shared. Nothing here knows a code-object format or a GPU clock: each backend
+turns its own kernel metadata into KernelArg entries (offset, size, kind) and declares timestamp_hz. Hot paths are written for CPU cost per launch: argument layouts are compiled once into one
 struct.Struct per kernel, queues are built once and patched in place (the update_* methods), and a
 graph replay writes only the values that changed.
 """
@@ -37,7 +38,8 @@ class ArgumentError(HCQError, TypeError):
 
 
 # ------------------------------------------------------------------------------------------- args
-# OpenCL/HIP scalar type names (code object metadata .type_name) to struct codes.
+# C scalar type names (OpenCL, HIP and CUDA spellings) to struct codes, for backends whose metadata names
+# a parameter's type (scalar_code); metadata that gives only a size gets the unsigned code of that size.
 _SCALAR_CODES = {
     "char": "b", "uchar": "B", "short": "h", "ushort": "H", "int": "i", "uint": "I", "long": "q",
     "ulong": "Q", "float": "f", "double": "d", "half": "e", "bool": "?", "size_t": "Q", "signed char": "b",
@@ -46,13 +48,25 @@ _SCALAR_CODES = {
     "uint16_t": "H", "int32_t": "i", "uint32_t": "I", "int64_t": "q", "uint64_t": "Q",
 }
 _UNSIGNED_BY_SIZE = {1: "B", 2: "H", 4: "I", 8: "Q"}
+KINDS = ("buffer", "scalar", "untyped", "hidden")
+
+
+def scalar_code(type_name: str, size: int) -> str:
+    """The struct code of a by-value parameter: from its C type name when that names a scalar of `size`
+    bytes, else the unsigned integer of that size, else raw bytes ("Ns")."""
+    code = _SCALAR_CODES.get(type_name.removeprefix("const ").strip())
+    if code is None or struct.calcsize("<" + code) != size:
+        code = _UNSIGNED_BY_SIZE.get(size, f"{size}s")
+    return code
 
 
 @dataclass(frozen=True)
 class KernelArg:
-    """One kernel parameter as the code object describes it: kind is "buffer" (a pointer: pass a
-    Buffer), "scalar" (pass an int or float; code is its struct code, "Ns" for raw bytes) or "hidden"
-    (filled by the backend; what names it, e.g. "hidden_block_count_x")."""
+    """One kernel parameter as a backend derives it from its own code-object metadata (amdrv: AMDHSA
+    .args; nvdrv: the cubin's parameter records): a plain (offset, size, kind) entry. kind is
+    "buffer" (a pointer: pass a Buffer), "scalar" (a number; code is its struct code, "Ns" for raw
+    bytes), "untyped" (the metadata says only offset and size, as a cubin's does: a number of that size,
+    or for 8 bytes also a Buffer, whose address goes in) or "hidden" (filled by the backend; `what` names it)."""
     name: str
     offset: int
     size: int
@@ -61,28 +75,14 @@ class KernelArg:
     what: str = ""
     type_name: str = ""
 
-
-def kernel_args(meta_args: Sequence[dict]) -> list[KernelArg]:
-    """KernelArgs from AMDHSA code-object metadata (.args entries: .offset, .size, .value_kind,
-    .type_name, .name) as LLVM's AMDGPUUsage describes them."""
-    out = []
-    for i, a in enumerate(meta_args):
-        vk, size, off = a[".value_kind"], a[".size"], a[".offset"]
-        tn = str(a.get(".type_name", "")).strip()
-        name = a.get(".name") or f"arg{i}"
-        if vk == "global_buffer":
-            out.append(KernelArg(name, off, size, "buffer", "Q", type_name=tn))
-        elif vk == "by_value":
-            code = _SCALAR_CODES.get(tn.removeprefix("const ").strip())
-            if code is None or struct.calcsize("<" + code) != size:
-                code = _UNSIGNED_BY_SIZE.get(size, f"{size}s")
-            out.append(KernelArg(name, off, size, "scalar", code, type_name=tn))
-        elif vk.startswith("hidden_"):
-            out.append(KernelArg(name, off, size, "hidden", what=vk, type_name=tn))
-        else:
-            raise HCQError(f"kernel parameter {name!r} (offset {off}) has value kind {vk!r}, which this HCQ "
-                           "does not pass (global buffers and by-value scalars only)")
-    return out
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise HCQError(f"kernel parameter {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.offset < 0 or self.size <= 0:
+            raise HCQError(f"kernel parameter {self.name!r}: offset {self.offset} and size {self.size} must be "
+                           "a non-negative offset and a positive size")
+        if not self.code and self.kind != "hidden":
+            object.__setattr__(self, "code", "Q" if self.kind == "buffer" else scalar_code(self.type_name, self.size))
 
 
 class ArgLayout:
@@ -91,7 +91,7 @@ class ArgLayout:
     is one pack_into. Hidden arguments are listed for the backend (hidden_fill)."""
 
     __slots__ = ("kernel", "args", "explicit", "hidden", "size", "struct", "start", "is_buffer", "n",
-                 "buffer_index", "arg_offsets", "arg_structs")
+                 "buffer_index", "untyped_index", "arg_offsets", "arg_structs")
 
     def __init__(self, kernel: str, args: Sequence[KernelArg], size: int):
         self.kernel, self.args, self.size = kernel, list(args), size
@@ -111,6 +111,8 @@ class ArgLayout:
         self.struct = struct.Struct(fmt)
         self.is_buffer = tuple(a.kind == "buffer" for a in self.explicit)
         self.buffer_index = tuple(i for i, b in enumerate(self.is_buffer) if b)
+        # untyped parameters that can hold a pointer (8 bytes): a Buffer there is its address
+        self.untyped_index = tuple(i for i, a in enumerate(self.explicit) if a.kind == "untyped" and a.size == 8)
         self.arg_offsets = tuple(a.offset for a in self.explicit)
         self.arg_structs = tuple(struct.Struct("<" + a.code) for a in self.explicit)
 
@@ -119,9 +121,13 @@ class ArgLayout:
         if len(args) != self.n:
             raise self._count_error(args)
         try:
-            return [a.va if b else a for a, b in zip(args, self.is_buffer)]
+            vals = [a.va if b else a for a, b in zip(args, self.is_buffer)]
         except AttributeError:
             raise self.diagnose(args) from None
+        for i in self.untyped_index:
+            if isinstance(vals[i], Buffer):
+                vals[i] = vals[i].va
+        return vals
 
     def pack_into(self, view, offset: int, args: Sequence) -> None:
         """Writes the explicit arguments at view[offset + their offsets]."""
@@ -131,6 +137,9 @@ class ArgLayout:
         try:
             for i in self.buffer_index:
                 vals[i] = vals[i].va
+            for i in self.untyped_index:
+                if isinstance(vals[i], Buffer):
+                    vals[i] = vals[i].va
             self.struct.pack_into(view, offset + self.start, *vals)
         except (AttributeError, struct.error, TypeError, OverflowError):
             vals = self._untyped(args)
@@ -143,7 +152,7 @@ class ArgLayout:
         float of the parameter's size, a negative int its two's complement. None if that does not help."""
         out = []
         for a, v in zip(self.explicit, args):
-            if a.kind == "buffer":
+            if a.kind == "buffer" or isinstance(v, Buffer) and a.kind == "untyped" and a.size == 8:
                 if not isinstance(v, Buffer):
                     return None
                 v = v.va
@@ -173,6 +182,8 @@ class ArgLayout:
                 if not isinstance(v, Buffer):
                     return ArgumentError(f"{where} is a pointer: pass a Buffer, not {type(v).__name__} {v!r:.40}")
                 continue
+            if isinstance(v, Buffer) and a.kind == "untyped" and a.size == 8:
+                continue
             if isinstance(v, Buffer):
                 return ArgumentError(f"{where} is a scalar: pass a number, not a Buffer")
             try:
@@ -184,7 +195,7 @@ class ArgLayout:
 
 
 def _untyped_value(a: KernelArg, v):
-    if not a.type_name and a.code in "BHIQ":
+    if not a.type_name and a.code in "BHIQ":   # "untyped" parameters and by-value ones with no type name
         if isinstance(v, float) and a.size in (2, 4, 8):
             return int.from_bytes(struct.pack("<" + {2: "e", 4: "f", 8: "d"}[a.size], v), "little")
         if isinstance(v, int) and -(1 << (8 * a.size - 1)) <= v < 0:
@@ -249,7 +260,7 @@ class Signal:
 
     @property
     def timestamp(self) -> float:
-        """The last timestamp written, in seconds of the GPU clock."""
+        """The last timestamp written, in seconds of the GPU clock (the backend's Device.timestamp_hz)."""
         return self.mem[1] / self.device.timestamp_hz
 
     def wait(self, value: int, timeout: float | None = None) -> None:
@@ -408,8 +419,13 @@ class Device(abc.ABC):
 
     name: str
     chip: str = ""                 # what the backend calls the GPU (e.g. "navi31 gfx1100"), for reprs
-    timestamp_hz: float = 100e6
     default_timeout: float = 10.0
+
+    @property
+    @abc.abstractmethod
+    def timestamp_hz(self) -> float:
+        """Ticks per second of the clock the backend's timestamps count (Signal.timestamp divides by it):
+        each backend declares its own (a class attribute will do), hcq assumes none."""
 
     def describe(self) -> str:
         """One line for repr: where the GPU is and what it has (backends add to it)."""

@@ -234,7 +234,8 @@ class Workload:
         np, dev = self.np, self.dev
         from amdrv import pm4
         from amdrv.isa.codeobj import CodeObject
-        from hcq.api import ArgLayout, kernel_args
+        from amdrv.kernargs import kernel_args
+        from hcq.api import ArgLayout
         from amdrv import hcq as amhcq
         n, gc = 64, dev.gc
         co = CodeObject(self.k["generic_lds_private"])

@@ -348,7 +348,7 @@ def test_trans_results_are_waited_for_before_use():
 
 
 def test_scalar_parameters_carry_their_c_types():
-    from hcq.api import kernel_args
+    from amdrv.kernargs import kernel_args
     s = SAMPLES["uniform"]
     meta = CodeObject(R.generate(s.kernel)[0]).kernel("uniform").metadata[".args"]
     assert [a[".type_name"] for a in meta] == ["float*", "float*", "int*", "int", "float"]

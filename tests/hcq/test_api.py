@@ -1,12 +1,14 @@
-"""The backend-neutral layer: argument layouts from code-object metadata, errors that name the kernel and
-parameter, the backend registry."""
+"""The backend-neutral layer: argument layouts from (offset, size, kind) entries (AMDHSA metadata through
+amdrv.kernargs here, a cubin's parameter records for nvdrv), errors that name the kernel and parameter, the
+backend registry."""
 import struct
 
 import numpy as np
 import pytest
 
 import hcq
-from hcq.api import ArgLayout, ArgumentError, Buffer, HCQError, kernel_args
+from amdrv.kernargs import kernel_args
+from hcq.api import ArgLayout, ArgumentError, Buffer, Device, HCQError, KernelArg, scalar_code
 
 SAXPY = [  # what clang-15 writes for tests/amdrv/isa/kernels/saxpy.cl
     {".address_space": "global", ".offset": 0, ".size": 8, ".type_name": "float*", ".value_kind": "global_buffer"},
@@ -82,8 +84,8 @@ def test_buffer_view_bounds():
 
 
 def test_unknown_backend_lists_installed():
-    with pytest.raises(HCQError, match=r"no backend 'nv'.*installed: .*am"):
-        hcq.open("nv:0")
+    with pytest.raises(HCQError, match=r"no backend 'qcom'.*installed: .*am"):
+        hcq.open("qcom:0")
     assert "am" in hcq.backends()
 
 
@@ -108,3 +110,42 @@ def test_untyped_scalars_take_floats_and_negative_ints():
     assert lay.pack([1.5, -2]) == struct.pack("<fi", 1.5, -2)
     with pytest.raises(ArgumentError, match=r"argument 1 \(k: scalar, 4 bytes\) needs an integer"):
         lay.pack([1.0, 1 << 33])
+
+
+def test_untyped_parameters_take_buffers_or_numbers():
+    """A cubin says only (offset, size) of each parameter: an 8-byte one takes a Buffer (its address) or an
+    integer, a 4-byte one an int or a float (its IEEE bits); a Buffer in a 4-byte slot is refused by name."""
+    lay = ArgLayout("saxpy", [KernelArg("p0", 0, 8, "untyped"), KernelArg("p1", 8, 8, "untyped"),
+                              KernelArg("p2", 16, 4, "untyped"), KernelArg("p3", 20, 4, "untyped")], 24)
+    assert [a.code for a in lay.explicit] == ["Q", "Q", "I", "I"]
+    assert lay.pack([buf(0x1000), 0x2000, 2.5, 7]) == struct.pack("<QQfI", 0x1000, 0x2000, 2.5, 7)
+    assert lay.values([buf(0x1000), buf(0x2000), 1, 2]) == [0x1000, 0x2000, 1, 2]
+    with pytest.raises(ArgumentError, match=r"argument 2 \(p2: untyped, 4 bytes\) is a scalar: pass a number"):
+        lay.pack([buf(0), buf(0), buf(0x10), 1])
+
+
+def test_kernel_arg_entries_are_checked():
+    assert KernelArg("n", 0, 4, "scalar", type_name="int").code == "i"
+    assert KernelArg("p", 0, 8, "buffer").code == "Q"
+    with pytest.raises(HCQError, match="'x': kind 'pointer' is not one of buffer, scalar, untyped, hidden"):
+        KernelArg("x", 0, 8, "pointer")
+    with pytest.raises(HCQError, match="'x': offset -4 and size 4"):
+        KernelArg("x", -4, 4, "scalar")
+
+
+@pytest.mark.parametrize("type_name, size, code", [("float", 4, "f"), ("const int", 4, "i"), ("unsigned long long", 8, "Q"),
+                                                  ("float", 8, "Q"), ("struct S", 12, "12s"), ("", 2, "H")])
+def test_scalar_code_from_c_type_names(type_name, size, code):
+    assert scalar_code(type_name, size) == code
+
+
+def test_backends_declare_their_timestamp_clock():
+    """hcq assumes no GPU clock: a Device subclass that does not say timestamp_hz cannot be created."""
+    names = [n for n in dir(Device) if getattr(getattr(Device, n), "__isabstractmethod__", False)]
+    assert "timestamp_hz" in names
+
+    no_clock = type("NoClock", (Device,), {n: (lambda *a, **k: None) for n in names if n != "timestamp_hz"})
+    with pytest.raises(TypeError, match="timestamp_hz"):
+        no_clock()
+    from amdrv.hcq import AMHCQDevice
+    assert AMHCQDevice.timestamp_hz == 100e6                     # soc21_get_xclk: the 100 MHz reference
