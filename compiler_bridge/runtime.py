@@ -4,9 +4,10 @@
     dev = get_device("am:sim")      # opened once per process; buffers live on it until read back
 
 `launch` is (global_size, local_size) as hcq's prog() takes them: workgroup counts and work items per
-workgroup, 3-tuples (ir.launch_dims gives the IR's rule). On an am device the codegen is the one named by
-the CODEGEN environment variable, else "rdna3" when registered, else "llvm". Codegens register themselves
-when their module is imported; get_device imports the known codegen modules that exist.
+workgroup, 3-tuples (ir.launch_dims gives the IR's rule). The codegen is the one named by the CODEGEN
+environment variable, else on an nv device "cuda", on an am device "rdna3" when registered, else "llvm".
+Codegens register themselves when their module is imported; get_device imports the known codegen modules
+that exist.
 
 Default device (default_device()): $DEVICE (an hcq device string, or "c"); else a real AMD GPU through AM
 when one is present and not driven by a kernel driver; else "am:sim".
@@ -26,7 +27,9 @@ import numpy as np
 from compiler_bridge import ir
 
 _CODEGENS: dict[str, object] = {}
-_CODEGEN_MODULES = ("compiler_bridge.codegen_rdna3", "compiler_bridge.codegen_llvm")
+_CODEGEN_MODULES = ("compiler_bridge.codegen_rdna3", "compiler_bridge.codegen_llvm", "compiler_bridge.codegen_cuda")
+# The generators a device runs, by the backend its string names (hcq's prefix), first registered wins.
+_DEFAULT_CODEGENS = {"am": ("rdna3", "llvm"), "nv": ("cuda",)}
 _DEVICES: dict[str, "Device"] = {}
 _NP = {"float32": np.float32, "int32": np.int32}
 
@@ -58,6 +61,14 @@ def _import_codegens() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != m:
                 raise
+
+
+def default_codegen(spec: str) -> str | None:
+    """The first registered generator for the backend `spec` names (nv: cuda; am and others: rdna3, else
+    llvm)."""
+    _import_codegens()
+    backend = spec.split(":", 1)[0].lower()
+    return next((c for c in _DEFAULT_CODEGENS.get(backend, _DEFAULT_CODEGENS["am"]) if c in _CODEGENS), None)
 
 
 def default_device() -> str:
@@ -123,8 +134,7 @@ class HCQDevice(Device):
         import hcq
         self.name = spec
         _import_codegens()
-        self.codegen = codegen or os.environ.get("CODEGEN") or next(
-            (c for c in ("rdna3", "llvm") if c in _CODEGENS), None)
+        self.codegen = codegen or os.environ.get("CODEGEN") or default_codegen(spec)
         if self.codegen not in _CODEGENS:
             raise RuntimeError(f"compiler_bridge: no code generator for {spec} (asked for {self.codegen!r}; "
                                f"registered: {sorted(_CODEGENS) or 'none'}); use DEVICE=c for the host")

@@ -40,7 +40,7 @@ def test_environment_md_lists_every_variable_read():
     pat = re.compile(r"""(?:environ\.get\(|environ\[|getenv\()\s*["']([A-Z_][A-Z0-9_]*)["']""")
     const = re.compile(r"""^\s*[A-Z_]*ENV[A-Z_]*\s*=\s*["']([A-Z_][A-Z0-9_]*)["']""", re.M)
     names = set()
-    for pkg in ("amdrv", "compiler_bridge", "hcq", "pcie", "gpusim", "tools", "bench", "driverless"):
+    for pkg in ("amdrv", "compiler_bridge", "hcq", "nvdrv", "pcie", "gpusim", "tools", "bench", "driverless"):
         for f in (ROOT / pkg).rglob("*.py"):
             text = f.read_text()
             names |= set(pat.findall(text)) | set(const.findall(text))
