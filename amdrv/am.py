@@ -197,6 +197,8 @@ class AMGPU:
                 fn()
             except AMError:
                 raise
+            except FirmwareError as e:   # a file that does not parse stays a FirmwareError, with the device named
+                raise FirmwareError(f"{dev.name}: {kind} boot failed in {name}: {e}") from e
             except Exception as e:
                 raise AMError(f"{dev.name}: {kind} boot failed in {name}: {e}") from e
             d = dev.pci.counters - c

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from amdrv import chips
 from amdrv.firmware import parse, pins
-from amdrv.firmware.store import FirmwareError, FirmwareStore, check, pin_of
+from amdrv.firmware.store import FirmwareError, FirmwareStore, check, pin_of, read_local
 
 COMPRESSED = (".zst", ".xz")   # how distributions other than Debian ship linux-firmware (not read: skipped)
 
@@ -43,7 +43,7 @@ def _verify_dir(directory: Path) -> int:
         try:
             if p is None:
                 raise FirmwareError(f"firmware: {name} is missing from {directory}")
-            check(pin, p.read_bytes(), str(p))
+            read_local(pin, p, str(p))
             print(f"  verified  {name}")
         except FirmwareError as e:
             bad += 1
@@ -68,11 +68,12 @@ def _seed(store: FirmwareStore, directory: Path) -> int:
                 skipped.append(f"{packed.name} (compressed)")
             continue
         try:
-            store.store(name, check(pin_of(name), p.read_bytes(), str(p)))
+            store.store(name, read_local(pin_of(name), p, str(p)))
             copied += 1
-        except FirmwareError:
-            skipped.append(f"{name} (not the pinned size/sha256)")
-        except OSError as e:
+        except FirmwareError as e:
+            unreadable = isinstance(e.__context__, OSError)   # read_local: the file could not be read
+            skipped.append(f"{name} ({e.__context__.strerror if unreadable else 'not the pinned size/sha256'})")
+        except OSError as e:   # the cache could not be written
             skipped.append(f"{name} ({e.strerror or e})")
     print(f"seed: {copied} pinned files copied from {directory} into {store.cache}")
     if skipped:
@@ -81,7 +82,14 @@ def _seed(store: FirmwareStore, directory: Path) -> int:
     return 0
 
 
+INSPECT_MAX = 16 << 20   # the largest amdgpu firmware file is well under 1 MiB
+
+
 def _inspect(path: Path) -> int:
+    size = path.stat().st_size
+    if size > INSPECT_MAX:
+        raise FirmwareError(f"firmware: {path} is {size} bytes; no amdgpu firmware file is larger than "
+                            f"{INSPECT_MAX >> 20} MiB, so it is not one (not read)")
     data = path.read_bytes()
     pin = pins.PINS.get(path.name)
     if pin:

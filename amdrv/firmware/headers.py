@@ -62,10 +62,12 @@ class _Reader:
                             f"the file has {len(self.data)}")
         return st.unpack_from(self.data, offset)
 
-    def part(self, name: str, offset: int, size: int, version=None, psp_fw_type=None) -> Component:
+    def part(self, name: str, offset: int, size: int, version=None, psp_fw_type=None, *,
+             fields: tuple[str, str]) -> Component:
+        """One component; `fields` names the header fields its offset and size come from, for the error."""
         if offset < 0 or size <= 0 or offset + size > len(self.data):
-            raise self.fail(f"component {name} at offset {offset} size {size} lies outside the "
-                            f"{len(self.data)}-byte file (truncated or corrupt header)")
+            raise self.fail(f"component {name} at offset {offset} ({fields[0]}) size {size} ({fields[1]}) lies "
+                            f"outside the {len(self.data)}-byte file (truncated or corrupt header)")
         return Component(name, offset, size, version, psp_fw_type, bytes(self.data[offset:offset + size]))
 
 
@@ -99,7 +101,9 @@ def _psp_v2(r: _Reader, hdr, prefix: str, type_enum: str, count_field: str) -> l
             raise r.fail(f"component {i} has unknown {type_enum} {d.fw_type}")
         name = names[d.fw_type]
         psp_type = _gfx_type("TOC") if name == "PSP_TOC" else None
-        parts.append(r.part(name.removeprefix("PSP_"), base + d.offset_bytes, d.size_bytes, d.fw_version, psp_type))
+        parts.append(r.part(name.removeprefix("PSP_"), base + d.offset_bytes, d.size_bytes, d.fw_version, psp_type,
+                            fields=(f"ucode_array_offset_bytes + descriptor {i} offset_bytes",
+                                    f"descriptor {i} size_bytes")))
     return parts
 
 
@@ -109,11 +113,12 @@ def _rs64(r: _Reader, hdr, kind: str) -> list[Component]:
     stacks = {"pfp": 2, "me": 2, "mec": 4}[kind]
     c = hdr["header"]
     parts = [r.part(f"RS64_{engine}", c["ucode_array_offset_bytes"], hdr["ucode_size_bytes"],
-                    c["ucode_version"], _gfx_type(f"RS64_{engine}"))]
+                    c["ucode_version"], _gfx_type(f"RS64_{engine}"),
+                    fields=("ucode_array_offset_bytes", "ucode_size_bytes"))]
     for p in range(stacks):
         name = f"RS64_{engine}_P{p}_STACK"
         parts.append(r.part(name, hdr["data_offset_bytes"], hdr["data_size_bytes"], c["ucode_version"],
-                            _gfx_type(name)))
+                            _gfx_type(name), fields=("data_offset_bytes", "data_size_bytes")))
     return parts
 
 
@@ -121,8 +126,8 @@ def _rlc(r: _Reader, hdr, minor: int) -> list[Component]:
     """rlc_firmware_header_v2_x: RLC_G from the ucode array; later versions add images at file offsets."""
     flat = _flatten(hdr)
     parts = [r.part("RLC_G", flat["header.ucode_array_offset_bytes"], flat["header.ucode_size_bytes"],
-                    flat["header.ucode_version"],
-                    _gfx_type("RLC_G"))]
+                    flat["header.ucode_version"], _gfx_type("RLC_G"),
+                    fields=("ucode_array_offset_bytes", "ucode_size_bytes"))]
     extra = []
     if minor >= 1:
         extra += [("RLC_RESTORE_LIST_SRM_CNTL", "save_restore_list_cntl"),
@@ -139,7 +144,8 @@ def _rlc(r: _Reader, hdr, minor: int) -> list[Component]:
         size = flat[f"{stem}_size_bytes"]
         if size:  # an absent image has size 0, as amdgpu skips it
             ver = flat.get(f"{stem.removesuffix('_ucode')}_ucode_version")
-            parts.append(r.part(name, flat[f"{stem}_offset_bytes"], size, ver, _gfx_type(name)))
+            parts.append(r.part(name, flat[f"{stem}_offset_bytes"], size, ver, _gfx_type(name),
+                                fields=(f"{stem}_offset_bytes", f"{stem}_size_bytes")))
     return parts
 
 
@@ -195,31 +201,44 @@ def parse(fname: str, data: bytes) -> FirmwareImage:
     elif kind == "ta":
         parts = _psp_v2(r, hdr, "TA_FW_TYPE_", "ta_fw_type", "ta_fw_bin_count")
     elif kind == "smu":
-        parts = [r.part("SMU", c.ucode_array_offset_bytes, c.ucode_size_bytes, c.ucode_version, _gfx_type("SMU"))]
+        parts = [r.part("SMU", c.ucode_array_offset_bytes, c.ucode_size_bytes, c.ucode_version, _gfx_type("SMU"),
+                        fields=("ucode_array_offset_bytes", "ucode_size_bytes"))]
         if version == (2, 1):
             count, table = hdr["pptable_count"], hdr["pptable_entry_offset"]
+            entry = structs.get(ucode, "smc_soft_pptable_entry")
+            if table + count * entry.size > len(data):
+                raise r.fail(f"pptable_count={count} entries of {entry.size} bytes at pptable_entry_offset={table} "
+                             f"run past the end of the {len(data)}-byte file (truncated or corrupt header)")
             for i in range(count):
-                e = r.struct("smc_soft_pptable_entry", table + i * structs.get(ucode, "smc_soft_pptable_entry").size)
+                e = r.struct("smc_soft_pptable_entry", table + i * entry.size)
                 # Soft pptables go to the SMU through its driver table, not through the PSP.
-                parts.append(r.part(f"PPTABLE_{e.id}", e.ppt_offset_bytes, e.ppt_size_bytes, None, None))
+                parts.append(r.part(f"PPTABLE_{e.id}", e.ppt_offset_bytes, e.ppt_size_bytes, None, None,
+                                    fields=(f"pptable entry {i} ppt_offset_bytes",
+                                            f"pptable entry {i} ppt_size_bytes")))
     elif kind == "sdma":
         parts = [r.part("SDMA_UCODE_TH0", c.ucode_array_offset_bytes, hdr["ctx_ucode_size_bytes"],
-                        c.ucode_version, _gfx_type("SDMA_UCODE_TH0")),
+                        c.ucode_version, _gfx_type("SDMA_UCODE_TH0"),
+                        fields=("ucode_array_offset_bytes", "ctx_ucode_size_bytes")),
                  r.part("SDMA_UCODE_TH1", hdr["ctl_ucode_offset"], hdr["ctl_ucode_size_bytes"],
-                        c.ucode_version, _gfx_type("SDMA_UCODE_TH1"))]
+                        c.ucode_version, _gfx_type("SDMA_UCODE_TH1"),
+                        fields=("ctl_ucode_offset", "ctl_ucode_size_bytes"))]
     elif kind in ("pfp", "me", "mec"):
         parts = _rs64(r, hdr, kind)
     elif kind in ("mes", "mes1"):
         code, stack = ("CP_MES", "MES_STACK") if kind == "mes" else ("CP_MES_KIQ", "MES_KIQ_STACK")
         parts = [r.part(code, hdr["mes_ucode_offset_bytes"], hdr["mes_ucode_size_bytes"],
-                        hdr["mes_ucode_version"], _gfx_type(code)),
+                        hdr["mes_ucode_version"], _gfx_type(code),
+                        fields=("mes_ucode_offset_bytes", "mes_ucode_size_bytes")),
                  r.part(stack, hdr["mes_ucode_data_offset_bytes"], hdr["mes_ucode_data_size_bytes"],
-                        hdr["mes_ucode_data_version"], _gfx_type(stack))]
+                        hdr["mes_ucode_data_version"], _gfx_type(stack),
+                        fields=("mes_ucode_data_offset_bytes", "mes_ucode_data_size_bytes"))]
     elif kind == "imu":
         base = c.ucode_array_offset_bytes
-        parts = [r.part("IMU_I", base, hdr["imu_iram_ucode_size_bytes"], c.ucode_version, _gfx_type("IMU_I")),
+        parts = [r.part("IMU_I", base, hdr["imu_iram_ucode_size_bytes"], c.ucode_version, _gfx_type("IMU_I"),
+                        fields=("ucode_array_offset_bytes", "imu_iram_ucode_size_bytes")),
                  r.part("IMU_D", base + hdr["imu_iram_ucode_size_bytes"], hdr["imu_dram_ucode_size_bytes"],
-                        c.ucode_version, _gfx_type("IMU_D"))]
+                        c.ucode_version, _gfx_type("IMU_D"),
+                        fields=("ucode_array_offset_bytes + imu_iram_ucode_size_bytes", "imu_dram_ucode_size_bytes"))]
     else:
         parts = _rlc(r, hdr, version[1])
     return FirmwareImage(fname, kind, version, (c.ip_version_major, c.ip_version_minor), c.ucode_version,

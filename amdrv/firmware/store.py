@@ -49,16 +49,36 @@ def pin_of(name: str) -> Pin:
         raise FirmwareError(f"firmware: {name} is not a pinned file; pinned: {', '.join(sorted(PINS))}") from None
 
 
+def _wrong_size(pin: Pin, size: int, origin: str) -> FirmwareError:
+    return FirmwareError(f"firmware: {pin.name} from {origin} is {size} bytes, the pin says {pin.size} "
+                         f"(truncated or a different linux-firmware version than {TAG}); replace it")
+
+
 def check(pin: Pin, data: bytes, origin: str) -> bytes:
     """Returns data if it is exactly the pinned file, else raises naming the file, where it came from and how."""
     if len(data) != pin.size:
-        raise FirmwareError(f"firmware: {pin.name} from {origin} is {len(data)} bytes, the pin says {pin.size} "
-                            f"(truncated or a different linux-firmware version than {TAG}); replace it")
+        raise _wrong_size(pin, len(data), origin)
     digest = hashlib.sha256(data).hexdigest()
     if digest != pin.sha256:
         raise FirmwareError(f"firmware: {pin.name} from {origin} has sha256 {digest}, the pin says {pin.sha256} "
                             f"(corrupt or a different linux-firmware version than {TAG}); replace it")
     return data
+
+
+def read_local(pin: Pin, path: Path, origin: str) -> bytes:
+    """A local file's verified bytes. The size is checked before reading, so that a wrong file (a multi-GiB
+    one dropped in the override directory) is refused without being read into memory; a file that cannot
+    be read is a FirmwareError naming it, not a raw OSError."""
+    try:
+        size = path.stat().st_size
+        if size != pin.size:
+            raise _wrong_size(pin, size, origin)
+        with path.open("rb") as f:
+            data = f.read(pin.size + 1)   # never more than the pin allows, should it grow meanwhile
+    except OSError as e:
+        raise FirmwareError(f"firmware: {pin.name} from {origin} cannot be read: {e.strerror or e}; "
+                            f"fix its permissions or replace it") from None
+    return check(pin, data, origin)
 
 
 def _override_path(directory: Path, name: str) -> Path | None:
@@ -96,10 +116,10 @@ class FirmwareStore:
         """Verified bytes from the override or the cache; None if neither has the file."""
         pin = pin_of(name)
         if self.override is not None and (p := _override_path(self.override, name)):
-            return check(pin, p.read_bytes(), str(p))
+            return read_local(pin, p, str(p))
         p = self.cache / name
         if p.is_file():
-            return check(pin, p.read_bytes(), f"{p} (cache; delete it to fetch again)")
+            return read_local(pin, p, f"{p} (cache; delete it to fetch again)")
         return None
 
     def read(self, name: str) -> bytes:

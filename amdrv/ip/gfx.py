@@ -181,7 +181,10 @@ class GFX:
         t0 = time.perf_counter()
         ok, v = poll(self.gc.CP_STAT.read, lambda v: v == 0, AUTOLOAD_TIMEOUT_S, 1000)
         if not ok:
-            raise self._fail(f"the MEC did not come up after unhalting it: CP_STAT reads {v:#010x}")
+            lo, hi = self.mec_start
+            raise self._fail(f"the MEC did not come up after unhalting it: CP_STAT reads {v:#010x} (its pipes "
+                             f"start at the entry point of {self.mec_firmware}, ucode_start_addr_lo/hi "
+                             f"{lo:#x}/{hi:#x}: a corrupt file starts them nowhere)")
         left = MEC_START_S - (time.perf_counter() - t0)
         if left > 0:
             time.sleep(left)

@@ -96,8 +96,18 @@ def test_component_outside_file(images):
     _, data = images["sdma_6_0_0.bin"]
     # sdma_firmware_header_v2_0.ctl_ucode_offset is at byte 48 (32-byte common header + 4 dwords).
     bad = _patched(data, 48, "<I", len(data) - 16)
-    with pytest.raises(FirmwareError, match=r"sdma_6_0_0.bin: component SDMA_UCODE_TH1 .* lies outside"):
+    with pytest.raises(FirmwareError, match=r"sdma_6_0_0.bin: component SDMA_UCODE_TH1 .*\(ctl_ucode_offset\) "
+                                            r"size \d+ \(ctl_ucode_size_bytes\) lies outside"):
         parse("sdma_6_0_0.bin", bad)
+
+
+def test_pptable_entries_past_the_end_name_the_fields(images):
+    # Found by tools/fuzz/firmware (overflow of smc_firmware_header_v2_1.pptable_entry_offset, at byte 40):
+    # the error named the entry struct, not the header fields that put it there.
+    _, data = images["smu_13_0_0.bin"]
+    with pytest.raises(FirmwareError, match=r"smu_13_0_0.bin: pptable_count=\d+ entries of \d+ bytes at "
+                                            r"pptable_entry_offset=4294967295 run past the end"):
+        parse("smu_13_0_0.bin", _patched(data, 40, "<I", 0xFFFFFFFF))
 
 
 def test_bad_psp_descriptor(images):

@@ -180,3 +180,31 @@ def test_origin_says_where_a_file_would_come_from(debian_firmware, tmp_path):
     FirmwareStore().store(MEC, (debian_firmware / MEC).read_bytes())
     assert FirmwareStore().origin(MEC).startswith("from the cache")
     assert FirmwareStore(override=debian_firmware).origin(MEC) == f"from {debian_firmware} (DRIVERLESS_FIRMWARE_DIR)"
+
+
+def test_a_huge_file_in_the_override_directory_is_refused_unread(tmp_path, monkeypatch, capsys):
+    # issue 13 item 8: a 3 GiB file named like a pinned one was read whole before the size check.
+    d = tmp_path / "fw"
+    d.mkdir()
+    with open(d / MEC, "wb") as f:
+        f.truncate(3 << 30)   # sparse: no disk or memory used
+    reads = []
+    real_open = Path.open
+    monkeypatch.setattr(Path, "open", lambda self, *a, **kw: reads.append(self) or real_open(self, *a, **kw))
+    with pytest.raises(FirmwareError, match=rf"{MEC} from .* is {3 << 30} bytes, the pin says {PINS[MEC].size}"):
+        FirmwareStore(override=d).read(MEC)
+    assert reads == []
+    assert fw_main(["verify", "--dir", str(d)]) == 1
+    assert fw_main(["inspect", str(d / MEC)]) == 2
+    assert "no amdgpu firmware file is larger than 16 MiB" in capsys.readouterr().err
+    assert reads == []
+
+
+def test_an_unreadable_file_is_a_firmware_error_naming_it(debian_firmware, tmp_path, monkeypatch):
+    d = _copy(debian_firmware, tmp_path / "fw", [MEC])
+
+    def denied(self, *a, **kw):
+        raise PermissionError(13, "Permission denied", str(self))
+    monkeypatch.setattr(Path, "open", denied)
+    with pytest.raises(FirmwareError, match=rf"{MEC} from {d / MEC} cannot be read: Permission denied"):
+        FirmwareStore(override=d).read(MEC)
