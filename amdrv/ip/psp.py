@@ -60,7 +60,7 @@ import time
 
 from amdrv import structs
 from amdrv.autogen import psp as P
-from amdrv.firmware import Component, FirmwareImage, files_for, parse
+from amdrv.firmware import Component, FirmwareError, FirmwareImage, files_for, parse
 from amdrv.firmware.headers import kind_of
 
 READY = 0x80000000
@@ -378,6 +378,16 @@ class PSP:
         sos = self.sos()
         comps = {c.name: c for c in sos.components}
         for when, staged, cmd in BOOTLOADER:
+            if when in comps and staged not in comps:
+                raise FirmwareError(f"firmware: {sos.name}: the package has no {staged} component, which "
+                                    f"{BL_NAMES[cmd]} stages (it has {', '.join(comps)}): not a PSP sos package")
+        # psp_hw_start skips an absent SYS_DRV or SOS (is_psp_fw_valid) and then times out waiting for a secure
+        # OS that never starts: say why instead.
+        for needed in ("SYS_DRV", "SOS"):
+            if needed not in comps:
+                raise FirmwareError(f"firmware: {sos.name}: the package has no {needed} component (it has "
+                                    f"{', '.join(comps)}): not a PSP sos package")
+        for when, staged, cmd in BOOTLOADER:
             if when in comps:
                 self._bootloader_load(sos.name, comps[staged], cmd)
 
@@ -495,6 +505,8 @@ class PSP:
 
     def autoload_rlc(self) -> None:
         """AUTOLOAD_RLC (psp_rlc_autoload_start): the RLC boots GFX from what the PSP loaded. Completion
-        shows in GC's RLC_RLCS_BOOTLOAD_STATUS.BOOTLOAD_COMPLETE (the GFX block waits for it)."""
-        self.submit(P.GFX_CMD_ID_AUTOLOAD_RLC)
+        shows in GC's RLC_RLCS_BOOTLOAD_STATUS.BOOTLOAD_COMPLETE (the GFX block waits for it). A refusal
+        names the files whose components were loaded: one of them lacked a piece the RLC needs."""
+        files = sorted({ld.file for ld in self.ip_fw_loads() if ld.file != self.files["sos"]})
+        self.submit(P.GFX_CMD_ID_AUTOLOAD_RLC, "the RLC, after the components of " + ", ".join(files))
 

@@ -56,6 +56,7 @@ RESULTS = {
                                                             "(e.g. a table transfer before the driver table "
                                                             "address was set)"),
     S.PPSMC_Result_CmdRejectedBusy: ("CmdRejectedBusy", "the SMU is busy with other work; retry"),
+    0xFB: ("DebugDataDumpEnd", "the SMU firmware is in a debug mode (smu_cmn.c SMU_RESP_DEBUG_END)"),
 }
 CLOCKS = {"gfxclk": S.PPCLK_GFXCLK, "socclk": S.PPCLK_SOCCLK, "uclk": S.PPCLK_UCLK, "fclk": S.PPCLK_FCLK,
           "vclk": S.PPCLK_VCLK_0, "dclk": S.PPCLK_DCLK_0, "vclk1": S.PPCLK_VCLK_1, "dclk1": S.PPCLK_DCLK_1}

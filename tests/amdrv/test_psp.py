@@ -55,7 +55,8 @@ def test_full_load_reaches_rlc_autoload_complete(chip):
     assert cmds[:3] == [("LOAD_TOC", "TOC"), ("LOAD_IP_FW", "SMU"), ("SETUP_TMR", f"{psp.tmr.addr:#x}")]
     assert cmds[3] == ("LOAD_IP_FW", "SDMA_UCODE_TH0")
     rlc_g = cmds.index(("LOAD_IP_FW", "RLC_G"))
-    assert cmds[rlc_g + 1] == ("AUTOLOAD_RLC", "")
+    assert cmds[rlc_g + 1][0] == "AUTOLOAD_RLC"   # named after the files it depends on (a refusal names them)
+    assert psp.log[rlc_g + 1][1].endswith(f"gc_{dev.chip.ip_tag('gc')}_rlc.bin, sdma_{dev.chip.ip_tag('sdma')}.bin")
     assert cmds[rlc_g + 2:] == ([("LOAD_IP_FW", "RL")] if chip == "navi31" else [])   # Navi33's package has no RL
     assert all(status == 0 for *_, status in psp.log)
     assert psp.tmr_size == 0x1300000 and psp.tmr.addr % (1 << 20) == 0

@@ -89,3 +89,38 @@ def test_the_command_prints_a_table_and_exits_0(capsys):
     assert fz.main(["--budget", "50", "--boots", "2", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "firmware parse: 50 cases, 0 unexpected" in out and "firmware boot: 2 cases, 0 unexpected" in out
+
+
+def _boot(file, data):
+    files = fz.load_pinned()
+    reference = {n: fz.received(fz.parse(n, b)) for n, b in files.items()}
+    return fz.boot_outcome(fz.Case(0, file, "regression", "", data), files, reference, "am:sim", False, 60)
+
+
+def test_a_ta_file_in_place_of_the_sos_package_is_a_firmware_error():
+    # Found by the 100,000-case run (seed 1, case 100868): the TA file parses as a PSP v2.0 package whose
+    # descriptors read as SOS, TOC and SPL; the bootloader step then raised a raw KeyError 'KDB' (as AMError).
+    files = fz.load_pinned()
+    outcome, detail, bad = _boot("psp_13_0_0_sos.bin", files["psp_13_0_7_ta.bin"])
+    assert (outcome, bad) == ("FirmwareError", False)
+    assert "psp_13_0_0_sos.bin: the package has no KDB component, which LOAD_TOS_SPL_TABLE stages" in detail
+
+
+def test_an_rlc_file_with_a_v2_0_header_is_refused_at_autoload_naming_the_files():
+    # Found by the 100,000-case run (seed 1, case 100424): an RLC header v2.0 is valid upstream (only RLC_G),
+    # so the RLC pieces the autoload needs are never loaded; the refusal named no file.
+    files = fz.load_pinned()
+    data = bytearray(files["gc_11_0_0_rlc.bin"])
+    struct.pack_into("<H", data, 10, 0)   # header_version_minor
+    outcome, detail, bad = _boot("gc_11_0_0_rlc.bin", bytes(data))
+    assert (outcome, bad) == ("PSP refused", False)
+    assert "AUTOLOAD_RLC of the RLC, after the components of" in detail and "gc_11_0_0_rlc.bin" in detail
+
+
+def test_the_smu_files_soft_pptables_are_not_loads():
+    # Found by the 100,000-case run (seed 1, case 100960): a changed pptable_count was called a boot with
+    # corrupt firmware, but no soft PPTable is sent anywhere (SCPM: the PSP owns it).
+    files = fz.load_pinned()
+    data = bytearray(files["smu_13_0_0.bin"])
+    struct.pack_into("<I", data, 36, 5)   # smc_firmware_header_v2_1.pptable_count, 6 in the file
+    assert _boot("smu_13_0_0.bin", bytes(data))[:1] == ("booted: loads unchanged",)

@@ -189,16 +189,20 @@ def mutate(rng, name: str, files: dict[str, bytes], mutation: str) -> tuple[str,
 
 def make_case(seed: int, index: int, files: dict[str, bytes], names: list[str]) -> Case:
     rng = case_rng(seed, index, "firmware")
-    name, mutation = rng.choice(names), rng.choice(MUTATIONS)
-    detail, data = mutate(rng, name, files, mutation)
-    return Case(index, name, mutation, detail, data)
+    while True:   # a mutation that changed nothing (a field set to its own value) is drawn again
+        name, mutation = rng.choice(names), rng.choice(MUTATIONS)
+        detail, data = mutate(rng, name, files, mutation)
+        if data != files[name]:
+            return Case(index, name, mutation, detail, data)
 
 
 # -- the oracle: what a driver or GPU would receive ---------------------------------------------------------
 def received(img) -> tuple:
     """What of a parsed file reaches the GPU: every component's bytes (the PSP loads; for the sos package
     the bootloader parts too) and, for the MEC file, the start address the GFX block programs."""
-    comps = tuple((c.name, c.psp_fw_type, c.data) for c in img.components)
+    # The smu file's soft PPTables go nowhere: with SCPM the PSP owns the PPTable, and without it this driver
+    # sends none (the SMU's built-in one is used).
+    comps = tuple((c.name, c.psp_fw_type, c.data) for c in img.components if not c.name.startswith("PPTABLE_"))
     start = (img.header.get("ucode_start_addr_lo"), img.header.get("ucode_start_addr_hi")) \
         if img.kind == "mec" else None
     return comps, start
