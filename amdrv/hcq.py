@@ -25,12 +25,15 @@ Timestamps are RELEASE_MEM writes of the GPU clock counter (DATA_SEL 3), 100 MHz
 """
 from __future__ import annotations
 
+import operator
 import struct
 import time
+import weakref
 from array import array
 
 from amdrv import device_spec, pm4, sdma_packets
 from amdrv.am import AMGPU
+from amdrv.memory import VRAMExhausted, fmt_size
 from amdrv.pagetable import MTYPE_UC
 from amdrv.queue import ComputeQueue, SDMAQueue
 from amdrv.isa.codeobj import RSRC2, CodeObject, CodeObjectError
@@ -183,6 +186,7 @@ class AMHCQDevice(Device):
 
     def __init__(self, gpu: AMGPU, name: str):
         self.gpu, self.name = gpu, name
+        self._closed = False
         self.chip = f"{gpu.dev.chip.name} {gpu.dev.chip.gfx_target}"
         self.gc = gpu.dev.reg("GC")
         self.vram = gpu.dev.vram
@@ -204,38 +208,90 @@ class AMHCQDevice(Device):
         self.timeline_value = 0
         self._timing = (self.new_signal(), self.new_signal())
         self._code_images: list = []     # (GPU address, size, CodeObject) of loaded programs: names a wave's PC
-        self._buffers: set = set()
-        self._closed = False
+        self._buffers = weakref.WeakSet()   # live buffers (not views): a close marks them dead
+        self._dropped: list = []             # (mapping, timeline value when dropped) of collected buffers
         # copyin/copyout up to this many bytes go through BAR0 when it reaches the buffer; larger ones by
         # SDMA. On the simulator (and on PCIe hosts writing write-combined BAR memory) the CPU copy wins
         # at every size; 0 sends every copy through SDMA.
         self.direct_max = 1 << 62
 
     def describe(self) -> str:
-        from amdrv.memory import fmt_size
         state = "closed" if self._closed else f"{self.gpu.boot_report.kind} boot" if self.gpu.boot_report else "open"
         return f"{self.chip} at {self.gpu.dev.pci.address}, {fmt_size(self.vram.size)} VRAM, {state}"
 
     # ------------------------------------------------------------------ memory
+    def _open_check(self, what: str) -> None:
+        if self._closed:
+            raise HCQError(f"{self.name}: {what} on a closed device; open it again (hcq.open) for new work")
+
     def alloc(self, nbytes: int, *, host: bool = False, uncached: bool = False) -> Buffer:
+        self._open_check("alloc")
+        try:
+            nbytes = operator.index(nbytes)
+        except TypeError:
+            raise HCQError(f"{self.name}: alloc of {nbytes!r:.40} bytes; sizes are integers") from None
         if nbytes <= 0:
             raise HCQError(f"{self.name}: alloc of {nbytes} bytes; sizes are positive")
-        if host:  # system pages are mapped snooped and uncached (MTYPE UC) either way
-            m = self.gpu.gmc.map_system(self.gpu.dev.pci.alloc_dma(_pages(nbytes)))
-        else:
-            m = self.gpu.gmc.map_vram(nbytes, tag="hcq buffer", mtype=MTYPE_UC if uncached else None)
-        return Buffer(self, m.va, nbytes, m)
+        if self._dropped:
+            self._reclaim()
+        try:
+            m = self._map(nbytes, host, uncached)
+        except VRAMExhausted:
+            if not self._dropped:
+                raise
+            self._reclaim(everything=True)   # buffers dropped while work that may use them was in flight
+            m = self._map(nbytes, host, uncached)
+        buf = Buffer(self, m.va, nbytes, m)
+        self._buffers.add(buf)
+        # A buffer nobody references any more gives its memory back (at the next alloc: the collector may
+        # run inside a launch, where a TLB flush or a wait cannot)
+        buf.finalizer = weakref.finalize(buf, _dropped, weakref.ref(self), m)
+        return buf
+
+    def _map(self, nbytes: int, host: bool, uncached: bool):
+        if not host:
+            return self.gpu.gmc.map_vram(nbytes, tag="hcq buffer", mtype=MTYPE_UC if uncached else None)
+        try:  # system pages are mapped snooped and uncached (MTYPE UC) either way
+            dma = self.gpu.dev.pci.alloc_dma(_pages(nbytes))
+        except (MemoryError, OSError) as e:
+            raise HCQError(f"{self.name}: no {fmt_size(nbytes)} of host memory for the GPU to reach ({e}); "
+                           "allocate less, or VRAM (host=False)") from None
+        try:
+            return self.gpu.gmc.map_system(dma)
+        except BaseException:
+            dma.free()
+            raise
+
+    def _reclaim(self, everything: bool = False) -> None:
+        """Unmaps and frees the memory of collected buffers whose last possible user has finished (the
+        timeline reached the value it had when the buffer was dropped); everything=True waits for all."""
+        if everything:
+            self.synchronize()
+        done, keep = self.timeline.value, []
+        for m, when in self._dropped:
+            if when <= done:
+                self._unmap(m)
+            else:
+                keep.append((m, when))
+        self._dropped = keep
+
+    def _unmap(self, m) -> None:
+        self.gpu.gmc.unmap(m)
+        if m.dma is not None:
+            m.dma.free()
 
     def free(self, buf: Buffer) -> None:
         if buf.device is not self:
             raise HCQError(f"{self.name}: {buf} belongs to {buf.device.name}")
+        buf.live("free")    # a second free, or one after close
         if buf.base is not None:
             raise HCQError(f"{self.name}: {buf} is a view; free the buffer it views")
         self.synchronize()
-        self.gpu.gmc.unmap(buf.mem)
-        if buf.mem.dma is not None:
-            buf.mem.dma.free()
-        buf.mem = None
+        if buf.finalizer is not None:
+            buf.finalizer.detach()
+        self._unmap(buf.mem)
+        self._buffers.discard(buf)
+        buf.release("was freed")
 
     def _host_view(self, buf: Buffer, offset: int, n: int) -> memoryview | None:
         """The CPU's view of part of a host buffer (None for VRAM buffers)."""
@@ -255,6 +311,8 @@ class AMHCQDevice(Device):
         return self.vram.direct is not None and off + n <= self.vram.visible and n <= self.direct_max
 
     def copyin(self, buf: Buffer, data, offset: int = 0) -> None:
+        self._open_check("copyin")
+        buf.live("copyin")
         mv = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else memoryview(data)
         n = mv.nbytes
         if offset < 0 or offset + n > buf.size:
@@ -274,6 +332,8 @@ class AMHCQDevice(Device):
             self._sdma_through_staging(buf.va + offset, n, mv, None)
 
     def copyout(self, buf: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        self._open_check("copyout")
+        buf.live("copyout")
         n = buf.size - offset if size is None else size
         if offset < 0 or n < 0 or offset + n > buf.size:
             raise HCQError(f"{self.name}: copyout of {n} bytes at offset {offset} overruns {buf}")
@@ -334,6 +394,9 @@ class AMHCQDevice(Device):
         """GPU copy of nbytes (default: all of src) from src to dst, by SDMA; returns when done. Buffers of
         two GPUs are copied through host memory both GPUs map: the source GPU's SDMA writes it, the
         destination's reads it, the CPU touches none of the bytes."""
+        self._open_check("copy")
+        src.live("copy from")
+        dst.live("copy to")
         n = src.size if nbytes is None else nbytes
         if n > src.size or n > dst.size:
             raise HCQError(f"{self.name}: copy of {n} bytes from {src} to {dst} overruns a buffer")
@@ -388,6 +451,7 @@ class AMHCQDevice(Device):
             self._free_signals.append(s)
 
     def new_signal(self, value: int = 0) -> Signal:
+        self._open_check("new_signal")
         if not self._free_signals:
             self._add_signal_page()
         s = self._free_signals.pop()
@@ -397,6 +461,7 @@ class AMHCQDevice(Device):
         return s
 
     def _wait(self, signal: Signal, value: int, timeout: float, pull_from: int = BOUNCE) -> None:
+        self._open_check(f"wait on {signal.name}")
         t_end = time.perf_counter() + timeout
         mem, poll = signal.mem, self.gc.GRBM_STATUS.read
         if not self.coherent:  # one read of the signals in use (from pull_from on) per poll, no register read
@@ -503,6 +568,7 @@ class AMHCQDevice(Device):
         """Resets the compute and copy engines and re-creates their queues (amdrv.queue.recover), drops
         what was in flight, and leaves the timeline at the last value handed out so synchronize()
         returns. Returns the faults that were pending, in words."""
+        self._open_check("recover")
         faults = self.gpu.recover()
         self.timeline.value = self.timeline_value
         self.arena.at, self.arena.fence = 0, 0
@@ -510,6 +576,7 @@ class AMHCQDevice(Device):
 
     # ------------------------------------------------------------------ programs
     def program(self, code_object, name: str) -> Program:
+        self._open_check("program")
         try:
             co = code_object if isinstance(code_object, CodeObject) else CodeObject(bytes(code_object))
             kern = co.kernel(name)
@@ -577,6 +644,8 @@ class AMHCQDevice(Device):
         return 0
 
     def _launch(self, prog: Program, args, global_size, local_size, wait: bool, timeout) -> float | None:
+        if self._closed:
+            self._open_check(f"launch of {prog.name}")
         g, l_ = prog.check_sizes(global_size, local_size)
         q = AMComputeQueue(self)
         if wait:
@@ -587,7 +656,7 @@ class AMHCQDevice(Device):
         else:
             q.exec(prog, args, g, l_)
         q.signal(self.timeline, self.next_timeline())
-        q.submit()
+        q._submit()
         if wait:
             self.timeline.wait(self.timeline_value, timeout)
             return (t1.mem[1] - t0.mem[1]) / XCLK_HZ
@@ -600,6 +669,7 @@ class AMHCQDevice(Device):
         signals the timeline. A compute run's launches are written once into an indirect buffer in host
         memory, so a replay submits a few dwords however many kernels the graph holds. Uses of each
         variable are recorded as patch points (kernarg bytes, copy packet addresses)."""
+        self._open_check("graph build")
         sync = self.new_signal()
         bodies: list = []   # per run: [queue, index of its leading wait or -1]; compute queues hold launches only
         patches: dict[str, list] = {}
@@ -635,6 +705,8 @@ class AMHCQDevice(Device):
         # the kernarg bytes replays patch in the arena (pushed after patching where DMA is not coherent)
         spans = [(off, off + st.size) for uses in patches.values() for mem, off, st, _ in uses if st is not None]
         span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans and not self.coherent else None
+        for q, _, _ in runs:
+            q.refs = {}     # the graph keeps and checks its own buffers (Graph.held, Graph.bound)
         graph.backend = (runs, sync, patches, span)
         graph.fence, graph.seq = 0, 0
         self._replay_graph(graph, {})
@@ -649,6 +721,8 @@ class AMHCQDevice(Device):
         return m.va, len(dwords)
 
     def _replay_graph(self, graph: Graph, values: dict) -> None:
+        if self._closed:
+            self._open_check("graph replay")
         if graph.fence:
             self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
         runs, sync, patches, span = graph.backend
@@ -677,8 +751,22 @@ class AMHCQDevice(Device):
         if self._closed:
             return
         self._closed = True
+        for buf in list(self._buffers):
+            if buf.finalizer is not None:
+                buf.finalizer.detach()
+            buf.release(f"belonged to {self.name}, which was closed")
+        self._buffers.clear()
+        self._dropped.clear()    # the GPU's memory manager goes with the device
         self.gpu.ih.move_wptr_writeback()   # back to VRAM: the signal page goes with this device
         self.gpu.fini()
+
+
+def _dropped(dev_ref, mapping) -> None:
+    """A buffer was collected: its memory is freed at the device's next alloc, once work submitted
+    before the drop (which may still use it) is done. Runs in the garbage collector: no GPU access."""
+    dev = dev_ref()
+    if dev is not None and not dev._closed:
+        dev._dropped.append((mapping, dev.timeline_value))
 
 
 def _hidden_plan(layout: ArgLayout):
@@ -719,12 +807,13 @@ _C_STAMP = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_GP
 class AMComputeQueue(HWQueue):
     """PM4 commands for the device's MEC compute queue (amdrv.pm4), patched in place by update_*."""
 
-    __slots__ = ("dev", "b", "buf", "cmds")
+    __slots__ = ("dev", "b", "buf", "cmds", "refs")
 
     def __init__(self, dev: AMHCQDevice):
         self.dev, self.b = dev, pm4.PM4()
         self.buf = self.b.buf
         self.cmds: list[tuple] = []   # (kind, dword index[, launch slot address, program])
+        self.refs: dict = {}          # command index -> the buffers it names: kept alive, checked at submit
 
     def _put(self, kind: str, template, va: int, value: int | None) -> int:
         b = self.buf
@@ -758,12 +847,18 @@ class AMComputeQueue(HWQueue):
         g, l_ = global_size, local_size
         if len(g) != 3 or len(l_) != 3 or not 0 < l_[0] * l_[1] * l_[2] <= prog.max_local or min(g) < 1:
             g, l_ = prog.check_sizes(g, l_)
-        va = self.dev._write_launch(k, prog.layout, args, g, l_)
-        b = self.buf
-        at = len(b)
-        b.extend(k.template)
-        _patch_exec(b, at, k, va, g, l_)
+        try:
+            va = self.dev._write_launch(k, prog.layout, args, g, l_)
+            b = self.buf
+            at = len(b)
+            b.extend(k.template)
+            _patch_exec(b, at, k, va, g, l_)
+        except (struct.error, TypeError, OverflowError):
+            prog.check_sizes(global_size, local_size)  # says what does not fit
+            raise
         self.cmds.append(("exec", at, va, prog))
+        if prog.layout.buffer_index:
+            self.refs[len(self.cmds) - 1] = args
         return len(self.cmds) - 1
 
     def indirect(self, ib: tuple[int, int]) -> int:
@@ -805,6 +900,7 @@ class AMComputeQueue(HWQueue):
         a.touch(off, off + k.slot)
         if args is not None:
             prog.layout.pack_into(a.mem, off + PACKET_BYTES, args)
+            self.refs[index] = args
         if global_size is not None or local_size is not None:
             p = _PACKET.unpack_from(a.mem, off)
             old_l = p[2:5]
@@ -818,8 +914,23 @@ class AMComputeQueue(HWQueue):
             _patch_exec(self.buf, at, k, va, g, l_)
 
     def submit(self) -> None:
+        _submit_check(self.dev, self.refs)
+        self._submit()
+
+    def _submit(self) -> None:
+        """submit() for a queue built just now by the device itself (its arguments were live when packed)."""
         self.dev.arena.push()
         self.dev.compute.submit(self.buf)
+
+
+def _submit_check(dev: AMHCQDevice, refs: list) -> None:
+    """A queue names no freed buffer and its device is open (the CPU cost of a launch: a few reads)."""
+    if dev._closed:
+        dev._open_check("submit")
+    for named in refs.values():     # kernel arguments (numbers too) or a copy's (dst, src)
+        for r in named:
+            if type(r) is Buffer and r.gone is not None:
+                r.live("submit of a queue that names it")
 
 
 def _patch_exec(b: array, at: int, k: _Kernel, va: int, g, l_) -> None:
@@ -843,12 +954,13 @@ def _patch_exec(b: array, at: int, k: _Kernel, va: int, g, l_) -> None:
 class AMCopyQueue(HWQueue):
     """SDMA commands for the device's SDMA queue (amdrv.sdma_packets), patched in place by update_*."""
 
-    __slots__ = ("dev", "b", "buf", "cmds")
+    __slots__ = ("dev", "b", "buf", "cmds", "refs")
 
     def __init__(self, dev: AMHCQDevice):
         self.dev, self.b = dev, sdma_packets.SDMA()
         self.buf = self.b.buf
         self.cmds: list[tuple] = []
+        self.refs: dict = {}          # as AMComputeQueue.refs
 
     def wait(self, signal: Signal, value: int) -> int:
         self.cmds.append(("wait", self.b.poll_mem(signal.va, value & _M32)))
@@ -867,9 +979,13 @@ class AMCopyQueue(HWQueue):
         return len(self.cmds) - 1
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
+        dst.live("copy to")
+        src.live("copy from")
         if nbytes > dst.size or nbytes > src.size:
             raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes from {src} to {dst} overruns a buffer")
-        return self.copy_va(dst.va, src.va, nbytes)
+        i = self.copy_va(dst.va, src.va, nbytes)
+        self.refs[i] = (dst, src)
+        return i
 
     def copy_va(self, dst: int, src: int, nbytes: int) -> int:
         self.cmds.append(("copy", self.b.copy(dst, src, nbytes)))
@@ -900,6 +1016,9 @@ class AMCopyQueue(HWQueue):
 
     def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
         b = self.buf
+        old_dst, old_src = self.refs.get(index, (None, None))
+        self.refs[index] = (dst.live("copy to") if dst is not None else old_dst,
+                            src.live("copy from") if src is not None else old_src)
         for n, i in enumerate(self._cmd(index, "copy")[1]):
             step = n * sdma_packets.COPY_MAX_BYTES
             for buf, at in ((src, i + 2), (dst, i + 4)):
@@ -908,4 +1027,5 @@ class AMCopyQueue(HWQueue):
                     b[at], b[at + 1] = a & _M32, a >> 32
 
     def submit(self) -> None:
+        _submit_check(self.dev, self.refs)
         self.dev.sdma.submit(self.buf)

@@ -25,6 +25,7 @@ copyreg.pickle(MappingProxyType, lambda m: (_proxy, (dict(m),)))
 
 def save(dev, path) -> None:
     path = Path(path)
+    remove_stale_temporaries(path)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with dev.lock, open(tmp, "wb") as f:
         f.write(MAGIC)
@@ -34,8 +35,36 @@ def save(dev, path) -> None:
 
 def load(path):
     path = Path(path)
+    remove_stale_temporaries(path)
     with open(path, "rb") as f:
         if f.read(len(MAGIC)) != MAGIC:
             raise ValueError(f"{path} is not a gpusim device state file (or one of another version); "
                              f"delete it to power on a fresh device")
-        return pickle.load(f)
+        try:
+            return pickle.load(f)
+        except Exception as e:  # noqa: BLE001 - whatever a cut-short or damaged pickle raises
+            raise ValueError(f"{path}: the simulated GPU saved there cannot be read ({type(e).__name__}: {e}); "
+                             "the file was cut short or damaged: delete it to power on a fresh device") from None
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Deletes PATH.tmpPID files of processes that no longer run: a process killed while saving leaves
+    one (save writes there first, so the state file itself stays whole)."""
+    for tmp in path.parent.glob(path.name + ".tmp*"):
+        pid = tmp.name[len(path.name) + 4:]
+        if not pid.isdigit() or int(pid) == os.getpid() or _running(int(pid)):
+            continue
+        try:
+            tmp.unlink()
+        except OSError:
+            pass    # another process removed it first, or the directory is read-only: harmless
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True     # it exists (another user's)
+    return True

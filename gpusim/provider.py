@@ -15,6 +15,7 @@ is powered on.
 from __future__ import annotations
 
 import atexit
+import os
 from pathlib import Path
 
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
@@ -240,6 +241,8 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
     state = Path(state) if state else None
+    if state is not None:
+        _check_state_path(state)
     lock = _lock_state(state) if state is not None else None
     try:
         return _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, harvest, scpm,
@@ -248,6 +251,19 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
         if lock is not None:
             lock.release()
         raise
+
+
+def _check_state_path(state: Path) -> None:
+    """A state file that could not be saved is refused at open, before the boot, not at close after it."""
+    if state.is_dir():
+        raise PCIError(f"sim: state={state} is a directory; pass the path of a file (created if missing)")
+    if not state.parent.is_dir():
+        raise PCIError(f"sim: state={state}: directory {state.parent} does not exist; create it or pass another path")
+    if not os.access(state.parent, os.W_OK | os.X_OK):
+        raise PCIError(f"sim: state={state}: directory {state.parent} is not writable, so the GPU could not be "
+                       "saved there; pass another path")
+    if state.exists() and not os.access(state, os.R_OK):
+        raise PCIError(f"sim: state={state} is not readable; fix its permissions or pass another path")
 
 
 def _lock_state(state: Path) -> DeviceLock:

@@ -15,7 +15,9 @@ graph replay writes only the values that changed.
 from __future__ import annotations
 
 import abc
+import operator
 import struct
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -127,6 +129,8 @@ class ArgLayout:
         for i in self.untyped_index:
             if isinstance(vals[i], Buffer):
                 vals[i] = vals[i].va
+        if None in vals:    # a dead buffer's va
+            raise self.diagnose(args)
         return vals
 
     def pack_into(self, view, offset: int, args: Sequence) -> None:
@@ -181,8 +185,12 @@ class ArgLayout:
             if a.kind == "buffer":
                 if not isinstance(v, Buffer):
                     return ArgumentError(f"{where} is a pointer: pass a Buffer, not {type(v).__name__} {v!r:.40}")
+                if v.gone is not None:
+                    return ArgumentError(f"{where}: {v!r} {v.gone}; allocate a new buffer")
                 continue
             if isinstance(v, Buffer) and a.kind == "untyped" and a.size == 8:
+                if v.gone is not None:
+                    return ArgumentError(f"{where}: {v!r} {v.gone}; allocate a new buffer")
                 continue
             if isinstance(v, Buffer):
                 return ArgumentError(f"{where} is a scalar: pass a number, not a Buffer")
@@ -206,25 +214,46 @@ def _untyped_value(a: KernelArg, v):
 # ------------------------------------------------------------------------------------------ memory
 class Buffer:
     """GPU memory: `va` is the address kernels and engines use, `size` its bytes. `view(offset, size)`
-    is a buffer over part of it (same memory). Backends keep their handle in `mem`."""
+    is a buffer over part of it (same memory). Backends keep their handle in `mem`. Once freed (or its
+    device closed) a buffer and its views are dead: `gone` says why, `va` is None, and every use is
+    refused (`live()`), so a stale handle never reaches memory its address now names for someone else."""
 
-    __slots__ = ("device", "va", "size", "offset", "base", "mem", "__weakref__")
+    __slots__ = ("device", "va", "size", "offset", "base", "mem", "gone", "views", "finalizer", "__weakref__")
 
     def __init__(self, device: Device, va: int, size: int, mem=None, base: Buffer | None = None, offset: int = 0):
         self.device, self.va, self.size, self.mem = device, va, size, mem
         self.base, self.offset = base, offset
+        self.gone: str | None = None
+        self.views = self.finalizer = None      # views: a WeakSet of this buffer's views; finalizer: backend's
 
     def view(self, offset: int, size: int | None = None) -> Buffer:
+        self.live("view")
         size = self.size - offset if size is None else size
         if offset < 0 or size < 0 or offset + size > self.size:
             raise HCQError(f"{self.device.name}: view of {size} bytes at {offset} outside a {self.size}-byte buffer")
         root = self.base or self
-        return Buffer(self.device, self.va + offset, size, self.mem, root, self.offset + offset)
+        v = Buffer(self.device, self.va + offset, size, self.mem, root, self.offset + offset)
+        if root.views is None:
+            root.views = weakref.WeakSet()
+        root.views.add(v)
+        return v
+
+    def live(self, what: str) -> Buffer:
+        """self, or HCQError when the buffer was freed or its device closed (what: the refused use)."""
+        if self.gone is not None:
+            raise HCQError(f"{self.device.name}: {what}: {self!r} {self.gone}; allocate a new buffer")
+        return self
+
+    def release(self, why: str) -> None:
+        """Marks this buffer and its views dead (the backend has freed the memory): why, e.g. "was freed"."""
+        for b in [self, *(self.views or ())]:
+            b.gone, b.va, b.mem = why, None, None
 
     def __repr__(self) -> str:
         chip = getattr(self.device, "chip", "")
         view = f", a view at +{self.offset:#x} of {_size(self.base.size)}" if self.base is not None else ""
-        return (f"<hcq.Buffer {_size(self.size)} ({self.size:#x} bytes) at va {self.va:#x} on {self.device.name}"
+        where = f"at va {self.va:#x}" if self.gone is None else "(dead)"
+        return (f"<hcq.Buffer {_size(self.size)} ({self.size:#x} bytes) {where} on {self.device.name}"
                 f"{f' ({chip})' if chip else ''}{view}>")
 
 
@@ -331,15 +360,44 @@ class Program:
                  timeout: float | None = None) -> float | None:
         return self.device._launch(self, args, global_size, local_size, wait, timeout)
 
+    # work-items per dimension a launch can name: the AQL dispatch packet's grid_size_x/y/z are 32 bits
+    # (hsa_kernel_dispatch_packet_t); a backend whose hardware counts otherwise overrides it
+    MAX_GRID_ITEMS = (1 << 32) - 1
+
     def check_sizes(self, global_size, local_size) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-        g = tuple(global_size) + (1,) * (3 - len(global_size))
-        l_ = tuple(local_size) + (1,) * (3 - len(local_size))
-        if len(g) != 3 or len(l_) != 3 or min(g) < 1 or min(l_) < 1:
-            raise ArgumentError(f"kernel {self.name}: global_size {global_size} and local_size {local_size} must "
-                                "be up to 3 positive counts (workgroups, work-items per workgroup)")
+        """(global_size, local_size) as 3 ints each, or ArgumentError. The fast path costs a launch little;
+        anything unusual (numpy integers, floats, too many dimensions, counts past the limits) goes to
+        _sizes, which normalizes or explains."""
+        try:
+            g = tuple(global_size) + (1,) * (3 - len(global_size))
+            l_ = tuple(local_size) + (1,) * (3 - len(local_size))
+            x, y, z = g[0] * l_[0], g[1] * l_[1], g[2] * l_[2]
+        except (TypeError, ValueError, IndexError):
+            return self._sizes(global_size, local_size)
+        if (type(x + y + z) is not int or len(g) != 3 or len(l_) != 3 or min(g) < 1 or min(l_) < 1
+                or l_[0] * l_[1] * l_[2] > self.max_local or max(x, y, z) > self.MAX_GRID_ITEMS):
+            return self._sizes(global_size, local_size)
+        return g, l_
+
+    def _sizes(self, global_size, local_size) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        try:
+            g = tuple(map(operator.index, global_size))
+            l_ = tuple(map(operator.index, local_size))
+        except TypeError:
+            g = l_ = ()
+        if not (0 < len(g) <= 3 and 0 < len(l_) <= 3) or min(g) < 1 or min(l_) < 1:
+            raise ArgumentError(f"kernel {self.name}: global_size {global_size!r:.60} and local_size "
+                                f"{local_size!r:.60} must be up to 3 positive integer counts (workgroups, "
+                                "work-items per workgroup)")
+        g, l_ = g + (1,) * (3 - len(g)), l_ + (1,) * (3 - len(l_))
         if l_[0] * l_[1] * l_[2] > self.max_local:
             raise ArgumentError(f"kernel {self.name}: local_size {l_} is {l_[0] * l_[1] * l_[2]} work-items; the "
                                 f"kernel allows at most {self.max_local} per workgroup")
+        for axis, n, m in zip("xyz", g, l_):
+            if n * m > self.MAX_GRID_ITEMS:
+                raise ArgumentError(f"kernel {self.name}: global_size {g} of local_size {l_} is {n * m} work-items "
+                                    f"along {axis}; a launch holds at most {self.MAX_GRID_ITEMS} per dimension "
+                                    "(split it into several launches)")
         return g, l_
 
     def __repr__(self) -> str:
@@ -379,16 +437,24 @@ class Graph:
         self.built = False
         self.backend = None                # the backend's built form (queues, patch points)
         self.fence = self.seq = 0          # backend bookkeeping: last replay's timeline value, sequence
+        self.bound: dict = {}              # the value each variable has now (kept alive: the GPU reads them)
+        self.held: tuple = ()              # the buffers the capture names, checked live at every replay
 
     def var(self, name: str) -> Var:
         return self.vars.setdefault(name, Var(name))
 
     def exec(self, prog: Program, *args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> None:
         self._capturing()
+        for a in args:
+            if isinstance(a, Buffer):
+                a.live(f"graph capture of kernel {prog.name}")
         self.steps.append(("exec", prog, list(args), *prog.check_sizes(global_size, local_size)))
 
     def copy(self, dst, src, nbytes: int) -> None:
         self._capturing()
+        for b in (dst, src):
+            if isinstance(b, Buffer):
+                b.live("graph capture of a copy")
         self.steps.append(("copy", dst, src, nbytes))
 
     def _capturing(self) -> None:
@@ -400,14 +466,25 @@ class Graph:
         missing = [n for n in self.vars if n not in initial]
         if missing:
             raise HCQError(f"{self.device.name}: graph variables {missing} need values on the first replay")
+        self.held = tuple({id(b): b for step in self.steps for b in (step[2] if step[0] == "exec" else step[1:3])
+                           if isinstance(b, Buffer)}.values())
+        self._check_live(initial)
         self.device._build_graph(self, initial)
+        self.bound = dict(initial)
         self.built = True
+
+    def _check_live(self, values: dict) -> None:
+        for b in (*self.held, *{**self.bound, **values}.values()):
+            if isinstance(b, Buffer) and b.gone is not None:
+                b.live("graph replay")
 
     def __call__(self, wait: bool = False, timeout: float | None = None, **values) -> None:
         if not self.built:
             self.build(**values)
         else:
+            self._check_live(values)
             self.device._replay_graph(self, values)
+            self.bound.update(values)
         if wait:
             self.device.synchronize(timeout)
 

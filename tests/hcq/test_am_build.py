@@ -55,7 +55,7 @@ def test_copy_direct_roundtrip_and_bounds(dev):
     with pytest.raises(hcq.HCQError, match="overruns"):
         dev.copyin(b, bytes(10), offset=9995)
     dev.free(b)
-    with pytest.raises(hcq.HCQError, match="not live"):
+    with pytest.raises(hcq.HCQError, match="was freed"):
         dev.copyout(b)
 
 
