@@ -75,6 +75,12 @@ SCSI_WRITE16 = 0x8A
 BLOCK = 512
 
 
+# Bytes one WRITE(16) carries at most: tinygrad's stock-firmware driver splits bulk writes into 64 KiB
+# commands (tinygrad/runtime/support/usb.py, ASM24Controller; asm2464pd-firmware USBGPU.md, "SCSI WRITE (Fast -
+# 64KB chunks)"), the size proven on the hardware; the firmware's own limit is not documented.
+WRITE16_MAX = 0x10000
+
+
 def write16_cdb(lba: int, nbytes: int) -> bytes:
     return struct.pack(">BBQIBB", SCSI_WRITE16, 0, lba, nbytes // BLOCK, 0, 0)
 

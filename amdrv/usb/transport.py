@@ -452,11 +452,13 @@ class USBFunction(PCIFunction):
                        f"window (bus {p.WINDOW_BUS:#x}); free a DMA buffer first")
 
     def _window_push(self, first: int, data: bytes) -> None:
-        """One WRITE(16) per 4 KiB page, each followed by the firmware's bookkeeping reset (as tinygrad does),
-        queued like posted writes: they go out with the next batch, in order with the MMIO around them."""
-        for i in range(0, len(data), p.WINDOW_PAGE):
+        """Whole pages from page `first` on, one WRITE(16) per 64 KiB (p.WRITE16_MAX, tinygrad's chunk), each
+        followed by the firmware's bookkeeping reset (as tinygrad does), queued like posted writes: they go out
+        with the next batch, in order with the MMIO around them."""
+        for i in range(0, len(data), p.WRITE16_MAX):
             lba = (first * p.WINDOW_PAGE + i) // p.BLOCK
-            self._pending.append(Command(p.write16_cdb(lba, p.WINDOW_PAGE), write=bytes(data[i:i + p.WINDOW_PAGE])))
+            chunk = bytes(data[i:i + p.WRITE16_MAX])
+            self._pending.append(Command(p.write16_cdb(lba, len(chunk)), write=chunk))
             for address, reset in p.WRITE16_RESETS:
                 self._queue_write(address, reset, cached=False)
 
