@@ -82,6 +82,10 @@ def default_device() -> str:
         return "am:sim"
 
 
+class KernelsNotExecuted(RuntimeError):
+    """The device is a model of a driver interface that records launches but cannot execute kernels (nv:sim)."""
+
+
 class DeviceBuffer:
     """`n` elements of dtype ("float32" or "int32") on a device; freed when garbage collected."""
 
@@ -139,6 +143,9 @@ class HCQDevice(Device):
             raise RuntimeError(f"compiler_bridge: no code generator for {spec} (asked for {self.codegen!r}; "
                                f"registered: {sorted(_CODEGENS) or 'none'}); use DEVICE=c for the host")
         self.dev = hcq.open(spec, **open_kwargs)
+        # An hcq device that records launches without running them (nv:sim: no SASS executor) says so with
+        # executes_kernels = False; tensors there would read back memory no kernel wrote.
+        self.executes_kernels = bool(getattr(self.dev, "executes_kernels", True))
         self._progs: dict[str, tuple] = {}
         # Buffers whose tensors were garbage collected, freed at the next alloc or launch. Not in the
         # finalizer: the collector can run anywhere, even inside the simulated GPU's doorbell handling of a
@@ -179,6 +186,10 @@ class HCQDevice(Device):
 
     def run(self, kernel, bufs):
         self._reap()
+        if not self.executes_kernels:
+            raise KernelsNotExecuted(f"compiler_bridge: {self.name} does not execute kernels (its launches are checked "
+                                     f"and recorded, not run), so kernel {kernel.name} cannot compute its output; use "
+                                     "a real GPU (DEVICE=nv, DEVICE=am), the simulated AMD GPU (am:sim) or the host (c)")
         entry = self._progs.get(kernel.name)
         if entry is None:
             code, name, launch = _CODEGENS[self.codegen](kernel)

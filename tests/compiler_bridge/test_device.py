@@ -68,6 +68,26 @@ def test_codegen_choice(monkeypatch):
         runtime.HCQDevice("am:sim")
 
 
+def test_a_device_that_does_not_execute_kernels_refuses_to_run_them(monkeypatch):
+    # nv:sim records launches without running them: a tensor computed there would be whatever memory held
+    import hcq
+    from types import SimpleNamespace
+    from compiler_bridge import ir
+    model = SimpleNamespace(executes_kernels=False, program=lambda *a: pytest.fail("a program was loaded"))
+    monkeypatch.setattr(hcq, "open", lambda spec, **kw: model)
+    monkeypatch.setattr(runtime, "_CODEGENS", {"cuda": lambda k: pytest.fail("a kernel was compiled")})
+    monkeypatch.setattr(runtime, "_CODEGEN_MODULES", ())
+    dev = runtime.HCQDevice("nv:sim")
+    assert dev.codegen == "cuda" and not dev.executes_kernels
+    b = ir.Builder()
+    b.store(0, b.gid(), b.const(1.0, "float32"))
+    k = b.kernel("ones", [ir.BufParam("o", "float32", 4, "w")], 4)
+    with pytest.raises(runtime.KernelsNotExecuted, match="nv:sim does not execute kernels .*kernel ones cannot compute"):
+        dev.run(k, [])
+    monkeypatch.setattr(hcq, "open", lambda spec, **kw: object())    # devices that say nothing execute
+    assert runtime.HCQDevice("am:sim", codegen="cuda").executes_kernels
+
+
 def test_op_battery_matches_the_c_reference(sim):
     """Each program once on am:sim and once on the host C reference: the same kernels, the same numbers."""
     rng = np.random.default_rng(3)
