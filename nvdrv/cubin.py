@@ -11,8 +11,10 @@ Where the facts come from (no NVIDIA document describes the format; nothing here
 - ELF header: e_machine EM_CUDA (190, in the ELF registry and pyelftools); EI_OSABI 0x33 with
   EI_ABIVERSION 7 (what NVRTC 12.9 writes for sm_50..sm_90a): the SM in e_flags bits 0-7, the virtual
   (PTX) architecture in bits 16-23, 0x400 "64-bit addresses", 0x800 set for an arch-specific target
-  (sm_90a); EI_OSABI 0x41 with EI_ABIVERSION 8 (NVRTC 12.9 for sm_100 and later): the SM in bits 8-15.
-  Observed by compiling the same source for each target with NVRTC 12.9 and comparing the headers.
+  (sm_90a); EI_OSABI 0x41 with EI_ABIVERSION 8 (NVRTC 12.9 for sm_100 and later, NVRTC 13.5 for every SM,
+  sm_90 included): the SM in bits 8-15, 0x8 set for sm_100a by NVRTC 12.9 (NVRTC 13.5 sets no bit we could
+  find for an arch-specific target). Observed by compiling one source for each target with NVRTC 12.9 and
+  13.5 and comparing the headers; the rest of this module reads both versions' cubins alike.
 - `.nv.info` sections (ELF type SHT_LOPROC 0x70000000) hold EIATTR records: a format byte (EIFMT_NVAL 1,
   EIFMT_BVAL 2, EIFMT_HVAL 3: a 16-bit value follows; EIFMT_SVAL 4: a 16-bit size, then that many bytes),
   an attribute byte, then the value. Attribute numbers and names are those `cuobjdump -elf` prints (and
@@ -42,6 +44,7 @@ compute capability X.Z with Z >= Y; an arch-specific cubin (sm_90a) runs only on
 from __future__ import annotations
 
 import io
+import sys
 import struct
 from dataclasses import dataclass, field
 
@@ -371,3 +374,41 @@ def _offsets(path, where, a):
     if a.fmt != EIFMT_SVAL:
         raise CubinError(f"{path}: {where}: {a.name} has format {a.fmt}, expected EIFMT_SVAL (4)")
     return _u32s(path, f"{where} {a.name}", a.value)
+
+
+def describe(c: Cubin) -> str:
+    """A cubin's kernels as text: what `python -m nvdrv.cubin FILE` prints."""
+    lines = [f"{c.path}: {c.arch} (ELF ABI {c.abi_version}), {len(c.kernels)} kernel(s)"]
+    if c.module_sections:
+        lines.append("  module data: " + ", ".join(f"{n} {s} B" for n, s in sorted(c.module_sections.items())))
+    if c.relocations:
+        lines.append("  relocations: " + ", ".join(f"{n} ({k})" for n, k in sorted(c.relocations.items())))
+    for k in c.kernels.values():
+        bounds = f", launch bounds {k.max_threads}" if k.max_threads else ""
+        lines.append(f"  {k.name}: {len(k.code)} B code, {k.registers} registers, {k.barriers} barriers, "
+                     f"{k.shared_size} B shared, {k.frame_size} B stack{bounds}")
+        lines.append(f"    constant bank 0: {k.const0_size} B, parameters at 0x{k.param_base:x} ({k.param_size} B): "
+                     + (", ".join(f"#{p.ordinal} @{p.offset}+{p.size}" for p in k.params) or "none"))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m nvdrv.cubin", description="Show a cubin's kernels: code size, "
+                                 "registers, shared memory, constant bank 0 and parameter layout.")
+    ap.add_argument("files", nargs="+", help="cubin files (NVRTC or ptxas output)")
+    ap.add_argument("--sm", type=int, help="the GPU's SM (e.g. 90): refuse a cubin that cannot run there")
+    args = ap.parse_args(argv)
+    rc = 0
+    for f in args.files:
+        try:
+            with open(f, "rb") as fh:
+                print(describe(parse_cubin(fh.read(), f, args.sm)))
+        except (OSError, CubinError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -204,3 +204,18 @@ def test_attribute_records():
         parse_attributes(bytes([1, 0x50, 0, 0, 7, 0x17, 0, 0]), "k.cubin")
     with pytest.raises(CubinError, match=r"record at byte 0 is cut short \(2 bytes left\)"):
         parse_attributes(bytes([3, 0x19]), "k.cubin")
+
+
+def test_command_line(sm90, tmp_path, capsys):
+    good, bad = tmp_path / "sample.cubin", tmp_path / "bad.cubin"
+    good.write_bytes(sm90)
+    bad.write_bytes(sm90[:200])
+    assert cubin.main([str(good), "--sm", "90"]) == 0
+    out = capsys.readouterr().out
+    assert f"{good}: sm_90 (ELF ABI 7), 4 kernel(s)" in out
+    assert "block_sum: " in out and "launch bounds (128, 1, 1)" in out
+    assert "parameters at 0x210 (32 B): #0 @0+8, #1 @8+8, #2 @16+8, #3 @24+4, #4 @28+4" in out
+    assert cubin.main([str(good), str(bad)]) == 1
+    assert f"error: {bad}: " in capsys.readouterr().err
+    assert cubin.main([str(good), "--sm", "80"]) == 1
+    assert "cannot run on an sm_80 GPU" in capsys.readouterr().err
