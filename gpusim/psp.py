@@ -293,10 +293,14 @@ class PSP(Block):
 
     def _ring_run(self, wptr: int) -> None:
         base, size = self.ring
-        size_dw = size // 4
+        size_dw, frame_dw = size // 4, FRAME_SIZE // 4
         wptr %= size_dw
+        if wptr % frame_dw:
+            # psp_ring_cmd_submit moves the write pointer by whole psp_gfx_rb_frames (sizeof / 4 dwords). One
+            # inside a frame: the whole frames before it are consumed, the partial one waits (assumption).
+            self.error(f"KM ring write pointer {wptr:#x} is inside a frame ({frame_dw} dwords each)")
         gmc = self.dev.blocks["GMC"]
-        while self.rptr != wptr:
+        while (wptr - self.rptr) % size_dw >= frame_dw:
             try:
                 frame = gmc.mc_read(base + self.rptr * 4, FRAME_SIZE)
             except MEM_ERRORS as e:

@@ -444,7 +444,9 @@ class PSP:
         name = CMD_NAMES.get(cmd_id, f"command {cmd_id:#x}")
         buf = CMD.pack(cmd_id=cmd_id, cmd=cmd)   # resp zeroed: a stale status is never read back
         self.dev.vram.write(self.cmd_addr, buf)
-        self._fence += 1
+        # a u32 as upstream's fence_value, but past 0xFFFFFFFF to 1: 0 is what the cleared fence page holds,
+        # so a wrapped fence of 0 would read as done before the PSP ran the command
+        self._fence = self._fence % 0xFFFFFFFF + 1
         slot = self._wptr % (RING_SIZE // 4)
         cmd_mc, fence_mc = self.dev.mc_address(self.cmd_addr), self.dev.mc_address(self.fence_addr)
         frame = FRAME.pack(cmd_buf_addr_lo=cmd_mc & 0xFFFFFFFF, cmd_buf_addr_hi=cmd_mc >> 32,

@@ -355,3 +355,15 @@ def test_setup_tmr_before_the_smu_firmware_is_refused(monkeypatch):
     with pytest.raises(PSPError, match=r"SETUP_TMR of .* failed: status 0xffff0007 \(TEE_ERROR_BAD_STATE"):
         PSP(dev).init()
     dev.close()
+
+
+def test_the_fence_wraps_past_zero():
+    # Found by tools/fuzz/psp: a fence of 0xFFFFFFFF made the next command's frame fail to pack (a raw
+    # ValueError). The u32 wraps to 1, not 0: the cleared fence page holds 0, so 0 would read as done.
+    dev = open_dev()
+    psp = PSP(dev)
+    psp.init()
+    psp._fence = 0xFFFFFFFF
+    psp.autoload_rlc()              # acknowledged again by a booted PSP
+    assert psp._fence == 1 and dev.vram.read32(psp.fence_addr) == 1
+    dev.close()

@@ -314,6 +314,24 @@ def test_a_new_ring_continues_at_the_write_pointer(sim):
     assert dev.errors == []                          # the empty slots before the write pointer were not run
 
 
+def test_a_write_pointer_inside_a_frame_runs_the_whole_frames_before_it(sim):
+    # Found by tools/fuzz/psp: C2PMSG_67 written 8 dwords into a frame made the ring loop forever (the read
+    # pointer moves by whole frames and never met it). Whole frames before it run; the partial one waits.
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    drv.ring_create()
+    buf = bytearray(1024)
+    struct.pack_into("<I", buf, 8, P.GFX_CMD_ID_DESTROY_TMR)
+    dev.vram.write(CMD, bytes(buf))
+    frame = struct.pack("<6I", (FB_BASE + CMD) & 0xFFFFFFFF, (FB_BASE + CMD) >> 32, 0,
+                        (FB_BASE + FENCE) & 0xFFFFFFFF, (FB_BASE + FENCE) >> 32, 7)
+    dev.vram.write(RING, frame.ljust(64, b"\0"))
+    drv.w("MP0_SMN_C2PMSG_67", 16 + 8)                # one whole frame and half of the next
+    assert dev.vram.read32(FENCE) == 7                 # the whole frame ran
+    assert dev.blocks["PSP"].rptr == 16                # the partial one was not consumed
+    assert any("inside a frame" in e.message for e in dev.errors)
+
+
 def test_autoload_needs_every_gfx_firmware(sim):
     dev, drv, fw = sim
     drv.boot_sos(fw)
