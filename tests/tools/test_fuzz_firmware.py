@@ -124,3 +124,13 @@ def test_the_smu_files_soft_pptables_are_not_loads():
     data = bytearray(files["smu_13_0_0.bin"])
     struct.pack_into("<I", data, 36, 5)   # smc_firmware_header_v2_1.pptable_count, 6 in the file
     assert _boot("smu_13_0_0.bin", bytes(data))[:1] == ("booted: loads unchanged",)
+
+
+def test_a_byte_of_the_spl_component_is_not_a_load():
+    # The sos package's SPL is never staged on MP0 13 (TOS_SPL_TABLE stages the KDB): a flip in it boots,
+    # and what was staged is still pinned bytes. The oracle compares what the driver staged, not the parse.
+    files = fz.load_pinned()
+    spl = fz.parse("psp_13_0_0_sos.bin", files["psp_13_0_0_sos.bin"]).component("SPL")
+    data = bytearray(files["psp_13_0_0_sos.bin"])
+    data[spl.offset + spl.size // 2] ^= 0x10
+    assert _boot("psp_13_0_0_sos.bin", bytes(data))[:1] == ("booted: loads unchanged",)

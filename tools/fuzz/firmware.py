@@ -28,8 +28,9 @@ Two stages:
 
 Unexpected (each printed with its seed and case number, exit status 1): any other exception type, a
 FirmwareError or refusal that does not name the file, a parse over --parse-timeout or a boot over
---boot-timeout seconds (a hang), and a boot that completes with a load that differs from the pinned file
-or with errors the simulated GPU recorded (it ran corrupt firmware).
+--boot-timeout seconds (a hang), and a boot that completes after staging a payload that is no pinned
+component byte for byte, or with another MEC entry point, or with errors the simulated GPU recorded (it ran
+corrupt firmware).
 
 --device: am:sim[:CHIP] (default). A real GPU (am:PCI-ADDRESS) gets the boot stage only with the
 override-directory form by default (the pin refuses before the GPU is touched); --unpinned-on-hardware
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import signal
 import sys
@@ -47,6 +49,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 from amdrv import structs
 from amdrv.autogen import ucode
@@ -248,7 +251,7 @@ def boot_outcome(case: Case, files: dict[str, bytes], reference: dict, device: s
     """(outcome, detail, unexpected) of a cold boot with the case's file in place of the pinned one."""
     import pcie
     from amdrv.am import AMGPU, AMError
-    from amdrv.ip.psp import PSPError, PSPTimeout
+    from amdrv.ip.psp import PSP, PSPError, PSPTimeout
 
     chip = sim_chip(device)
     tmp = None
@@ -260,8 +263,14 @@ def boot_outcome(case: Case, files: dict[str, bytes], reference: dict, device: s
     else:
         store = HandedStore({**files, case.file: case.data})
     gpu = pci = None
+    staged: list[bytes] = []   # every payload the driver staged for the PSP, recorded as it does so
+    stage = PSP._stage
+
+    def recording_stage(self, data):
+        staged.append(hashlib.sha256(data).digest())
+        return stage(self, data)
     try:
-        with time_limit(timeout):
+        with time_limit(timeout), mock.patch.object(PSP, "_stage", recording_stage):
             if chip is not None:
                 pci = pcie.open_function("sim", chip, fresh=True, slot=11)
                 pci.dev.blocks["PSP"].firmware = _sim_reference(chip, files)
@@ -297,8 +306,11 @@ def boot_outcome(case: Case, files: dict[str, bytes], reference: dict, device: s
     try:
         if pinned:
             return "booted past the pin check", "a mutated file was not refused by its pin", True
-        got = {n: received(img) for n, img in gpu.psp.images.items()}
-        differ = [n for n, r in got.items() if r != reference[n]]
+        # What reached the GPU: every staged payload must be a component of a pinned file, byte for byte.
+        pinned = _pinned_payloads(files)
+        names = {hashlib.sha256(c.data).digest(): f"{img.name} {c.name}" for img in gpu.psp.images.values()
+                 for c in img.components}
+        differ = [names.get(h, f"payload {i}") for i, h in enumerate(staged) if h not in pinned]
         if gpu.gfx.mec_start != reference[gpu.gfx.mec_firmware][1]:
             differ.append(f"{gpu.gfx.mec_firmware} (MEC start address)")
         if differ:
@@ -313,6 +325,15 @@ def boot_outcome(case: Case, files: dict[str, bytes], reference: dict, device: s
 
 
 _SIM_FW: dict = {}
+_PAYLOADS: dict = {}
+
+
+def _pinned_payloads(files: dict[str, bytes]) -> set[bytes]:
+    """sha256 of every component of every pinned file: what a boot may send to the PSP."""
+    key = tuple(sorted((n, len(b)) for n, b in files.items()))
+    if key not in _PAYLOADS:
+        _PAYLOADS[key] = {hashlib.sha256(c.data).digest() for n, b in files.items() for c in parse(n, b).components}
+    return _PAYLOADS[key]
 
 
 def _sim_reference(chip: str, files: dict[str, bytes]):
