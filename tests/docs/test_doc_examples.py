@@ -48,3 +48,14 @@ def test_environment_md_lists_every_variable_read():
     assert {"DEVICE", "DRIVERLESS_CACHE", "DRIVERLESS_COLD_BOOT", "DRIVERLESS_FIRMWARE_DIR"} <= names
     missing = sorted(n for n in names if f"`{n}`" not in doc)
     assert not missing, f"docs/environment.md lacks {missing}"
+
+
+def test_nv_md_first_example(tmp_path):
+    """nv.md's example on the model (needs the nv entry points: a reinstall registers them; NVRTC)."""
+    import hcq
+    from nvdrv import nvrtc
+    if "nv" not in hcq.backends() or not nvrtc.available():
+        pytest.skip("needs the nv entry points (pip install -e .) and NVRTC (nvidia-cuda-nvrtc-cu12)")
+    r = run(first_python_block("nv.md"), ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "nv:sim: GH100 sm_90" in r.stdout

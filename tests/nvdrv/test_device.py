@@ -306,3 +306,42 @@ def test_semaphore_payload_is_64_bits(monkeypatch, nvdev):
     q.submit()
     s.wait((5 << 32) | 9, timeout=2)
     assert s.value == (5 << 32) | 9
+
+
+SAXPY_CU = r'''
+extern "C" __global__ void saxpy(float *y, const float *x, float a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void __launch_bounds__(128) reduce(float *out, const float *x) {
+    __shared__ float s[128];
+    s[threadIdx.x] = x[blockIdx.x * 128 + threadIdx.x];
+    __syncthreads();
+    for (int k = 64; k > 0; k >>= 1) { if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k]; __syncthreads(); }
+    if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
+'''
+
+
+def test_an_nvrtc_cubin_loads_and_launches(nvdev):
+    """A real cubin (NVRTC for sm_90, read by nvdrv.cubin): its code lands in VRAM, its parameters in
+    constant bank 0 at the offset the cubin gives, its shared memory and launch bounds in the QMD."""
+    from nvdrv import nvrtc
+    if not nvrtc.available():
+        pytest.skip("NVRTC (nvidia-cuda-nvrtc-cu12) is not installed")
+    cub = nvrtc.compile_cuda(SAXPY_CU, "saxpy.cu")
+    saxpy = nvdev.program(cub, "saxpy")
+    x, y = nvdev.alloc(4096), nvdev.alloc(4096)
+    saxpy(y, x, 0.5, 1024, global_size=(4,), local_size=(256,), wait=True)
+    L = launches(nvdev)[-1]
+    base = saxpy.handle.k.param_base
+    assert struct.unpack_from("<QQfI", L.cb0, base) == (y.va, x.va, 0.5, 1024)
+    assert nvdev.copyout(saxpy.handle.image, len(saxpy.handle.k.code)) == saxpy.handle.k.code
+    red = nvdev.program(cub, "reduce")
+    assert red.max_local == 128
+    red(y, x, global_size=(8,), local_size=(128,), wait=True)
+    L = launches(nvdev)[-1]
+    assert L.shared_bytes >= 512 and L.grid == (8, 1, 1)
+    with pytest.raises(hcq.ArgumentError, match="at most 128"):
+        red(y, x, global_size=(8,), local_size=(256,))
+    pytest.skip(f"results: {NO_SASS}")
