@@ -345,3 +345,19 @@ def test_an_nvrtc_cubin_loads_and_launches(nvdev):
     with pytest.raises(hcq.ArgumentError, match="at most 128"):
         red(y, x, global_size=(8,), local_size=(256,))
     pytest.skip(f"results: {NO_SASS}")
+
+
+def test_a_wait_never_met_times_out_with_the_pointers_and_recovers(nvdev):
+    """An acquire nobody releases holds the channel: the wait names GPGet/GPPut after its timeout, and
+    recover() makes channels that run again."""
+    never = nvdev.new_signal()
+    q = nvdev.copy_queue()
+    q.wait(never, 1)
+    q.signal(nvdev.timeline, nvdev.next_timeline())
+    q.submit()
+    with pytest.raises(hcq.HCQTimeout, match=r"copy \d+/\d+; dev.recover\(\)"):
+        nvdev.synchronize(0.3)
+    assert nvdev.recover() == []
+    a = nvdev.alloc(4096)
+    nvdev.copyin(a, b"y" * 4096)
+    assert nvdev.copyout(a) == b"y" * 4096
