@@ -32,6 +32,7 @@ import errno
 import mmap
 import struct
 import time
+import weakref
 
 from hcq.api import (ArgLayout, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, KernelArg, Program,
                      Signal, Var)
@@ -70,7 +71,7 @@ class NVHCQDevice(Device):
         self.chip = "GH100 sm_90"
         self._closed = True
         self._files: list = []
-        self._host: dict[int, tuple] = {}      # va -> (mmap, handle) for host memory
+        self._buffers = weakref.WeakSet()      # live buffers (not views): close() marks them dead
         try:
             self.ctl = self._open(ioctl.NVIDIACTL)
         except PermissionError as e:
@@ -252,24 +253,31 @@ class NVHCQDevice(Device):
             self._rm(p.params, "NV_ESC_RM_ALLOC_MEMORY (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)")
             handle = p.params.hObjectNew
             va = self._map_gpu(handle, size)
-            return Buffer(self, va, nbytes, _Mem(handle, size, m, memoryview(m)))
+            return self._track(Buffer(self, va, nbytes, _Mem(handle, size, m, memoryview(m))))
         prm = R.NV_MEMORY_ALLOCATION_PARAMS(owner=self.client, type=R.NVOS32_TYPE_IMAGE, size=size,
                                             flags=R.NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE, alignment=BIG_PAGE,
                                             attr2=R.NVOS32_ATTR2_GPU_CACHEABLE_NO if uncached else 0)
         handle = self._alloc(self.client, self.device, C.NV01_MEMORY_LOCAL_USER, prm)
         va = self._map_gpu(handle, size)
         cpu = self._cpu_map(handle, size) if cpu_map else None
-        return Buffer(self, va, nbytes, _Mem(handle, size, None, cpu.view if cpu else None, cpu))
+        return self._track(Buffer(self, va, nbytes, _Mem(handle, size, None, cpu.view if cpu else None, cpu)))
+
+    def _track(self, buf: Buffer) -> Buffer:
+        self._buffers.add(buf)
+        return buf
 
     def free(self, buf: Buffer) -> None:
+        buf.live("free")
         if buf.base is not None:
             raise HCQError(f"{self.name}: free the buffer, not a view of it")
-        if buf.mem is None or buf.mem.handle is None:
-            raise HCQError(f"{self.name}: buffer at {buf.va:#x} was already freed")
         self.synchronize()
+        self._free_mem(buf)
+
+    def _free_mem(self, buf: Buffer) -> None:
         self._free_object(buf.mem.handle, self.device)
         self._va_free.append((buf.va, buf.mem.size))
         buf.mem.handle = None
+        buf.release("was freed")
 
     def _host_view(self, buf: Buffer) -> memoryview | None:
         return buf.mem.view if buf.mem is not None else None
@@ -304,12 +312,15 @@ class NVHCQDevice(Device):
         return bytes(out)
 
     def _bounds(self, buf: Buffer, offset: int, n: int, what: str) -> None:
+        buf.live(what)
+        self._check_open()
         if buf.device is not self:
             raise HCQError(f"{self.name}: {what} of a buffer of {buf.device.name}")
         if offset < 0 or n < 0 or offset + n > buf.size:
             raise HCQError(f"{self.name}: {what} of {n} bytes at {offset} outside a {buf.size}-byte buffer")
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
+        dst.live("copy"), src.live("copy")
         n = min(dst.size, src.size) if nbytes is None else nbytes
         if n > dst.size or n > src.size:
             raise HCQError(f"{self.name}: copy of {n} bytes between buffers of {dst.size} and {src.size} bytes")
@@ -516,6 +527,8 @@ class NVHCQDevice(Device):
             pass
         for f in self._files:
             f.close()
+        for b in list(self._buffers):
+            b.release("belongs to a closed device")
 
 
 class _Mem:
@@ -608,11 +621,8 @@ class _Channel:
                                  f"{self.gp_get()}, GPPut {self.put}); dev.recover() makes new channels")
 
     def release(self) -> None:
-        for b in (self.area, self.notifier, self.cmds):
-            try:
-                self.dev.free(b) if b.mem.handle else None
-            except HCQError:
-                pass
+        for b in (self.area, self.notifier, self.cmds):     # RM freed the channel: nothing uses them now
+            self.dev._free_mem(b)
 
 
 class _Kernel:
@@ -731,12 +741,16 @@ class NVCopyQueue(_Queue):
         return self.dev.copier
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
+        dst.live("copy"), src.live("copy")
         if nbytes > dst.size or nbytes > src.size:
             raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes between buffers of {dst.size} and {src.size}")
         return self._add("copy", pushbuf.copy(self.pb, dst.va, src.va, nbytes))
 
     def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
         _, i, _ = self._cmd(index, "copy")
+        for b in (dst, src):
+            if b is not None:
+                b.live("update_copy")
         pushbuf.patch_copy(self.pb.words, i, dst.va if dst is not None else None, src.va if src is not None else None)
 
 

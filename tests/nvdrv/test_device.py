@@ -185,9 +185,12 @@ def test_copy_to_freed_memory_faults_and_recovers(nvdev):
     """RM unmaps freed memory: the copy engine's write faults (Xid 31), the wait raises HCQFault with the
     Xid decoded, recover() makes new channels and the next copy runs."""
     a, b = nvdev.alloc(4096), nvdev.alloc(4096)
+    stale = hcq.Buffer(nvdev, b.va, 4096)        # the address a freed buffer had (hcq refuses b itself)
     nvdev.free(b)
+    with pytest.raises(hcq.HCQError, match="was freed"):
+        nvdev.copy(b, a)
     q = nvdev.copy_queue()
-    q.copy(b, a, 4096)
+    q.copy(stale, a, 4096)
     q.signal(nvdev.timeline, nvdev.next_timeline())
     q.submit()
     with pytest.raises(hcq.HCQFault, match=r"copy channel stopped with Xid 31 \(MMU fault"):
@@ -361,3 +364,19 @@ def test_a_wait_never_met_times_out_with_the_pointers_and_recovers(nvdev):
     a = nvdev.alloc(4096)
     nvdev.copyin(a, b"y" * 4096)
     assert nvdev.copyout(a) == b"y" * 4096
+
+
+def test_dead_buffers_are_refused(nvdev, saxpy):
+    """hcq's dead-handle rule on this backend: a freed buffer (and its views) or one of a closed device is
+    refused by name before anything reaches RM or the GPU."""
+    a, b = nvdev.alloc(4096), nvdev.alloc(4096)
+    v = b.view(64, 64)
+    nvdev.free(b)
+    for call in (lambda: nvdev.copyin(v, b"x"), lambda: nvdev.copyout(b), lambda: nvdev.free(b)):
+        with pytest.raises(hcq.HCQError, match="was freed"):
+            call()
+    with pytest.raises(hcq.ArgumentError, match="was freed"):
+        saxpy(a, b, 1.0, 1, global_size=(1,), local_size=(1,))
+    nvdev.close()
+    with pytest.raises(hcq.HCQError, match="closed device"):
+        nvdev.copyout(a)
