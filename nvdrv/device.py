@@ -575,6 +575,7 @@ class _Channel:
         self.notifier = dev.alloc(PAGE, host=True)
         self.cmds = dev.alloc(CMD_ARENA, host=True)
         self.cmd_at, self.put = 0, 0
+        self.known_get = 0                 # GPGet as last read
         prm = R.NV_CHANNEL_ALLOC_PARAMS(hObjectError=self.notifier.mem.handle, gpFifoOffset=self.area.va,
                                         gpFifoEntries=GPFIFO_ENTRIES, hVASpace=dev.vaspace,
                                         engineType=R.NV2080_ENGINE_TYPE_GRAPHICS)
@@ -600,7 +601,9 @@ class _Channel:
         if n > CMD_ARENA:
             raise HCQError(f"{self.dev.name}: {n} bytes of commands in one submission; the limit is {CMD_ARENA}")
         nxt = (self.put + 1) % GPFIFO_ENTRIES
-        if self.cmd_at + n > CMD_ARENA or nxt == self.gp_get():
+        if nxt == self.known_get:          # the ring looks full: GPGet (a BAR1 read) is read only then
+            self.known_get = self.gp_get()
+        if self.cmd_at + n > CMD_ARENA or nxt == self.known_get:
             self._drain()
             self.cmd_at = 0
         off = self.cmd_at
@@ -614,11 +617,12 @@ class _Channel:
 
     def _drain(self) -> None:
         t_end = time.perf_counter() + self.dev.default_timeout
-        while self.gp_get() != self.put:
+        while (get := self.gp_get()) != self.put:
             self.dev._check_faults()
             if time.perf_counter() > t_end:
                 raise HCQTimeout(f"{self.dev.name}: the {self.what} channel did not consume its GPFIFO (GPGet "
-                                 f"{self.gp_get()}, GPPut {self.put}); dev.recover() makes new channels")
+                                 f"{get}, GPPut {self.put}); dev.recover() makes new channels")
+        self.known_get = get
 
     def release(self) -> None:
         for b in (self.area, self.notifier, self.cmds):     # RM freed the channel: nothing uses them now
@@ -632,6 +636,9 @@ class _Kernel:
         self.k, self.image, self.layout = k, image, layout
         self.cb0_bytes = max(k.const0_size, k.param_base + k.param_size)
         self.const0 = bytes(k.const0).ljust(self.cb0_bytes, b"\0")
+        # the QMD built once; a launch copies it and patches grid, block and the constant bank's address
+        self.qmd = pushbuf.build_qmd(image.va, (1, 1, 1), (1, 1, 1), k.shared_size, k.registers, 0, self.cb0_bytes,
+                                     max(1, k.barriers)).to_bytes()
 
 
 class _Queue(HWQueue):
@@ -708,23 +715,20 @@ class NVComputeQueue(_Queue):
         view = arena.view
         view[cb0_off:cb0_off + k.cb0_bytes] = k.const0
         prog.layout.pack_into(view, cb0_off + k.k.param_base, args)
-        q = pushbuf.build_qmd(k.image.va, g, l_, k.k.shared_size, k.k.registers, arena.buf.va + cb0_off, k.cb0_bytes,
-                              max(1, k.k.barriers))
-        view[off:off + C.QMD_BYTES] = q.to_bytes()
+        view[off:off + C.QMD_BYTES] = k.qmd
+        pushbuf.patch_qmd(view, off, g, l_, arena.buf.va + cb0_off)
         i = pushbuf.launch(self.pb, qmd_va)
-        return self._add("exec", i, (prog, off, q, arena))
+        return self._add("exec", i, (prog, off, (g, l_), arena))
 
     def update_exec(self, index: int, args=None, global_size=None, local_size=None) -> None:
-        _, _, (prog, off, q, arena) = self._cmd(index, "exec")
+        kind, i, (prog, off, (g0, l0), arena) = self._cmd(index, "exec")
         view = arena.view
         if args is not None:
             prog.layout.pack_into(view, off + C.QMD_BYTES + prog.handle.k.param_base, args)
         if global_size is not None or local_size is not None:
-            g0 = (q.get("CTA_RASTER_WIDTH"), q.get("CTA_RASTER_HEIGHT"), q.get("CTA_RASTER_DEPTH"))
-            l0 = (q.get("CTA_THREAD_DIMENSION0"), q.get("CTA_THREAD_DIMENSION1"), q.get("CTA_THREAD_DIMENSION2"))
             g, l_ = prog.check_sizes(global_size or g0, local_size or l0)
-            pushbuf.set_grid(q, g, l_)
-            view[off:off + C.QMD_BYTES] = q.to_bytes()
+            pushbuf.patch_qmd(view, off, g, l_)
+            self.cmds[index] = (kind, i, (prog, off, (g, l_), arena))
 
     def update_arg(self, index: int, arg: int, value) -> None:
         """One argument of a built launch (graph replays)."""

@@ -11,6 +11,7 @@ once and patched, as hcq's update_* need.
 """
 from __future__ import annotations
 
+import struct
 from array import array
 
 from nvdrv import classes as C
@@ -174,6 +175,40 @@ def set_grid(q: QMD, grid, block) -> None:
     q.set("CTA_THREAD_DIMENSION0", block[0])
     q.set("CTA_THREAD_DIMENSION1", block[1])
     q.set("CTA_THREAD_DIMENSION2", block[2])
+
+
+# The fields a launch changes, written straight into a copy of the program's QMD (byte-aligned 16/32-bit
+# fields in the V03_00 layout; an address's upper bits are 17 wide, of which GPU VAs below 2**48 use 16)
+_PATCH = {}
+for _name, _width in (("CTA_RASTER_WIDTH", 32), ("CTA_RASTER_HEIGHT", 16), ("CTA_RASTER_DEPTH", 16),
+                      ("CTA_THREAD_DIMENSION0", 16), ("CTA_THREAD_DIMENSION1", 16), ("CTA_THREAD_DIMENSION2", 16),
+                      ("CONSTANT_BUFFER_ADDR_LOWER0", 32), ("CONSTANT_BUFFER_ADDR_UPPER0", 16)):
+    _lo, _hi = C.QMD_FIELDS[_name]
+    assert _lo % 8 == 0 and _hi - _lo + 1 >= _width, _name
+    _PATCH[_name] = (_lo // 8, {16: "<H", 32: "<I"}[_width])
+_GRID = struct.Struct("<I")
+_OFF_W, _OFF_H, _OFF_D = (_PATCH[n][0] for n in ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH"))
+_OFF_T = _PATCH["CTA_THREAD_DIMENSION0"][0]
+_OFF_CB = _PATCH["CONSTANT_BUFFER_ADDR_LOWER0"][0]
+assert (_PATCH["CTA_THREAD_DIMENSION1"][0], _PATCH["CTA_THREAD_DIMENSION2"][0]) == (_OFF_T + 2, _OFF_T + 4)
+assert _PATCH["CONSTANT_BUFFER_ADDR_UPPER0"][0] == _OFF_CB + 4
+
+
+def patch_qmd(view, off: int, grid=None, block=None, cb0_va: int | None = None) -> None:
+    """Writes a launch's grid, block and constant bank address into the QMD at view[off:]: the per-launch
+    part of a program's QMD template (build_qmd made the rest once)."""
+    if grid is not None:
+        if grid[1] > 0xFFFF or grid[2] > 0xFFFF or grid[0] > 0xFFFFFFFF:
+            raise ValueError(f"grid {tuple(grid)}: CTA_RASTER_HEIGHT/DEPTH are 16 bits, WIDTH 32")
+        struct.pack_into("<I", view, off + _OFF_W, grid[0])
+        struct.pack_into("<H", view, off + _OFF_H, grid[1])
+        struct.pack_into("<H", view, off + _OFF_D, grid[2])
+    if block is not None:
+        struct.pack_into("<HHH", view, off + _OFF_T, *block)
+    if cb0_va is not None:
+        if cb0_va >> 48:
+            raise ValueError(f"constant bank at {cb0_va:#x}: above the 48-bit addresses nvdrv uses")
+        struct.pack_into("<IH", view, off + _OFF_CB, cb0_va & 0xFFFFFFFF, cb0_va >> 32)
 
 
 def launch(pb: PushBuffer, qmd_va: int) -> int:

@@ -278,18 +278,36 @@ def test_without_the_shader_windows_a_launch_faults(monkeypatch):
     ("SHARED_MEMORY_SIZE", 240 * 1024, "SHARED_MEMORY_SIZE 245760 is more than"),
     ("PROGRAM_ADDRESS_UPPER", 0x1FFFF, "MMU fault"),
 ])
-def test_qmd_fields_the_model_checks(monkeypatch, nvdev, saxpy, field, value, words):
-    real = pushbuf.build_qmd
+def test_qmd_fields_the_model_checks(monkeypatch, nvdev, field, value, words):
+    """Each field corrupted in the QMD as a launch sends it (the program's template, then the per-launch
+    patch): the compute channel stops with Xid 13 or 31 and the model says which field."""
+    real = pushbuf.patch_qmd
 
-    def corrupt(*a, **k):
-        q = real(*a, **k)
+    def corrupt(view, off, *a, **k):
+        real(view, off, *a, **k)
+        q = pushbuf.QMD()
+        q.value = int.from_bytes(view[off:off + C.QMD_BYTES], "little")
         q.set(field, value)
-        return q
-    monkeypatch.setattr(pushbuf, "build_qmd", corrupt)
+        view[off:off + C.QMD_BYTES] = q.to_bytes()
+    monkeypatch.setattr(pushbuf, "patch_qmd", corrupt)
+    saxpy = nvdev.program(fake_cubin(), "saxpy")
     a = nvdev.alloc(64)
     with pytest.raises(hcq.HCQFault, match="compute channel stopped"):
         saxpy(a, a, 1.0, 1, global_size=(1,), local_size=(1,), wait=True)
     assert re.search(words, str(channel_error(nvdev, nvdev.compute)))
+
+
+def test_qmd_template_and_patch_agree_with_a_full_build(nvdev, saxpy):
+    """A launch's QMD (the program's template with grid, block and constant bank patched in) is byte for
+    byte what build_qmd makes for that launch."""
+    x = nvdev.alloc(4096)
+    q = nvdev.compute_queue()
+    i = q.exec(saxpy, [x, x, 1.0, 1], (70000, 3, 2), (8, 4, 2))
+    _, _, (_, off, _, arena) = q.cmds[i]
+    k = saxpy.handle
+    full = pushbuf.build_qmd(k.image.va, (70000, 3, 2), (8, 4, 2), k.k.shared_size, k.k.registers,
+                             arena.buf.va + off + C.QMD_BYTES, k.cb0_bytes, 1)
+    assert bytes(arena.view[off:off + C.QMD_BYTES]) == full.to_bytes()
 
 
 def test_release_without_timestamp_leaves_it_zero(monkeypatch, nvdev, saxpy):
@@ -380,3 +398,14 @@ def test_dead_buffers_are_refused(nvdev, saxpy):
     nvdev.close()
     with pytest.raises(hcq.HCQError, match="closed device"):
         nvdev.copyout(a)
+
+
+def test_the_gpfifo_ring_wraps(nvdev):
+    """More submissions than the ring has entries: nvdrv reads GPGet when the ring looks full and goes on."""
+    s = nvdev.new_signal()
+    for i in range(1, D.GPFIFO_ENTRIES + 40):
+        q = nvdev.copy_queue()
+        q.signal(s, i)
+        q.submit()
+    s.wait(D.GPFIFO_ENTRIES + 39, timeout=5)
+    assert nvdev.copier.put == (1 + D.GPFIFO_ENTRIES + 39) % D.GPFIFO_ENTRIES    # SET_OBJECT was the first
