@@ -497,6 +497,7 @@ class Device(abc.ABC):
     name: str
     chip: str = ""                 # what the backend calls the GPU (e.g. "navi31 gfx1100"), for reprs
     default_timeout: float = 10.0
+    executes_kernels: bool = True  # False on a model that checks and records launches without running them
 
     @property
     @abc.abstractmethod

@@ -77,6 +77,8 @@ class NVHCQDevice(Device):
         except PermissionError as e:
             raise HCQError(f"{spec}: cannot open {ioctl.NVIDIACTL} ({e.strerror}): add yourself to the group that owns "
                            "/dev/nvidia* (usually 'video') or fix its mode (see docs/nv.md)") from None
+        # the model (nv:sim) checks and records launches but has no SASS executor
+        self.executes_kernels = bool(getattr(prov, "executes_kernels", True))
         self.module_version = prov.module_version()
         self._check_version()
         self.client = self._alloc(0, 0, C.NV01_ROOT_CLIENT, None)

@@ -634,6 +634,7 @@ class UsermodeMapping(Mapping):
 class SimProvider(Provider):
     """The `nv:sim` model: one RM and one simulated H100 per provider."""
     name = "sim"
+    executes_kernels = False     # no SASS executor: launches are decoded, checked and recorded only
 
     def __init__(self, version: str = R.RM_VERSION):
         self.rm = RM(version)

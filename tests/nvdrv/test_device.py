@@ -40,6 +40,7 @@ def test_open_by_device_string():
     with sim() as dev:
         assert isinstance(dev, D.NVHCQDevice) and dev.timestamp_hz == 1e9
         assert dev.uuid.startswith("GPU-") and "module 580.105.08" in repr(dev)
+        assert dev.executes_kernels is False          # the model cannot run SASS; callers can tell
         uuid = dev.uuid
     assert "closed" in repr(dev)
     for bad in ("nv:sim:3", "nv:sim:GPU-00000000-0000-0000-0000-000000000000", "nv:foo", "nv:0:1:2"):
