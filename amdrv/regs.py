@@ -152,6 +152,17 @@ class RegisterTable:
     def __contains__(self, name: object) -> bool:
         return name in self._reg_rows
 
+    @functools.cached_property
+    def power_on_values(self) -> Mapping[str, int] | None:
+        """Register name -> power-on value for every MMIO register whose value after reset is not 0, from
+        upstream's `<block>_default.h` (tools/gentables/regs.py); None when upstream publishes no such
+        header for the block (nothing is known about its power-on values)."""
+        text = getattr(self._module, "DEFAULTS", None)
+        if text is None:
+            return None
+        tokens = text.split()
+        return MappingProxyType({n: int(v, 16) for n, v in zip(tokens[0::2], tokens[1::2])})
+
     def __len__(self) -> int:
         return len(self._reg_rows)
 

@@ -152,6 +152,7 @@ class CP(Block):
             if reg.startswith(("CP_HQD_", "CP_MQD_")) and reg in self.hqd_names:
                 self.mqd_regs.append((COMPUTE_MQD.offset(field), reg))
         self.sh_names = {self.dev.reg_addr(GC, n): n for n in t.names() if n.startswith("COMPUTE_")}
+        self.hqd_power_on = {n: v for n in self.hqd_names if (v := self.dev.power_on_value(GC, n))}
         self.kernel_max_steps = KERNEL_MAX_STEPS
         self.dev.blocks["NBIO"].on_doorbell("CP", self._doorbell)   # S2A routing: gpusim.nbio
 
@@ -191,6 +192,9 @@ class CP(Block):
         q = self.queues.get(key)
         if q is None:
             q = self.queues[key] = Queue(*key)
+            # each HQD's registers start at their power-on values (gc_11_0_0_default.h: e.g. CP_HQD_EOP_
+            # CONTROL 6, CP_HQD_PQ_CONTROL 0x308509, CP_MQD_CONTROL 0x100)
+            q.regs.update(self.hqd_power_on)
         return q
 
     def _f(self, q: Queue, reg: str, field: str) -> int:
@@ -310,13 +314,14 @@ class CP(Block):
         self.sh_mem[(name, self._grbm_vmid())] = value
 
     def _r_sh_mem(self, name: str) -> int:
-        return self.sh_mem.get((name, self._grbm_vmid()), 0)
+        return self.sh_mem.get((name, self._grbm_vmid()), self.dev.power_on_value(GC, name))
 
     def apertures(self, vmid: int) -> tuple[int, int]:
         """(shared, private) flat aperture bases a wave of `vmid` sees: SH_MEM_BASES SHARED_BASE/
         PRIVATE_BASE are bits 63:48 of each 4 GiB aperture (gmc_v11_0_early_init's shared/private
         aperture start and end; gfx_v11_0_constants_init writes start >> 48)."""
-        f = self.dev.table(GC)["SH_MEM_BASES"].decode(self.sh_mem.get(("SH_MEM_BASES", vmid), 0))
+        f = self.dev.table(GC)["SH_MEM_BASES"].decode(self.sh_mem.get(("SH_MEM_BASES", vmid),
+                                                                     self.dev.power_on_value(GC, "SH_MEM_BASES")))
         return f["SHARED_BASE"] << 48, f["PRIVATE_BASE"] << 48
 
     # -- queue geometry --------------------------------------------------------------------------------

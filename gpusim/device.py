@@ -21,7 +21,9 @@ Registers are named as in the generated tables (`amdrv.regs.load`), resolved thr
 discovery table declares for that IP instance (`Device.reg_addr`), so a block and the driver can only
 agree on an address if both follow the same upstream facts. Handlers must be bound methods (or
 functools.partial of them) so a device pickles (gpusim.persist). Registers nobody handles are plain
-storage: a read returns the last write, 0 after power-on.
+storage: a read returns the last write; after power-on, the register's power-on value where upstream
+publishes one (`<block>_default.h`, through the generated table's `power_on_values`: gc_11_0_0 only), else 0.
+`dev.power_on_value(ip, name, inst)` gives it to blocks that keep banked copies (HQDs, SH_MEM per VMID).
 
 - `dev.regs.read(dword)` / `write(dword, v)`: the whole register space (beyond what BAR5 maps, as the
   RSMU/PCIE index-data pairs reach it), with handlers; `peek`/`poke` bypass handlers.
@@ -49,6 +51,7 @@ storage: a read returns the last write, 0 after power-on.
 from __future__ import annotations
 
 import ctypes
+import functools
 import heapq
 import mmap
 import os
@@ -246,11 +249,41 @@ class VRAM:
             self.write(i * CHUNK, data)
 
 
+@functools.lru_cache(maxsize=None)
+def _power_on_map(instances: tuple) -> tuple[dict[int, int], frozenset]:
+    """For (register table, bases) of each IP instance: ({address: non-zero power-on value}, addresses
+    with a published power-on value). Computed once per layout: a device is built often (tests)."""
+    out: dict[int, int] = {}
+    clash: set[int] = set()
+    published: set[int] = set()
+    for table, bases in dict.fromkeys(instances):
+        t = regtables.load(table)
+        values = t.power_on_values
+        if values is None:
+            continue
+        for name in t.names():
+            d = t[name]
+            if d.base_idx >= len(bases):
+                continue
+            a = bases[d.base_idx] + d.offset
+            published.add(a)
+            value = values.get(name, 0)
+            if not value:
+                continue
+            if out.get(a, value) != value:
+                clash.add(a)
+            out[a] = value
+    for a in clash:
+        del out[a]
+    return out, frozenset(published)
+
+
 class RegisterSpace:
     """All registers as dword addresses. Handlers are per address; everything else is storage."""
 
     def __init__(self):
         self.store: dict[int, int] = {}
+        self.defaults: dict[int, int] = {}     # power-on values that are not 0 (Device._power_on_values)
         self.read_handlers: dict[int, object] = {}
         self.write_handlers: dict[int, object] = {}
 
@@ -258,7 +291,8 @@ class RegisterSpace:
         fn = self.read_handlers.get(addr)
         if fn is not None:
             return fn() & 0xFFFFFFFF
-        return self.store.get(addr, 0)
+        v = self.store.get(addr)
+        return self.defaults.get(addr, 0) if v is None else v
 
     def write(self, addr: int, value: int) -> None:
         value &= 0xFFFFFFFF
@@ -270,7 +304,15 @@ class RegisterSpace:
         self.store[addr] = value
 
     def peek(self, addr: int) -> int:
-        return self.store.get(addr, 0)
+        v = self.store.get(addr)
+        return self.defaults.get(addr, 0) if v is None else v
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "defaults"}   # the owning Device restores them
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.defaults = {}
 
     def poke(self, addr: int, value: int) -> None:
         self.store[addr] = value & 0xFFFFFFFF
@@ -329,6 +371,22 @@ class Device:
         self._seq = 0
         self.stepped = True
         self._init_runtime()
+        self.regs.defaults = self._power_on_values()
+
+    def _power_on_values(self) -> dict[int, int]:
+        """Dword address -> power-on value of every register of every modelled IP instance whose table
+        has upstream defaults (gc_11_0_0_default.h: GC 11.0.0; Navi33's GC 11.0.2 uses the same table and
+        values, an assumption). Registers sharing an address with different defaults take neither (0)."""
+        return _power_on_map(tuple((e.table, e.bases) for e in self.layout.ips if e.table is not None))[0]
+
+    @property
+    def power_on_published(self) -> frozenset:
+        """Addresses whose power-on value upstream publishes (0 included): the rest are 0 by assumption."""
+        return _power_on_map(tuple((e.table, e.bases) for e in self.layout.ips if e.table is not None))[1]
+
+    def power_on_value(self, ip: str, name: str, inst: int = 0) -> int:
+        """A register's value after power-on or a mode1 reset (0 where upstream publishes none)."""
+        return self.regs.defaults.get(self.reg_addr(ip, name, inst), 0)
 
     def _init_runtime(self) -> None:
         self.lock = threading.RLock()
@@ -500,4 +558,5 @@ class Device:
         self.__dict__.update(s)
         self.bus = None
         self._init_runtime()
+        self.regs.defaults = self._power_on_values()
 

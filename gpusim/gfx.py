@@ -31,7 +31,10 @@ A pipe that starts (unhalted, out of reset, active/not disabled) at a PRGRM_CNTR
 firmware's entry point hangs: it stays hung until its pipe reset, a CP soft reset or a mode1 reset, and
 CP_STAT/GRBM_STATUS read busy while it is hung.
 
-Simulator choices (no public fact): power-on leaves the micro engines halted with their pipes in reset; idle
+Power-on (gc_11_0_0_default.h): the IMU core in reset (GFX_IMU_CORE_CTRL 0x9), the micro engines halted with
+their pipes out of reset (CP_MEC_RS64_CNTL 0x40000000, CP_ME_CNTL 0x15000000), RLC_CNTL.RLC_ENABLE_F32 1.
+
+Simulator choices (no public fact): idle
 GRBM_STATUS reads DB_CLEAN | CB_CLEAN; busy CP_STAT reads CP_BUSY and busy GRBM_STATUS adds GUI_ACTIVE |
 CP_BUSY; cache operations and CP_VMID_RESET complete one and two clock steps after the write; the RLC
 autoload takes AUTOLOAD_STEPS.
@@ -141,14 +144,9 @@ class GFX(Block):
         self.banks: dict[tuple, int] = {}      # (register, MEID, PIPEID) -> value
         self.busy: set[str] = set()
         self._entries: dict[str, tuple[int, int]] = {}
-        t = self.dev.table(GC)
-        self.set(GC, "GFX_IMU_CORE_CTRL", t["GFX_IMU_CORE_CTRL"].encode(CRESET=1))
-        for cntl in dict.fromkeys(e.cntl for e in ENGINES):
-            v = 0
-            for e in ENGINES:
-                if e.cntl == cntl:
-                    v = t[cntl].encode(v, **{e.halt: 1}, **{e.reset.format(p): 1 for p in range(e.pipes)})
-            self.set(GC, cntl, v)
+        # GFX_IMU_CORE_CTRL (CRESET, DRESET), CP_MEC_RS64_CNTL (MEC_HALT) and CP_ME_CNTL (ME/PFP/CE_HALT)
+        # start at their power-on values (gc_11_0_0_default.h 0x9, 0x40000000, 0x15000000: the register
+        # space's defaults): halted, pipes not held in reset
 
     # -- state for other models ----------------------------------------------------------------------
     @property

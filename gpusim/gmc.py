@@ -161,9 +161,6 @@ class GMC(Block):
             # "VRAM: ... 0x0000008000000000 - ..."), no FB offset (dGPU).
             self.set(hub.ip, hub.mc + "FB_LOCATION_BASE", FB_BASE >> 24)
             self.set(hub.ip, hub.mc + "FB_LOCATION_TOP", (FB_BASE + self.dev.vram.size - 1) >> 24)
-            # AGP off (BOT above TOP, as gfxhub_v3_0_init_system_aperture_regs disables it): an all-zero
-            # register file would otherwise open a 16 MiB AGP window at MC address 0.
-            self.set(hub.ip, hub.mc + "AGP_BOT", 0xFFFFFF)
             for stem, value in POWER_ON.items():
                 name = (hub.mc + stem[len("MC_VM_"):]) if stem.startswith("MC_VM_") else hub.vm + stem[len("VM_"):]
                 self.set(hub.ip, name, value)

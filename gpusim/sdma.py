@@ -18,9 +18,13 @@ Facts (amdgpu/sdma_v6_0.c, amdgpu_psp.c, imu_v11_0.c; registers from gc_11_0_0, 
 Strictness: HALT written 0 before the PSP has loaded SDMA_UCODE_TH0 and TH1 and the RLC autoload has
 completed is refused: the engine stays halted (HALT reads back 1) and dev.errors says why.
 
-Simulator choices (no public fact): power-on F32_CNTL reads HALT = 1; an idle engine's STATUS_REG has every
+Power-on: every SDMA register at its gc_11_0_0_default.h value (the register space's defaults): F32_CNTL
+0x08084001 (HALT set), QUEUE0_RB_CNTL 0x40800 (ring off, F32_WPTR_POLL_ENABLE set), QUEUE0_IB_CNTL 0x100,
+UTCL1_CNTL/UTCL1_PAGE as the header says. A soft reset puts F32_CNTL back to its power-on value.
+
+Simulator choices (no public fact): an idle engine's STATUS_REG has every
 *_IDLE/*_EMPTY bit set (0x465EE557) and a busy one clears IDLE, RB_EMPTY, RB_CMD_IDLE, BLOCK_IDLE, EX_IDLE,
-CONTEXT_EMPTY and PREV_CMD_IDLE; a soft reset puts F32_CNTL back to its power-on value. Direct ucode loads
+CONTEXT_EMPTY and PREV_CMD_IDLE. Direct ucode loads
 (SDMA0_UCODE_* / BROADCAST_UCODE_*) are plain storage and load nothing.
 
 The gfx ring (queue 0 of each engine; sdma_v6_0_gfx_resume, sdma_v6_0_ring_set_wptr, sdma_v6_0_0_pkt_open.h):
@@ -164,7 +168,8 @@ class SDMA(Block):
             self._power_on(i)
 
     def _power_on(self, i: int) -> None:
-        self.set(GC, reg(i, "F32_CNTL"), self.dev.table(GC)[reg(i, "F32_CNTL")].encode(HALT=1))
+        # gc_11_0_0_default.h: 0x08084001, HALT set
+        self.set(GC, reg(i, "F32_CNTL"), self.dev.power_on_value(GC, reg(i, "F32_CNTL")))
 
     # -- state for other models ----------------------------------------------------------------------
     def _f32(self, i: int) -> dict:

@@ -22,7 +22,8 @@ unmutated baseline (an error, wrong data, a fault not reported, a boot of anothe
 outcome within --timeout seconds), SURVIVED when it is the same. The simulator's own error log
 (gpusim's dev.errors) is not part of the outcome (no driver can read it), but new entries are shown next
 to a surviving mutation: the model noticed and let it pass. Survivors are further marked EXPECTED (the
-card would let them pass in this workload too, with the reason) or CAUGHT_BY_TESTS (the simulator enforces
+card would let them pass in this workload too, with the reason; a register drop also when every write the
+baseline made to it is its published power-on value, gc_11_0_0_default.h) or CAUGHT_BY_TESTS (the simulator enforces
 them and a named test shows it, in a case the workload does not reach; still counted as survivors).
 
 Mutations:
@@ -564,6 +565,7 @@ class Hooks:
         self.record = False
         self.reg_writes: dict[int, int] = {}         # dword address -> host writes
         self.reg_via: dict[int, str] = {}            # dword address -> index/data pair used, if any
+        self.reg_not_power_on: set[int] = set()      # dword addresses written with other than their power-on value
         self.pkt_seen: dict[tuple, int] = {}
         self.reg_mut: dict[int, str] = {}
         self.pkt_mut: dict[tuple, str] = {}
@@ -603,6 +605,8 @@ class Hooks:
                     target = (idx & 0x7FFFFFFF) >> 2
             if hooks.record:
                 hooks.reg_writes[target] = hooks.reg_writes.get(target, 0) + 1
+                if target not in dev.power_on_published or value != dev.regs.defaults.get(target, 0):
+                    hooks.reg_not_power_on.add(target)
                 if pair is not None and target != dw:
                     hooks.reg_via[target] = pair[0]
             mode = hooks.reg_mut.get(target)
@@ -1057,7 +1061,8 @@ def child_run(m: Mutation, kernels: dict[str, bytes], record: bool) -> dict:
     errors = [f"{e.block}: {norm(e.message)}" for e in dev.errors] if dev is not None else []
     out = {"outcome": outcome, "hits": hooks.hits, "seconds": time.perf_counter() - t0, "errors": errors}
     if record:
-        out["regs"] = {a: (name_of(dev, a), n, hooks.reg_via.get(a)) for a, n in hooks.reg_writes.items()}
+        out["regs"] = {a: (name_of(dev, a), n, hooks.reg_via.get(a), a not in hooks.reg_not_power_on)
+                       for a, n in hooks.reg_writes.items()}
         out["packets"] = dict(hooks.pkt_seen)
     return out
 
@@ -1140,6 +1145,8 @@ def judge(m: Mutation, base: dict, r: dict | None, timeout: float) -> Result:
     got, want = r["outcome"], base["outcome"]
     if got == want:
         why, test = expected(m.name), caught_by_test(m.name)
+        if not why and m.mode == "drop" and m.reg is not None and _writes_power_on(base, m.reg):
+            why = POWER_ON_WHY
         if why:
             res.how = f"expected: {why}"
         elif test:
@@ -1191,6 +1198,20 @@ EXPECTED = {
     "(nvd.h)",
     "pkt-*:PM4.RELEASE_MEM/*.INT_CTXID": "the context id goes with an interrupt, and INT_SEL asks for none",
     "pkt-zero:PM4.SET_SH_REG.COMPUTE_START_[XYZ]": "the driver writes 0 already",
+    "pkt-flip:PM4.SET_SH_REG.COMPUTE_START_[XYZ]": "the driver's DISPATCH_DIRECT sets COMPUTE_DISPATCH_INITIATOR."
+    "FORCE_START_AT_000 (gc_11_0_0 field): the dispatch starts at workgroup (0,0,0) whatever COMPUTE_START_* hold",
+    "pkt-*:PM4.SET_SH_REG.COMPUTE_RESOURCE_LIMITS": "occupancy and placement limits (WAVES_PER_SH, TG_PER_CU, "
+    "LOCK_THRESHOLD, SIMD/CU group controls): they decide how many waves run at once and where, not what a "
+    "kernel computes; the workload's kernels have no dependencies between workgroups (assumption: no value "
+    "stops a dispatch, 0 being 'no limit' for WAVES_PER_SH)",
+    "reg-drop:GC.CP_MEC_DOORBELL_RANGE_UPPER": "the power-on upper bound 0xFFC (gc_11_0_0_default.h) covers "
+    "every doorbell the driver rings (up to 0x450): a dropped write passes on the card too",
+    "reg-drop:GC.CP_HQD_EOP_CONTROL": "the power-on EOP_SIZE 6 (gc_11_0_0_default.h: 128 dwords) holds the "
+    "8-dword end-of-pipe records: a dropped write works on the card too (a wrong small size hangs: "
+    "tests/amdrv/test_queue.py::test_eop_size_must_be_programmed)",
+    "step:no-hdp-flush-after-mqd": "the driver loads the HQD registers from its MQD values by MMIO, as "
+    "gfx_v11_0_kiq_init_register and amdgpu_amdkfd_gfx_v11 hqd_load do: the CP reads neither the MQD (only a "
+    "KIQ/MES MAP_QUEUES would) nor the EOP buffer (it writes it), so the flush has nothing to order here",
     "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
     "reg-drop:NBIO.BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_*": "the workload never rings a doorbell from the GPU "
     "(the self-ring aperture is modeled: tests/gpusim/test_nbio.py)",
@@ -1211,6 +1232,18 @@ EXPECTED = {
 }
 
 
+# A register drop is also expected, with no entry above, when every write the baseline made to the register
+# is the register's power-on value as upstream publishes it (gc_11_0_0_default.h, through the generated
+# table): the drop leaves the same value on a cold boot, and on a warm boot the previous run's (the same).
+POWER_ON_WHY = ("every write is the register's power-on value (gc_11_0_0_default.h): the drop leaves the same "
+                "value, on the card too")
+
+
+def _writes_power_on(base: dict, addr: int) -> bool:
+    entry = base["regs"].get(addr) or base["regs"].get(str(addr))
+    return bool(entry and len(entry) > 3 and entry[3])
+
+
 def expected(name: str) -> str | None:
     return next((why for pat, why in EXPECTED.items() if fnmatch.fnmatchcase(name, pat)), None)
 
@@ -1227,6 +1260,9 @@ CAUGHT_BY_TESTS = {
     "_fails (the PSP first after power-on; in the workload's boots NBIO, GMC and IH init read registers first, "
     "and the model's start-up delay, an assumption, has passed by then)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
+    "reg-drop:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_queue_without_its_pq_control_wraps_at_"
+    "the_power_on_ring_size (the power-on QUEUE_SIZE 9 is a 1024-dword ring; no queue of the workload passes "
+    "1024 dwords between its set-ups)",
     "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32": "tests/amdrv/test_gmc.py::test_without_the_fault_"
     "default_address_a_fault_reaches_no_memory[MM] (with HI32; the workload has no MMHUB-client fault)",
 }
@@ -1244,7 +1280,7 @@ def _group(ip: str, name: str) -> str:
 
 def register_mutations(base: dict, modes=("drop", "flip")) -> tuple[list[Mutation], list[str]]:
     muts, excluded = [], []
-    for addr, ((ip, name), n, via) in sorted(base["regs"].items(), key=lambda kv: (kv[1][0], kv[0])):
+    for addr, ((ip, name), n, via, *_) in sorted(base["regs"].items(), key=lambda kv: (kv[1][0], kv[0])):
         if any(p.match(name) for p in EXCLUDE):
             excluded.append(name)
             continue
@@ -1353,11 +1389,14 @@ def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float)
     exp = [r.mutation for r in results if r.status == "survived" and r.how.startswith("expected")]
     if exp:
         out += ["", f"Expected survivors ({len(exp)}, `EXPECTED` in tools/mutate.py: the card ignores these here):", ""]
-        first = [next(p for p in EXPECTED if fnmatch.fnmatchcase(n, p)) for n in exp]
+        first = [next((p for p in EXPECTED if fnmatch.fnmatchcase(n, p)), None) for n in exp]
         for pat, why in EXPECTED.items():
             k = first.count(pat)
             if k:
                 out.append(f"- `{pat}` ({k}): {why}")
+        auto = [n.split(":", 1)[1] for n, p in zip(exp, first) if p is None]
+        if auto:
+            out.append(f"- {', '.join(f'`{n}`' for n in auto)} ({len(auto)}, dropped): {POWER_ON_WHY}")
     by_test = [r for r in results if r.status == "survived" and r.how.startswith("caught by")]
     if by_test:
         out += ["", f"Survivors a dedicated test catches ({len(by_test)}, `CAUGHT_BY_TESTS` in tools/mutate.py: the "
@@ -1434,6 +1473,8 @@ def main(argv=None) -> int:
         for r in results:   # EXPECTED and CAUGHT_BY_TESTS may have changed since
             if r.status == "survived" and (not r.how or r.how.startswith(("expected", "caught by"))):
                 why, test = expected(r.mutation), caught_by_test(r.mutation)
+                if not why and r.mutation in d.get("power_on_drops", ()):
+                    why = POWER_ON_WHY
                 r.how = f"expected: {why}" if why else f"caught by {test}, not by the workload" if test else ""
         print_table(results)
         lines = summary(results, d.get("excluded", [])) + d["summary"][-1:]
@@ -1485,6 +1526,7 @@ def main(argv=None) -> int:
         Path(a.json).write_text(json.dumps({
             "baseline": base["outcome"], "baseline_seconds": base["seconds"], "summary": lines,
             "excluded": sorted(set(excluded)),
+            "power_on_drops": [f"reg-drop:{ip}.{name}" for (ip, name), _, _, *p in base["regs"].values() if p and p[0]],
             "results": [r.__dict__ for r in results],
             "survived_by_group": survived_by_group(results)}, indent=1))
     return 0

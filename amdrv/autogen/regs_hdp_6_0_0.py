@@ -145,3 +145,5 @@ HDP_XDP_MMHUB_ERROR 14a 0 42
 SPACES = ()
 NON_MMIO = """\
 """
+# no _default.h upstream for this block: power-on values unknown
+DEFAULTS = None

@@ -899,3 +899,5 @@ MML2TLB_PERFCOUNTER_HI ac9 0 32
 SPACES = ()
 NON_MMIO = """\
 """
+# no _default.h upstream for this block: power-on values unknown
+DEFAULTS = None

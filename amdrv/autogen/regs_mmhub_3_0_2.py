@@ -841,3 +841,5 @@ MMUTC_TRANSLATION_FAULT_CNTL1 a1b 0 154
 SPACES = ()
 NON_MMIO = """\
 """
+# no _default.h upstream for this block: power-on values unknown
+DEFAULTS = None

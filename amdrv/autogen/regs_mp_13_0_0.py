@@ -230,3 +230,5 @@ MPIO_FIRMWARE_FLAGS bee009 0 7
 SPACES = ()
 NON_MMIO = """\
 """
+# no _default.h upstream for this block: power-on values unknown
+DEFAULTS = None

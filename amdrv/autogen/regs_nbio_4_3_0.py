@@ -12149,3 +12149,5 @@ BIF_CFG_DEV0_EPF3_1_PCIE_ARI_ENH_CAP_LIST 5 328 543
 BIF_CFG_DEV0_EPF3_1_PCIE_ARI_CAP 5 32c 590
 BIF_CFG_DEV0_EPF3_1_PCIE_ARI_CNTL 5 32e 591
 """
+# no _default.h upstream for this block: power-on values unknown
+DEFAULTS = None

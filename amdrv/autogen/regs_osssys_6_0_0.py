@@ -198,3 +198,5 @@ IH_REGISTER_LAST_PART1 19f 0 9
 SPACES = ()
 NON_MMIO = """\
 """
+# no _default.h upstream for this block: power-on values unknown
+DEFAULTS = None

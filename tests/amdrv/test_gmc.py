@@ -103,7 +103,9 @@ def test_gc_hub_comes_up_with_init_gfxhub_and_is_flushed_only_then():
     dev, gmc, s = boot(gfxhub=False)
     g = s.blocks["GMC"]
     m = gmc.map_vram(4096)
-    assert s.get("GC", "GCVM_INVALIDATE_ENG17_REQ") == 0 and s.get("MMHUB", "MMVM_INVALIDATE_ENG17_REQ") != 0
+    # GCVM_INVALIDATE_ENG17_REQ still holds its power-on value (gc_11_0_0_default.h 0x02f80000)
+    assert s.get("GC", "GCVM_INVALIDATE_ENG17_REQ") == s.power_on_value("GC", "GCVM_INVALIDATE_ENG17_REQ")
+    assert s.get("MMHUB", "MMVM_INVALIDATE_ENG17_REQ") != 0
     assert g.translate(0, m.va, hub="MM").addr == m.vram.addr
     assert not g.hubs["GC"].walks           # the GC hub was never used (its context is not set up)
     with pytest.raises(HubRefused, match="SYSTEM_ACCESS_MODE 0"):   # the GC hub's power-on L1 mode: PA only

@@ -348,8 +348,9 @@ def test_eop_base_must_be_shifted_by_8(gpu, monkeypatch):
 
 
 def test_eop_size_must_be_programmed(gpu, monkeypatch):
-    """CP_HQD_EOP_CONTROL.EOP_SIZE at its reset value 0 (the write dropped) is a 2-dword EOP buffer: no
-    room for one 8-dword EOP entry, so the CP cannot submit the RELEASE_MEM (kfd_mqd_manager_v11.c)."""
+    """CP_HQD_EOP_CONTROL.EOP_SIZE written 0 is a 2-dword EOP buffer: no room for one 8-dword EOP entry,
+    so the CP cannot submit the RELEASE_MEM (kfd_mqd_manager_v11.c). (A dropped write leaves the power-on
+    EOP_SIZE 6, gc_11_0_0_default.h: 128 dwords, which works.)"""
     mqd_values = ComputeQueue._mqd_values
 
     def no_eop_size(self):
@@ -381,6 +382,52 @@ def test_doorbells_need_cp_pq_status_doorbell_enable(gpu):
     q.init()
     q.submit(b.buf)
     q.wait(done, 1, timeout_s=5)
+
+
+def test_a_queue_without_the_mec_doorbell_range_lower_loses_its_doorbells(gpu, monkeypatch, dropping_registers):
+    """CP_MEC_DOORBELL_RANGE_LOWER powers on at 0x110 (gc_11_0_0_default.h: doorbell dword 0x44), above the
+    compute rings' doorbells (MEC_RING0 = 3: dword 6 on). gfx_v11_0_kiq_init_register writes it from the
+    KIQ's doorbell (0); a driver that leaves the write out never reaches its queue."""
+    gc = gpu.dev.reg("GC")
+    assert gc.CP_MEC_DOORBELL_RANGE_LOWER.read() == 0x110     # nothing has written it since power-on
+    reg = gpu.dev.reg
+    monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
+        "CP_MEC_DOORBELL_RANGE_LOWER"}) if block == "GC" else reg(block, *a))
+    q = ComputeQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = pm4.PM4()
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    with pytest.raises(QueueError, match="timed out"):
+        q.wait(done, 1, timeout_s=0.02, min_reads=300)
+    assert any("does not reach the MEC" in e.message for e in gpu.dev.pci.dev.errors)
+    monkeypatch.undo()
+    q.gc = gpu.dev.reg("GC")
+    q.init()
+    q.submit(b.buf)
+    q.wait(done, 1, timeout_s=5)
+
+
+def test_a_queue_without_its_pq_control_wraps_at_the_power_on_ring_size(gpu, monkeypatch, dropping_registers):
+    """CP_HQD_PQ_CONTROL powers on at 0x308509 (gc_11_0_0_default.h): QUEUE_SIZE 9, a 1024-dword ring. A
+    driver that does not write it (gfx_v11_0_compute_mqd_init sets QUEUE_SIZE from the ring's size) runs
+    while its packets stay in the first 1024 dwords, then the CP wraps where the driver does not: it reads
+    the ring's start again instead of the new packets."""
+    reg = gpu.dev.reg
+    monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
+        "CP_HQD_PQ_CONTROL"}) if block == "GC" else reg(block, *a))
+    q = ComputeQueue(gpu)
+    monkeypatch.undo()
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    with pytest.raises(QueueError, match="timed out"):
+        for value in range(1, 200):        # 8 dwords each: past 1024 dwords after 128 of them
+            b = pm4.PM4()
+            b.release_mem(done.va, value)
+            q.submit(b.buf)
+            q.wait(done, value, timeout_s=0.02, min_reads=300)
+    assert 1024 < q.wptr <= 1024 + 8 * 2
 
 
 def test_fini_dequeues_the_compute_queues(monkeypatch):

@@ -234,6 +234,8 @@ class FakeTree:
                       "include/asic_reg/hdp/hdp_6_0_0_sh_mask.h": sh_mask}
 
     def read(self, rel: str) -> str:
+        if rel not in self.files:      # as HeaderTree.read does
+            raise FileNotFoundError(rel)
         return self.files[rel]
 
 

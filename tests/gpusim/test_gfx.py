@@ -125,8 +125,12 @@ def build(firmware, chip="navi31"):
 def test_power_on_everything_halted(firmware):
     dev, gc, _ = build(firmware)
     g = dev.blocks["GFX"]
-    assert gc.r("RLC_RLCS_BOOTLOAD_STATUS") == 0 and gc.f("RLC_CNTL", "RLC_ENABLE_F32") == 0
-    assert gc.f("GFX_IMU_CORE_CTRL", "CRESET") == 1 and gc.r("GFX_IMU_GFX_RESET_CTRL") == 0
+    # the power-on values of gc_11_0_0_default.h: RLC_CNTL 0x1 (RLC_ENABLE_F32 reads 1 before anything
+    # ran), GFX_IMU_CORE_CTRL 0x9, GFX_IMU_GFX_RESET_CTRL 0x10, CP_MEC_RS64_CNTL 0x40000000 (halted,
+    # pipes not in reset), CP_ME_CNTL 0x15000000
+    assert gc.r("RLC_RLCS_BOOTLOAD_STATUS") == 0 and gc.r("RLC_CNTL") == 0x1
+    assert gc.r("GFX_IMU_CORE_CTRL") == 0x9 and gc.r("GFX_IMU_GFX_RESET_CTRL") == 0x10
+    assert gc.r("CP_MEC_RS64_CNTL") == 0x40000000 and gc.r("CP_ME_CNTL") == 0x15000000
     assert gc.f("CP_MEC_RS64_CNTL", "MEC_HALT") == 1
     assert gc.f("CP_ME_CNTL", "ME_HALT") == 1 and gc.f("CP_ME_CNTL", "PFP_HALT") == 1
     assert gc.r("CP_STAT") == 0 and gc.f("GRBM_STATUS", "GUI_ACTIVE") == 0

@@ -6,10 +6,11 @@ import pytest
 
 from tools import mutate as M
 
-# caught today, each for a reason the hardware shares: the queue's ring address, the MEC doorbell window,
+# caught today, each for a reason the hardware shares: the queue's ring address, the MEC doorbell window's
+# lower bound (its power-on value 0x110, gc_11_0_0_default.h, is above the rings' doorbells),
 # the PSP's bootloader command register, the dispatch's workgroup count, the SDMA copy's byte count; the
 # PSP's command order (SMU firmware before SETUP_TMR), and issue 17's map-loop mutation (a clear error now)
-MUST_CATCH = ["reg-drop:GC.CP_HQD_PQ_BASE", "reg-drop:GC.CP_MEC_DOORBELL_RANGE_UPPER",
+MUST_CATCH = ["reg-drop:GC.CP_HQD_PQ_BASE", "reg-drop:GC.CP_MEC_DOORBELL_RANGE_LOWER",
               "reg-drop:MP0.MP0_SMN_C2PMSG_35", "pkt-zero:PM4.DISPATCH_DIRECT.DIM_X",
               "pkt-zero:SDMA.COPY_LINEAR.COUNT"]
 STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
@@ -65,10 +66,13 @@ def test_baseline_is_deterministic_and_complete(rig):
     assert len(seen("sdma after recover")) == 3 and "in order, overflows 0" in out["ih ring wrap"]
     assert [w.split(":")[0] for w in seen("old addresses after warm boot")] == ["fault reported"] * 2
     assert out["board without scpm"] == "closed"
-    names = {n for (_, n), _, _ in base["regs"].values()}
+    names = {n for (_, n), *_ in base["regs"].values()}
     assert {"CP_HQD_PQ_BASE", "MMVM_INVALIDATE_ENG17_REQ", "S2A_DOORBELL_ENTRY_2_CTRL"} <= names
     # the index/data path is resolved to its target register
-    assert any(via == "RSMU" for _, _, via in base["regs"].values())
+    assert any(via == "RSMU" for _, _, via, *_ in base["regs"].values())
+    # whether every write is the register's published power-on value (gc_11_0_0_default.h)
+    power_on = {n: p for (_, n), _, _, p in base["regs"].values()}
+    assert power_on["CP_HQD_VMID"] and not power_on["CP_HQD_PQ_BASE"] and not power_on["MMVM_L2_CNTL"]
     muts, excluded = M.mutations(base, "regs")
     assert "GCVM_INVALIDATE_ENG3_ADDR_RANGE_LO32" in excluded and "GDS_OA_VMID15" in excluded
     assert not any("ENG3_ADDR_RANGE" in m.name or "GDS_VMID7" in m.name for m in muts)
@@ -94,7 +98,10 @@ def test_a_harmless_mutation_survives_and_a_spin_is_a_hang(rig):
     hang = M.Mutation("step:spin", "steps", step=M.Step("spin", "a driver loop that never ends", spin), timeout=3)
     gone = M.Mutation("step:gone", "steps", step=M.Step("gone", "a target the driver lost",
                                                         lambda c: c.skip(amdrv.hcq.AMHCQDevice, "no_such_method")))
-    hang_r, noop_r, gone_r = M.run([hang, noop, gone], base, kernels, jobs=2)
+    vmid = M.mutations(base, "regs", ["reg-drop:GC.CP_HQD_VMID"])[0]
+    hang_r, noop_r, gone_r, vmid_r = M.run([hang, noop, gone] + vmid, base, kernels, jobs=2)
     assert noop_r.status == "survived", noop_r
+    # the driver writes CP_HQD_VMID's power-on value 0: the drop survives, marked expected for that reason
+    assert vmid_r.status == "survived" and vmid_r.how == "expected: " + M.POWER_ON_WHY, vmid_r
     assert hang_r.status == "caught" and hang_r.how.startswith("hang"), hang_r
     assert gone_r.status == "n/a" and "no such target" in gone_r.how, gone_r

@@ -43,6 +43,11 @@ Decisions about what the headers contain (6.1 headers; the generator raises on a
   An erratum whose header text changed raises too, so the list cannot go stale.
 - Duplicate defines raise. Registers sharing an offset (gc has 57 such offsets) are all kept, and
   registers with no fields in sh_mask (gc 18, nbio 195) get the empty layout.
+- Power-on values: where upstream ships `<block>_default.h` (of these blocks only gc_11_0_0), DEFAULTS
+  holds "NAME value" for each MMIO register whose `regNAME_DEFAULT` is not 0 (absent: 0). Defaults of
+  the ix spaces are not kept (counted in a comment); a default naming no register of the offset header
+  (gc: four GDFLL_*EDC_HYSTERESIS_*) and a register with no default (gc: TCP_CNTL, GL1C_UTCL0_CNTL1)
+  are listed in comments. Blocks without the header have DEFAULTS = None: nothing is known.
 """
 import re
 from pathlib import Path
@@ -177,6 +182,24 @@ def _parse_fields(text: str, rel: str, block: str):
     return fields, dropped
 
 
+def _parse_defaults(text: str, rel: str, regs: dict):
+    """-> (rows "NAME hex" of the non-zero MMIO defaults, defaults naming no register, registers with no
+    default, count of ix-space defaults left out)."""
+    values: dict[str, int] = {}
+    ix = 0
+    for name, value, _ in _defines(text, rel):
+        if name.startswith("ix") and name.endswith("_DEFAULT"):
+            ix += 1
+        elif name.startswith("reg") and name.endswith("_DEFAULT"):
+            values[name[3:-8]] = value
+        else:
+            raise HeaderError(f"{rel}: {name} is neither regNAME_DEFAULT nor ixNAME_DEFAULT")
+    if any(v >> 32 for v in values.values()):
+        raise HeaderError(f"{rel}: a default wider than 32 bits")
+    rows = [f"{n} {v:x}" for n, v in values.items() if v and n in regs]
+    return rows, sorted(set(values) - set(regs)), sorted(set(regs) - set(values)), ix
+
+
 def _wrapped_comment(title: str, names: list[str]) -> list[str]:
     if not names:
         return []
@@ -217,6 +240,21 @@ def render(block: str, tree: HeaderTree) -> str:
     ]
     out += _wrapped_comment(f"in {sh_rel} without an offset, left out", unplaced)
     out += _wrapped_comment(f"fields in {sh_rel} with a shift but no mask, left out", dropped_fields)
+    def_rel = f"{base}_default.h"
+    try:
+        def_text = tree.read(def_rel)
+    except FileNotFoundError:
+        def_text = None
+    if def_text is None:
+        defaults = ["# no _default.h upstream for this block: power-on values unknown", "DEFAULTS = None"]
+    else:
+        rows, orphans, absent, ix = _parse_defaults(def_text, def_rel, regs)
+        defaults = [f"# Power-on values from {tree.origin}/{def_rel}: {len(rows)} non-zero MMIO defaults "
+                    f"(the rest are 0); {ix} defaults of index spaces left out."]
+        defaults += _wrapped_comment(f"in {def_rel} but not in {off_rel}, left out", orphans)
+        defaults += _wrapped_comment(f"registers with no default in {def_rel} (taken as 0)", absent)
+        defaults += ["# One line per register whose power-on value is not 0: name, value (hex).",
+                     'DEFAULTS = """\\', *rows, '"""']
     out += [
         f'BLOCK = "{block}"',
         "# Line n is layout n: 'FIELD:shift:width' separated by spaces (an empty line: no fields).",
@@ -226,6 +264,7 @@ def render(block: str, tree: HeaderTree) -> str:
         "# One line per register outside the MMIO BAR: name, SPACES index, address (hex), layout.",
         "SPACES = (" + "".join(f'"{s}", ' for s in spaces).rstrip() + ")",
         'NON_MMIO = """\\', *nm_lines, '"""',
+        *defaults,
     ]
     return "\n".join(out) + "\n"
 
