@@ -23,10 +23,12 @@ def _device(request):
     if DEVICE == "c":
         yield
         return
-    firmware = request.getfixturevalue("debian_firmware")
+    # a simulated AMD GPU: a fresh one with the real firmware; other devices (nv, a real am) take no options
+    sim_amd = DEVICE.lower().split(":")[:2] == ["am", "sim"]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DRIVERLESS_FIRMWARE_DIR", str(firmware))
-        dev = runtime.open_device(DEVICE, fresh=True)
+        if DEVICE.lower().startswith("am"):
+            mp.setenv("DRIVERLESS_FIRMWARE_DIR", str(request.getfixturevalue("debian_firmware")))
+        dev = runtime.open_device(DEVICE, **({"fresh": True} if sim_amd else {}))
         if not dev.executes_kernels:   # nv:sim checks launches but has no shader executor
             runtime.close_device(DEVICE)
             pytest.skip(f"{DEVICE} does not execute kernels: the Tensor tests need a device that computes")
