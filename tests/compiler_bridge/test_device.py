@@ -106,3 +106,16 @@ def test_op_battery_matches_the_c_reference(sim):
         on_c = prog(lambda a: Tensor(a, device="c")).numpy()
         assert on_gpu.dtype == on_c.dtype and on_gpu.shape == on_c.shape
         np.testing.assert_allclose(on_gpu, on_c, rtol=4e-6, atol=1e-6)
+
+
+def test_the_demo_says_when_its_device_does_not_execute_kernels(monkeypatch, capsys):
+    import hcq
+    from types import SimpleNamespace
+    from compiler_bridge import demo
+    model = SimpleNamespace(executes_kernels=False, alloc=lambda n: object(), copyin=lambda *a: None,
+                            free=lambda h: None, close=lambda: None)
+    monkeypatch.setattr(hcq, "open", lambda spec, **kw: model)
+    monkeypatch.setattr(runtime, "_CODEGENS", {"cuda": lambda k: pytest.fail("a kernel was compiled")})
+    monkeypatch.setattr(runtime, "_CODEGEN_MODULES", ())
+    assert demo.main(["--device", "nv:sim"]) == 2
+    assert "cannot run the demo on nv:sim: compiler_bridge: nv:sim does not execute kernels" in capsys.readouterr().err
