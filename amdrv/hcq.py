@@ -202,6 +202,7 @@ class AMHCQDevice(Device):
         self.arena = _Arena(gpu, ARENA_BYTES if self.coherent else ARENA_BYTES_BRIDGE)
         self.staging_bytes = SDMA_STAGING if self.coherent else SDMA_STAGING_BRIDGE
         self._staging = None
+        self._bridge = None
         self.compute, self.sdma = ComputeQueue(gpu), SDMAQueue(gpu)
         self.timeline = self.new_signal(0)
         self.timeline.name = f"{name} timeline"
@@ -324,6 +325,9 @@ class AMHCQDevice(Device):
             host[:] = mv
             buf.mem.dma.push(buf.va - buf.mem.va + offset, n)
             return
+        if self._bridge_copies() is not None:   # the open USB bridge firmware: its SRAM DMA (amdrv.bridge_copy)
+            self._bridge.copy_in(buf.va + offset, mv)
+            return
         off = self._vram_offset(buf) + offset
         if self._direct(off, n):
             self.vram.write(off, mv)   # the mapped BAR0: a memcpy, counted as bulk bytes
@@ -342,6 +346,9 @@ class AMHCQDevice(Device):
         if not self.coherent:   # host and VRAM buffers alike: by SDMA into the page that reads back
             if buf.mem is None:
                 raise HCQError(f"{self.name}: {buf} is not live memory of this device (freed, or another device's)")
+            if self._bridge_copies() is not None:
+                self._bridge.copy_out(buf.va + offset, n, memoryview(out))
+                return bytes(out)
             self._sdma_bounce(buf.va + offset, n, memoryview(out))
             return bytes(out)
         if (host := self._host_view(buf, offset, n)) is not None:
@@ -351,6 +358,13 @@ class AMHCQDevice(Device):
             return self.vram.read(off, n)
         self._sdma_through_staging(buf.va + offset, n, None, memoryview(out))
         return bytes(out)
+
+    def _bridge_copies(self):
+        """The SRAM-DMA copier where the transport offers it (amdrv.usb's open-firmware function), else None."""
+        if self._bridge is None and getattr(self.gpu.dev.pci, "sram_dma", False):
+            from amdrv.bridge_copy import BridgeCopier
+            self._bridge = BridgeCopier(self)
+        return self._bridge
 
     def _staging_map(self):
         if self._staging is None:

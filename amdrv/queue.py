@@ -190,9 +190,10 @@ class _Queue:
         """Dwords submitted that the engine has not read yet."""
         return (self.wptr - self.rptr) % self.ring_dw
 
-    def submit(self, dwords) -> None:
+    def submit(self, dwords, flush: bool = True) -> None:
         """Copies dwords (array('I'), a uint32 numpy array or a list of ints) into the ring and rings the
-        doorbell. Waits for room if the ring is full (QueueError if the engine does not move)."""
+        doorbell. Waits for room if the ring is full (QueueError if the engine does not move). flush=False
+        leaves a transport's queued writes (USB) to go with the caller's next batch."""
         n = len(dwords)
         if not isinstance(dwords, memoryview):
             try:
@@ -224,7 +225,8 @@ class _Queue:
             if self.polls_wptr:
                 dma.push(self.ring_size + 8, 8)
         self.doorbell.write64(self.doorbell_index * 4, value)
-        self.doorbell.flush()   # an ordering point: transports that queue posted writes (USB) send them now
+        if flush:
+            self.doorbell.flush()   # an ordering point: transports that queue posted writes (USB) send them now
 
     def _wait_room(self, n: int) -> None:
         ok, _ = poll(lambda: (self._tick(), self.pending)[1], lambda p: p + n < self.ring_dw, 2.0, 1000)

@@ -56,6 +56,8 @@ XDATA_SIZE = 0x20000
 TLP_FMT_TYPE = 0xB210
 TLP_BYTE_EN = 0xB217
 TLP_ADDR = 0xB218                       # 4 bytes, big-endian
+TLP_ADDR_HIGH = 0xB21C                  # 4 bytes, little-endian: address bits 63:32 of a 4-DW header (the open
+                                        # firmware's pcie_pio.h register layout: 0xB21C holds bits 39:32)
 TLP_DATA = 0xB220                       # 4 bytes, big-endian: write data, then the read completion data
 TLP_CPL = 0xB22A                        # 2 bytes, big-endian: status << 13 | byte count
 TLP_CPL_DATA = 0xB284                   # bit 0: the completion carried data (CplD)
@@ -68,9 +70,16 @@ SRAM_XDATA_WINDOW_SIZE = 0x1000
 # The SRAM data buffer on the PCIe side (where the GPU's DMA lands).
 SRAM_BUS_BASE = 0x200000
 SRAM_SIZE = 6 << 20                     # 0x200000 up to below the queue region at 0x820000, in whole MiB
+# (An assumption kept from before: tinygrad's asm2464pd-firmware measures 512 KiB of SRAM at 0x200000,
+# pcie/test_sram_verify.py "SRAM_EXPECTED = 0x80000 # 512KB, this is verified"; docs/usb.md, limits.)
+# The NVMe queue windows the GPU also reaches (issue 16's facts from the peer's bridge work: XDATA 0xA000 at
+# PCIe 0x820000, XDATA 0xB800 at 0x822000; cyrozap's ASM2364 map has 0xA000-0xAFFF at 0x820000). (bus base,
+# XDATA base, bytes); their sizes beyond what the sources show are an assumption (4 KiB and 512 bytes).
+QUEUE_WINDOWS = ((0x820000, 0xA000, 0x1000), (0x822000, 0xB800, 0x200))
 
 # TLP fmt/type bytes (PCIe base spec: fmt in bits 7:5, type in 4:0; 3-DW headers, 32-bit addresses).
 MRD32, MWR32, CFGRD0, CFGRD1, CFGWR0, CFGWR1 = 0x00, 0x40, 0x04, 0x05, 0x44, 0x45
+MRD64, MWR64 = 0x20, 0x60               # 4-DW headers: the open firmware sends them (pcie/test_sram_verify.py)
 CPL_SC, CPL_UR = 0b000, 0b001
 
 # Type-1 bridges in front of the GPU, as seen through an ASM2464PD enclosure with an RX 7900 XTX.
@@ -114,6 +123,29 @@ class LinkCounters:
         return LinkCounters(**vars(self))
 
 
+@dataclass(frozen=True)
+class LinkTiming:
+    """USB 3 timing that turns counted round trips and wire bytes into seconds: the link's bytes per 125 us
+    bus interval (a microframe; USB 3.2 Gen 1 is 5 Gbit/s with 8b/10b coding, Gen 2 10 Gbit/s with 128b/132b,
+    before the packet overhead wire_bytes() adds) and a round-trip latency, a stated setting: the time from
+    submitting a batch to its last completion, beyond the bytes (host controller scheduling, the bridge's
+    firmware). 100 us is an assumption (no bridge is attached to this machine), the same the bench used."""
+    name: str
+    bytes_per_microframe: int
+    round_trip_s: float = 100e-6
+
+    def seconds(self, wire: int, round_trips: int) -> float:
+        return wire / self.bytes_per_microframe * 125e-6 + round_trips * self.round_trip_s
+
+    def mb_per_s(self, payload: int, wire: int, round_trips: int) -> float:
+        t = self.seconds(wire, round_trips)
+        return payload / t / 1e6 if t else 0.0
+
+
+USB3_GEN1 = LinkTiming("USB 3.2 Gen 1 (5 Gbit/s)", 5_000_000_000 * 8 // 10 // 8 // 8000)
+USB3_GEN2 = LinkTiming("USB 3.2 Gen 2 (10 Gbit/s)", 10_000_000_000 * 128 // 132 // 8 // 8000)
+
+
 def wire_bytes(payload: int) -> int:
     packets = max(1, -(-payload // MAX_PACKET))
     return payload + packets * PACKET_OVERHEAD + TRANSFER_OVERHEAD
@@ -133,17 +165,25 @@ class BridgeBus(Bus):
                            f"(its PCI_COMMAND bit 2), so the GPU's request goes no further upstream")
         if not self.bridge.link_up:
             raise DMAError(f"DMA {what} at bus address {addr:#x}: the PCIe link behind the USB bridge is down")
+        if self.bridge.queue_window(addr, n) is not None:
+            return -1
         if not SRAM_BUS_BASE <= addr <= addr + n <= SRAM_BUS_BASE + SRAM_SIZE:
             raise DMAError(f"DMA {what} of {n} bytes at bus address {addr:#x}: behind the USB bridge only its "
-                           f"SRAM ({SRAM_BUS_BASE:#x}..{SRAM_BUS_BASE + SRAM_SIZE:#x}) is reachable")
+                           f"SRAM ({SRAM_BUS_BASE:#x}..{SRAM_BUS_BASE + SRAM_SIZE:#x}) and its queue windows "
+                           f"({', '.join(f'{b:#x}' for b, _, _ in QUEUE_WINDOWS)}) are reachable")
         return addr - SRAM_BUS_BASE
 
     def read(self, addr: int, n: int) -> bytes:
         at = self._span(addr, n, "read")
+        if at < 0:
+            return self.bridge.queue_read(addr, n)
         return bytes(self.sram[at:at + n])
 
     def write(self, addr: int, data) -> None:
         at = self._span(addr, len(data), "write")
+        if at < 0:
+            self.bridge.queue_write(addr, bytes(data))
+            return
         self.sram[at:at + len(data)] = bytes(data)
 
 
@@ -203,6 +243,7 @@ class ASM24Bridge:
         self.gpu_answers = True
         self.status, self.sense = 0, (0, 0)
         self._cdb, self._last_sense = b"", bytes(18)
+        self.on_completion = None           # the open firmware's DMA engine listens for completion writes
         # Nothing enumerates the GPU behind a USB bridge: its BARs are unassigned, decode and mastering off.
         for off in (0x10, 0x14, 0x18, 0x1C, 0x20, 0x24):
             fn.config_write(off, 4, 0)
@@ -227,6 +268,24 @@ class ASM24Bridge:
 
     def heal(self) -> None:
         self.link_up = self.gpu_answers = True
+
+    # -- the queue windows the GPU writes (completion entries) ---------------------------------
+    @staticmethod
+    def queue_window(addr: int, n: int) -> tuple[int, int, int] | None:
+        return next((w for w in QUEUE_WINDOWS if w[0] <= addr and addr + n <= w[0] + w[2]), None)
+
+    def queue_read(self, addr: int, n: int) -> bytes:
+        base, xbase, _ = self.queue_window(addr, n)
+        return bytes(self.xdata[xbase + addr - base:xbase + addr - base + n])
+
+    def queue_write(self, addr: int, data: bytes) -> None:
+        """A GPU write into a queue window lands in XDATA; one into the completion window (0x822000) is also
+        the event the open firmware's SRAM-to-host DMA waits for (tinygrad asm2464pd-firmware README: "The
+        SRAM read needs a write from the PCIe device side at 0x822000 to trigger the read")."""
+        base, xbase, _ = self.queue_window(addr, len(data))
+        self.xdata[xbase + addr - base:xbase + addr - base + len(data)] = data
+        if base == QUEUE_WINDOWS[1][0] and self.on_completion is not None:
+            self.on_completion()
 
     # -- XDATA ----------------------------------------------------------------------------------
     def xdata_read(self, addr: int, n: int) -> bytes:
@@ -255,6 +314,9 @@ class ASM24Bridge:
         x = self.xdata
         fmt_type, be = x[TLP_FMT_TYPE], x[TLP_BYTE_EN]
         addr = struct.unpack_from(">I", x, TLP_ADDR)[0] & ~3    # a TLP addresses dwords; lanes are the BEs
+        if fmt_type in (MRD64, MWR64):
+            addr |= struct.unpack_from("<I", x, TLP_ADDR_HIGH)[0] << 32
+            fmt_type &= ~0x20                                    # the same request with a 64-bit address
         data = struct.unpack_from(">I", x, TLP_DATA)[0]
         x[TLP_STATUS] &= ~(ST_ERROR | ST_DONE)
         if be >> 4 or fmt_type not in (MRD32, MWR32, CFGRD0, CFGRD1, CFGWR0, CFGWR1):
@@ -874,6 +936,12 @@ def open_bridge(chip: str = "navi31", *, gpu_bus: int = 4, **sim) -> ASM24Bridge
 
 
 def backend(chip: str = "navi31", *, pid: int = 0x2464, gpu_bus: int = 4, bridge: ASM24Bridge | None = None,
-            **sim) -> BridgeBackend:
-    """The pyusb backend for usb.core.find(..., backend=...): one ASM24xx bridge with the GPU behind it."""
+            firmware: str = "stock", **sim):
+    """The pyusb backend for usb.core.find(..., backend=...): one ASM24xx bridge with the GPU behind it, running
+    the stock firmware (BridgeBackend) or, firmware="open", the open replacement (gpusim.usb_open_firmware)."""
+    if firmware == "open":
+        from gpusim import usb_open_firmware
+        return usb_open_firmware.backend(chip, gpu_bus=gpu_bus, bridge=bridge, **sim)
+    if firmware != "stock":
+        raise ValueError(f"usb bridge: firmware {firmware!r}; 'stock' or 'open'")
     return BridgeBackend(bridge or open_bridge(chip, gpu_bus=gpu_bus, **sim), pid=pid)

@@ -7,7 +7,10 @@
   together: one round trip per 16 commands, as tinygrad drives this bridge. The streams come from
   amdrv.usb.streams (the pyusb backend's own, or libusb-1.0 through ctypes).
 
-`make_link` picks UAS when the bridge offers it and streams can be had, else BOT. `Link.execute` takes
+- `VendorLink` (the open replacement firmware, ids ADD1:0001): vendor control requests and bulk data, no SCSI.
+
+`make_link` picks VendorLink for a bridge running the open firmware (detect_firmware), otherwise UAS when the
+bridge offers it and streams can be had, else BOT. `Link.execute` takes
 whole batches, so the PCI layer is the same over both.
 """
 from __future__ import annotations
@@ -415,6 +418,152 @@ class UASLink:
         return results
 
 
+# -- the open firmware: vendor control requests and bulk data, no SCSI ---------------------------------
+
+@dataclass(frozen=True)
+class Control:
+    """A vendor control request (amdrv.usb.protocol, open firmware): OUT with `data`, or IN of `length`."""
+    request_type: int
+    request: int
+    value: int = 0
+    index: int = 0
+    data: bytes | None = None
+    length: int = 0
+
+
+@dataclass(frozen=True)
+class Bulk:
+    """A bulk transfer: OUT with `data`, or IN of `length` bytes (a short answer is an error)."""
+    endpoint: int
+    data: bytes | None = None
+    length: int = 0
+
+
+def detect_firmware(dev) -> str:
+    """"open" for the open replacement firmware (ids ADD1:0001, or an interface of vendor class FF with a
+    bulk pair and no mass-storage interface), else "stock" (the ROM or ASMedia's firmware: USB mass storage)."""
+    if (dev.idVendor, dev.idProduct) == p.OPEN_FIRMWARE_ID:
+        return "open"
+    classes = {intf.bInterfaceClass for cfg in dev for intf in cfg}
+    return "open" if p.VENDOR_CLASS in classes and p.MSC_CLASS not in classes else "stock"
+
+
+class VendorLink:
+    """The open firmware's link: control requests on EP0 and data on bulk 0x81/0x02. `execute(batch)` sends
+    a batch as asynchronous transfers waited for together (one round trip) where the pyusb backend offers
+    that (`submit_async`, as the simulated bridge does); otherwise each transfer is its own round trip
+    (pyusb's synchronous calls). A batch ends after each bulk transfer: the host orders neither pipe against
+    the other, so a control request that depends on bulk data (a doorbell after a ring's bytes, a second
+    SRAM DMA arm) waits for that data first. At most MAX_IN_FLIGHT transfers per round trip."""
+
+    MAX_IN_FLIGHT = 32   # an assumption: libusb queues more; the bridge's firmware takes EP0 requests in turn
+
+    def __init__(self, dev, access: AccessCounters, timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        self.dev, self.access, self.timeout = dev, access, timeout_ms
+        self.name = f"USB bridge {name_of(dev)} ({dev.idVendor:04x}:{dev.idProduct:04x}, open firmware)"
+        self.stats = LinkCounters()
+        intf = next((i for cfg in dev for i in cfg if i.bInterfaceClass == p.VENDOR_CLASS), None)
+        if intf is None:
+            raise BridgeError(f"{self.name}: no vendor-class interface (FF); is it running the open firmware?")
+        self.intf = intf.bInterfaceNumber
+        _claim(dev, intf, self.name)
+        eps = {e.bEndpointAddress for e in intf}
+        if not {p.OPEN_BULK_IN, p.OPEN_BULK_OUT} <= eps:
+            raise BridgeError(f"{self.name}: the vendor interface lacks bulk endpoints 0x81/0x02 ({sorted(eps)})")
+        self.ep_in, self.ep_out = p.OPEN_BULK_IN, p.OPEN_BULK_OUT
+        self._async = getattr(getattr(dev, "_ctx", None), "backend", None)
+        if not hasattr(self._async, "submit_async"):
+            self._async = None
+
+    def close(self) -> None:
+        try:
+            usb.util.release_interface(self.dev, self.intf)
+        except usb.core.USBError:
+            pass
+        usb.util.dispose_resources(self.dev)
+
+    def _recover(self) -> None:
+        for ep in (self.ep_in, self.ep_out):
+            try:
+                self.dev.clear_halt(ep)
+            except usb.core.USBError:
+                pass
+
+    def execute(self, items: list) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        batch: list = []
+        for item in items:
+            batch.append(item)
+            if isinstance(item, Bulk) or len(batch) >= self.MAX_IN_FLIGHT:
+                out += self._batch(batch)
+                batch = []
+        if batch:
+            out += self._batch(batch)
+        return out
+
+    def _what(self, item) -> str:
+        if isinstance(item, Control):
+            return f"vendor request {item.request:#04x} (wValue {item.value:#06x}, wIndex {item.index:#06x})"
+        return f"bulk {'IN' if item.data is None else 'OUT'} of {item.length or len(item.data)} bytes"
+
+    def _batch(self, batch: list) -> list[bytes | None]:
+        s = self.stats
+        what = self._what(batch[0]) if len(batch) == 1 else f"a batch of {len(batch)} transfers"
+        if self._async is None:
+            return [self._one(item) for item in batch]
+        from types import SimpleNamespace
+        transfers = []
+        for item in batch:
+            if isinstance(item, Control):
+                buf = bytearray(item.length) if item.request_type & 0x80 else bytes(item.data or b"")
+                transfers.append(SimpleNamespace(endpoint=0, buffer=buf, bmRequestType=item.request_type,
+                                                 bRequest=item.request, wValue=item.value, wIndex=item.index))
+            else:
+                buf = bytearray(item.length) if item.data is None else bytes(item.data)
+                transfers.append(SimpleNamespace(endpoint=item.endpoint, buffer=buf))
+        self.access.round_trips += 1
+        s.commands += sum(isinstance(i, Control) for i in batch)
+        s.transfers += len(batch)
+        _usb_error(self, what, lambda: self._async.submit_async(None, transfers, self.timeout))
+        return [self._result(item, t.buffer, t.actual) for item, t in zip(batch, transfers)]
+
+    def _result(self, item, buf, actual: int) -> bytes | None:
+        s = self.stats
+        is_in = item.request_type & 0x80 if isinstance(item, Control) else item.data is None
+        setup = 8 if isinstance(item, Control) else 0
+        if is_in:
+            want = item.length
+            s.wire_out += setup
+            s.wire_in += actual
+            s.payload_in += actual
+            if isinstance(item, Bulk) and actual != want:
+                raise BridgeError(f"{self.name}: {self._what(item)} returned {actual} bytes")
+            return bytes(buf[:actual])
+        s.wire_out += setup + actual
+        s.payload_out += actual if isinstance(item, Bulk) else 0
+        return None
+
+    def _one(self, item) -> bytes | None:
+        self.access.round_trips += 1
+        self.stats.transfers += 1
+        what = self._what(item)
+        if isinstance(item, Control):
+            self.stats.commands += 1
+            if item.request_type & 0x80:
+                got = _usb_error(self, what, lambda: self.dev.ctrl_transfer(item.request_type, item.request,
+                                                                            item.value, item.index, item.length,
+                                                                            self.timeout))
+                return self._result(item, bytes(got), len(got))
+            _usb_error(self, what, lambda: self.dev.ctrl_transfer(item.request_type, item.request, item.value,
+                                                                  item.index, item.data, self.timeout))
+            return self._result(item, b"", len(item.data or b""))
+        if item.data is None:
+            got = _usb_error(self, what, lambda: self.dev.read(item.endpoint, item.length, self.timeout))
+            return self._result(item, bytes(got), len(got))
+        n = _usb_error(self, what, lambda: self.dev.write(item.endpoint, item.data, self.timeout))
+        return self._result(item, b"", n)
+
+
 LINKS = ("uas", "bot")
 
 
@@ -423,6 +572,8 @@ def make_link(dev, access: AccessCounters, timeout_ms: int = DEFAULT_TIMEOUT_MS,
     one; otherwise UAS with bulk streams where the bridge has the UAS alternate setting and a stream engine
     is available (amdrv.usb.streams), falling back to Bulk-Only Transport on alternate setting 0 (the ROM
     174c:2463 has no UAS; pyusb backends without streams; a host that refuses streams)."""
+    if detect_firmware(dev) == "open":
+        return VendorLink(dev, access, timeout_ms)
     choice = (link or os.environ.get("DRIVERLESS_USB_LINK") or "").strip().lower()
     if choice not in ("",) + LINKS:
         raise BridgeError(f"usb: unknown link {choice!r} (link= or DRIVERLESS_USB_LINK: {' or '.join(LINKS)})")

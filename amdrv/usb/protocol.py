@@ -23,7 +23,8 @@ TINYGRAD_ENCLOSURE = (0x2D01, 0x3666)
 
 
 def is_bridge_id(vendor: int, product: int) -> bool:
-    return (vendor == ASMEDIA_VID and product in ASMEDIA_PIDS) or (vendor, product) == TINYGRAD_ENCLOSURE
+    return (vendor == ASMEDIA_VID and product in ASMEDIA_PIDS) or (vendor, product) in (TINYGRAD_ENCLOSURE,
+                                                                                        OPEN_FIRMWARE_ID)
 
 
 # USB Mass Storage, Bulk-Only Transport: interface class/subclass/protocol and the wrappers.
@@ -124,3 +125,31 @@ def config_address(bus: int, dev: int, fn: int, offset: int) -> int:
 # the NVMe queue region at 0x820000, in whole MiB (asm2464pd-firmware USBGPU.md: the firmware's transfer-size
 # table goes to 8 MiB; tinygrad's stock-firmware driver uses the first 0x80000 bytes).
 WINDOW_BUS, WINDOW_XDATA, WINDOW_SIZE, WINDOW_PAGE = 0x200000, 0xF000, 6 << 20, 0x1000
+
+
+# The open replacement firmware (tinygrad/asm2464pd-firmware, handmade/src/main.c and usb.h; its README): the
+# bridge enumerates as ADD1:0001 with one vendor-class interface (FF/FF/FF, bulk IN 0x81, bulk OUT 0x02) and
+# speaks vendor control requests only, no SCSI:
+#   0xE4 IN   XDATA read: wValue = address, up to 512 bytes per request on USB 3 (64 on USB 2)
+#   0xE5 OUT  XDATA write: wValue = address, wIndex low byte = the value
+#   0xF0 OUT  the TLP engine, 12 bytes of data (address bits 31:0, bits 63:32, value; little-endian); wValue =
+#             fmt/type | byte enables << 8; wIndex bits 1:0 = mode (0 one TLP, 1 streamed writes on bulk OUT,
+#             2 streamed reads on bulk IN; value = dwords)
+#   0xF0 IN   8 bytes: the read data (little-endian), the completion header (status << 13 | byte count,
+#             big-endian), 0xB284, and a result byte (0 done, 1 error, 0xFF no completion)
+#   0xF2 OUT  SRAM DMA: wValue = sectors of 512 bytes | 0x8000 for SRAM to host; wIndex = first 16 KiB slot |
+#             slots << 8; the data then go on bulk OUT (or come on bulk IN after the GPU writes PCIe 0x822000)
+#   0xF3 OUT  PCIe power, wValue bit 0
+OPEN_FIRMWARE_ID = (0xADD1, 0x0001)
+VENDOR_CLASS = 0xFF
+REQ_OUT, REQ_IN = 0x40, 0xC0            # vendor requests to the device, host to device / device to host
+REQ_XDATA_READ, REQ_XDATA_WRITE, REQ_PCIE, REQ_SRAM_DMA, REQ_POWER = 0xE4, 0xE5, 0xF0, 0xF2, 0xF3
+OPEN_XDATA_READ_MAX = 512
+PCIE_SINGLE, PCIE_STREAM_WRITE, PCIE_STREAM_READ = 0, 1, 2
+PCIE_RESULT = {0x00: "completed", 0x01: "error (no completion or a refused request)", 0xFF: "no completion"}
+SRAM_SLOT = 0x4000                      # 16 KiB per SRAM DMA slot (pcie/test_sram_verify.py)
+SRAM_DMA_IN = 0x8000
+SRAM_SLOTS_MAX = 255                    # one byte each for the first slot and the count
+SRAM_SECTORS_MAX = 0x7FFF
+OPEN_BULK_IN, OPEN_BULK_OUT = 0x81, 0x02
+COMPLETION_WINDOW = 0x822000            # a GPU write here releases an SRAM-to-host DMA (README)

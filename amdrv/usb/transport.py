@@ -24,7 +24,8 @@ import time
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
 from amdrv.usb import protocol as p
-from amdrv.usb.link import BridgeError, BridgeNotFound, Command, find_bridges, make_link, name_of
+from amdrv.usb.link import (BridgeError, BridgeNotFound, Bulk, Command, Control, detect_firmware, find_bridges,
+                            make_link, name_of)
 
 MAX_BRIDGE_DEPTH = 8
 MMIO_BASE = 0x1000_0000      # where memory BARs start (below 4 GiB)
@@ -33,6 +34,7 @@ POLLS = 64                   # status reads before a request counts as unanswere
 RETRIES = 3                  # a timed-out TLP is retried this often (tinygrad retries too)
 CRS_RETRIES = 10
 XDATA_PUSH_MAX = 64          # a push this short into the read-back page goes byte by byte through XDATA
+MERGE_PUSH_MAX = 128 << 10   # open firmware: two queued pushes of one buffer within this span go as one
 MAX_PENDING = 512            # queued commands sent at once: a bulk copy goes out while it is being made, so
                              # the read after it (a firmware wait with its own deadline) does not pay for it
 
@@ -77,7 +79,8 @@ def open_function(spec: str = "", *, backend=None, timeout_ms: int = 1000, lock_
         if not chosen:
             raise BridgeNotFound(f"usb: no bridge at {spec}; bridges: {', '.join(name_of(d) for d in found)}")
         found = chosen
-    return USBFunction(found[0], timeout_ms=timeout_ms, lock_dir=lock_dir)
+    cls = OpenUSBFunction if detect_firmware(found[0]) == "open" else USBFunction
+    return cls(found[0], timeout_ms=timeout_ms, lock_dir=lock_dir)
 
 
 def _named_backend(name: str):
@@ -204,12 +207,17 @@ class USBFunction(PCIFunction):
         self._window = [False] * (p.WINDOW_SIZE // p.WINDOW_PAGE)     # pages in use
         self._bars: dict[int, USBBAR] = {}
         try:
-            self._xdata_write_now(p.INIT_WRITES)
+            self._setup()
             self.gpu_bus = self._enumerate()
         except BaseException:
             self.link.close()
             self._lock.release()
             raise
+
+    firmware = "stock"
+
+    def _setup(self) -> None:
+        self._xdata_write_now(p.INIT_WRITES)
 
     # -- XDATA
 
@@ -476,3 +484,175 @@ class _CompletionError(BridgeError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+class SlotBuffer(WindowBuffer):
+    """A DMA buffer on the open firmware: whole 16 KiB SRAM slots, because its DMA (0xF2) starts at a slot.
+    push() sends from the first slot the range touches to the sector that holds its end."""
+
+    def push(self, offset: int = 0, size: int | None = None) -> None:
+        offset, size = self._range(offset, size)
+        if size and self.first == 0 and size <= XDATA_PUSH_MAX:
+            self.fn._queue_write(p.WINDOW_XDATA + offset, bytes(self._shadow[offset:offset + size]), cached=False)
+        elif size:
+            start = offset // p.SRAM_SLOT * p.SRAM_SLOT
+            end = -(-(offset + size) // p.BLOCK) * p.BLOCK
+            last = self.fn._last_push
+            pending = self.fn._pending
+            if last is not None and last[0] is self and len(pending) >= 2 and pending[-1] is last[3] and \
+                    max(end, last[2]) - min(start, last[1]) <= MERGE_PUSH_MAX:
+                # the same buffer's previous push is still the last thing queued (a ring's dwords, then its
+                # write-pointer word): one 0xF2 request for both ranges
+                del pending[-2:]
+                start, end = min(start, last[1]), max(end, last[2])
+            self.fn._sram_push(self.first * p.WINDOW_PAGE + start, self._shadow[start:end])
+            self.fn._last_push = (self, start, end, self.fn._pending[-1])
+
+
+class OpenUSBFunction(USBFunction):
+    """The bridge running the open firmware (amdrv.usb.protocol; link.VendorLink): TLPs by 0xF0 requests (a
+    read: the request and its 8-byte completion report in one round trip), XDATA by 0xE4 (512 bytes a read)
+    and 0xE5, DMA buffers in whole 16 KiB SRAM slots pushed by 0xF2 and bulk OUT. Slots 0..255 are what a
+    0xF2 request can name (one byte), so DMA buffers come from the first 4 MiB of the window."""
+
+    firmware = "open"
+    SLOTS = p.SRAM_SLOTS_MAX + 1
+    _last_push = None            # (buffer, start, end, its queued bulk transfer): SlotBuffer.push merges
+
+    def _setup(self) -> None:
+        pass    # the stock controller's set-up bytes (tinygrad's) are for ASMedia's firmware
+
+    def _queue_write(self, address: int, data: bytes, cached: bool) -> None:
+        for i, b in enumerate(data):
+            self._pending.append(Control(p.REQ_OUT, p.REQ_XDATA_WRITE, (address + i) & 0xFFFF, b))
+        if len(self._pending) >= MAX_PENDING:
+            self.flush()
+
+    def _xdata_read(self, address: int, size: int) -> bytes:
+        step = p.OPEN_XDATA_READ_MAX
+        cmds = [Control(p.REQ_IN, p.REQ_XDATA_READ, (address + o) & 0xFFFF, 0, length=min(step, size - o))
+                for o in range(0, size, step)]
+        got = b"".join(self._run(cmds))
+        if len(got) != size:
+            raise BridgeError(f"{self.address}: XDATA read of {size} bytes at {address:#06x} returned {len(got)}")
+        return got
+
+    def _request(self, fmt_type: int, address: int, size: int, value: int | None, what: str) -> int | None:
+        offset = address & 3
+        be = ((1 << size) - 1) << offset
+        data = struct.pack("<III", address & 0xFFFFFFFC, address >> 32,
+                           (value << 8 * offset) & 0xFFFFFFFF if value is not None else 0)
+        send = Control(p.REQ_OUT, p.REQ_PCIE, fmt_type | (be << 8), p.PCIE_SINGLE, data)
+        self._pending.append(send)
+        if p.is_posted(fmt_type):
+            if len(self._pending) >= MAX_PENDING:
+                self.flush()
+            return None
+        report = Control(p.REQ_IN, p.REQ_PCIE, 0, 0, length=8)
+        for attempt in range(RETRIES + 1):
+            raw = self._run([report])[0]
+            if raw[7] == 0:
+                break
+            if attempt < RETRIES:
+                self._pending.append(send)          # no completion or the error bit: resend (as the stock path)
+        else:
+            raise self._no_answer(what)
+        cpl = (raw[4] << 8) | raw[5]
+        status, count = cpl >> 13, cpl & 0xFFF
+        if status:
+            raise _CompletionError(status, f"{self.address}: {what}: "
+                                           f"{p.COMPLETION_STATUS.get(status, f'reserved status {status:#05b}')}")
+        expected = 4 if fmt_type & 0xBE == p.CFGRD0 else size
+        if value is None and count != expected:
+            raise BridgeError(f"{self.address}: {what}: completion byte count {count} (expected {expected})")
+        if value is None:
+            return (struct.unpack_from("<I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
+        return None
+
+    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
+        """Whole slots (16 KiB) of the SRAM, first fit among slots 1..255; slot 0's first page is the one the
+        host reads back (XDATA 0xF000), for a readback=True buffer of at most 4 KiB."""
+        per = p.SRAM_SLOT // p.WINDOW_PAGE
+        if readback:
+            if not 0 < size <= p.WINDOW_PAGE:
+                raise PCIError(f"{self.address}: a read-back DMA buffer of {size:#x} bytes: the host reads back "
+                               f"only the window's first page ({p.WINDOW_PAGE:#x} bytes, XDATA {p.WINDOW_XDATA:#x})")
+            if self._window[0]:
+                raise PCIError(f"{self.address}: the window's one read-back page (bus {p.WINDOW_BUS:#x}) is in use; "
+                               f"free that DMA buffer first, or put signals the host polls in one page")
+            self._window[0:per] = [True] * per
+            return SlotBuffer(self, 0, per, size)
+        slots = -(-size // p.SRAM_SLOT)
+        if size <= 0 or slots >= self.SLOTS:
+            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the open firmware's DMA reaches "
+                           f"{self.SLOTS} slots of {p.SRAM_SLOT >> 10} KiB, slot 0 kept for read-back")
+        for first in range(1, self.SLOTS - slots + 1):
+            at = first * per
+            if not any(self._window[at:at + slots * per]):
+                self._window[at:at + slots * per] = [True] * (slots * per)
+                return SlotBuffer(self, at, slots * per, size)
+        raise PCIError(f"{self.address}: no {slots} free slots of {p.SRAM_SLOT >> 10} KiB left in the bridge's SRAM "
+                       f"(bus {p.WINDOW_BUS:#x}); free a DMA buffer first")
+
+    def _sram_push(self, offset: int, data: bytes) -> None:
+        """0xF2 (host to SRAM) from the slot at `offset` on, then the data on bulk OUT, queued like posted
+        writes (the link ends the round trip after the bulk data, so what follows waits for them)."""
+        step = p.SRAM_SLOTS_MAX * p.SRAM_SLOT
+        for i in range(0, len(data), step):
+            chunk = bytes(data[i:i + step])
+            chunk += bytes(-len(chunk) % p.BLOCK)
+            slot = (offset + i) // p.SRAM_SLOT
+            self._pending.append(Control(p.REQ_OUT, p.REQ_SRAM_DMA, len(chunk) // p.BLOCK,
+                                         slot | (-(-len(chunk) // p.SRAM_SLOT) << 8)))
+            self._pending.append(Bulk(p.OPEN_BULK_OUT, chunk))
+        if len(self._pending) >= MAX_PENDING:
+            self.flush()
+
+    def _window_push(self, first: int, data: bytes) -> None:
+        self._sram_push(first * p.WINDOW_PAGE, data)
+
+    # -- what bulk copies use (amdrv.bridge_copy)
+
+    sram_dma = True
+
+    def execute(self, items: list) -> list:
+        """The queued posted writes, then `items` (link.Control / link.Bulk), sent as the link batches them;
+        returns each item's IN data (None for OUT)."""
+        return self._run(list(items))
+
+    def completion_window(self) -> "BusWindow":
+        """The bridge's completion window (PCIe 0x822000, 4 KiB) for the GPU's page tables: a GPU write there
+        releases an armed SRAM-to-host DMA."""
+        return BusWindow(self, p.COMPLETION_WINDOW, p.WINDOW_PAGE)
+
+
+class BusWindow:
+    """Bus addresses of the bridge the GPU may write that are not host memory (no host view)."""
+    coherent = False
+
+    def __init__(self, fn, base: int, size: int):
+        self.fn, self.base, self.size = fn, base, size
+
+    def bus_address(self, offset: int = 0) -> int:
+        if not 0 <= offset < self.size:
+            raise PCIError(f"{self.fn.address}: offset {offset:#x} is outside the bridge window at {self.base:#x}")
+        return self.base + offset
+
+
+def sram_dma_request(buf: WindowBuffer, nbytes: int, to_host: bool = False) -> Control:
+    """0xF2 for `nbytes` (whole sectors) from the first slot of `buf` (a SlotBuffer) on."""
+    first = buf.first * p.WINDOW_PAGE // p.SRAM_SLOT
+    sectors = -(-nbytes // p.BLOCK)
+    slots = -(-nbytes // p.SRAM_SLOT)
+    if sectors > p.SRAM_SECTORS_MAX or slots > p.SRAM_SLOTS_MAX or first > p.SRAM_SLOTS_MAX:
+        raise PCIError(f"{buf.fn.address}: an SRAM DMA of {nbytes:#x} bytes from slot {first} is beyond what 0xF2 "
+                       f"names ({p.SRAM_SLOTS_MAX} slots, {p.SRAM_SECTORS_MAX} sectors)")
+    return Control(p.REQ_OUT, p.REQ_SRAM_DMA, sectors | (p.SRAM_DMA_IN if to_host else 0), first | (slots << 8))
+
+
+def xdata_writes(address: int, data: bytes) -> list[Control]:
+    return [Control(p.REQ_OUT, p.REQ_XDATA_WRITE, (address + i) & 0xFFFF, b) for i, b in enumerate(data)]
+
+
+def xdata_read(address: int, n: int) -> Control:
+    return Control(p.REQ_IN, p.REQ_XDATA_READ, address & 0xFFFF, 0, length=n)

@@ -1,0 +1,217 @@
+"""The driver's transport for the bridge running the open firmware (amdrv.usb: detect_firmware, VendorLink,
+OpenUSBFunction) and its bulk copies (amdrv.bridge_copy), against the simulated bridge
+(gpusim.usb_open_firmware). Negative tests: each driver step the copies depend on, left out, fails."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pcie
+from pcie.interface import PCIError
+
+usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+from amdrv import bridge_copy  # noqa: E402
+from amdrv.usb import link as usb_link  # noqa: E402
+from amdrv.usb import protocol as p  # noqa: E402
+from amdrv.usb.link import BridgeError, VendorLink, detect_firmware  # noqa: E402
+from amdrv.usb.transport import OpenUSBFunction, USBFunction, open_function  # noqa: E402
+
+SIM_SLOT = 8
+RNG = np.random.default_rng(5)
+
+
+@pytest.fixture
+def fn():
+    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT + 1, firmware="open"))
+    f.bridge = f.link.dev._ctx.backend.bridge
+    yield f
+    f.close()
+
+
+def test_the_firmware_is_told_by_ids_and_interface_class():
+    stock = open_function(backend=usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT + 2))
+    assert type(stock) is USBFunction and stock.firmware == "stock" and type(stock.link).__name__ == "UASLink"
+    stock.close()
+
+    class Intf:
+        def __init__(self, cls):
+            self.bInterfaceClass = cls
+
+    class Dev:
+        def __init__(self, ids, classes):
+            self.idVendor, self.idProduct = ids
+            self._cfg = [[Intf(c) for c in classes]]
+
+        def __iter__(self):
+            return iter(self._cfg)
+
+    assert detect_firmware(Dev((0xADD1, 0x0001), [0x08])) == "open"          # the open firmware's ids
+    assert detect_firmware(Dev((0x174C, 0x2464), [0xFF])) == "open"          # re-flashed, ids kept: vendor class
+    assert detect_firmware(Dev((0x174C, 0x2464), [0x08, 0x08])) == "stock"   # mass storage
+    assert p.is_bridge_id(0xADD1, 0x0001)
+
+
+def test_tlps_by_vendor_requests(fn):
+    assert isinstance(fn, OpenUSBFunction) and isinstance(fn.link, VendorLink) and fn.gpu_bus == 4
+    regs = fn.bar(5)
+    scratch = 4 * 0xC040
+    t = fn.counters.round_trips
+    for i in range(40):
+        regs.write32(scratch, i)
+    assert fn.counters.round_trips == t                            # posted: queued
+    assert regs.read32(scratch) == 39
+    assert fn.counters.round_trips - t == 2                       # 41 requests, 32 a round trip
+    t = fn.counters.round_trips
+    assert regs.read32(scratch) == 39 and fn.counters.round_trips - t == 1
+    vram = fn.bar(0)
+    for off, size in ((0, 1), (1, 2), (3, 5), (0x1001, 31)):
+        data = bytes((off * 7 + i * 13) & 0xFF for i in range(size))
+        vram.write(off, data)
+        assert vram.read(off, size) == data
+    assert fn.config_read(0, 4) == 0x744C1002
+
+
+def test_slot_buffers_pushed_by_sram_dma_and_read_back_through_xdata(fn):
+    br = fn.bridge
+    rb = fn.alloc_dma(4096, readback=True)
+    assert rb.bus_address() == 0x200000
+    buf = fn.alloc_dma(3 * 4096)
+    assert buf.bus_address() == 0x200000 + p.SRAM_SLOT                # whole slots: slot 0 keeps the read-back page
+    assert fn.alloc_dma(1).bus_address() == 0x200000 + 2 * p.SRAM_SLOT
+    buf.view[:] = bytes(i & 0xFF for i in range(3 * 4096))
+    t = fn.counters.round_trips
+    buf.push(0x2000, 100)                                           # from the slot's start to the sector past it
+    fn.flush()
+    assert fn.counters.round_trips - t == 1
+    at = buf.bus_address() - 0x200000
+    assert bytes(br.sram[at:at + 0x2200]) == bytes(buf.view[:0x2200]) and br.sram[at + 0x2200] == 0
+    buf.view[8] = 0xEE
+    buf.view[0x2FF0] = 0xDD
+    buf.push(8, 1)
+    buf.push(0x2FF0, 1)                                             # the same buffer's next push: one request
+    t = fn.counters.round_trips
+    fn.flush()
+    assert fn.counters.round_trips - t == 1 and br.sram[at + 8] == 0xEE and br.sram[at + 0x2FF0] == 0xDD
+    br.sram[0:600] = bytes((i * 3) & 0xFF for i in range(600))       # what the GPU wrote in the read-back page
+    t = fn.counters.round_trips
+    rb.pull(0, 600)
+    assert bytes(rb.view[:600]) == bytes(br.sram[:600]) and fn.counters.round_trips - t == 1   # two 0xE4s
+    rb.view[:200] = b"\x42" * 200
+    rb.push(0, 200)                                                 # > 64 bytes: by SRAM DMA into slot 0
+    fn.flush()
+    assert bytes(br.sram[:200]) == b"\x42" * 200
+    with pytest.raises(PCIError, match="slots"):
+        fn.alloc_dma(256 * p.SRAM_SLOT)
+
+
+def test_a_control_request_after_bulk_data_waits_for_it(fn, monkeypatch):
+    """The link ends a round trip after bulk data: a push then a read of the same bytes reads what was
+    pushed. Sent as one batch (the host orders neither pipe), the read runs before the data land."""
+    rb = fn.alloc_dma(4096, readback=True)
+    rb.view[:512] = b"\x5A" * 512
+    rb.push(0, 512)
+    rb.pull(0, 512)
+    assert bytes(rb.view[:512]) == b"\x5A" * 512
+    monkeypatch.setattr(VendorLink, "execute", lambda self, items: self._batch(list(items)) if items else [])
+    rb.view[:512] = b"\xA5" * 512
+    rb.push(0, 512)
+    rb.pull(0, 512)
+    assert bytes(rb.view[:512]) == b"\x5A" * 512                     # stale: the read ran first
+
+
+def test_sram_dma_requests_stay_within_what_0xf2_names(fn):
+    from amdrv.usb.transport import sram_dma_request
+    buf = fn.alloc_dma(p.SRAM_SLOT)
+    c = sram_dma_request(buf, 3 * 512 + 1, to_host=True)
+    assert (c.request_type, c.request, c.value, c.index) == (0x40, 0xF2, 0x8000 | 4, 1 | (1 << 8))
+    with pytest.raises(PCIError, match="0xF2"):
+        sram_dma_request(buf, 256 * p.SRAM_SLOT)
+
+
+# -- bulk copies (amdrv.bridge_copy) through hcq, and what breaks them ------------------------------
+
+@pytest.fixture
+def dev(debian_firmware, monkeypatch):
+    from amdrv.am import AMGPU
+    from amdrv.hcq import AMHCQDevice
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
+    d = AMHCQDevice(AMGPU.open(open_function(backend=usb_bridge.backend("navi31", slot=SIM_SLOT, firmware="open"))),
+                    "am:sim:usb")
+    d.default_timeout = 1.0
+    yield d
+    d.close()
+
+
+def _data(n: int) -> bytes:
+    return RNG.integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def test_copies_need_the_sentinel(dev, monkeypatch):
+    """Without the sentinel after a chunk the GPU never starts copying it: the wait for the copy says so."""
+    from hcq import HCQError
+    buf = dev.alloc(1 << 20)
+    dev.copyin(buf, _data(4096))                                    # the windows mapped, a copy that works
+    real = usb_link.Bulk
+
+    def no_sentinel(endpoint, data=None, length=0):
+        if data is not None and len(data) == bridge_copy.CHUNK + p.BLOCK:
+            data = data[:bridge_copy.SENTINEL] + bytes(len(data) - bridge_copy.SENTINEL)
+        return real(endpoint, data, length)
+    monkeypatch.setattr(bridge_copy, "Bulk", no_sentinel)
+    with pytest.raises(HCQError):
+        dev.copyin(buf, _data(1 << 20))
+
+
+def test_copy_out_needs_the_release_write(dev):
+    """The GPU's write into the bridge's completion window releases each chunk: written elsewhere, the bulk
+    IN never gets its data and the transfer is reported stalled."""
+    buf = dev.alloc(1 << 20)
+    data = _data(1 << 20)
+    dev.copyin(buf, data)
+    assert dev.copyout(buf) == data
+    c = dev._bridge_copies()
+    c.release = c.maps[1]                                            # a window page instead of 0x822000
+    with pytest.raises(BridgeError):
+        dev.copyout(buf)
+
+
+def _blocked_sdma(dev, monkeypatch, release_at: int):
+    """The SDMA queue waits on a signal before the copy's program; the signal is set (as another agent
+    would, in the bridge's SRAM) at the release_at-th batch of the copy: until then the GPU copies nothing."""
+    from amdrv.hcq import AMCopyQueue
+    f = dev.gpu.dev.pci
+    block = dev.new_signal(0)
+    q = AMCopyQueue(dev)
+    q.wait(block, 1)
+    q.submit()
+    calls, real = [0], f.execute
+
+    def execute(items):
+        calls[0] += 1
+        if calls[0] == release_at:
+            f.link.dev._ctx.backend.bridge.sram[block.offset:block.offset + 8] = (1).to_bytes(8, "little")
+        return real(items)
+    monkeypatch.setattr(f, "execute", execute)
+
+
+def test_copy_in_waits_for_the_window_it_refills(dev, monkeypatch):
+    """With the GPU held back (its SDMA queue busy), the host reads the fence again before it refills a
+    window (more round trips, the right bytes); refilling without that check overwrites chunks the GPU has
+    not copied yet."""
+    buf = dev.alloc(2 << 20)
+    dev.copyin(buf, _data(4096))
+    f = dev.gpu.dev.pci
+    data = _data(2 << 20)
+    _blocked_sdma(dev, monkeypatch, release_at=6)
+    t = f.counters.round_trips
+    dev.copyin(buf, data)
+    assert f.counters.round_trips - t > 8 + 3                        # fence reads beyond one per chunk
+    monkeypatch.undo()
+    assert dev.copyout(buf) == data
+    monkeypatch.setattr(bridge_copy.BridgeCopier, "_window_free", lambda self, s, done: done)
+    other = _data(2 << 20)
+    _blocked_sdma(dev, monkeypatch, release_at=6)
+    dev.copyin(buf, other)
+    monkeypatch.undo()
+    assert dev.copyout(buf) != other
