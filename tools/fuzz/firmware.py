@@ -10,6 +10,7 @@ Mutations (each case: one pinned file, one mutation, drawn from --seed and the c
   field     one scalar of the file's header struct (amdrv.autogen.ucode) set to an edge value
   overflow  an offset, size or count field made to run past the end or wrap 32 bits
   version   the header version changed                                 swap      two header fields swapped
+  swapcomp  a component's place filled with another component's bytes, or two PSP package descriptors swapped
   zero      all zeros, the same size                                   random    random bytes, random size
   otherchip the same file of the other chip                            otherkind another pinned file
 
@@ -58,8 +59,8 @@ from amdrv.firmware import PINS, FirmwareError, FirmwareStore, files_for, parse
 from amdrv.firmware.headers import _LAYOUTS, kind_of
 from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_chip
 
-MUTATIONS = ("bitflip", "bytes", "truncate", "extend", "field", "overflow", "version", "swap", "zero", "random",
-             "otherchip", "otherkind")
+MUTATIONS = ("bitflip", "bytes", "truncate", "extend", "field", "overflow", "version", "swap", "swapcomp", "zero",
+             "random", "otherchip", "otherkind")
 EDGE = (0, 1, 2, 0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x10000, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF)
 _FMT_BITS = {"B": 8, "H": 16, "I": 32, "b": 8, "h": 16, "i": 32}
 
@@ -168,6 +169,21 @@ def mutate(rng, name: str, files: dict[str, bytes], mutation: str) -> tuple[str,
         value = rng.choice(choices) & ((1 << bits) - 1)
         _put(d, off, bits, value)
         return f"{fname} {old:#x} -> {value:#x}", bytes(d)
+    if mutation == "swapcomp":
+        # one component's place filled with another's bytes (the wrong image in a slot), or, in a PSP package,
+        # two whole descriptors swapped
+        comps = [c for c in parse(name, orig).components if not c.name.startswith("PPTABLE_")]
+        if kind_of(name) in ("sos", "ta") and rng.random() < 0.5:
+            n = int.from_bytes(orig[32:36], "little")
+            i, j = rng.sample(range(n), 2)
+            di, dj = 36 + 16 * i, 36 + 16 * j   # psp_fw_bin_desc[k] of psp_firmware_header_v2_0
+            d[di:di + 16], d[dj:dj + 16] = orig[dj:dj + 16], orig[di:di + 16]
+            return f"descriptors {i} <-> {j}", bytes(d)
+        dst, src = rng.sample(comps, 2) if len(comps) > 1 else (comps[0], comps[0])
+        d[dst.offset:dst.offset + dst.size] = (src.data * (dst.size // src.size + 1))[:dst.size]
+        if d == orig:   # one component only (or identical ones): its bytes rotated instead
+            d[dst.offset:dst.offset + dst.size] = src.data[1:] + src.data[:1]
+        return f"{dst.name} filled with {src.name}'s bytes", bytes(d)
     if mutation == "version":
         major, minor = rng.choice(((0, 0), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (2, 3), (2, 4), (2, 5),
                                    (3, 0), (0xFFFF, 0xFFFF)))
