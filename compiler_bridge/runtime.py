@@ -186,10 +186,6 @@ class HCQDevice(Device):
 
     def run(self, kernel, bufs):
         self._reap()
-        if not self.executes_kernels:
-            raise KernelsNotExecuted(f"compiler_bridge: {self.name} does not execute kernels (its launches are checked "
-                                     f"and recorded, not run), so kernel {kernel.name} cannot compute its output; use "
-                                     "a real GPU (DEVICE=nv, DEVICE=am), the simulated AMD GPU (am:sim) or the host (c)")
         entry = self._progs.get(kernel.name)
         if entry is None:
             code, name, launch = _CODEGENS[self.codegen](kernel)
@@ -198,6 +194,12 @@ class HCQDevice(Device):
         secs = self._recovering(prog, *(b.handle for b in bufs), global_size=tuple(gsz), local_size=tuple(lsz),
                                 wait=True)
         launches.append(Launch(kernel.name, self.name, secs))
+        if not self.executes_kernels:
+            # compiled, loaded and launched (the model checked and recorded the launch); only the run is missing
+            raise KernelsNotExecuted(f"compiler_bridge: {self.name} does not execute kernels: kernel {kernel.name} was "
+                                     "compiled, loaded and launched (the launch checked and recorded) but did not run, "
+                                     "so its output is not computed; use a real GPU (DEVICE=nv, DEVICE=am), the "
+                                     "simulated AMD GPU (am:sim) or the host (c)")
 
     def close(self):
         self.dev.close()

@@ -176,3 +176,36 @@ def test_runs_on_an_nvidia_gpu():
             assert_close(S.run_hcq(dev, s, *C.generate(s.kernel)), S.run_reference(s), f"{DEVICE} cuda {name}")
     finally:
         dev.close()
+
+
+@needs_nvrtc
+def test_tensors_on_nv_sim_compile_load_and_launch(monkeypatch, tmp_path):
+    """On the model of NVIDIA's kernel module a Tensor program's kernel goes through the whole path (CUDA
+    source, NVRTC, the cubin loader, a QMD launch the model checks and records) and then the runtime says
+    the result was not computed."""
+    import hcq
+    import struct as st
+    from gpusim.nv.rm import SimProvider
+    from nvdrv.device import NVHCQDevice
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
+    monkeypatch.setattr(hcq, "open", lambda spec, **kw: NVHCQDevice(spec, SimProvider(), "0"))
+    dev = runtime.open_device("nv:sim")
+    try:
+        assert dev.codegen == "cuda" and not dev.executes_kernels
+        rng = np.random.default_rng(1)
+        x, w = (Tensor(rng.uniform(-1, 1, s).astype(np.float32), device="nv:sim") for s in ((5, 7), (7, 3)))
+        y = (x @ w).relu()
+        (item,) = y.schedule()
+        with pytest.raises(runtime.KernelsNotExecuted, match=f"kernel {item.kernel.name} was compiled, loaded and "
+                                                             "launched"):
+            y.numpy()
+        (rec,) = dev.dev.prov.rm.gpu.launches
+        (groups, _, _), (local, _, _) = ir.launch_dims(item.kernel)
+        assert rec.grid == (groups, 1, 1) and rec.block == (local, 1, 1)
+        k = cubin.parse_cubin(C.generate(item.kernel)[0]).kernel(item.kernel.name)
+        assert rec.registers >= k.registers
+        # constant bank 0 carries the buffers' addresses where the cubin's parameter records put them
+        addrs = st.unpack_from(f"<{len(item.kernel.bufs)}Q", rec.cb0, k.param_base)
+        assert addrs[1:] == tuple(n.buffer.handle.va for n in item.inputs) and addrs[0] != 0
+    finally:
+        runtime.close_device("nv:sim")

@@ -68,22 +68,27 @@ def test_codegen_choice(monkeypatch):
         runtime.HCQDevice("am:sim")
 
 
-def test_a_device_that_does_not_execute_kernels_refuses_to_run_them(monkeypatch):
-    # nv:sim records launches without running them: a tensor computed there would be whatever memory held
+def test_a_device_that_does_not_execute_kernels_says_so_after_the_launch(monkeypatch):
+    # nv:sim records launches without running them: a tensor computed there would be whatever memory held,
+    # so the launch goes through (the model checks it) and then the kernel's output is refused
     import hcq
     from types import SimpleNamespace
     from compiler_bridge import ir
-    model = SimpleNamespace(executes_kernels=False, program=lambda *a: pytest.fail("a program was loaded"))
+    launched = []
+    model = SimpleNamespace(executes_kernels=False,
+                            program=lambda code, name: lambda *a, **kw: launched.append((code, name, kw)) or 1e-6)
     monkeypatch.setattr(hcq, "open", lambda spec, **kw: model)
-    monkeypatch.setattr(runtime, "_CODEGENS", {"cuda": lambda k: pytest.fail("a kernel was compiled")})
+    monkeypatch.setattr(runtime, "_CODEGENS", {"cuda": lambda k: (b"cubin", k.name, ir.launch_dims(k))})
     monkeypatch.setattr(runtime, "_CODEGEN_MODULES", ())
     dev = runtime.HCQDevice("nv:sim")
     assert dev.codegen == "cuda" and not dev.executes_kernels
     b = ir.Builder()
     b.store(0, b.gid(), b.const(1.0, "float32"))
     k = b.kernel("ones", [ir.BufParam("o", "float32", 4, "w")], 4)
-    with pytest.raises(runtime.KernelsNotExecuted, match="nv:sim does not execute kernels .*kernel ones cannot compute"):
+    with pytest.raises(runtime.KernelsNotExecuted, match="nv:sim does not execute kernels: kernel ones was compiled, "
+                                                         "loaded and launched .* but did not run"):
         dev.run(k, [])
+    assert launched == [(b"cubin", "ones", {"global_size": (1, 1, 1), "local_size": (32, 1, 1), "wait": True})]
     monkeypatch.setattr(hcq, "open", lambda spec, **kw: object())    # devices that say nothing execute
     assert runtime.HCQDevice("am:sim", codegen="cuda").executes_kernels
 
@@ -113,9 +118,9 @@ def test_the_demo_says_when_its_device_does_not_execute_kernels(monkeypatch, cap
     from types import SimpleNamespace
     from compiler_bridge import demo
     model = SimpleNamespace(executes_kernels=False, alloc=lambda n: object(), copyin=lambda *a: None,
-                            free=lambda h: None, close=lambda: None)
+                            free=lambda h: None, close=lambda: None, program=lambda *a: lambda *a, **kw: 1e-6)
     monkeypatch.setattr(hcq, "open", lambda spec, **kw: model)
-    monkeypatch.setattr(runtime, "_CODEGENS", {"cuda": lambda k: pytest.fail("a kernel was compiled")})
+    monkeypatch.setattr(runtime, "_CODEGENS", {"cuda": lambda k: (b"cubin", k.name, ((1, 1, 1), (32, 1, 1)))})
     monkeypatch.setattr(runtime, "_CODEGEN_MODULES", ())
     assert demo.main(["--device", "nv:sim"]) == 2
     assert "cannot run the demo on nv:sim: compiler_bridge: nv:sim does not execute kernels" in capsys.readouterr().err

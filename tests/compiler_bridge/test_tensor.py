@@ -28,10 +28,7 @@ def _device(request):
     with pytest.MonkeyPatch.context() as mp:
         if DEVICE.lower().startswith("am"):
             mp.setenv("DRIVERLESS_FIRMWARE_DIR", str(request.getfixturevalue("debian_firmware")))
-        dev = runtime.open_device(DEVICE, **({"fresh": True} if sim_amd else {}))
-        if not dev.executes_kernels:   # nv:sim checks launches but has no shader executor
-            runtime.close_device(DEVICE)
-            pytest.skip(f"{DEVICE} does not execute kernels: the Tensor tests need a device that computes")
+        runtime.open_device(DEVICE, **({"fresh": True} if sim_amd else {}))
         yield
         runtime.close_device(DEVICE)
 
