@@ -84,8 +84,13 @@ Timestamps count 100 MHz ticks of the largest of that clock, the device clock an
 GPU clock counter is one counter), so they only grow. A blocked POLL_REGMEM re-checks every max(1, INTERVAL)
 steps and on every doorbell; RETRY_COUNT 0xfff (what upstream emits) retries forever, a smaller count
 exhausted hangs the queue.
-WPTR_POLL_ENABLE (the SR-IOV register poll), queues 1..7, preemption, FREEZE/FROZEN and AQL mode are not
-modeled.
+FREEZE (SDMA{i}_FREEZE.FREEZE): the engine stops at a packet boundary and serves nothing until FREEZE is
+written 0 or the GRBM soft reset of that engine; FROZEN reads 1 while it is set. Sources: sdma_v5_0/v5_2
+stop_queue (later upstream: set FREEZE, poll FROZEN, then halt) and restore_queue ("unfreeze": FREEZE 0
+before the queue runs again); sdma_v6_0_soft_reset (6.1) sets FREEZE and never clears it, then restarts
+the engines after SOFT_RESET_SDMA<i>, so that reset must clear it (assumption: what upstream implies).
+The model freezes at once (it runs packets whole) and drops nothing that was queued.
+WPTR_POLL_ENABLE (the SR-IOV register poll), queues 1..7, preemption and AQL mode are not modeled.
 
 State for other models: `running(i)` (the control thread TH0 executes firmware), `ctx_switch_running(i)` (TH1
 too), `set_busy(i, busy)`, `queues[i]` (QueueState: `hung`, `ib`, `poll`).
@@ -150,6 +155,8 @@ class SDMA(Block):
     def attach(self) -> None:
         for i in range(INSTANCES):
             self.on_write(GC, reg(i, "F32_CNTL"), functools.partial(self._w_f32_cntl, i))
+            self.on_write(GC, reg(i, "FREEZE"), functools.partial(self._w_freeze, i))
+            self.on_read(GC, reg(i, "FREEZE"), functools.partial(self._r_freeze, i))
             self.on_read(GC, reg(i, "STATUS_REG"), functools.partial(self._r_status, i))
             self.on_write(GC, reg(i, "QUEUE0_RB_CNTL"), functools.partial(self._w_kick, i))
             for r in ("QUEUE0_RB_WPTR", "QUEUE0_RB_WPTR_HI"):
@@ -181,7 +188,11 @@ class SDMA(Block):
     def running(self, i: int) -> bool:
         """Instance i's control thread (TH0) executes its firmware: its queues can be served."""
         f = self._f32(i)
-        return not (f["HALT"] or f["TH0_RESET"])
+        return not (f["HALT"] or f["TH0_RESET"] or self.frozen(i))
+
+    def frozen(self, i: int) -> bool:
+        """SDMA{i}_FREEZE.FREEZE holds the engine (module docstring)."""
+        return bool(self._fields(i, "FREEZE")["FREEZE"])
 
     def ctx_switch_running(self, i: int) -> bool:
         """The context-switch thread (TH1) runs too (upstream releases TH1_RESET when it unhalts)."""
@@ -208,6 +219,8 @@ class SDMA(Block):
         gen = self.queues[i].gen + 1
         self.queues[i] = QueueState(gen=gen)
         self._power_on(i)
+        # the reset lets go of a freeze (sdma_v6_0_soft_reset restarts the engine without clearing it)
+        self.set(GC, reg(i, "FREEZE"), self.dev.power_on_value(GC, reg(i, "FREEZE")))
 
     # -- registers ------------------------------------------------------------------------------------
     def _w_f32_cntl(self, i: int, value: int) -> int:
@@ -223,6 +236,17 @@ class SDMA(Block):
                 resume = bool(self._fields(i, "QUEUE0_RB_CNTL")["RB_ENABLE"])
                 self.dev.schedule(0, self._event_kick, i, resume)
         return value
+
+    def _w_freeze(self, i: int, value: int) -> int:
+        r = self.dev.table(GC)[reg(i, "FREEZE")]
+        if not r.decode(value)["FREEZE"] and self.frozen(i):
+            self.dev.schedule(0, self._event_kick, i)       # unfrozen: queued work runs on
+        return r.encode(value, FROZEN=0)                     # FROZEN is status, not stored
+
+    def _r_freeze(self, i: int) -> int:
+        r = self.dev.table(GC)[reg(i, "FREEZE")]
+        v = self.get(GC, reg(i, "FREEZE"))
+        return r.encode(v, FROZEN=int(self.frozen(i)))
 
     def _r_status(self, i: int) -> int:
         r = self.dev.table(GC)[reg(i, "STATUS_REG")]

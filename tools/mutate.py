@@ -1209,6 +1209,9 @@ EXPECTED = {
     "reg-drop:GC.CP_HQD_EOP_CONTROL": "the power-on EOP_SIZE 6 (gc_11_0_0_default.h: 128 dwords) holds the "
     "8-dword end-of-pipe records: a dropped write works on the card too (a wrong small size hangs: "
     "tests/amdrv/test_queue.py::test_eop_size_must_be_programmed)",
+    "reg-*:GC.SDMA[01]_FREEZE": "the freeze before sdma_v6_0_soft_reset's GRBM reset stops the engine at a packet "
+    "boundary; the ring is disabled and the F32 halted by then, and the reset clears FREEZE (assumption: an "
+    "engine reset without the freeze, or with other FREEZE bits, comes up the same)",
     "step:no-hdp-flush-after-mqd": "the driver loads the HQD registers from its MQD values by MMIO, as "
     "gfx_v11_0_kiq_init_register and amdgpu_amdkfd_gfx_v11 hqd_load do: the CP reads neither the MQD (only a "
     "KIQ/MES MAP_QUEUES would) nor the EOP buffer (it writes it), so the flush has nothing to order here",

@@ -134,6 +134,36 @@ def test_sdma_hang_is_named_then_recovered(gpu):
     s.wait(done, 2, timeout_s=5)
 
 
+def test_recover_needs_the_grbm_soft_reset_of_sdma(gpu, monkeypatch):
+    """sdma_v6_0_soft_reset freezes each engine (SDMA0_FREEZE) and relies on GRBM_SOFT_RESET.SOFT_RESET_SDMA<i>
+    to let go of it (it never writes FREEZE 0): a recovery that leaves the reset out keeps SDMA frozen."""
+    import amdrv.queue as Q
+    s = SDMAQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    real, write = Q._reset_sdma, Register.write
+
+    def no_grbm_soft_reset(g):
+        with monkeypatch.context() as m:
+            m.setattr(Register, "write", lambda self, *a, **f: None if self.name == "GRBM_SOFT_RESET"
+                      else write(self, *a, **f))
+            real(g)
+    monkeypatch.setattr(Q, "_reset_sdma", no_grbm_soft_reset)
+    gpu.recover()
+    b = S.SDMA()
+    b.fence(done.va, 1)
+    s.submit(b.buf)
+    with pytest.raises(QueueError, match="timed out"):
+        s.wait(done, 1, timeout_s=0.02, min_reads=300)
+    assert gpu.dev.reg("GC").SDMA0_FREEZE.decode()["FROZEN"] == 1
+    monkeypatch.setattr(Q, "_reset_sdma", real)
+    gpu.recover()
+    b = S.SDMA()
+    b.fence(done.va, 2)
+    s.submit(b.buf)
+    s.wait(done, 2, timeout_s=5)
+
+
 # ------------------------------------------------------------------ compute
 @pytest.fixture(scope="module")
 def add_f32(build_cl):

@@ -577,3 +577,36 @@ def test_sdma_reads_through_gl2(gpu):
     sim(gpu).blocks["GL2"].store((False, src.vram.addr), 0, 0, b"dirty")
     ring.emit(copy(src.va, dst.va, 5))
     assert vram(gpu, src, 0, 5) == bytes(5) and vram(gpu, dst, 0, 5) == b"dirty"
+
+
+def test_a_frozen_engine_serves_nothing_until_unfrozen_or_soft_reset(gpu):
+    """SDMA0_FREEZE.FREEZE stops the engine at a packet boundary (FROZEN reads 1; sdma_v5_x stop_queue
+    polls for it); writing FREEZE 0 (restore_queue's "unfreeze") or the GRBM soft reset of the engine
+    (sdma_v6_0_soft_reset sets FREEZE and restarts the engine after the reset without clearing it) lets the
+    queued work run."""
+    ring = Ring(gpu)
+    out = gpu.gmc.map_vram(4096)
+    ring.r("FREEZE").update(FREEZE=1)
+    assert ring.r("FREEZE").decode()["FROZEN"] == 1
+    ring.emit(fence(out.va, 1))
+    for _ in range(5):
+        ring.idle()
+    assert u32(gpu, out) == 0 and ring.rptr() == 0
+    ring.r("FREEZE").update(FREEZE=0)
+    ring.idle()
+    assert u32(gpu, out) == 1 and ring.r("FREEZE").decode()["FROZEN"] == 0
+    ring.r("FREEZE").update(FREEZE=1)
+    ring.emit(fence(out.va, 2))
+    ring.idle()
+    assert u32(gpu, out) == 1
+    ring.r("QUEUE0_RB_CNTL").update(RB_ENABLE=0)                  # sdma_v6_0_soft_reset, FREEZE still set:
+    ring.r("QUEUE0_IB_CNTL").update(IB_ENABLE=0)                  # the GRBM pulse alone clears it
+    ring.r("F32_CNTL").update(HALT=1, TH1_RESET=1)
+    gc = ring.gc
+    gc.GRBM_SOFT_RESET.write(gc.GRBM_SOFT_RESET.encode(SOFT_RESET_SDMA0=1))
+    gc.GRBM_SOFT_RESET.write(0)
+    assert ring.r("FREEZE").read() == 0
+    gpu.dev.vram.write(ring.wb.vram.addr + 64, bytes(8))          # a new ring: its wptr shadow zeroed
+    ring.resume()
+    ring.emit(fence(out.va + 4, 3))
+    assert u32(gpu, out, 4) == 3, [str(e) for e in sim(gpu).errors]

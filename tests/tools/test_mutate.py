@@ -17,10 +17,11 @@ STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
 # each caught by one of the workload's later phases: the generic-pointer kernel (SH_MEM_BASES), the CP's own
 # fault (CP_DEBUG's no-halt bit), the hung queues before recover (the CP's GRBM soft reset), SDMA after
 # recover (RB_WPTR zeroed), the IH ring wrap (its rptr doorbell), a previous run's address after the warm
-# boot (gmc fini), the board without SCPM (the allowed-features mask)
+# boot (gmc fini), the board without SCPM (the allowed-features mask), SDMA after a recovery without its GRBM
+# soft reset (the engine stays frozen)
 LATER_PHASES = ["reg-drop:GC.SH_MEM_BASES", "step:cp-halts-on-fault", "step:recover-no-grbm-soft-reset-cp",
                 "reg-drop:GC.SDMA0_QUEUE0_RB_WPTR", "reg-drop:OSSSYS.IH_DOORBELL_RPTR", "step:no-gmc-fini",
-                "step:no-set-allowed-features-mask"]
+                "step:no-set-allowed-features-mask", "step:recover-no-sdma-soft-reset"]
 
 
 @pytest.fixture(scope="module")
