@@ -81,9 +81,11 @@ class BootReport:
     mmio_reads: int
     mmio_writes: int
     steps: tuple[BootStep, ...]  # per block, in boot order
+    pci_reset: str = ""  # a cold boot that reset the GPU through the platform first: the method (pcie reset_methods)
 
     def __str__(self) -> str:
-        reset = ", after a mode1 reset" if self.mode1_reset else ""
+        reset = ", after a mode1 reset" if self.mode1_reset else \
+            f", after a PCI reset ({self.pci_reset})" if self.pci_reset else ""
         return (f"{self.kind} boot{reset} in {self.seconds * 1e3:.0f} ms, {self.mmio_reads} MMIO reads, "
                 f"{self.mmio_writes} MMIO writes ({self.reason})")
 
@@ -185,6 +187,18 @@ class AMGPU:
             raise
         state = self.nbio.read_state()
         kind, reason, mode1 = self._decide(state, force_cold)
+        pci_reset, no_reset = "", ""
+        if kind == "cold" and not mode1 and state is not None and not state.clean and not self.psp.sos_alive():
+            # The previous run died before the PSP's sOS ran, with no SMU firmware to reset the ASIC (mode1):
+            # the bootloader may be half way through its stages (it takes them once, in order) and a TLB
+            # flush may hold an MMHUB invalidation semaphore. Only a reset from the platform clears them.
+            methods = dev.pci.reset_methods()
+            pci_reset = methods[0] if methods else ""
+            no_reset = "" if methods else (
+                f"; the previous AM run died before the firmware ran and {dev.pci.address} offers no PCI reset "
+                f"(FLR or secondary bus reset; pcie reset_methods() is empty): if this boot fails, power-cycle "
+                f"the GPU")
+            reason += f"; reset through the platform ({pci_reset})" if pci_reset else ""
         if kind == "cold":  # the PSP loads every file: one error listing all that are missing, GPU untouched
             dev.firmware.read_all(files_for(dev.chip))
         # Cleared before anything else: dying anywhere from here on makes the next boot cold.
@@ -195,18 +209,22 @@ class AMGPU:
             t, c = time.perf_counter(), dev.pci.counters.snapshot()
             try:
                 fn()
-            except AMError:
+            except AMError as e:
+                if no_reset:
+                    raise AMError(f"{e}{no_reset}") from e
                 raise
             except FirmwareError as e:   # a file that does not parse stays a FirmwareError, with the device named
                 raise FirmwareError(f"{dev.name}: {kind} boot failed in {name}: {e}") from e
             except Exception as e:
-                raise AMError(f"{dev.name}: {kind} boot failed in {name}: {e}") from e
+                raise AMError(f"{dev.name}: {kind} boot failed in {name}: {e}{no_reset}") from e
             d = dev.pci.counters - c
             steps.append(BootStep(name, time.perf_counter() - t, d.mmio_reads, d.mmio_writes, d.round_trips))
 
         if kind == "cold":
             if mode1:
                 step("mode1 reset", self._mode1_reset)
+            elif pci_reset:
+                step(f"pci reset ({pci_reset})", self._pci_reset)
             step("nbio", self.nbio.init)
             step("gmc", self.gmc.init)
             step("ih", self.ih.init)
@@ -226,12 +244,21 @@ class AMGPU:
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the whole boot region, as used now
         used = dev.pci.counters - before
         self.boot_report = BootReport(kind, reason, mode1, time.perf_counter() - t0, used.mmio_reads,
-                                      used.mmio_writes, tuple(steps))
+                                      used.mmio_writes, tuple(steps), pci_reset)
         return self.boot_report
 
     def _mode1_reset(self) -> None:
         self.smu.mode1_reset()
         # The ASIC is at power-on: fresh blocks, and the boot allocations replayed from the start.
+        self.dev.mm = VRAMAllocator(self.dev.mm.vram_size, visible=self.dev.vram.visible)
+        self._build_blocks()
+        self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
+
+    def _pci_reset(self) -> None:
+        """amdgpu_device_pci_reset (pci_reset_function: FLR where the function has it, else a secondary bus
+        reset through the port above; the kernel saves and restores the config space and waits for the
+        device to answer again, pci_dev_wait). The ASIC is then at power-on, as after a mode1 reset."""
+        self.dev.pci.reset()
         self.dev.mm = VRAMAllocator(self.dev.mm.vram_size, visible=self.dev.vram.visible)
         self._build_blocks()
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
@@ -288,6 +315,18 @@ class AMGPU:
         finally:
             self._finished = True
             self.dev.close()
+
+    def release(self) -> None:
+        """Closes the device (and releases its lock) without fini, after a failure that fini could not get
+        past: the GPU is left as it is, its clean-exit flag clear, so the next open boots cold. A failure to
+        close (a dropped link) is not raised: the caller is already handling the first failure."""
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            self.dev.close()
+        except Exception:   # the transport releases its lock in its own finally
+            pass
 
     def __enter__(self) -> AMGPU:
         return self

@@ -91,7 +91,15 @@ def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
         if parsed.provider != "sim":
             raise HCQError(f"{spec}: slot=, fresh= and state= choose simulated GPUs only")
         device = open_function("sim", *parsed.args, slot=slot, fresh=fresh, state=state)
-    return AMHCQDevice(AMGPU.open(device, **kwargs), spec if slot is None else f"{spec}#{slot}")
+    gpu = AMGPU.open(device, **kwargs)
+    try:
+        return AMHCQDevice(gpu, spec if slot is None else f"{spec}#{slot}")
+    except BaseException:
+        # Setup after the boot failed (a USB fault, no DMA memory): release the device and its lock, so a
+        # later open in this process is not told the device is busy. No fini: the link or the GPU may be what
+        # failed; the clean-exit flag stays clear, so the next open boots cold.
+        gpu.release()
+        raise
 
 
 class _Arena:

@@ -55,6 +55,7 @@ import functools
 import heapq
 import mmap
 import os
+import signal
 import threading
 import time
 import weakref
@@ -77,6 +78,61 @@ def _pagemap() -> int:
     if not _PAGEMAP or _PAGEMAP[0][1] != os.getpid():
         _PAGEMAP[:] = [(os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC), os.getpid())]
     return _PAGEMAP[0][0]
+
+
+class _CtrlC:
+    """Ctrl-C while the main thread holds a device's lock waits for the lock's release (see WorkLock)."""
+    depth = 0           # the main thread's nesting of WorkLock sections
+    pending = False     # a SIGINT came inside one
+
+
+def _on_sigint(signum, frame) -> None:
+    if _CtrlC.depth:
+        _CtrlC.pending = True
+        return
+    signal.default_int_handler(signum, frame)
+
+
+def _defer_ctrl_c() -> None:
+    """Installs _on_sigint where Python's own SIGINT handler is (a program's own handler is left alone)."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+class WorkLock:
+    """`dev.lock`: a re-entrant lock, and the unit of the device's work a Ctrl-C cannot cut in two.
+
+    Everything the device does runs under it (a register access and the handlers it triggers, a clock step
+    and the events due in it, a save). On hardware a driver's Ctrl-C stops the driver, never the firmware
+    half way through a command; here the device runs in the driver's thread, so a KeyboardInterrupt raised
+    inside a PSP command would drop the command, and the exit handler would save that state (a bootloader
+    that never answers again). So a SIGINT that comes while the main thread is inside waits, and is raised
+    when the outermost section ends, with the device's state whole."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self):
+        self._lock = threading.RLock()
+
+    def __enter__(self):
+        self._lock.acquire()
+        if threading.get_ident() == _MAIN_IDENT:
+            _CtrlC.depth += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        interrupted = False
+        if threading.get_ident() == _MAIN_IDENT:
+            _CtrlC.depth -= 1
+            interrupted = _CtrlC.depth == 0 and _CtrlC.pending
+        self._lock.release()
+        if interrupted:
+            _CtrlC.pending = False
+            raise KeyboardInterrupt
+
+
+_MAIN_IDENT = threading.main_thread().ident
 
 
 class DMAError(Exception):
@@ -389,7 +445,8 @@ class Device:
         return self.regs.defaults.get(self.reg_addr(ip, name, inst), 0)
 
     def _init_runtime(self) -> None:
-        self.lock = threading.RLock()
+        self.lock = WorkLock()
+        _defer_ctrl_c()
         self._thread = None
         self._tables = {}
         self._addr_cache: dict[tuple, int] = {}

@@ -16,17 +16,23 @@ from __future__ import annotations
 
 import atexit
 import os
+import weakref
 from pathlib import Path
 
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
-from gpusim import board, persist
+from gpusim import board, pci, persist
 from gpusim.bus import SEGMENT, Bus, host_memory
 from gpusim.device import Device
 
+PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_FLR = 0x04, 1 << 28   # include/uapi/linux/pci_regs.h
 BUS = Bus()
 _SLOTS: dict[int, Device] = {}
 _STATE: dict[int, Path] = {}     # slots opened with a state file
+# The open function of each slot in this process: one driver per GPU, as a state file's lock (or a real
+# device's, pcie.lock) says across processes. Weak: a function dropped without close() frees its slot, as
+# pcie.lock's file descriptor closes with its DeviceLock.
+_HELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 @atexit.register
@@ -191,6 +197,7 @@ class SimFunction(PCIFunction):
         self._bars = {0: VRAMBAR(self, 0), 2: DoorbellBAR(self, 2), 5: RegisterBAR(self, 5)}
         self._dma: set[SimDMABuffer] = set()
         self.async_clock = False
+        self.closed = False
 
     def _config_check(self, offset: int, size: int) -> None:
         if size not in (1, 2, 4) or offset % size or not 0 <= offset <= 4096 - size:
@@ -221,7 +228,32 @@ class SimFunction(PCIFunction):
         self._dma.add(buf)
         return buf
 
+    def reset_methods(self) -> tuple[str, ...]:
+        """Linux offers FLR only when the function's PCIe Device Capabilities say so (pcie_has_flr:
+        PCI_EXP_DEVCAP_FLR); this GPU's do not (gpusim.pci: DevCap 0; assumption, as retail Navi boards list
+        FLReset-). The "bus" method (pci_reset_bus_function: a secondary bus reset through the port above
+        the GPU, pci_parent_bus_reset) is there: the simulated GPU's functions are alone below their port."""
+        flr = self.dev.pci.read(pci.CAP_EXP + PCI_EXP_DEVCAP, 4) & PCI_EXP_DEVCAP_FLR
+        return ("flr", "bus") if flr else ("bus",)
+
+    def reset(self) -> None:
+        """What writing 1 to sysfs `reset` does (pci_reset_function): the config space saved, a secondary
+        bus reset of the GPU, the config space restored (pci_dev_save_and_disable, pci_dev_restore).
+        Assumption (not public): a hot reset from the port resets the whole ASIC as a mode1 reset does
+        (gpusim.board.mode1_reset: every block, the PSP back to its bootloader, the SMU firmware stopped,
+        the MMHUB's invalidation semaphores free); the PCIe base spec makes it a conventional reset of
+        every function below the port, and what the on-chip firmware processors keep is not documented."""
+        self.counters.config_writes += 1   # the port's bridge control write that asserts the reset
+        with self.dev.lock:
+            cfg = self.dev.pci
+            saved = (bytes(cfg.space), dict(cfg.sizes), dict(cfg.addrs))
+            board.mode1_reset(self.dev)
+            cfg.space[:], cfg.sizes, cfg.addrs = saved[0], saved[1], saved[2]
+
     def close(self) -> None:
+        if _HELD.get(self.slot) is self:
+            del _HELD[self.slot]
+        self.closed = True
         for buf in list(self._dma):
             buf.free()
         if self.async_clock or self.state is not None:
@@ -281,6 +313,10 @@ def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, har
     if slot is None:  # the slot already holding this chip on the host's bus (not behind a USB bridge), else
         slot = next((s for s, d in sorted(_SLOTS.items()) if d.chip == chip and d.bus is BUS),  # the first free
                     next(i for i in range(len(_SLOTS) + 1) if i not in _SLOTS))
+    held = _HELD.get(slot)
+    if held is not None and not held.closed and not fresh:   # fresh: a new GPU in the slot, the old one unplugged
+        raise PCIError(f"sim: the simulated GPU in slot {slot} ({held.dev.chip}, {held.address}) is busy, held by "
+                       f"pid {os.getpid()} (this process: close the device opened on it first, or open another slot)")
     dev = None if fresh else _SLOTS.get(slot)
     if state is not None and state.exists() and not fresh:
         dev = persist.load(state)    # the file is what the last user (maybe another process) left
@@ -299,6 +335,7 @@ def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, har
     else:
         _STATE.pop(slot, None)
     fn = SimFunction(dev, slot, state, lock)
+    _HELD[slot] = fn
     if async_clock:
         dev.start_async()
         fn.async_clock = True

@@ -925,6 +925,7 @@ def open_bridge(chip: str = "navi31", *, gpu_bus: int = 4, **sim) -> ASM24Bridge
     Reopening the same device finds its enclosure as it was left (bus numbers, BARs, XDATA, SRAM); a new
     device (fresh=True) comes with a new enclosure, just powered on."""
     fn = provider.open_function(chip, **sim)
+    provider._HELD.pop(fn.slot, None)  # the enclosure reaches the GPU, not a driver: the USB transport's lock says who drives it
     br = _BRIDGES.get(fn.slot)
     if br is not None and br.dev is fn.dev and br.gpu_bus == gpu_bus:
         provider.BUS.unplug(fn.dev)

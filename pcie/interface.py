@@ -133,8 +133,15 @@ class PCIFunction(abc.ABC):
         """size bytes of DMA memory. readback=True: the host reads what the device writes there (signals,
         copy-out); transports whose read-back is limited (USB: one page) keep that memory for such buffers."""
 
+    def reset_methods(self) -> tuple[str, ...]:
+        """The PCI-level resets the platform offers for this function, as Linux's `reset_method` attribute
+        names them ("flr", "pm", "bus", ...; "vfio" for VFIO_DEVICE_RESET): what `reset()` uses, in the
+        order the kernel tries them (pci_reset_function). () when there is none: only a power cycle is left."""
+        return ()
+
     def reset(self) -> None:
-        """Function-level reset where the platform offers one."""
+        """A PCI-level reset (pci_reset_function: the first of reset_methods() that works), with the config
+        space saved before and restored after, as the kernel does."""
         raise PCIError(f"{self.address}: this transport has no function reset")
 
     def close(self) -> None:

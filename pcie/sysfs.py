@@ -173,6 +173,14 @@ class SysfsFunction(PCIFunction):
 
     # -- reset and life cycle
 
+    def reset_methods(self) -> tuple[str, ...]:
+        """What the kernel lists in `reset_method` (Linux 5.15+); with only a `reset` file (older kernels) the
+        kernel still picks a method, named "function" here; () when neither exists."""
+        try:
+            return tuple((self._dir / "reset_method").read_text().split())
+        except OSError:
+            return ("function",) if (self._dir / "reset").exists() else ()
+
     def reset(self) -> None:
         path = self._dir / "reset"
         if not path.exists():

@@ -336,6 +336,9 @@ class VFIOFunction(PCIFunction):
 
     # -- reset and life cycle
 
+    def reset_methods(self) -> tuple[str, ...]:
+        return ("vfio",) if self._device_flags & VFIO_DEVICE_FLAGS_RESET else ()
+
     def reset(self) -> None:
         if not self._device_flags & VFIO_DEVICE_FLAGS_RESET:
             raise PCIError(f"{self.address}: vfio-pci offers no reset for this device")

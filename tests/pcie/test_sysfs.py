@@ -184,6 +184,17 @@ def test_reset_writes_the_reset_file(fake_sysfs, lock_dir):
             f.reset()
 
 
+def test_reset_methods_are_what_the_kernel_lists(fake_sysfs, lock_dir):
+    d = fake_sysfs.add(ADDR)
+    with SysfsFunction(ADDR, root=fake_sysfs.root, lock_dir=lock_dir) as f:
+        assert f.reset_methods() == ("function",)        # a kernel before reset_method (5.15): it picks one
+        (d / "reset_method").write_text("bus\n")
+        assert f.reset_methods() == ("bus",)
+        (d / "reset_method").write_text("\n")           # nothing offered: the reset file is then absent too
+        (d / "reset").unlink()
+        assert f.reset_methods() == ()
+
+
 def test_dma_refused_when_the_iommu_translates(fake_sysfs, lock_dir):
     fake_sysfs.add(ADDR, iommu=(7, "DMA-FQ"))
     with SysfsFunction(ADDR, root=fake_sysfs.root, lock_dir=lock_dir) as f:

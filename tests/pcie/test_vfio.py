@@ -326,6 +326,7 @@ def test_open_config_bars_dma_reset_close(fake_kernel, fake_sysfs, lock_dir):
     with pytest.raises(pcie.PCIError, match="after free"):
         buf.view
 
+    assert f.reset_methods() == ("vfio",)
     f.reset()
     assert k.calls[-1] == "VFIO_DEVICE_RESET"
     f.close()
@@ -343,6 +344,7 @@ def test_not_viable_and_no_reset(fake_kernel, fake_sysfs, lock_dir):
         VFIOFunction(ADDR, root=fake_sysfs.root, dev=k.dev, lock_dir=lock_dir)
     k.viable, k.reset_flag = True, False
     with VFIOFunction(ADDR, root=fake_sysfs.root, dev=k.dev, lock_dir=lock_dir) as f:
+        assert f.reset_methods() == ()
         with pytest.raises(pcie.PCIError, match="vfio-pci offers no reset for this device"):
             f.reset()
 

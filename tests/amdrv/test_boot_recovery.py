@@ -1,0 +1,89 @@
+"""A driver that dies before the firmware runs (no SMU to reset the ASIC, no sOS) leaves what only a reset
+clears: the PSP bootloader half way through its stages, or the MMHUB invalidation semaphore held inside a
+TLB flush. The next boot resets the GPU through the platform (a PCI reset: amdgpu_device_pci_reset) and
+comes up; without that step, or on a platform with no PCI reset, it fails, and the error says power-cycle."""
+import pytest
+
+import pcie
+from amdrv.am import AMError, AMGPU
+from amdrv.ip.gmc import GMC
+from amdrv.ip.psp import PSP
+from gpusim import provider
+
+
+@pytest.fixture(autouse=True)
+def firmware(debian_firmware, monkeypatch):
+    monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+
+
+class Killed(BaseException):
+    """The driver's process ends here (a BaseException, so no except clause of the driver handles it)."""
+
+
+def sim(slot, **kw):
+    return pcie.open_function("sim", "navi31", slot=slot, vram_size=1 << 30, **kw)
+
+
+def die_in_bootloader(m):
+    real = PSP._wait
+
+    def wait(self, index, ok, what, *args, **kw):
+        if "LOAD_KEY_DATABASE" in what and "to finish" in what:
+            raise Killed(what)
+        return real(self, index, ok, what, *args, **kw)
+    m.setattr(PSP, "_wait", wait)
+
+
+def die_holding_the_semaphore(m):
+    def flush(self, hub, vmid):
+        if hub.semaphore:
+            hub.vmr("INVALIDATE_ENG17_SEM").read()     # acquired
+            raise Killed("inside the TLB flush")
+    m.setattr(GMC, "_flush_hub", flush)
+
+
+DEATHS = {"bootloader": die_in_bootloader, "semaphore": die_holding_the_semaphore}
+
+
+def killed_cold_boot(monkeypatch, slot, death):
+    with monkeypatch.context() as m:
+        DEATHS[death](m)
+        with pytest.raises(Killed):
+            AMGPU.open(sim(slot, fresh=True))
+
+
+@pytest.mark.parametrize("death", DEATHS)
+def test_next_boot_resets_through_the_platform(monkeypatch, death):
+    killed_cold_boot(monkeypatch, 71, death)
+    gpu = AMGPU.open(sim(71))
+    rep = gpu.boot_report
+    assert (rep.kind, rep.mode1_reset, rep.pci_reset) == ("cold", False, "bus"), rep
+    assert rep.steps[0].name == "pci reset (bus)" and "after a PCI reset (bus)" in str(rep)
+    assert gpu.gfx.mec_ready() and gpu.sdma.ready()
+    gpu.fini()
+
+
+@pytest.mark.parametrize("death", DEATHS)
+def test_without_the_reset_the_gpu_stays_unbootable(monkeypatch, death):
+    killed_cold_boot(monkeypatch, 72, death)
+    monkeypatch.setattr(AMGPU, "_pci_reset", lambda self: None)   # the driver omits the reset
+    for _ in range(2):
+        with pytest.raises(AMError, match="cold boot failed in (psp|gmc)"):
+            AMGPU.open(sim(72))
+
+
+def test_no_pci_reset_on_the_platform_says_power_cycle(monkeypatch):
+    killed_cold_boot(monkeypatch, 73, "bootloader")
+    monkeypatch.setattr(provider.SimFunction, "reset_methods", lambda self: ())
+    with pytest.raises(AMError, match=r"cold boot failed in psp: .*offers no PCI reset \(FLR or secondary bus "
+                                      r"reset; pcie reset_methods\(\) is empty\): if this boot fails, power-cycle"):
+        AMGPU.open(sim(73))
+
+
+def test_a_clean_gpu_is_not_reset(monkeypatch):
+    gpu = AMGPU.open(sim(74, fresh=True))   # from power-on: no boot state, nothing to reset
+    assert gpu.boot_report.pci_reset == "" and not gpu.boot_report.mode1_reset
+    gpu.fini()
+    gpu = AMGPU.open(sim(74), cold=True)    # firmware running: the SMU's mode1 reset, as before
+    assert gpu.boot_report.mode1_reset and gpu.boot_report.pci_reset == ""
+    gpu.fini()
