@@ -37,6 +37,7 @@ import time
 from amdrv import pci_state, structs
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.ip.psp import runtime_scpm
+from pcie import PCIError
 
 log = logging.getLogger("amdrv.smu")
 
@@ -140,13 +141,25 @@ class SMU:
         """The non-zero response, or None on timeout; 0 as soon as gone() says the answer cannot come."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            v = self.resp_reg.read()
+            try:
+                v = self.resp_reg.read()
+            except PCIError:
+                if gone is None:
+                    raise
+                return 0     # behind a USB bridge the reset GPU's refusal (Unsupported Request) is an error
             if v and not (gone is not None and v == 0xFFFFFFFF):
                 return v
-            if gone is not None and (v == 0xFFFFFFFF or gone()):
+            if gone is not None and (v == 0xFFFFFFFF or self._gone(gone)):
                 return 0     # all ones: the reset took the bus interface with it (memory decode off)
             if time.monotonic() > deadline:
                 return None
+
+    @staticmethod
+    def _gone(gone) -> bool:
+        try:
+            return gone()
+        except PCIError:     # the check's own read refused (a USB bridge's Unsupported Request): gone too
+            return True
 
     def send(self, msg: int, arg: int = 0, read_arg: bool = False, gone=None) -> int | None:
         """One message (smu_cmn_send_smc_msg_with_param); returns C2PMSG_82 if read_arg. `gone` (see
@@ -307,6 +320,15 @@ class SMU:
         self.send(S.PPSMC_MSG_SetPptLimit, watts)
 
     # -- reset -------------------------------------------------------------------------------------------
+    def _memsize_after_reset(self) -> int:
+        """RCC_CONFIG_MEMSIZE, or all ones while the GPU does not answer: a root complex completes a read the
+        function refuses (BARs not restored yet, decode off) with all ones; behind a USB bridge the refusal
+        (an Unsupported Request completion) comes back as an error instead."""
+        try:
+            return self.dev.mmio.read32(MEMSIZE_DWORD * 4)
+        except PCIError:
+            return 0xFFFFFFFF
+
     def mode1_reset(self) -> None:
         """The whole GPU back to its power-on state (amdgpu_device_mode1_reset through the SMU): PSP back to
         its bootloader, SMU firmware stopped, every engine reset, the PCI config space at its defaults.
@@ -327,7 +349,7 @@ class SMU:
         time.sleep(self.reset_wait_s)    # upstream touches no register meanwhile
         pci_state.restore(self.dev.pci, saved)
         deadline = time.monotonic() + self.timeout_s
-        while self.dev.mmio.read32(MEMSIZE_DWORD * 4) == 0xFFFFFFFF:
+        while self._memsize_after_reset() == 0xFFFFFFFF:
             if time.monotonic() > deadline:
                 raise SMUTimeout(f"{self.dev.name}: after Mode1Reset the GPU did not come back within "
                                  f"{self.timeout_s:g} s (RCC_CONFIG_MEMSIZE reads all ones): power-cycle it")
