@@ -118,8 +118,14 @@ def _usb_error(link, what: str, fn):
     try:
         return fn()
     except usb.core.USBTimeoutError:
-        raise TransferStalled(f"{link.name}: {what} timed out after {link.timeout} ms (the transfer stalled); "
-                              f"unplug and replug the enclosure if it persists") from None
+        stalled = f"{link.name}: {what} timed out after {link.timeout} ms (the transfer stalled)"
+        why = _reset_after_stall(link)
+        if why is None:
+            raise TransferStalled(f"{stalled}; the bridge was reset (a USB port reset, then the interface "
+                                  f"claimed again) and answers again, but this operation did not complete: "
+                                  f"reopen the device (no replug needed)") from None
+        raise TransferStalled(f"{stalled}, and a USB reset of the bridge did not bring it back ({why}): unplug "
+                              f"and replug the enclosure") from None
     except usb.core.USBError as e:
         if e.errno == errno.EPIPE:
             link._recover()
@@ -127,6 +133,20 @@ def _usb_error(link, what: str, fn):
         if e.errno in (errno.ENODEV, errno.EIO, 19):
             raise BridgeError(f"{link.name}: {what}: the device is gone ({e})") from None
         raise BridgeError(f"{link.name}: {what}: {e}") from None
+
+
+def _reset_after_stall(link) -> str | None:
+    """A transfer that never completes leaves the bridge's firmware wedged until a USB reset: a port reset
+    (libusb_reset_device; the device re-enumerates at the same address when its descriptors are unchanged),
+    then the link's interface claimed and set up again. None when the bridge answers after it, else why not.
+    The operation is not retried: a TLP may have gone out before the stall, and a repeated write is not
+    always harmless (a firmware command register)."""
+    try:
+        link.dev.reset()
+        link.reattach()
+        return None
+    except Exception as e:   # a backend without reset (NotImplementedError), the device gone, no streams
+        return str(e) or type(e).__name__
 
 
 class BOTLink:
@@ -170,6 +190,10 @@ class BOTLink:
 
     def _transfer(self, what: str, fn):
         return _usb_error(self, what, fn)
+
+    def reattach(self) -> None:
+        """After a USB reset: the interface claimed again (the reset released it)."""
+        _claim(self.dev, self._bot_interface(), self.name)
 
     def _recover(self) -> None:
         for ep in (self.ep_in, self.ep_out):
@@ -347,6 +371,17 @@ class UASLink:
         except usb.core.USBError:
             pass
         usb.util.dispose_resources(self.dev)
+
+    def reattach(self) -> None:
+        """After a USB reset: the bridge is back at alternate setting 0 with no streams; UAS selected and
+        the streams allocated again."""
+        try:
+            self.engine.close()
+        except usb.core.USBError:
+            pass
+        _claim(self.dev, _interface(self.dev, UAS_PROTOCOL), self.name)
+        self.engine = st.open_engine(self.dev, [self.ep_in, self.ep_out, self.ep_status], self.slots,
+                                     status_endpoint=self.ep_status)
 
     def _recover(self) -> None:
         for ep in (self.ep_command, self.ep_status, self.ep_in, self.ep_out):
