@@ -3,6 +3,7 @@
     python -m tools.fuzz.firmware --budget 100000    # firmware-blob mutations: parsers, then full boots
     python -m tools.fuzz.smu                         # every SMU message id with argument patterns
     python -m tools.fuzz.psp                         # PSP KM ring commands, malformed frames and fences
+    python -m tools.fuzz.state --budget 1000         # SIGKILL anywhere, then a fresh process must compute
 
 tools.fuzz.common holds what they share (arguments, outcome tally, table printing).
 """
