@@ -12,7 +12,7 @@ every boot path starts from. IP blocks take the device and use:
 """
 from __future__ import annotations
 
-from amdrv import chips, device_spec, discovery, regs
+from amdrv import chips, device_spec, discovery, pci_state, regs
 from amdrv.firmware import FirmwareStore
 from amdrv.memory import VRAMAllocator
 from pcie.interface import AccessCounters, BAR, PCIError, PCIFunction
@@ -103,7 +103,13 @@ class AMDevice:
     def __init__(self, name: str, pci: PCIFunction, firmware: FirmwareStore | None = None):
         self.name, self.pci = name, pci
         self.mmio = pci.bar(5)
-        vram_size = discovery.vram_size(self.mmio)
+        try:
+            vram_size = discovery.vram_size(self.mmio)
+        except discovery.DiscoveryError:
+            # a process that died inside a mode1 reset, before restoring the config space (amdrv.pci_state)
+            if not pci_state.restore_kept(pci):
+                raise
+            vram_size = discovery.vram_size(self.mmio)
         self.vram = VRAM(pci.bar(0), self.mmio, vram_size, pci.counters)
         # Beyond the CPU-visible window every dword is three register accesses (MM_INDEX): read only
         # the binary's own size there, not all of DISCOVERY_TMR_SIZE, and only its binary header and

@@ -10,7 +10,15 @@ the command register (memory decode, bus mastering) comes back last, once the BA
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+from pcie import PCIError
+
+log = logging.getLogger("amdrv.pci_state")
 
 PCI_COMMAND = 0x04
 HEADER_DWORDS = 16
@@ -59,3 +67,45 @@ def restore(pci, state: PCIState) -> None:
     for i in reversed(range(HEADER_DWORDS)):
         if pci.config_read(4 * i, 4) != state.header[i]:
             pci.config_write(4 * i, 4, state.header[i])
+
+
+# A process that dies between the reset and the restore leaves the GPU with its config space at the reset
+# defaults (no memory decode, BARs unassigned) and nothing in the kernel restores it on the sysfs path (VFIO
+# restores its own saved state when the device is released). So the saved state is also kept in a file
+# beside the device's lock file until the restore is done; the next open restores from it when the GPU does
+# not answer register reads (amdrv.device.AMDevice).
+def _kept_path(pci) -> Path:
+    from pcie.lock import default_lock_dir
+    return default_lock_dir() / f"driverless-{pci.address}.pcistate"
+
+
+def keep(pci, state: PCIState) -> None:
+    """Keeps `state` on disk until forget(); not being able to is logged, not raised (the reset goes on)."""
+    try:
+        path = _kept_path(pci)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"header": state.header, "rebar": state.rebar}))
+        os.replace(tmp, path)
+    except (OSError, PCIError) as e:
+        log.warning("%s: cannot keep the PCI config space on disk during the reset (%s): a process killed "
+                    "before the restore leaves the GPU without BARs", pci.address, e)
+
+
+def forget(pci) -> None:
+    try:
+        _kept_path(pci).unlink(missing_ok=True)
+    except (OSError, PCIError):
+        pass
+
+
+def restore_kept(pci) -> bool:
+    """Restores the config space a reset left kept on disk (a process died between a reset and its
+    restore); False when there is none."""
+    try:
+        data = json.loads(_kept_path(pci).read_text())
+        state = PCIState(tuple(data["header"]), tuple(tuple(r) for r in data["rebar"]))
+    except (OSError, PCIError, ValueError, KeyError, TypeError):
+        return False
+    restore(pci, state)
+    forget(pci)
+    return True

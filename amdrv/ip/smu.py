@@ -339,6 +339,7 @@ class SMU:
         bus mastering: amdgpu_device_load_pci_state), then RCC_CONFIG_MEMSIZE polled until it reads other
         than all ones."""
         saved = pci_state.save(self.dev.pci)
+        pci_state.keep(self.dev.pci, saved)   # for the next process, should this one die before the restore
         # The reset follows the answer and clears the response register with everything else; a driver
         # that reads too late (a slow link, a preempted process) sees the sOS sign of life gone instead.
         sos = self.dev.reg("MP0").MP0_SMN_C2PMSG_81
@@ -356,3 +357,4 @@ class SMU:
             # A reset that finished only after the restore above (a shorter wait than the reset took) reset
             # the config space again: restore once more (only what differs is written).
             pci_state.restore(self.dev.pci, saved)
+        pci_state.forget(self.dev.pci)

@@ -87,3 +87,29 @@ def test_a_clean_gpu_is_not_reset(monkeypatch):
     gpu = AMGPU.open(sim(74), cold=True)    # firmware running: the SMU's mode1 reset, as before
     assert gpu.boot_report.mode1_reset and gpu.boot_report.pci_reset == ""
     gpu.fini()
+
+
+def test_died_inside_a_mode1_reset_before_the_config_restore(monkeypatch):
+    """The mode1 reset clears the config space (BARs, memory decode); the driver restores what it saved. A
+    process killed in between leaves a GPU that answers no register read, and nothing in the kernel
+    restores it on the sysfs path: the saved state kept on disk (amdrv.pci_state.keep) is restored by the
+    next open, which then boots cold behind a new mode1 reset."""
+    from amdrv import pci_state
+    AMGPU.open(sim(78, fresh=True)).fini()
+
+    def killed(pci, state):
+        raise Killed("before the config space restore")
+    with monkeypatch.context() as m:
+        m.setattr(pci_state, "restore", killed)
+        with pytest.raises(Killed):
+            AMGPU.open(sim(78), cold=True)
+    gpu = AMGPU.open(sim(78))
+    assert gpu.boot_report.kind == "cold" and gpu.gfx.mec_ready(), gpu.boot_report
+    gpu.fini()
+    with monkeypatch.context() as m:       # without the kept state the GPU stays off the bus
+        m.setattr(pci_state, "restore", killed)
+        with pytest.raises(Killed):
+            AMGPU.open(sim(78), cold=True)
+    monkeypatch.setattr(pci_state, "restore_kept", lambda pci: False)
+    with pytest.raises(Exception, match="RCC_CONFIG_MEMSIZE reads 0xffffffff"):
+        AMGPU.open(sim(78))

@@ -46,8 +46,10 @@ from tools.fuzz import common
 OPS = ("launch", "copy", "graph")
 # About how many counted accesses each phase takes (measured on am:sim, Navi31): the kill offset is drawn
 # below this. A longer phase is not fully covered; a shorter one passes the kill on to the next phase.
-PHASE_ACCESSES = {"open": 650, "program": 4, "launch": 3, "copy": 40, "graph": 8, "close": 140}
-PHASE_ACCESSES_USB = {"open": 1500, "program": 12, "launch": 12, "copy": 60, "graph": 20, "close": 200}
+# (am:sim: a cold boot with the hcq setup after it 900, 1010 behind a mode1 reset, a warm one 540; am:sim:usb:
+# cold 16000, warm 2600.)
+PHASE_ACCESSES = {"open": 1000, "program": 13, "launch": 26, "copy": 62, "graph": 74, "close": 180}
+PHASE_ACCESSES_USB = {"open": 16000, "program": 45, "launch": 52, "copy": 96, "graph": 144, "close": 369}
 _COUNTED = ("mmio_reads", "mmio_writes", "bulk_read_bytes", "bulk_write_bytes", "config_reads", "config_writes")
 N = 256   # work-items of the check kernel
 
