@@ -96,3 +96,30 @@ class DeviceLock:
     def __del__(self):
         if getattr(self, "_fd", -1) >= 0:
             os.close(self._fd)
+
+
+def holder_pid(address: str, directory: Path | None = None, *, path: Path | None = None) -> int | None:
+    """The pid of the process holding the lock DeviceLock(address, directory, path=path) would take, or None
+    when nobody holds it (for tools that report who drives a device, e.g. a monitor). Never takes the lock:
+    a shared try-lock fails exactly while a holder has it."""
+    p = Path(path) if path else Path(directory or default_lock_dir()) / f"driverless-{address}.lock"
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return None
+            for _ in range(20):   # the holder writes its pid right after taking the lock
+                text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                if text.isdigit():
+                    return int(text)
+                time.sleep(0.005)
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
