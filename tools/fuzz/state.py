@@ -287,6 +287,18 @@ def _child(target, timeout: float, *args) -> tuple[int | None, list[dict]]:
         finally:
             os._exit(code)
     os.close(w)
+    try:
+        return _wait_child(pid, r, timeout)
+    except BaseException:   # interrupted: the child goes too
+        for step in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.waitpid(pid, 0), lambda: os.close(r)):
+            try:
+                step()
+            except OSError:
+                pass
+        raise
+
+
+def _wait_child(pid: int, r: int, timeout: float) -> tuple[int | None, list[dict]]:
     out, deadline = b"", time.monotonic() + timeout
     os.set_blocking(r, False)
     status = None
@@ -352,47 +364,50 @@ def run(args) -> tuple[common.Tally, dict[str, list[float]]]:
         state = cache / "sim" / f"{chip}{'-usb' if usb else ''}.state"
         state.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(args.from_state, state)
-    for case in cases:
-        rng = common.case_rng(args.seed, case, "state")
-        plan = make_plan(rng, usb)
-        if args.sweep:   # every access of a cold boot in turn: from power-on, or over running firmware (mode1)
-            plan = Plan(cold=True, ops=("launch",), kill_phase=0, kill_offset=case + 1, verifier_fini=True)
-            if args.sweep == "power-on":
-                for p in _state_files(cache):
+    try:
+        for case in cases:
+            rng = common.case_rng(args.seed, case, "state")
+            plan = make_plan(rng, usb)
+            if args.sweep:   # every access of a cold boot in turn: from power-on, or over running firmware (mode1)
+                plan = Plan(cold=True, ops=("launch",), kill_phase=0, kill_offset=case + 1, verifier_fini=True)
+                if args.sweep == "power-on":
+                    for p in _state_files(cache):
+                        p.unlink()
+            kept = next((p.read_bytes() for p in _state_files(cache)), None)
+            vstatus, vmsgs = _child(victim, args.timeout, args.device, plan, code, rng, usb)
+            killed = next((m for m in vmsgs if m["event"] == "killed"), None)
+            group = f"killed in {killed['phase']}" if killed else "kill point not reached"
+            problem = _victim_problem(vstatus, vmsgs, killed, usb)
+            outcome, example = "victim failed", plan.describe()
+            if problem is None:
+                status, msgs = _child(verifier, args.timeout, args.device, plan, code, rng, usb)
+                problem = _verifier_problem(status, msgs)
+                booted = next((m for m in msgs if m["event"] == "booted"), None)
+                outcome = "not recovered"
+                if booted:
+                    kind = _boot_kind(booted)
+                    outcome = f"{'recovered' if problem is None else 'not recovered'}: {kind}"
+                    example = f"case {case}: {plan.describe()}; next boot {booted['seconds'] * 1e3:.0f} ms"
+                    if problem is None:
+                        boot_seconds.setdefault(kind, []).append(booted["seconds"])
+            if args.verbose:
+                print(f"case {case}: {plan.describe()}: {'killed at ' + killed['phase'] + ' access ' + str(killed['access']) if killed else 'not killed'}"
+                      f": {problem or outcome}", flush=True)
+            finding = None
+            if problem is not None:
+                reproduce = f"python -m tools.fuzz.state --device {args.device} --seed {args.seed} --case {case}"
+                reproduce += f" --sweep {args.sweep}" if args.sweep else ""
+                if kept is not None:
+                    findings.mkdir(exist_ok=True)
+                    keep = findings / f"case-{case}.state"
+                    keep.write_bytes(kept)
+                    reproduce += f" --from-state {keep}"
+                finding = common.Finding(args.seed, case, plan.describe(), outcome, f"{problem}\nreproduce: {reproduce}")
+                for p in _state_files(cache):   # power the GPU off so the next case starts from a good one
                     p.unlink()
-        kept = next((p.read_bytes() for p in _state_files(cache)), None)
-        vstatus, vmsgs = _child(victim, args.timeout, args.device, plan, code, rng, usb)
-        killed = next((m for m in vmsgs if m["event"] == "killed"), None)
-        group = f"killed in {killed['phase']}" if killed else "kill point not reached"
-        problem = _victim_problem(vstatus, vmsgs, killed, usb)
-        outcome, example = "victim failed", plan.describe()
-        if problem is None:
-            status, msgs = _child(verifier, args.timeout, args.device, plan, code, rng, usb)
-            problem = _verifier_problem(status, msgs)
-            booted = next((m for m in msgs if m["event"] == "booted"), None)
-            outcome = "not recovered"
-            if booted:
-                kind = _boot_kind(booted)
-                outcome = f"{'recovered' if problem is None else 'not recovered'}: {kind}"
-                example = f"case {case}: {plan.describe()}; next boot {booted['seconds'] * 1e3:.0f} ms"
-                if problem is None:
-                    boot_seconds.setdefault(kind, []).append(booted["seconds"])
-        if args.verbose:
-            print(f"case {case}: {plan.describe()}: {'killed at ' + killed['phase'] + ' access ' + str(killed['access']) if killed else 'not killed'}"
-                  f": {problem or outcome}", flush=True)
-        finding = None
-        if problem is not None:
-            reproduce = f"python -m tools.fuzz.state --device {args.device} --seed {args.seed} --case {case}"
-            reproduce += f" --sweep {args.sweep}" if args.sweep else ""
-            if kept is not None:
-                findings.mkdir(exist_ok=True)
-                keep = findings / f"case-{case}.state"
-                keep.write_bytes(kept)
-                reproduce += f" --from-state {keep}"
-            finding = common.Finding(args.seed, case, plan.describe(), outcome, f"{problem}\nreproduce: {reproduce}")
-            for p in _state_files(cache):   # power the GPU off so the next case starts from a good one
-                p.unlink()
-        tally.add(group, outcome, example, finding)
+            tally.add(group, outcome, example, finding)
+    except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the table of the cases run so far
+        tally.title += f" (stopped after {tally.cases} of {len(cases)} cases)"
     return tally, boot_seconds
 
 
@@ -451,6 +466,7 @@ def main(argv=None) -> int:
     if not os.environ.get("DRIVERLESS_FIRMWARE_DIR"):
         print("note: DRIVERLESS_FIRMWARE_DIR is not set; the firmware comes from the cache or the pinned URLs",
               file=sys.stderr)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)   # a stopped run still prints its table
     tally, boot_seconds = run(args)
     print(tally.table())
     medians = {k: round(statistics.median(v) * 1e3, 1) for k, v in sorted(boot_seconds.items())}
