@@ -369,7 +369,8 @@ def run(args) -> tuple[common.Tally, dict[str, list[float]]]:
             rng = common.case_rng(args.seed, case, "state")
             plan = make_plan(rng, usb)
             if args.sweep:   # every access of a cold boot in turn: from power-on, or over running firmware (mode1)
-                plan = Plan(cold=True, ops=("launch",), kill_phase=0, kill_offset=case + 1, verifier_fini=True)
+                plan = Plan(cold=True, ops=("launch",), kill_phase=0, kill_offset=case * args.stride + 1,
+                            verifier_fini=True)
                 if args.sweep == "power-on":
                     for p in _state_files(cache):
                         p.unlink()
@@ -378,7 +379,7 @@ def run(args) -> tuple[common.Tally, dict[str, list[float]]]:
             killed = next((m for m in vmsgs if m["event"] == "killed"), None)
             group = f"killed in {killed['phase']}" if killed else "kill point not reached"
             problem = _victim_problem(vstatus, vmsgs, killed, usb)
-            outcome, example = "victim failed", plan.describe()
+            outcome, example, outcome_reason = "victim failed", plan.describe(), ""
             if problem is None:
                 status, msgs = _child(verifier, args.timeout, args.device, plan, code, rng, usb)
                 problem = _verifier_problem(status, msgs)
@@ -388,15 +389,16 @@ def run(args) -> tuple[common.Tally, dict[str, list[float]]]:
                     kind = _boot_kind(booted)
                     outcome = f"{'recovered' if problem is None else 'not recovered'}: {kind}"
                     example = f"case {case}: {plan.describe()}; next boot {booted['seconds'] * 1e3:.0f} ms"
+                    outcome_reason = booted["reason"]
                     if problem is None:
                         boot_seconds.setdefault(kind, []).append(booted["seconds"])
             if args.verbose:
                 print(f"case {case}: {plan.describe()}: {'killed at ' + killed['phase'] + ' access ' + str(killed['access']) if killed else 'not killed'}"
-                      f": {problem or outcome}", flush=True)
+                      f": {problem or outcome}" + (f" ({outcome_reason})" if outcome_reason else ""), flush=True)
             finding = None
             if problem is not None:
                 reproduce = f"python -m tools.fuzz.state --device {args.device} --seed {args.seed} --case {case}"
-                reproduce += f" --sweep {args.sweep}" if args.sweep else ""
+                reproduce += f" --sweep {args.sweep} --stride {args.stride}" if args.sweep else ""
                 if kept is not None:
                     findings.mkdir(exist_ok=True)
                     keep = findings / f"case-{case}.state"
@@ -455,8 +457,9 @@ def main(argv=None) -> int:
     p.add_argument("--case", type=int, help="run this case of the seed only")
     p.add_argument("--from-state", help="start from this GPU state file (a finding's)")
     p.add_argument("--sweep", choices=("power-on", "mode1"),
-                   help="case N kills a cold boot at its access N+1, from a powered-on GPU or over running "
+                   help="case N kills a cold boot at its access N+1 (--stride), from a powered-on GPU or over running "
                         "firmware (the plan's other choices are not drawn)")
+    p.add_argument("--stride", type=int, default=1, help="with --sweep: case N kills at access N * STRIDE + 1")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a child may take (default 120)")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     args = p.parse_args(argv)
