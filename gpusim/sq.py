@@ -43,14 +43,21 @@ class SQ(Block):
         self.queue = None
         self.waves: list[dict] = []
         self.index = 0
+        self.generation = None
 
     def hold(self, queue, waves: list[dict]) -> None:
         """The stopped waves of `queue`'s dispatch: dicts with pc, exec, halt, trapsts."""
         self.queue, self.waves = queue, list(waves)[:MAX_WAVES]
+        self.generation = getattr(queue, "generation", None)
 
     def resident(self) -> list[dict]:
-        if self.queue is None or not getattr(self.queue, "hung", None):
-            return []            # the hang was cleared (dequeue, reset): the waves are gone
+        # the hang was cleared (dequeue, reset: the queue's generation moved on): the waves are gone, also
+        # when the queue set up again later hangs for another reason (found by tools/fuzz/packets.py: a
+        # halted wave of an earlier kernel was reported for an unknown PM4 opcode)
+        q = self.queue
+        if q is None or not getattr(q, "hung", None) or getattr(q, "generation", None) != getattr(self, "generation", None):
+            self.queue, self.waves = None, []
+            return []
         return self.waves
 
     def _w_index(self, value: int) -> None:

@@ -286,6 +286,9 @@ def compile_instruction(inst, pc, prog):
         return BARRIER, None, 0
     if name == "s_code_end":
         raise Unsupported("s_code_end is padding; the program ran past its end")
+    for o in (*inst.dsts, *inst.srcs):   # every path, memory operands' data included (tools/fuzz/packets.py
+        if o.kind == ins.VGPR and o.index + o.count > prog.nv:   # found an IndexError past the allocation)
+            raise Unsupported(f"v{o.index} is beyond the kernel's {prog.nv} VGPRs")
     if name == "s_branch":
         return BRANCH, None, pc + 4 + 4 * _label(inst)
     if name in ("s_setpc_b64", "s_swappc_b64", "s_call_b64"):

@@ -46,3 +46,16 @@ def test_auto_increment_steps_the_register_index(dev):
     assert dev.regs.read(dev.reg_addr("GC", "SQ_IND_DATA")) == 1                # PC_HI, the next index
     board.mode1_reset(dev)
     assert ind(dev, 0, IX_STATUS) == 0                                            # a reset empties the SQ
+
+
+def test_waves_do_not_come_back_when_the_queue_set_up_again_hangs_for_another_reason(dev):
+    # found by tools/fuzz/packets.py: the waves of a kernel that stopped before a recover() were shown
+    # again when the re-created queue later hung at an unknown PM4 opcode
+    e = ExecError(0x1_0000_0040, "v_x", "why", [0], "k", "illegal", [1])
+    q = _Q()
+    q.generation = 1
+    dev.blocks["SQ"].hold(q, stopped_waves(e))
+    assert ind(dev, 0, IX_STATUS) >> 16 & 1 == 1
+    q.hung, q.generation = None, 2            # reset and set up again (cp: _deactivate/_activate)
+    q.hung = "unknown PM4 opcode 0x6d"        # a new hang, with no dispatch
+    assert ind(dev, 0, IX_STATUS) == 0

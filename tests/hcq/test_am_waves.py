@@ -59,3 +59,32 @@ def test_a_driver_that_reads_no_wave_state_cannot_name_the_instruction(dev, monk
     with pytest.raises(hcq.HCQTimeout, match="no shader wave resident"):
         prog(global_size=(1,), local_size=(32,), wait=True, timeout=1)
     dev.recover()
+
+
+def test_a_later_hang_does_not_report_the_waves_of_a_kernel_before_recover(dev):
+    # found by tools/fuzz/packets.py: after a halted wave and recover(), a queue stopped at an unknown PM4
+    # opcode was reported as "a shader wave halted" at the old kernel's instruction
+    prog = _program(dev, "illegal", bytes(4) + assemble("s_endpgm"))
+    with pytest.raises(hcq.HCQFault, match="a shader wave halted"):
+        prog(global_size=(1,), local_size=(32,), wait=True, timeout=30)
+    dev.recover()
+    dev.compute.submit([0xC0006D00, 0])                    # PACKET3 opcode 0x6d: none the CP knows
+    q = dev.compute_queue()
+    q.signal(dev.timeline, dev.next_timeline())
+    q.submit()
+    with pytest.raises(hcq.HCQTimeout, match=r"within 0.5 s .*stopped at PACKET3 opcode 0x6d.*no shader wave resident"):
+        dev.synchronize(timeout=0.5)
+    dev.recover()
+
+
+def test_a_store_whose_data_vgprs_lie_past_the_allocation_halts_naming_them(dev):
+    # found by tools/fuzz/packets.py: the executor raised an IndexError for the data operand, which became the
+    # stop's reason; every VGPR operand is checked against the allocation
+    prog = _program(dev, "past", assemble("s_load_b64 s[2:3], s[0:1], 0x0\ns_waitcnt lgkmcnt(0)\n"
+                                          "global_store_b128 v0, v[6:9], s[2:3]\ns_endpgm\n"))
+    with pytest.raises(hcq.HCQFault, match=r"a shader wave halted .*global_store_b128 v0, v\[6:9\], s\[2:3\]"):
+        prog(global_size=(1,), local_size=(32,), wait=True, timeout=30)
+    sim = dev.gpu.dev.pci.dev
+    assert any("v6 is beyond the kernel's 8 VGPRs" in str(e) for e in sim.errors)
+    assert not any("IndexError" in str(e) for e in sim.errors)
+    dev.recover()

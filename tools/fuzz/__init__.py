@@ -4,6 +4,7 @@
     python -m tools.fuzz.smu                         # every SMU message id with argument patterns
     python -m tools.fuzz.psp                         # PSP KM ring commands, malformed frames and fences
     python -m tools.fuzz.state --budget 1000         # SIGKILL anywhere, then a fresh process must compute
+    python -m tools.fuzz.packets                     # PM4 and SDMA streams, random wave code
 
 tools.fuzz.common holds what they share (arguments, outcome tally, table printing).
 """
