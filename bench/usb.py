@@ -1,9 +1,11 @@
 """What the AM driver's USB transport costs, against the simulated ASM24xx bridge (gpusim.usb_bridge).
 
-    python bench/usb.py [--kib N] [--mib M] [--rtt-us US] [--json]
+    python bench/usb.py [--kib N] [--sizes 1,16,256] [--links uas,bot,open] [--copyout-max-mib uas=16,bot=1]
+                        [--rtt-us US] [--json]
 
-Every figure is measured over both links the driver has (links.uas, links.bot; docs/usb.md, Driver
-transport): UAS with bulk streams (16 commands per round trip) and Bulk-Only Transport (one per round trip).
+Every figure is measured over each link the driver has (docs/usb.md, Driver transport): on the stock
+firmware UAS with bulk streams (16 commands per round trip) and Bulk-Only Transport (one per round trip);
+on the open firmware its vendor requests and SRAM DMA ("open").
 Counts are exact, from amdrv.usb's counters (the simulated bridge counts the same round trips):
   open               round trips to enumerate the bridges, size and place the BARs
   mmio_write/read    round trips per posted 32-bit register write (amortized, flushed) and per read
@@ -12,14 +14,18 @@ Counts are exact, from amdrv.usb's counters (the simulated bridge counts the sam
   window_push/pull   one 4 KiB page of the bridge's DMA window each way
   warm_boot          an AM warm boot through the bridge (the GPU cold-booted and left by fini over
                      simulated PCIe first, small BAR, which also fills the discovery cache), per boot step
-                     (steps; "outside steps": the device open and the boot-state words); aim 500
+                     (steps; "outside steps": the device open and the boot-state words); aim 60
   hcq                on that GPU, through hcq: open (queues, arena, signals, page tables), a kernel launch
                      (median round trips of prog(...) with wait=False: kernargs, ring dwords, doorbell;
-                     aim 2) and a fence poll (round trips per poll), copyin/copyout of MIB MiB (through
-                     the window and SDMA; copy-out bounced through the one page the host reads back):
-                     round trips per MiB, payload efficiency, modeled throughput
-Modeled throughput: wire bytes at 10 Gbit/s with 128b/132b coding plus one round-trip latency per round
-trip (--rtt-us, default 100 us: an assumption, not a measurement; no bridge is attached to this machine).
+                     aim 2) and a fence poll (round trips per poll), copyin/copyout at each of --sizes
+                     (stock: the window and SDMA, copy-out bounced through the one page the host reads
+                     back; open: amdrv.bridge_copy's SRAM windows), after one small copy each way (the
+                     open firmware's windows are mapped at the first copy): round trips per MiB, payload
+                     efficiency, modeled throughput
+Modeled throughput (gpusim.usb_bridge.LinkTiming): wire bytes at USB 3.2 Gen 2's bytes per 125 us
+microframe plus one round-trip latency per round trip (--rtt-us, default 100 us: an assumption, not a
+measurement; no bridge is attached to this machine). Copies also give estimated_MBps: the same with the
+bytes moved no faster than the bridge's engine was measured to move them (ENGINE_BYTES_PER_S, sourced).
 The launch's kernel is an s_endpgm in a code object of our own writer, so no compiler is needed.
 """
 from __future__ import annotations
@@ -38,9 +44,30 @@ sys.path.insert(0, str(_HERE.parent))
 
 from amdrv.usb.transport import open_function  # noqa: E402
 
-LINE_RATE = 10e9 * 128 / 132 / 8   # bytes per second
 BOOT_SLOT = 2
 LINKS = ("uas", "bot")
+
+
+def _timing(rtt_s: float):
+    from gpusim.usb_bridge import USB3_GEN2, LinkTiming
+    return LinkTiming(USB3_GEN2.name, USB3_GEN2.bytes_per_microframe, rtt_s)
+
+
+# What the bridge's own engines were measured to move (bytes per second), where a source gives a figure: the
+# open firmware's SRAM DMA, "700 MB/s read+write on 10 Gbps USB3" (tinygrad asm2464pd-firmware README); the
+# stock firmware's WRITE(16), "~100+ MB/s" (asm2464pd-firmware USBGPU.md, speed table). The estimate takes the
+# slower of the link and the engine for the bytes, plus the round trips' latency.
+ENGINE_BYTES_PER_S = {("open", "copyin"): 700e6, ("open", "copyout"): 700e6,
+                      ("stock", "copyin"): 100e6}
+
+
+def _estimate(cost: dict, rtt_s: float, engine: float | None) -> float | None:
+    if not cost.get("payload_bytes"):
+        return None
+    t = _timing(rtt_s)
+    link = cost["wire_bytes"] / t.bytes_per_microframe * 125e-6
+    body = max(link, cost["payload_bytes"] / engine) if engine else link
+    return round(cost["payload_bytes"] / (body + cost["round_trips"] * rtt_s) / 1e6, 3)
 
 
 def _cost(fn, run, payload: int, rtt_s: float) -> dict:
@@ -49,17 +76,16 @@ def _cost(fn, run, payload: int, rtt_s: float) -> dict:
     fn.flush()
     c, s = fn.counters - c0, fn.link.stats - l0
     wire = s.wire_out + s.wire_in
-    seconds = wire / LINE_RATE + c.round_trips * rtt_s
     mib = payload / (1 << 20)
     return {"payload_bytes": payload, "round_trips": c.round_trips,
-            "round_trips_per_mib": round(c.round_trips / mib) if payload else None,
+            "round_trips_per_mib": round(c.round_trips / mib, 2) if payload else None,
             "wire_bytes": wire, "payload_efficiency": round(payload / wire, 4) if payload else None,
-            "modeled_MBps_10G": round(payload / seconds / 1e6, 3) if payload else None}
+            "modeled_MBps_10G": round(_timing(rtt_s).mb_per_s(payload, wire, c.round_trips), 3) if payload else None}
 
 
-def transport(kib: int, rtt: float) -> dict:
+def transport(kib: int, rtt: float, firmware: str = "stock") -> dict:
     from gpusim import usb_bridge
-    fn = open_function(backend=usb_bridge.backend("navi31", fresh=True))
+    fn = open_function(backend=usb_bridge.backend("navi31", fresh=True, firmware=firmware))
     n = kib * 1024
     out = {"link": type(fn.link).__name__, "open_round_trips": fn.counters.round_trips}
     regs, vram, data = fn.bar(5), fn.bar(0), os.urandom(n)
@@ -88,7 +114,8 @@ def _code_object() -> bytes:
                                          user_sgprs=("dispatch_ptr", "kernarg_segment_ptr"))])
 
 
-def gpu_costs(mib: int, rtt: float, launches: int = 9) -> dict:
+def gpu_costs(sizes: list[int], rtt: float, launches: int = 9, firmware: str = "stock",
+              copyout_max_mib: int = 1 << 30) -> dict:
     import pcie
     from amdrv.am import AMGPU
     from amdrv.firmware import FirmwareError
@@ -98,12 +125,12 @@ def gpu_costs(mib: int, rtt: float, launches: int = 9) -> dict:
         AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=BOOT_SLOT)).fini()
     except FirmwareError as e:
         return {"skipped": f"no firmware: {e}"}
-    fn = open_function(backend=usb_bridge.backend("navi31", slot=BOOT_SLOT))
+    fn = open_function(backend=usb_bridge.backend("navi31", slot=BOOT_SLOT, firmware=firmware))
     before = fn.counters.snapshot()
     gpu = AMGPU.open(fn)
     spent = fn.counters - before
     boot = {"kind": gpu.boot_report.kind, "round_trips": spent.round_trips, "mmio_reads": spent.mmio_reads,
-            "mmio_writes": spent.mmio_writes, "bulk_write_bytes": spent.bulk_write_bytes, "aim": 500,
+            "mmio_writes": spent.mmio_writes, "bulk_write_bytes": spent.bulk_write_bytes, "aim": 60,
             "steps": {s.name: s.round_trips for s in gpu.boot_report.steps}}
     # What no step counts: the device's open (the discovery binary's header and harvest list, the rest
     # from the host cache) and the boot-state reads and writes around the steps.
@@ -126,29 +153,47 @@ def gpu_costs(mib: int, rtt: float, launches: int = 9) -> dict:
         out["launch_round_trips"] = statistics.median(launch)
         out["launch_aim"] = 2
         out["synchronize_round_trips"] = statistics.median(poll)
-        n = mib << 20
-        data, big = os.urandom(n), dev.alloc(n)
-        out["copyin"] = _cost(fn, lambda: dev.copyin(big, data), n, rtt)
-        got = []
-        out["copyout"] = _cost(fn, lambda: got.append(dev.copyout(big)), n, rtt)
-        assert got[0] == data, "copyout through hcq came back different"
+        dev.copyin(buf, bytes(4096))                 # what a first copy sets up once (bridge_copy's windows)
+        dev.copyout(buf)
+        out["copies"] = {}
+        for mib in sizes:
+            n = mib << 20
+            data, big = os.urandom(n), dev.alloc(n)
+            row = out["copies"][f"{mib} MiB"] = {"copyin": _cost(fn, lambda: dev.copyin(big, data), n, rtt)}
+            row["copyin"]["estimated_MBps"] = _estimate(row["copyin"], rtt, ENGINE_BYTES_PER_S.get((firmware, "copyin")))
+            if mib > copyout_max_mib:
+                row["copyout"] = {"skipped": f"over --copyout-max-mib {copyout_max_mib} (linear in size: see the "
+                                             f"smaller sizes)"}
+            else:
+                got = []
+                row["copyout"] = _cost(fn, lambda: got.append(dev.copyout(big)), n, rtt)
+                row["copyout"]["estimated_MBps"] = _estimate(row["copyout"], rtt,
+                                                             ENGINE_BYTES_PER_S.get((firmware, "copyout")))
+                assert got[0] == data, "copyout through hcq came back different"
+            dev.free(big)
     finally:
         dev.close()
     return {"warm_boot": boot, "hcq": out}
 
 
-def measure(kib: int, mib: int, rtt_us: float) -> dict:
+def measure(kib: int, sizes: list[int], rtt_us: float, links=LINKS, copyout_max_mib: dict | None = None) -> dict:
     try:
-        import gpusim.usb_bridge  # noqa: F401
+        from gpusim.usb_bridge import USB3_GEN2
     except ImportError:
         raise SystemExit("bench/usb.py needs gpusim.usb_bridge (the simulated bridge)") from None
     rtt = rtt_us * 1e-6
-    out = {"bridge": "gpusim.usb_bridge (ASM2464PD stock firmware model)", "rtt_us_assumed": rtt_us, "links": {}}
+    out = {"bridge": "gpusim.usb_bridge (ASM2464PD: stock firmware over UAS and BOT; open firmware, "
+                     "gpusim.usb_open_firmware)", "rtt_us_assumed": rtt_us,
+           "link_bytes_per_microframe": USB3_GEN2.bytes_per_microframe, "links": {}}
+    limits = copyout_max_mib or {}
     saved = os.environ.get("DRIVERLESS_USB_LINK")
     try:
-        for link in LINKS:
-            os.environ["DRIVERLESS_USB_LINK"] = link
-            out["links"][link] = transport(kib, rtt) | gpu_costs(mib, rtt)
+        for link in links:
+            firmware = "open" if link == "open" else "stock"
+            if firmware == "stock":
+                os.environ["DRIVERLESS_USB_LINK"] = link
+            out["links"][link] = transport(kib, rtt, firmware) | gpu_costs(
+                sizes, rtt, firmware=firmware, copyout_max_mib=limits.get(link, 1 << 30))
     finally:
         if saved is None:
             os.environ.pop("DRIVERLESS_USB_LINK", None)
@@ -160,11 +205,18 @@ def measure(kib: int, mib: int, rtt_us: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kib", type=int, default=64, help="bytes copied each way through BAR0 (KiB)")
-    ap.add_argument("--mib", type=int, default=1, help="bytes copied each way through hcq (MiB)")
+    ap.add_argument("--sizes", default="1,16,256", help="MiB copied each way through hcq, comma-separated")
+    ap.add_argument("--links", default=",".join(LINKS + ("open",)),
+                    help="uas, bot (the stock firmware's links) and open (the open firmware's vendor requests)")
+    ap.add_argument("--copyout-max-mib", default="uas=16,bot=1",
+                    help="largest copy-out measured per link (the stock firmware's copy-out reads 255 bytes a "
+                         "command: linear, and slow to simulate)")
     ap.add_argument("--rtt-us", type=float, default=100.0, help="assumed latency per round trip (microseconds)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = ap.parse_args()
-    result = measure(args.kib, args.mib, args.rtt_us)
+    limits = {k: int(v) for k, v in (x.split("=") for x in args.copyout_max_mib.split(",") if x)}
+    result = measure(args.kib, [int(x) for x in args.sizes.split(",")], args.rtt_us,
+                     tuple(args.links.split(",")), limits)
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -479,11 +479,11 @@ def test_bench_usb_json(debian_firmware, monkeypatch):
     import sys
     from pathlib import Path
     script = Path(__file__).resolve().parents[2] / "bench" / "usb.py"
-    out = subprocess.run([sys.executable, str(script), "--kib", "1", "--json"], capture_output=True, text=True,
-                         timeout=300, check=True).stdout
+    out = subprocess.run([sys.executable, str(script), "--kib", "1", "--sizes", "1", "--json"], capture_output=True,
+                         text=True, timeout=300, check=True).stdout
     res = json.loads(out)
-    uas, bot = res["links"]["uas"], res["links"]["bot"]
-    assert (uas["link"], bot["link"]) == ("UASLink", "BOTLink")
+    uas, bot, vendor = res["links"]["uas"], res["links"]["bot"], res["links"]["open"]
+    assert (uas["link"], bot["link"], vendor["link"]) == ("UASLink", "BOTLink", "VendorLink")
     assert bot["mmio_read_round_trips"] <= 5 and bot["mmio_write_round_trips"] <= 7
     assert uas["mmio_read_round_trips"] == 1 and uas["mmio_write_round_trips"] < 1
     assert 5 * 256 <= bot["to_vram"]["round_trips"] <= 7 * 256 + 8   # <= 4 data bytes, address, kick, clear
@@ -493,10 +493,14 @@ def test_bench_usb_json(debian_firmware, monkeypatch):
         assert r["warm_boot"]["steps"]["gmc"] < 1_000                 # the root directory is not rewritten
         assert sum(r["warm_boot"]["steps"].values()) == r["warm_boot"]["round_trips"]
         assert r["hcq"]["synchronize_round_trips"] == 1               # one read of the signals
-        assert r["hcq"]["copyin"]["payload_efficiency"] > 0.9
+        assert r["hcq"]["copies"]["1 MiB"]["copyin"]["payload_efficiency"] > 0.9
     assert uas["warm_boot"]["round_trips"] <= 500 and uas["hcq"]["launch_round_trips"] <= 2   # the issue's aims
-    assert uas["hcq"]["copyin"]["round_trips_per_mib"] <= 20    # WRITE(16) of 64 KiB (issue 16: 9 measured)
+    assert uas["hcq"]["copies"]["1 MiB"]["copyin"]["round_trips_per_mib"] <= 20   # WRITE(16) of 64 KiB: 9
     assert bot["hcq"]["launch_round_trips"] <= 24
+    # 4 chunks of 256 KiB, the ring, the last fence (and the fence poll a copy-out before it left to the next)
+    ours = vendor["hcq"]["copies"]["1 MiB"]
+    assert ours["copyin"]["round_trips"] <= 7 and ours["copyout"]["round_trips"] <= 5
+    assert vendor["warm_boot"]["kind"] == "warm" and vendor["hcq"]["launch_round_trips"] <= 3
 
 
 def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
