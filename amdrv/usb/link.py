@@ -507,10 +507,13 @@ class VendorLink:
             raise BridgeError(f"{self.name}: the vendor interface lacks bulk endpoints 0x81/0x02 ({sorted(eps)})")
         self.ep_in, self.ep_out = p.OPEN_BULK_IN, p.OPEN_BULK_OUT
         self._async = getattr(getattr(dev, "_ctx", None), "backend", None)
-        if not hasattr(self._async, "submit_async"):
+        if not callable(getattr(self._async, "submit_async", None)):
             self._async = None
+        self.engine = st.open_async(dev) if self._async is None else None   # libusb's asynchronous API
 
     def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
         try:
             usb.util.release_interface(self.dev, self.intf)
         except usb.core.USBError:
@@ -544,6 +547,8 @@ class VendorLink:
     def _batch(self, batch: list) -> list[bytes | None]:
         s = self.stats
         what = self._what(batch[0]) if len(batch) == 1 else f"a batch of {len(batch)} transfers"
+        if self.engine is not None:
+            return self._libusb_batch(batch, what)
         if self._async is None:
             return [self._one(item) for item in batch]
         from types import SimpleNamespace
@@ -561,6 +566,18 @@ class VendorLink:
         s.transfers += len(batch)
         _usb_error(self, what, lambda: self._async.submit_async(None, transfers, self.timeout))
         return [self._result(item, t.buffer, t.actual) for item, t in zip(batch, transfers)]
+
+    def _libusb_batch(self, batch: list, what: str) -> list[bytes | None]:
+        transfers = [st.ControlTransfer(i.request_type, i.request, i.value, i.index, i.data or b"", i.length)
+                     if isinstance(i, Control) else
+                     st.StreamTransfer(i.endpoint, 0, bytearray(i.length) if i.data is None else bytes(i.data))
+                     for i in batch]
+        self.access.round_trips += 1
+        self.stats.commands += sum(isinstance(i, Control) for i in batch)
+        self.stats.transfers += len(batch)
+        _usb_error(self, what, lambda: self.engine.submit(transfers, self.timeout))
+        return [self._result(i, t.data if isinstance(t, st.ControlTransfer) else t.buffer, t.actual)
+                for i, t in zip(batch, transfers)]
 
     def _result(self, item, buf, actual: int) -> bytes | None:
         s = self.stats

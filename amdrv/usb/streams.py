@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import struct
 import time
 from ctypes import CFUNCTYPE, POINTER, Structure, byref, c_int, c_uint, c_uint8, c_uint32, c_ubyte, c_void_p
 
@@ -45,6 +46,28 @@ class StreamTransfer:
 
     def __repr__(self) -> str:
         return f"StreamTransfer(ep={self.endpoint:#04x}, stream={self.stream}, len={len(self.buffer)})"
+
+
+class ControlTransfer(StreamTransfer):
+    """A control transfer for the asynchronous engine (the open firmware's vendor requests): `buffer` is the
+    8-byte setup packet followed by the OUT data or room for the IN data (libusb's layout for
+    LIBUSB_TRANSFER_TYPE_CONTROL); `actual` counts data bytes only, as libusb's actual_length does."""
+    __slots__ = ("request_in",)
+    data_offset = 8
+
+    def __init__(self, request_type: int, request: int, value: int, index: int, data: bytes = b"", length: int = 0):
+        n = length if request_type & 0x80 else len(data)
+        setup = struct.pack("<BBHHH", request_type, request, value, index, n)
+        super().__init__(0, 0, bytearray(setup + (bytes(n) if request_type & 0x80 else bytes(data))))
+        self.request_in = bool(request_type & 0x80)
+
+    @property
+    def is_in(self) -> bool:
+        return self.request_in
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self.buffer[8:8 + self.actual])
 
 
 class BackendStreams:
@@ -80,6 +103,7 @@ class BackendStreams:
 
 # -- libusb-1.0 through ctypes --------------------------------------------------------------------------
 
+LIBUSB_TRANSFER_TYPE_CONTROL = 0
 LIBUSB_TRANSFER_TYPE_BULK = 2
 LIBUSB_TRANSFER_TYPE_BULK_STREAM = 4
 # enum libusb_transfer_status
@@ -212,19 +236,22 @@ class LibusbStreams:
                 ptrs.append(p)
                 size = len(t.buffer)
                 buf = ctypes.create_string_buffer(max(1, size))
-                if size and not t.is_in:
+                if size and (not t.is_in or isinstance(t, ControlTransfer)):   # a control IN's setup packet too
                     ctypes.memmove(buf, bytes(t.buffer), size)
                 bufs.append(buf)
                 x = p.contents
                 x.dev_handle, x.endpoint, x.timeout, x.flags = self.handle, t.endpoint, 0, 0
-                x.type = LIBUSB_TRANSFER_TYPE_BULK_STREAM if t.stream else LIBUSB_TRANSFER_TYPE_BULK
+                x.type = (LIBUSB_TRANSFER_TYPE_CONTROL if isinstance(t, ControlTransfer) else
+                          LIBUSB_TRANSFER_TYPE_BULK_STREAM if t.stream else LIBUSB_TRANSFER_TYPE_BULK)
                 x.length, x.actual_length, x.status = size, 0, -1
                 x.buffer = ctypes.addressof(buf)
                 x.callback, x.user_data, x.num_iso_packets = self._callback, i + 1, 0
                 if t.stream:
                     api.transfer_set_stream_id(p, t.stream)
-            order = [i for i, t in enumerate(transfers) if t.is_in] + [i for i, t in enumerate(transfers)
-                                                                         if not t.is_in]
+            # bulk INs first (the host is ready for what the commands produce); control transfers keep
+            # their order among the rest (EP0 runs them in turn)
+            early = [i for i, t in enumerate(transfers) if t.is_in and not isinstance(t, ControlTransfer)]
+            order = early + [i for i in range(n) if i not in early]
             for i in order:
                 rc = api.submit_transfer(ptrs[i])
                 if rc < 0:
@@ -261,7 +288,8 @@ class LibusbStreams:
                 x = ptrs[i].contents
                 t.actual, st = x.actual_length, x.status
                 if t.is_in:
-                    t.buffer[:t.actual] = ctypes.string_at(x.buffer, t.actual)
+                    off = getattr(t, "data_offset", 0)
+                    t.buffer[off:off + t.actual] = ctypes.string_at(x.buffer + off, t.actual)
                 api.free_transfer(ptrs[i])
             t.status = TRANSFER_STATUS.get(st, f"status {st}")
             statuses.append(st)
@@ -292,6 +320,37 @@ class LibusbStreams:
 
     def close(self) -> None:
         self.api.free_streams(self.handle, self._eps, len(self.endpoints))
+
+
+class LibusbAsync(LibusbStreams):
+    """The same asynchronous batches without streams: control transfers and plain bulk transfers (the open
+    firmware's link): no libusb_alloc_streams, nothing to free."""
+
+    def __init__(self, lib, ctx, handle):
+        self.api, self.ctx, self.handle = LibusbAPI(lib), ctx, handle
+        self.status_endpoint, self.endpoints, self.streams = None, [], 0
+        self._done: set[int] = set()
+        self._callback = TRANSFER_CALLBACK(self._completed)
+        self._abandoned: list = []
+
+    def close(self) -> None:
+        pass
+
+
+def open_async(dev):
+    """libusb's asynchronous transfers on pyusb's libusb1 backend for `dev` (opened, interface claimed), or
+    None with another backend (one that offers `submit_async` itself, or none: synchronous calls)."""
+    ctx = dev._ctx
+    try:
+        from usb.backend import libusb1
+    except ImportError:                  # pragma: no cover - pyusb always ships it
+        return None
+    if not isinstance(ctx.backend, libusb1._LibUSB):
+        return None
+    try:
+        return LibusbAsync(ctx.backend.lib, ctx.backend.ctx, ctx.managed_open().handle)
+    except StreamsUnavailable:
+        return None
 
 
 def open_engine(dev, endpoints: list[int], num_streams: int, status_endpoint: int | None = None):
