@@ -16,7 +16,7 @@ from amdrv.usb import protocol as p  # noqa: E402
 from amdrv.usb.link import BridgeError, VendorLink, detect_firmware  # noqa: E402
 from amdrv.usb.transport import OpenUSBFunction, USBFunction, open_function  # noqa: E402
 
-SIM_SLOT = 8
+SIM_SLOT = 81                    # slots 81..85: of their own
 RNG = np.random.default_rng(5)
 
 

@@ -16,7 +16,7 @@ from amdrv.hcq import AMHCQDevice
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
 from amdrv.usb.transport import OpenUSBFunction, open_function  # noqa: E402
 
-SIM_SLOT = 7
+SIM_SLOT = 86                    # a simulated-bus slot of its own
 RNG = np.random.default_rng(16)
 
 _spec = importlib.util.spec_from_file_location("hcq_am_run_contract_open", Path(__file__).with_name("test_am_run.py"))
