@@ -511,6 +511,11 @@ class VendorLink:
             self._async = None
         self.engine = st.open_async(dev) if self._async is None else None   # libusb's asynchronous API
 
+    def reattach(self) -> None:
+        """After a USB reset: the vendor interface claimed again (the firmware dropped any armed DMA)."""
+        intf = next(i for cfg in self.dev for i in cfg if i.bInterfaceClass == p.VENDOR_CLASS)
+        _claim(self.dev, intf, self.name)
+
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
