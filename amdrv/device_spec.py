@@ -16,12 +16,12 @@ one bound to another kernel driver (amdgpu) is refused with the command that unb
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from amdrv import chips
 from amdrv.usb import transport as usb_transport
+from hcq import cache as hcq_cache
 from pcie import PCIError, PCIFunction, open_function
 from pcie import discover
 
@@ -59,10 +59,8 @@ class DeviceSpec:
 
 
 def cache_root() -> Path:
-    """$DRIVERLESS_CACHE, else $XDG_CACHE_HOME/driverless, else ~/.cache/driverless."""
-    root = os.environ.get("DRIVERLESS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "driverless")
-    return Path(root)
+    """$DRIVERLESS_CACHE, else $XDG_CACHE_HOME/driverless, else ~/.cache/driverless (hcq.cache)."""
+    return hcq_cache.root()
 
 
 def sim_state_path(chip: str = chips.NAVI31.name, usb: bool = False) -> Path:

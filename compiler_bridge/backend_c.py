@@ -2,7 +2,7 @@
 
 Each kernel becomes `void NAME(T *b0, ..., S s0, ...)` whose loop runs the body for gid = 0 .. size-1,
 so the launch rules of compiler_bridge.ir hold trivially. Compiled libraries are cached on disk by the
-hash of their source (under $XDG_CACHE_HOME/driverless/c, or $DRIVERLESS_C_CACHE) and in memory by kernel
+hash of their source (in `c/` under the cache root, hcq.cache) and in memory by kernel
 name. Float code is built without -ffast-math and with -ffp-contract=off: this is the reference the GPU
 generators are held against.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hcq import cache as hcq_cache
 from compiler_bridge import ir
 
 _CTYPE = {"float32": "float", "int32": "int32_t", "bool": "int"}
@@ -105,10 +106,7 @@ def render(k: ir.Kernel) -> str:
 
 
 def _cache_dir() -> Path:
-    d = os.environ.get("DRIVERLESS_C_CACHE")
-    if d:
-        return Path(d)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "driverless" / "c"
+    return hcq_cache.subdir("c")
 
 
 def compile_c(src: str) -> Path:

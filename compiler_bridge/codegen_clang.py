@@ -6,8 +6,8 @@ The pipeline is the one the ISA corpus uses (tests/amdrv/isa/conftest.py): `clan
 -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib -O2 -c` (`opt=` picks another level), then `ld.lld-15 -shared`.
 No device library is linked, so sources read work-item ids through the amdgcn builtins.
 
-Results are cached by the sha256 of (source, mcpu, flags) in `$DRIVERLESS_CACHE_DIR/kernels`, else
-`$XDG_CACHE_HOME/driverless/kernels`, else `~/.cache/driverless/kernels` (one file per code object,
+Results are cached by the sha256 of (source, mcpu, flags) in `kernels/` under the cache root
+(`$DRIVERLESS_CACHE`, else `$XDG_CACHE_HOME/driverless`, else `~/.cache/driverless`: hcq.cache) (one file per code object,
 written atomically), and in memory for the process. A missing clang-15 or ld.lld-15 raises
 `ClangMissing` (a RuntimeError) naming the Debian packages to install; a compile error raises
 `ClangError` with clang's diagnostics and the source.
@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from hcq import cache as hcq_cache
 
 CLANG, LLD = "clang-15", "ld.lld-15"
 FLAGS = ("-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-nogpulib")
@@ -39,11 +41,7 @@ stats = {"compiles": 0, "disk_hits": 0, "memory_hits": 0}
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("DRIVERLESS_CACHE_DIR")
-    if base:
-        return Path(base) / "kernels"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "driverless" / "kernels"
+    return hcq_cache.subdir("kernels")
 
 
 def available() -> bool:

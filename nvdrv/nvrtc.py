@@ -30,6 +30,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from hcq import cache as hcq_cache
+
 PIP_PACKAGE = "nvidia-cuda-nvrtc-cu12"
 # NVRTC_SUCCESS is 0 (nvrtc.h, nvrtcResult); any other value is an error nvrtcGetErrorString names.
 _SUCCESS = 0
@@ -52,9 +54,7 @@ _lib_lock = threading.Lock()
 
 def cache_dir() -> Path:
     """$DRIVERLESS_CACHE/nvrtc, else $XDG_CACHE_HOME/driverless/nvrtc, else ~/.cache/driverless/nvrtc."""
-    root = os.environ.get("DRIVERLESS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "driverless")
-    return Path(root) / "nvrtc"
+    return hcq_cache.subdir("nvrtc")
 
 
 def library_path() -> str | None:

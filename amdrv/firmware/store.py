@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdrv.firmware.pins import DEFAULT_URLS, PINS, TAG, Pin
+from hcq import cache as hcq_cache
 
 ENV_DIR = "DRIVERLESS_FIRMWARE_DIR"   # offline override: a directory of the pinned files
-ENV_CACHE = "DRIVERLESS_CACHE"        # cache root (default: $XDG_CACHE_HOME/driverless)
 ENV_URL = "DRIVERLESS_FIRMWARE_URL"   # a mirror: URL template with {name}, replaces the default URLs
 ENV_OFFLINE = "DRIVERLESS_OFFLINE"    # "1": never touch the network
 
@@ -36,10 +36,7 @@ def _how_to_supply(names: list[str]) -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get(ENV_CACHE)
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "driverless")
-    return Path(root) / "firmware" / TAG / "amdgpu"
+    return hcq_cache.subdir("firmware") / TAG / "amdgpu"
 
 
 def pin_of(name: str) -> Pin:

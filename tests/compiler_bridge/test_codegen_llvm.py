@@ -59,7 +59,7 @@ def test_registered():
 
 @needs_clang
 def test_compiles_are_cached_by_source(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRIVERLESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
     monkeypatch.setattr(codegen_clang, "_memo", {})
     src = L.opencl_source(SAMPLES["row_sum_max"].kernel) + "/* cache test */\n"
     before = dict(codegen_clang.stats)
@@ -75,14 +75,14 @@ def test_compiles_are_cached_by_source(tmp_path, monkeypatch):
 
 def test_missing_clang_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setenv("DRIVERLESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
     with pytest.raises(codegen_clang.ClangMissing, match="clang-15 and ld.lld-15 .*apt-get install clang-15 lld-15"):
         codegen_clang.compile_opencl("__kernel void never_built_before(void) {}\n")
 
 
 @needs_clang
 def test_compile_error_shows_diagnostics_and_source(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRIVERLESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
     diag = r"(?s)clang-15 failed .*undeclared identifier 'nope'.*source:\n   1  __kernel void bad"
     with pytest.raises(codegen_clang.ClangError, match=diag):
         codegen_clang.compile_opencl("__kernel void bad(__global float *o) { o[0] = nope; }\n")

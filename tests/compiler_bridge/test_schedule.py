@@ -13,7 +13,7 @@ rng = np.random.default_rng(1)
 
 @pytest.fixture(autouse=True)
 def _c_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("DRIVERLESS_C_CACHE", str(tmp_path_factory.getbasetemp() / "c_cache"))
+    monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
 
 
 def T(x):

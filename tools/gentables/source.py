@@ -3,6 +3,8 @@ import os
 import tarfile
 from pathlib import Path
 
+from hcq import cache as hcq_cache
+
 DEFAULT_TARBALL = Path("/usr/src/linux-source-6.1.tar.xz")
 AMD_SUBDIR = "drivers/gpu/drm/amd"
 
@@ -25,8 +27,7 @@ class HeaderTree:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "driverless" / "linux-source-6.1"
+    return hcq_cache.subdir("linux-source-6.1")
 
 
 def find_source() -> Path | None:

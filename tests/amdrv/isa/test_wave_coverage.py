@@ -327,7 +327,7 @@ def test_llvm_codegen_at_other_levels_matches_the_c_reference(level, name, tmp_p
     from compiler_bridge import codegen_llvm as L
     from compiler_bridge import codegen_samples as S
     from compiler_bridge.codegen_clang import compile_opencl
-    monkeypatch.setenv("DRIVERLESS_C_CACHE", str(tmp_path_factory.getbasetemp() / "c_cache"))
+    monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
     samples = S.samples()
     s = samples[name]
     co = compile_opencl(L.opencl_source(s.kernel), opt=level)
