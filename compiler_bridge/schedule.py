@@ -42,6 +42,9 @@ from dataclasses import dataclass, replace
 from compiler_bridge import ir
 
 SOFTMAX_KERNELS = 3
+MAX_NAME_OPS = 4   # kernel names list at most this many ops (Lowering.op_words)
+_VIEW_OPS = ("buffer", "const", "reshape", "permute", "expand", "slice", "pad")
+_DTYPE_WORD = {"float32": "f32", "int32": "i32", "bool": "bool"}
 
 
 class Node:
@@ -368,6 +371,28 @@ class _Lowering:
             return e.b.end_reduce(kind, math.prod(lens), x)
         raise ir.IRError(f"scheduler: cannot render node {n}")
 
+    def op_words(self) -> str:
+        """What the kernel computes, for its name: the graph's compute ops below the root, operands
+        first, each once, at most MAX_NAME_OPS (a reduction says its kind: `sum`, `max`); `copy` for a
+        kernel of views only. The name's hash keeps kernels with the same words apart."""
+        words: list[str] = []
+        seen: set[int] = set()
+
+        def walk(n: Node) -> None:
+            if id(n) in seen or n is not self.root and (n.is_buffer or id(n) in self.pending):
+                return
+            seen.add(id(n))
+            for s in n.srcs:
+                walk(s)
+            word = n.arg[0] if n.op == "reduce" else n.op
+            if n.op not in _VIEW_OPS and word not in words:
+                words.append(word)
+
+        walk(self.root)
+        if len(words) > MAX_NAME_OPS:
+            words = words[:MAX_NAME_OPS - 1] + words[-1:]   # keep the last: the op whose result is stored
+        return "_".join(words) or "copy"
+
     def kernel(self) -> ScheduleItem:
         e, root = self.e, self.root
         gid = e.b.gid()
@@ -381,8 +406,7 @@ class _Lowering:
         k = e.b.kernel("k", bufs, root.size)
         k = replace(k, body=_dce(_licm(k.body), set()))
         body = ir.format_kernel(k).split("\n", 1)[1]
-        tag = "r" if any(op.op == "reduce" for op in k.walk()) else "e"
-        name = f"{tag}_{root.size}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+        name = f"{self.op_words()}_{_DTYPE_WORD[root.dtype]}_{root.size}_{hashlib.sha256(body.encode()).hexdigest()[:12]}"
         return ScheduleItem(replace(k, name=name), root, self.inputs)
 
 

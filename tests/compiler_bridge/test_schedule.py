@@ -183,3 +183,23 @@ def test_default_device(monkeypatch):
     assert runtime.default_device() == "am:0000:03:00.0"
     monkeypatch.setenv("DEVICE", "c")
     assert Tensor(np.ones(3)).device == "c"
+
+
+def test_kernel_names_say_what_they_compute_and_stay_unique_and_stable():
+    a, b, c = T(f32(3, 5)), T(f32(5)), T(f32(3, 1))
+    [k] = kernels((a * b + c).relu())
+    assert k.name.startswith("mul_add_relu_f32_15_") and k.name.isidentifier()
+    assert [k.name for k in kernels((a * b + c).relu())] == [k.name]              # stable: same graph, same name
+    assert kernels(a.sum(1))[0].name.startswith("sum_f32_3_")
+    assert kernels(a.max(1))[0].name.startswith("max_f32_3_")
+    x = a - a.max(1, keepdims=True)
+    e = x.exp()
+    names = [k.name for k in kernels(e / e.sum(1, keepdims=True))]
+    assert [n.rsplit("_", 3)[0] for n in names] == ["max", "sub_exp_sum", "sub_exp_div"]
+    assert kernels(a.reshape(5, 3))[0].name.startswith("copy_f32_15_")
+    assert kernels(a < b)[0].name.startswith("cmplt_bool_15_")
+    # same op words, different kernels: the hash keeps them apart
+    assert kernels(a + b)[0].name != kernels(a + c)[0].name
+    # a long chain lists four ops and keeps the last (the stored one)
+    long = ((((a + 1) * 2).exp() - 3).sqrt()).relu()
+    assert kernels(long)[0].name.startswith("add_mul_exp_relu_f32_15_")
