@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdrv import device_spec
+from amdrv import device_spec, pci_state
 from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetMaxDpmFreq
 from amdrv.device import AMDevice
 from amdrv.firmware import FirmwareError, FirmwareStore, files_for, parse
@@ -242,6 +242,7 @@ class AMGPU:
                           f"run that left the GPU used {state.boot_used:#x}: the layout changed without a new "
                           f"am.BOOT_STATE_VERSION; boot cold ({COLD_ENV}=1)")
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the whole boot region, as used now
+        pci_state.forget(dev.pci)   # a boot completed: no reset is left half done (amdrv.pci_state)
         used = dev.pci.counters - before
         self.boot_report = BootReport(kind, reason, mode1, time.perf_counter() - t0, used.mmio_reads,
                                       used.mmio_writes, tuple(steps), pci_reset)

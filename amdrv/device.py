@@ -12,6 +12,8 @@ every boot path starts from. IP blocks take the device and use:
 """
 from __future__ import annotations
 
+import time
+
 from amdrv import chips, device_spec, discovery, pci_state, regs
 from amdrv.firmware import FirmwareStore
 from amdrv.memory import VRAMAllocator
@@ -103,25 +105,38 @@ class AMDevice:
     def __init__(self, name: str, pci: PCIFunction, firmware: FirmwareStore | None = None):
         self.name, self.pci = name, pci
         self.mmio = pci.bar(5)
-        try:
-            vram_size = discovery.vram_size(self.mmio)
-        except discovery.DiscoveryError:
-            # a process that died inside a mode1 reset, before restoring the config space (amdrv.pci_state)
-            if not pci_state.restore_kept(pci):
-                raise
-            vram_size = discovery.vram_size(self.mmio)
-        self.vram = VRAM(pci.bar(0), self.mmio, vram_size, pci.counters)
+        # A process that died inside a reset leaves the config space it saved on disk (amdrv.pci_state):
+        # restored here (only dwords that differ are written). Its reset may still land after that (a
+        # Mode1Reset in flight when it died): the discovery that then reads all ones is retried once after
+        # restoring again.
+        saved = pci_state.kept(pci)
+        for retry in (False, True):
+            if saved is not None:
+                pci_state.restore(pci, saved)
+            try:
+                vram_size = self._discover()
+                break
+            except discovery.DiscoveryError:
+                if saved is None or retry:
+                    raise
+                time.sleep(0.5)   # the reset's own time (SMU13_MODE1_RESET_WAIT_TIME_IN_MS), then restore
+        self.chip = self._identify()
+        self.mm = VRAMAllocator(vram_size, visible=self.vram.visible)
+        self.firmware = firmware or FirmwareStore()
+        self.fb_base: int | None = None  # MC address of VRAM offset 0, set by the GMC block
+        self._blocks: dict[tuple[str, int], regs.IPBlock] = {}
+
+    def _discover(self) -> int:
+        """VRAM size, the VRAM view and the IP discovery binary; returns the VRAM size."""
+        vram_size = discovery.vram_size(self.mmio)
+        self.vram = VRAM(self.pci.bar(0), self.mmio, vram_size, self.pci.counters)
         # Beyond the CPU-visible window every dword is three register accesses (MM_INDEX): read only
         # the binary's own size there, not all of DISCOVERY_TMR_SIZE, and only its binary header and
         # harvest table when the host keeps a copy of the rest (DiscoveryCache, in the driver's cache dir).
         exact = vram_size - discovery.DISCOVERY_TMR_OFFSET >= self.vram.visible
         self.disc = discovery.read_discovery(self.vram.read, vram_size, exact=exact,
                                              cache=discovery.DiscoveryCache() if exact else None)
-        self.chip = self._identify()
-        self.mm = VRAMAllocator(vram_size, visible=self.vram.visible)
-        self.firmware = firmware or FirmwareStore()
-        self.fb_base: int | None = None  # MC address of VRAM offset 0, set by the GMC block
-        self._blocks: dict[tuple[str, int], regs.IPBlock] = {}
+        return vram_size
 
     @classmethod
     def attach(cls, spec: str = "am:sim", firmware: FirmwareStore | None = None) -> AMDevice:

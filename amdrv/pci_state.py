@@ -98,14 +98,11 @@ def forget(pci) -> None:
         pass
 
 
-def restore_kept(pci) -> bool:
-    """Restores the config space a reset left kept on disk (a process died between a reset and its
-    restore); False when there is none."""
+def kept(pci) -> PCIState | None:
+    """The config space a reset kept on disk and a dead process never restored, or None. It stays until a
+    boot completes (forget): the dead process's reset may still land after the next open restored it."""
     try:
         data = json.loads(_kept_path(pci).read_text())
-        state = PCIState(tuple(data["header"]), tuple(tuple(r) for r in data["rebar"]))
+        return PCIState(tuple(data["header"]), tuple(tuple(r) for r in data["rebar"]))
     except (OSError, PCIError, ValueError, KeyError, TypeError):
-        return False
-    restore(pci, state)
-    forget(pci)
-    return True
+        return None

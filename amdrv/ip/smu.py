@@ -338,7 +338,9 @@ class SMU:
         Mode1Reset, no register access for 500 ms, the saved config space restored (memory decode, BARs,
         bus mastering: amdgpu_device_load_pci_state), then RCC_CONFIG_MEMSIZE polled until it reads other
         than all ones."""
-        saved = pci_state.save(self.dev.pci)
+        # A state kept by a process that died inside a reset is the good one: what the config space reads now
+        # may already be that reset's defaults (its Mode1Reset may still have been in flight).
+        saved = pci_state.kept(self.dev.pci) or pci_state.save(self.dev.pci)
         pci_state.keep(self.dev.pci, saved)   # for the next process, should this one die before the restore
         # The reset follows the answer and clears the response register with everything else; a driver
         # that reads too late (a slow link, a preempted process) sees the sOS sign of life gone instead.
@@ -357,4 +359,3 @@ class SMU:
             # A reset that finished only after the restore above (a shorter wait than the reset took) reset
             # the config space again: restore once more (only what differs is written).
             pci_state.restore(self.dev.pci, saved)
-        pci_state.forget(self.dev.pci)

@@ -110,6 +110,30 @@ def test_died_inside_a_mode1_reset_before_the_config_restore(monkeypatch):
         m.setattr(pci_state, "restore", killed)
         with pytest.raises(Killed):
             AMGPU.open(sim(78), cold=True)
-    monkeypatch.setattr(pci_state, "restore_kept", lambda pci: False)
+    monkeypatch.setattr(pci_state, "kept", lambda pci: None)
     with pytest.raises(Exception, match="RCC_CONFIG_MEMSIZE reads 0xffffffff"):
         AMGPU.open(sim(78))
+
+
+def test_died_with_a_mode1_reset_in_flight(monkeypatch):
+    """Killed right after sending Mode1Reset: the reset lands while the next process opens the GPU (after it
+    restored the kept config space); discovery reads all ones, restores again and goes on (found by
+    tools/fuzz/state.py, seed 2 cases 148 and 187)."""
+    from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_Mode1Reset
+    from amdrv.ip.smu import SMU
+    AMGPU.open(sim(79, fresh=True)).fini()
+    real = SMU.send
+
+    def send(self, msg, *args, **kw):
+        if msg == PPSMC_MSG_Mode1Reset:
+            self.resp_reg.write(0)
+            self.msg_reg.write(msg)
+            raise Killed("right after Mode1Reset")
+        return real(self, msg, *args, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(SMU, "send", send)
+        with pytest.raises(Killed):
+            AMGPU.open(sim(79), cold=True)
+    gpu = AMGPU.open(sim(79))
+    assert gpu.boot_report.kind == "cold" and gpu.gfx.mec_ready() and gpu.sdma.ready(), gpu.boot_report
+    gpu.fini()
