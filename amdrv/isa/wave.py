@@ -515,7 +515,7 @@ def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1:
         code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, lds_bytes, private_bytes, name,
         max_waves, max_steps, code, wg_offset, code_base, apertures)
     grid, block, user, wg_rows, id_dims, prog, code_address, memory, lds_size, private_size, wg_offset = ctx
-    total_insts = total_waves = 0
+    total_insts = total_waves = since_yield = 0
     for start in range(0, len(wgs), per_batch):
         batch = wgs[start:start + per_batch]
         groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, code_address,
@@ -529,6 +529,13 @@ def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1:
             raise
         total_insts += ex.instructions
         total_waves += nwaves
+        # the slice budget counts across batches too: a dispatch of billions of short workgroups (a grid
+        # from a corrupted DISPATCH_DIRECT, found by tools/fuzz/packets.py) yields to the host like a long
+        # kernel does, so the driver's timeout can end it, instead of holding the doorbell write for hours
+        since_yield += ex.instructions
+        if slice_steps and since_yield >= slice_steps and start + per_batch < len(wgs):
+            since_yield = 0
+            yield
     return DispatchResult(total_insts, total_waves)
 
 

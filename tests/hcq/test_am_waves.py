@@ -88,3 +88,14 @@ def test_a_store_whose_data_vgprs_lie_past_the_allocation_halts_naming_them(dev)
     assert any("v6 is beyond the kernel's 8 VGPRs" in str(e) for e in sim.errors)
     assert not any("IndexError" in str(e) for e in sim.errors)
     dev.recover()
+
+
+def test_a_dispatch_of_millions_of_short_workgroups_lets_the_driver_time_out(dev):
+    # found by tools/fuzz/packets.py (a corrupted DISPATCH_DIRECT grid): the simulator ran every workgroup
+    # inside the doorbell write, since each batch ended below the slice budget; the budget now spans batches
+    prog = _program(dev, "short", assemble("s_endpgm"))
+    t0 = time.perf_counter()
+    with pytest.raises(hcq.HCQTimeout, match=r"within 0.5 s"):
+        prog(global_size=(1 << 20,), local_size=(32,), wait=True, timeout=0.5)
+    assert time.perf_counter() - t0 < 10
+    dev.recover()

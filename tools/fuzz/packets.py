@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 from array import array
@@ -204,6 +206,23 @@ def sdma_random(t: Target, rng) -> array:
     return out
 
 
+# Byte counts of SDMA COPY_LINEAR (dword 1) and CONSTANT_FILL (dword 4) are capped at this: the simulator runs
+# a copy or fill page by page inside the doorbell write, so hundreds of MiB at unmapped addresses take it
+# minutes, where no driver timeout can end it (hardware takes milliseconds). An open finding, not a rule of
+# the GPU (docs/fuzzing.md); with the cap a run's cases each take about a second at most.
+SDMA_MAX_BYTES = 16 << 20
+
+
+def cap_sdma_sizes(stream) -> array:
+    s = array("I", stream)
+    for i, d in enumerate(s):
+        if d >> 8 & 0xFF == 0 and d & 0xFF in (1, 11):
+            at = i + (1 if d & 0xFF == 1 else 4)
+            if at < len(s) and SDMA_MAX_BYTES < s[at] < 1 << 30:
+                s[at] = SDMA_MAX_BYTES - 1
+    return s
+
+
 # ------------------------------------------------------------------------------------------ mutations
 def mutate(stream: array, rng, headers: list[int]) -> tuple[array, list[str]]:
     """1-4 mutations of a stream; headers: dword values that are packet headers of this engine."""
@@ -312,8 +331,9 @@ def run_case(t: Target, kind: str, rng, verbose: bool = False) -> tuple[str, str
                 stream = pm4_random(t, rng)
             elif kind == "sdma-mutated":
                 stream, how = mutate(sdma_valid(t, rng), rng, [0, 1, 2, 5, 8, 11])
+                stream = cap_sdma_sizes(stream)
             else:
-                stream = sdma_random(t, rng)
+                stream = cap_sdma_sizes(sdma_random(t, rng))
             if verbose:
                 print(" ".join(f"{d:08x}" for d in stream))
             raw = dev.compute if engine == "pm4" else dev.sdma
@@ -430,7 +450,8 @@ def _writes_registers(stream) -> bool:
 
 # ------------------------------------------------------------------------------------------ the run
 def run(seed: int, budget: int, kinds=KINDS, device: str = "am:sim", timeout: float = 1.0,
-        replay: int | None = None, kernel_max_steps: int = 50_000, target: Target | None = None) -> Tally:
+        replay: int | None = None, kernel_max_steps: int = 50_000, target: Target | None = None,
+        progress: bool = False) -> Tally:
     """target: a Target to reuse (tests); by default one is opened for the run and closed after it."""
     if sim_chip(device) is None:
         raise SystemExit(f"{device}: the packet fuzzer runs on simulated GPUs only (am:sim[:CHIP]): a real "
@@ -438,8 +459,13 @@ def run(seed: int, budget: int, kinds=KINDS, device: str = "am:sim", timeout: fl
     t = target or Target(device, timeout)
     tally = Tally(f"packet fuzzer (seed {seed}, {', '.join(kinds)})")
     cases = [replay] if replay is not None else range(budget)
+    stop = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() else None
+    t0 = time.monotonic()
     try:
         for i in cases:
+            if progress and i and i % 50 == 0:
+                print(f"... {i} cases, {len(tally.findings)} unexpected, {time.monotonic() - t0:.0f} s",
+                      file=sys.stderr, flush=True)
             # a kernel that never ends stops the queue after this many executor steps (a simulator knob:
             # the hang is the same, the driver's timeout sees it either way)
             t.sim.blocks["CP"].kernel_max_steps = kernel_max_steps
@@ -448,11 +474,19 @@ def run(seed: int, budget: int, kinds=KINDS, device: str = "am:sim", timeout: fl
             outcome, text, why = run_case(t, kind, rng, verbose=replay is not None)
             finding = Finding(seed, i, kind, outcome, f"{why}: {text}") if why else None
             tally.add(kind, outcome, text, finding)
+    except KeyboardInterrupt:      # Ctrl-C or SIGTERM: the table of the cases run so far
+        tally.title += f" (stopped after {tally.cases} cases)"
     finally:
+        if stop is not None:
+            signal.signal(signal.SIGTERM, stop)
         if target is None:
             t.dev.close()
     tally.reopens = t.reopens
     return tally
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main(argv=None) -> int:
@@ -470,7 +504,7 @@ def main(argv=None) -> int:
     if args.replay:
         seed, replay = (int(x) for x in args.replay.split(":"))
     t0 = time.monotonic()
-    tally = run(seed, args.budget, kinds, args.device, args.timeout, replay)
+    tally = run(seed, args.budget, kinds, args.device, args.timeout, replay, progress=True)
     print(tally.table())
     print(f"{tally.cases} cases in {time.monotonic() - t0:.1f} s; the GPU was reopened {tally.reopens} time(s)")
     if args.json:
