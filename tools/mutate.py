@@ -1324,6 +1324,10 @@ def summary(results: list[Result], excluded: list[str]) -> list[str]:
         c, n = sum(regs.values()), len(regs)
         lines.append(f"registers caught {c} of {n} ({100 * c / max(n, 1):.0f}%) by dropping their writes"
                      f" ({len(set(excluded))} left out: invalidation-engine ranges 0-16, GDS/GWS/OA of VMIDs 1-15)")
+        held = sum(r.status == "caught" or r.how.startswith(("expected", "caught by")) for r in drops)
+        lines.append(f"register drops the simulator holds the driver to, or that the card lets pass too: {held} of "
+                     f"{n} ({100 * held / max(n, 1):.0f}%): caught by the workload, caught by a dedicated test "
+                     f"(CAUGHT_BY_TESTS) or expected (EXPECTED, the power-on rule)")
         if flips:
             cf = sum(flips.values())
             either = sum(regs.get(k, False) or flips.get(k, False) for k in set(regs) | set(flips))

@@ -106,3 +106,15 @@ def test_a_harmless_mutation_survives_and_a_spin_is_a_hang(rig):
     assert vmid_r.status == "survived" and vmid_r.how == "expected: " + M.POWER_ON_WHY, vmid_r
     assert hang_r.status == "caught" and hang_r.how.startswith("hang"), hang_r
     assert gone_r.status == "n/a" and "no such target" in gone_r.how, gone_r
+
+
+def test_the_summary_counts_drops_held_or_expected():
+    R = M.Result
+    results = [R("reg-drop:GC.A", "regs", "GC/A", "caught", "boot: error"),
+               R("reg-drop:GC.B", "regs", "GC/B", "survived", "expected: " + M.POWER_ON_WHY),
+               R("reg-drop:GC.C", "regs", "GC/C", "survived", "caught by tests/x.py::t, not by the workload"),
+               R("reg-drop:GC.D", "regs", "GC/D", "survived", "")]
+    lines = M.summary(results, [])
+    assert lines[0].startswith("registers caught 1 of 4 (25%)")
+    assert lines[1].startswith("register drops the simulator holds the driver to, or that the card lets pass "
+                               "too: 3 of 4 (75%)")
