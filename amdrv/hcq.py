@@ -31,7 +31,7 @@ import time
 import weakref
 from array import array
 
-from amdrv import device_spec, pm4, sdma_packets
+from amdrv import device_spec, monitor, pm4, sdma_packets
 from amdrv.am import AMGPU
 from amdrv.memory import VRAMExhausted, fmt_size
 from amdrv.pagetable import MTYPE_UC
@@ -223,6 +223,20 @@ class AMHCQDevice(Device):
         # SDMA. On the simulator (and on PCIe hosts writing write-combined BAR memory) the CPU copy wins
         # at every size; 0 sends every copy through SDMA.
         self.direct_max = 1 << 62
+        # Idle power and operators (amdrv.monitor): GFX may power off once the driver lets it go, as
+        # amdgpu's late init does; the metrics go to a file driverless-smi reads. Both send SMU messages
+        # from threads of their own, so neither runs over USB (the link is one transaction stream) nor on
+        # a GPU without a device lock (a simulated one opened by slot=/fresh=: tests, benchmarks, the
+        # mutation tool), whose register traffic stays the driver's own and deterministic.
+        self.gfxoff = monitor.GfxOff(gpu.smu)
+        lock = monitor.lock_path_of(gpu.dev.pci)
+        self.publisher = None
+        if lock is not None and self.coherent:
+            self.gfxoff.release()
+            self.publisher = monitor.Publisher(gpu, monitor.metrics_path(lock), extra=self._published)
+
+    def _published(self) -> dict:
+        return {"gfxoff_allowed": self.gfxoff.allowed, "idle_s": self.gfxoff.delay_s}
 
     def describe(self) -> str:
         state = "closed" if self._closed else f"{self.gpu.boot_report.kind} boot" if self.gpu.boot_report else "open"
@@ -537,17 +551,21 @@ class AMHCQDevice(Device):
         """(slot, SQ_WAVE_STATUS, PC, SQ_WAVE_TRAPSTS, EXEC_LO) of the valid waves of SE 0, SA 0, WGP 0
         (selected through GRBM_GFX_INDEX as gfx_v11_0_select_se_sh does; broadcast again after)."""
         gc, out = self.gc, []
-        gc.GRBM_GFX_INDEX.write(0)
-        try:
-            for w in slots:
-                st = self._read_wave(w, IX_SQ_WAVE_STATUS)
-                if st & SQ_WAVE_STATUS_VALID:
-                    pc = self._read_wave(w, IX_SQ_WAVE_PC_LO) | self._read_wave(w, IX_SQ_WAVE_PC_HI) << 32
-                    out.append((w, st, pc, self._read_wave(w, IX_SQ_WAVE_TRAPSTS),
-                                self._read_wave(w, IX_SQ_WAVE_EXEC_LO)))
-        finally:
-            gc.GRBM_GFX_INDEX.write(0xE0000000)  # regGRBM_GFX_INDEX_DEFAULT: broadcast
+        with self.gfxoff.awake():       # GC registers: GFX must be powered (amdgpu_gfx_off_ctrl)
+            gc.GRBM_GFX_INDEX.write(0)
+            try:
+                self._wave_slots(slots, out)
+            finally:
+                gc.GRBM_GFX_INDEX.write(0xE0000000)  # regGRBM_GFX_INDEX_DEFAULT: broadcast
         return out
+
+    def _wave_slots(self, slots: range, out: list) -> None:
+        for w in slots:
+            st = self._read_wave(w, IX_SQ_WAVE_STATUS)
+            if st & SQ_WAVE_STATUS_VALID:
+                pc = self._read_wave(w, IX_SQ_WAVE_PC_LO) | self._read_wave(w, IX_SQ_WAVE_PC_HI) << 32
+                out.append((w, st, pc, self._read_wave(w, IX_SQ_WAVE_TRAPSTS),
+                            self._read_wave(w, IX_SQ_WAVE_EXEC_LO)))
 
     def _wave_halted(self) -> bool:
         return any(st & SQ_WAVE_STATUS_HALT for _, st, *_ in self._waves(range(1)))
@@ -591,7 +609,8 @@ class AMHCQDevice(Device):
         what was in flight, and leaves the timeline at the last value handed out so synchronize()
         returns. Returns the faults that were pending, in words."""
         self._open_check("recover")
-        faults = self.gpu.recover()
+        with self.gfxoff.awake():
+            faults = self.gpu.recover()
         self.timeline.value = self.timeline_value
         self.arena.at, self.arena.fence = 0, 0
         return faults
@@ -779,6 +798,9 @@ class AMHCQDevice(Device):
             buf.release(f"belonged to {self.name}, which was closed")
         self._buffers.clear()
         self._dropped.clear()    # the GPU's memory manager goes with the device
+        if self.publisher is not None:
+            self.publisher.stop()
+        self.gfxoff.stop()                  # fini halts GFX: it must be powered, and stay so
         self.gpu.ih.move_wptr_writeback()   # back to VRAM: the signal page goes with this device
         self.gpu.fini()
 

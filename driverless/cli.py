@@ -4,6 +4,7 @@
     driverless info --device am:sim [--cold] [--json]  boot a GPU and show it       (python -m amdrv info)
     driverless firmware status|verify|fetch|seed|inspect ... (status --json)  (python -m amdrv.firmware)
     driverless demo [--device SPEC]                the MLP + softmax demo     (python -m compiler_bridge.demo)
+    driverless smi [watch|plot] [--json|--csv]     temperatures, power, clocks, activity (driverless-smi)
 
 Each subcommand hands its arguments to the module named, so both spellings take the same options.
 """
@@ -16,6 +17,7 @@ COMMANDS = {
     "info": "supported GPUs, firmware and tables; with --device, boot that GPU and show it (python -m amdrv)",
     "firmware": "the pinned firmware: status, verify, fetch, seed, inspect (python -m amdrv.firmware)",
     "demo": "boot a GPU and run the MLP + softmax demo (python -m compiler_bridge.demo)",
+    "smi": "temperatures, power, clocks and activity of every AM GPU (driverless-smi, python -m amdrv.smi)",
 }
 
 
@@ -36,7 +38,12 @@ def _demo(argv: list[str]) -> int:
     return main(argv)
 
 
-RUN = {"info": _info, "firmware": _firmware, "demo": _demo}
+def _smi(argv: list[str]) -> int:
+    from amdrv.smi import main
+    return main(argv)
+
+
+RUN = {"info": _info, "firmware": _firmware, "demo": _demo, "smi": _smi}
 
 
 def main(argv: list[str] | None = None) -> int:

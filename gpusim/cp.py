@@ -55,6 +55,8 @@ are monotonic and a kernel takes time. The MQD is written at a dequeue and never
 """
 from __future__ import annotations
 
+import time
+
 import functools
 
 from amdrv import structs
@@ -601,6 +603,8 @@ class CP(Block):
             vmid = self._exec_vmid(q)
             q.dispatch = dispatch_steps(self.dev, q.sh, body[:3], body[3], vmid, self.kernel_max_steps,
                                         apertures=self.apertures(vmid), slice_steps=DISPATCH_SLICE_STEPS)
+        smu = self.dev.blocks.get("SMU")
+        t0 = time.perf_counter()
         try:
             next(q.dispatch)
             return False     # still running: the queue waits here and the next pass runs the next slice
@@ -608,14 +612,26 @@ class CP(Block):
             insts, _ = done.value
         except DispatchFailed as e:
             q.dispatch = None
-            self.advance(work_ns(e.instructions), device=True)
+            self._gpu_work(smu, work_ns(e.instructions))
             sq = self.dev.blocks.get("SQ")
             if sq is not None and e.waves:      # the stopped waves stay resident while the queue is hung
                 sq.hold(q, e.waves)
             raise Hang(f"DISPATCH_DIRECT {tuple(body[:3])}: {e.why}") from None
+        finally:
+            if smu is not None:   # on the wall clock the executor's time is GFX busy time (gpusim.smu)
+                smu.executor_ran(time.perf_counter() - t0)
         q.dispatch = None
-        self.advance(work_ns(insts), device=True)
+        self._gpu_work(smu, work_ns(insts))
         return True
+
+    def _gpu_work(self, smu, ns: int) -> None:
+        """A dispatch's GPU time: the clocks advance by it, and on the simulated clock the SMU counts it
+        as GFX busy time (AverageGfxActivity, gpusim.power)."""
+        if smu is not None:
+            smu.work_began()
+        self.advance(ns, device=True)
+        if smu is not None:
+            smu.work_done()
 
     def _eop_record(self, q: Queue, body) -> None:
         """The CP queues each end-of-pipe event (RELEASE_MEM) in the HQD's EOP buffer at

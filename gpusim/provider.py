@@ -334,6 +334,9 @@ def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, har
         _STATE[slot] = state
     else:
         _STATE.pop(slot, None)
+    # A GPU kept in a state file is the one an operator watches (driverless-smi): its power model runs
+    # on the wall clock, so temperatures and averages move in real time between and across processes.
+    dev.wall_clock = state is not None
     fn = SimFunction(dev, slot, state, lock)
     _HELD[slot] = fn
     if async_clock:

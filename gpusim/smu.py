@@ -35,22 +35,24 @@ Facts (drivers/gpu/drm/amd/pm/swsmu, message and table numbers from amdrv.autoge
 - smu_v13_0_0_mode1_reset: Mode1Reset (13.0.10 uses the debug mailbox's DEBUGSMC_MSG_Mode1Reset = 2); the
   response comes first, then the whole GPU resets (the driver stops MMIO for 500 ms).
 
-The DPM tables, power and thermal constants below are representative of an RX 7900 XTX and an RX 7600
-(from their public specifications: 355 W / 165 W board power, 2.5 GHz / 2.65 GHz boost, 20 / 18 Gbps GDDR6),
-not read from a PPTable.
+The DPM tables below are representative of an RX 7900 XTX and an RX 7600 (from their public
+specifications: 2.5 GHz / 2.65 GHz boost, 20 / 18 Gbps GDDR6), not read from a PPTable; power and
+thermals are gpusim.power's.
 """
 from __future__ import annotations
 
-import math
+import time
 
 from amdrv import structs
 from amdrv.autogen import smu_13_0_0 as S
 from gpusim.device import Block, DMAError
+from gpusim.power import GFX_W, IDLE_W, LEAK, MEM_W, PPT_LIMIT_W, PowerModel
 
 DEBUGSMC_MSG_Mode1Reset = 2       # smu_v13_0_0_ppt.c
 FIRMWARE_VERSION = {"navi31": 0x004E4B00, "navi33": 0x00523C00}
 DRIVER_IF_VERSION = 0x37
 LATENCY = 2                       # clock steps from a message to its response
+GFXOFF_ENTRY = 0.01               # GFX powers off once its averaged activity is below this (gfx_gated)
 
 # PPCLK -> DPM levels in MHz, and whether the clock is fine-grained (any value between min and max).
 DPM = {
@@ -63,13 +65,6 @@ DPM = {
                S.PPCLK_VCLK_0: ([500, 1500], False), S.PPCLK_DCLK_0: ([500, 1500], False),
                S.PPCLK_VCLK_1: ([500, 1500], False), S.PPCLK_DCLK_1: ([500, 1500], False)},
 }
-PPT_LIMIT_W = {"navi31": 355, "navi33": 165}
-IDLE_W = {"navi31": 14.0, "navi33": 8.0}     # board power with GFX gated, memory at its lowest level
-GFX_W = {"navi31": 300.0, "navi33": 135.0}   # GFX at max clock, fully busy
-MEM_W = {"navi31": 30.0, "navi33": 15.0}     # memory at max clock, fully busy
-LEAK = 0.05                                  # GFX powered but idle, as a share of GFX_W
-AMBIENT_C, C_PER_W, THERMAL_TAU_S = 30.0, 0.16, 4.0
-
 TABLES = {S.TABLE_PPTABLE: "PPTable_t", S.TABLE_WATERMARKS: "WatermarksExternal_t",
           S.TABLE_SMU_METRICS: "SmuMetricsExternal_t", S.TABLE_DRIVER_SMU_CONFIG: "DriverSmuConfigExternal_t",
           S.TABLE_ACTIVITY_MONITOR_COEFF: "DpmActivityMonitorCoeffIntExternal_t",
@@ -100,6 +95,8 @@ class SMU(Block):
 
     def reset(self) -> None:
         chip = self.dev.chip
+        if getattr(self, "pm", None) is not None:
+            self._integrate()                    # up to the reset, with the state before it
         self.running = False
         self.version = 0
         self.messages = 0
@@ -113,11 +110,11 @@ class SMU(Block):
         self.tables: dict[int, bytes] = {}
         self.ppt_limit = PPT_LIMIT_W[chip]
         self.gfxoff_allowed = False
-        self.activity = {"gfx": 0.0, "mem": 0.0}
-        self.temperature = AMBIENT_C
-        self.energy_j = 0.0
+        if getattr(self, "pm", None) is None:
+            self.pm = PowerModel(chip, self._now_s())
+        for engine in self.pm.level:             # a reset stops the engines; the board stays as warm
+            self.pm.set_level(engine, 0.0)
         self.metrics_counter = 0
-        self._last_ns = self.dev.now_ns
 
     # -- what other models call ---------------------------------------------------------------------
     def firmware_loaded(self, version: int | None = None) -> None:
@@ -130,11 +127,62 @@ class SMU(Block):
         self.set(self.IP, "MP1_SMN_C2PMSG_90", S.PPSMC_Result_OK)   # ready for the first message
 
     def set_activity(self, engine: str, busy: float) -> None:
-        """Engines report how busy they are, 0..1 ("gfx": CP/shaders/SDMA, "mem": memory traffic)."""
-        if engine not in self.activity:
-            raise KeyError(f"SMU activity: unknown engine {engine!r}; known: {', '.join(self.activity)}")
+        """Engines report how busy they are from now on, 0..1 ("gfx": CP/shaders/SDMA, "mem": memory
+        traffic); the metrics report the average over time (gpusim.power)."""
         self._integrate()
-        self.activity[engine] = min(max(float(busy), 0.0), 1.0)
+        self.pm.set_level(engine, busy)
+
+    @property
+    def activity(self) -> dict[str, float]:
+        """How busy each engine is now (what DPM and gating follow)."""
+        return self.pm.level
+
+    @property
+    def temperature(self) -> float:
+        return self.pm.temperature
+
+    @property
+    def energy_j(self) -> float:
+        return self.pm.energy_j
+
+    def _now_s(self) -> float:
+        """The power model's clock: simulated time, or the wall clock for a GPU an operator watches in
+        real time (a board kept in a state file: gpusim.provider sets `wall_clock`)."""
+        if self._wall():
+            return time.time()
+        return self.dev.now_ns * 1e-9
+
+    def _wall(self) -> bool:
+        return getattr(self.dev, "wall_clock", False)
+
+    def executor_ran(self, wall_s: float) -> None:
+        """The CP spent wall_s of host time executing a kernel slice. On the wall clock that time is GFX
+        busy time: the simulated GPU is many thousand times slower than the card, and what an operator
+        watching it wants to see is when it works (assumption: the executor's time stands for the GPU's)."""
+        if not self._wall() or wall_s <= 0:
+            return
+        self._same_base()
+        now = self._now_s()
+        self.pm.advance(max(self.pm.last_s, now - wall_s), self.power)
+        before = self.pm.level["gfx"]
+        self.pm.set_level("gfx", 1.0)
+        self.pm.advance(now, self.power)
+        self.pm.set_level("gfx", before)
+
+    def work_began(self) -> None:
+        """On the simulated clock, the CP accounts a dispatch's GPU time next (the clock advances by it,
+        then work_done): GFX busy meanwhile."""
+        if self._wall():
+            return
+        self._integrate()
+        self._level_before_work = self.pm.level["gfx"]
+        self.pm.set_level("gfx", 1.0)
+
+    def work_done(self) -> None:
+        if self._wall():
+            return
+        self._integrate()
+        self.pm.set_level("gfx", self._level_before_work)
 
     # -- the mailboxes --------------------------------------------------------------------------------
     def _message(self, msg: int) -> None:
@@ -389,12 +437,20 @@ class SMU(Block):
         allowed = [lv for lv in levels if lo <= lv <= hi] or [lo]
         return allowed[-1] if busy > 0 else allowed[0]
 
+    def demand(self, engine: str) -> float:
+        """What DPM and power follow: the averaged activity, or the current one when higher (work that
+        arrives raises the clocks at once; they come down as the average decays). Assumption: the PMFW's
+        DPM algorithm is not public; it works from averaged activity (SmuMetrics_t's Average*Activity)."""
+        return max(self.pm.level[engine], self.pm.average[engine])
+
     def gfx_gated(self) -> bool:
-        return (self.gfxoff_allowed and self.feature(S.FEATURE_GFXOFF_BIT) and self.activity["gfx"] == 0)
+        """GFX powered off: GFXOFF allowed (AllowGfxOff) and enabled, GFX idle now and on average (the
+        average standing in for PPTable's GfxOffEntryHysteresis, whose value is the board's: assumption)."""
+        return (self.gfxoff_allowed and self.feature(S.FEATURE_GFXOFF_BIT) and self.demand("gfx") < GFXOFF_ENTRY)
 
     def clocks(self) -> dict[int, int]:
         """Current frequency per PPCLK in MHz (GFXCLK 0 while GFX is powered off)."""
-        gfx, mem = self.activity["gfx"], self.activity["mem"]
+        gfx, mem = self.demand("gfx"), self.demand("mem")
         out = {
             S.PPCLK_GFXCLK: 0 if self.gfx_gated() else self._gfx_throttled(),
             S.PPCLK_SOCCLK: self._pick(S.PPCLK_SOCCLK, max(gfx, mem), S.FEATURE_DPM_SOCCLK_BIT),
@@ -407,23 +463,39 @@ class SMU(Block):
 
     def _gfx_power(self, mhz: int) -> float:
         top = self.dpm[S.PPCLK_GFXCLK][0][-1]
-        return GFX_W[self.dev.chip] * self.activity["gfx"] * (mhz / top) ** 3
+        return GFX_W[self.dev.chip] * self.demand("gfx") * (mhz / top) ** 3
+
+    def _throttled(self) -> tuple[int, dict[int, int]]:
+        """GFXCLK after the throttlers (FEATURE_THROTTLERS): lowered until the board power fits the PPT
+        limit and, once the hotspot reaches its limit, the power at which it settles there; and the
+        throttling percentage per THROTTLER_* bit (SmuMetrics_t.ThrottlingPercentage)."""
+        mhz = self._pick(S.PPCLK_GFXCLK, self.demand("gfx"), S.FEATURE_DPM_GFXCLK_BIT)
+        reasons: dict[int, int] = {}
+        if not self.feature(S.FEATURE_THROTTLERS_BIT) or mhz == 0:
+            return mhz, reasons
+        fixed = IDLE_W[self.dev.chip] + LEAK * GFX_W[self.dev.chip] + self._mem_power()
+        full = self._gfx_power(mhz)
+        floor = self._bounds(S.PPCLK_GFXCLK)[0]
+        limits = [(self.ppt_limit, S.THROTTLER_PPT0_BIT)]
+        if self.pm.too_hot():
+            limits.append((self.pm.thermal_budget_w(), S.THROTTLER_TEMP_HOTSPOT_BIT))
+        out = mhz
+        for limit, bit in limits:
+            budget = limit - fixed
+            if full > budget:
+                cut = max(floor, int(mhz * (max(budget, 0.0) / full) ** (1 / 3))) if budget > 0 else floor
+                reasons[bit] = round(100 * (mhz - cut) / mhz)
+                out = min(out, cut)
+        return out, reasons
 
     def _gfx_throttled(self) -> int:
-        """GFXCLK lowered until the board power fits the PPT limit (the throttlers feature's job)."""
-        mhz = self._pick(S.PPCLK_GFXCLK, self.activity["gfx"], S.FEATURE_DPM_GFXCLK_BIT)
-        if self.feature(S.FEATURE_THROTTLERS_BIT):
-            budget = self.ppt_limit - IDLE_W[self.dev.chip] - LEAK * GFX_W[self.dev.chip] - self._mem_power()
-            full = self._gfx_power(mhz)
-            if full > budget > 0:
-                mhz = max(self._bounds(S.PPCLK_GFXCLK)[0], int(mhz * (budget / full) ** (1 / 3)))
-        return mhz
+        return self._throttled()[0]
 
     def _mem_power(self) -> float:
         uclk_top = self.dpm[S.PPCLK_UCLK][0][-1]
         levels = self.dpm[S.PPCLK_UCLK][0]
-        u = self._pick(S.PPCLK_UCLK, self.activity["mem"], S.FEATURE_DPM_UCLK_BIT)
-        return MEM_W[self.dev.chip] * (0.2 + 0.8 * self.activity["mem"]) * (u - levels[0]) / (uclk_top - levels[0])
+        u = self._pick(S.PPCLK_UCLK, self.demand("mem"), S.FEATURE_DPM_UCLK_BIT)
+        return MEM_W[self.dev.chip] * (0.2 + 0.8 * self.demand("mem")) * (u - levels[0]) / (uclk_top - levels[0])
 
     def power(self) -> float:
         """Board power in W: idle floor, GFX (0 while gated; leakage 5% of its peak when ungated and idle),
@@ -433,16 +505,19 @@ class SMU(Block):
         return IDLE_W[chip] + gfx + self._mem_power()
 
     def _integrate(self) -> None:
-        """Advances temperature and energy to now with the state that held since the last change."""
-        now = self.dev.now_ns
-        dt = (now - self._last_ns) * 1e-9
-        self._last_ns = now
-        if dt <= 0:
-            return
-        p = self.power()
-        target = AMBIENT_C + C_PER_W * p
-        self.temperature = target + (self.temperature - target) * math.exp(-dt / THERMAL_TAU_S)
-        self.energy_j += p * dt
+        """Advances activity averages, temperature and energy to now with the state that held since the
+        last change (gpusim.power). When the time base changed (a board built on the simulated clock,
+        then kept in a state file) the gap between the two clocks is not time that passed."""
+        if self._same_base():
+            self.pm.advance(self._now_s(), self.power)
+
+    def _same_base(self) -> bool:
+        wall = self._wall()
+        if getattr(self.pm, "wall_clock", False) != wall:
+            self.pm.wall_clock = wall
+            self.pm.last_s = self._now_s()
+            return False
+        return True
 
     def metrics(self) -> bytes:
         """SmuMetricsExternal_t as the firmware fills it."""
@@ -450,19 +525,24 @@ class SMU(Block):
         self.metrics_counter += 1
         clk = self.clocks()
         cur = [clk.get(i, 0) for i in range(S.PPCLK_COUNT)]
+        power = self.power()
         temps = [0] * S.TEMP_COUNT
-        edge = round(self.temperature)
-        temps[S.TEMP_EDGE], temps[S.TEMP_HOTSPOT], temps[S.TEMP_MEM] = edge, edge + 8, edge + 4
-        power = round(self.power())
-        gfx_act = round(100 * self.activity["gfx"])
+        edge, hotspot, mem = self.pm.temperatures(power)
+        temps[S.TEMP_EDGE], temps[S.TEMP_HOTSPOT], temps[S.TEMP_MEM] = round(edge), round(hotspot), round(mem)
+        throttling = [0] * S.THROTTLER_COUNT
+        for bit, pct in self._throttled()[1].items():
+            throttling[bit] = pct
+        duty, rpm = self.pm.fan()
+        avg = self.pm.average
         inner = dict(
             CurrClock=cur, AverageGfxclkFrequencyTarget=clk[S.PPCLK_GFXCLK],
             AverageGfxclkFrequencyPreDs=clk[S.PPCLK_GFXCLK], AverageGfxclkFrequencyPostDs=clk[S.PPCLK_GFXCLK],
             AverageFclkFrequencyPreDs=clk[S.PPCLK_FCLK], AverageFclkFrequencyPostDs=clk[S.PPCLK_FCLK],
             AverageMemclkFrequencyPreDs=clk[S.PPCLK_UCLK], AverageMemclkFrequencyPostDs=clk[S.PPCLK_UCLK],
-            MetricsCounter=self.metrics_counter & 0xFFFFFFFF, AverageGfxActivity=gfx_act,
-            AverageUclkActivity=round(100 * self.activity["mem"]), AverageSocketPower=power,
-            AverageTotalBoardPower=power, EnergyAccumulator=int(self.energy_j) & 0xFFFFFFFF,
-            AvgTemperature=temps,
+            MetricsCounter=self.metrics_counter & 0xFFFFFFFF, AverageGfxActivity=round(100 * avg["gfx"]),
+            AverageUclkActivity=round(100 * avg["mem"]), AverageSocketPower=round(power),
+            AverageTotalBoardPower=round(power), EnergyAccumulator=int(self.energy_j) & 0xFFFFFFFF,
+            AvgTemperature=temps, AvgTemperatureFanIntake=round(self.pm.ambient_c),
+            AvgFanPwm=round(100 * duty), AvgFanRpm=rpm, ThrottlingPercentage=throttling,
         )
         return structs.get(S, "SmuMetricsExternal_t").pack(SmuMetrics=inner)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 
 from amdrv import pci_state, structs
@@ -66,6 +67,9 @@ LOW_CLOCKS = ("gfxclk", "socclk", "uclk", "fclk")   # what low_clocks() pins to 
 DRIVER_TABLES = ("PPTable_t", "WatermarksExternal_t", "SmuMetricsExternal_t", "SwI2cRequestExternal_t",
                  "OverDriveTableExternal_t", "DpmActivityMonitorCoeffIntExternal_t")
 METRICS = structs.get(S, "SmuMetricsExternal_t")
+# THROTTLER_*_BIT names by bit (smu13_driver_if_v13_0_0.h), as smu_v13_0_0_get_throttler_status reads them
+THROTTLERS = [next(k[len("THROTTLER_"):-len("_BIT")] for k, v in vars(S).items()
+                   if k.startswith("THROTTLER_") and k.endswith("_BIT") and v == i) for i in range(S.THROTTLER_COUNT)]
 
 
 class SMUError(Exception):
@@ -105,6 +109,9 @@ class Metrics:
     mem_activity: int
     energy_accumulator: int
     counter: int
+    fan_pwm: int                # percent
+    fan_rpm: int
+    throttling: dict            # THROTTLER_* name (TEMP_HOTSPOT, PPT0, ...) -> percent, only those throttling
     raw: structs.StructValue = dataclasses.field(repr=False, compare=False)
 
 
@@ -130,6 +137,8 @@ class SMU:
         mp1 = dev.reg("MP1")
         self.msg_reg, self.arg_reg, self.resp_reg = (mp1.reg(f"MP1_SMN_C2PMSG_{n}") for n in (66, 82, 90))
         self._idle = False       # the last response we read was non-zero: no need to poll before the next
+        # One message at a time: the holder's metrics publisher (amdrv.monitor) sends from its own thread.
+        self.lock = threading.RLock()
         self.scpm = None         # the PMFW runs with SCPM; None: read from the PSP runtime database at init
         # Boot memory, allocated here so it lands at the same address on every boot (warm ones included).
         size = max(structs.get(S, t).size for t in DRIVER_TABLES)
@@ -164,6 +173,10 @@ class SMU:
     def send(self, msg: int, arg: int = 0, read_arg: bool = False, gone=None) -> int | None:
         """One message (smu_cmn_send_smc_msg_with_param); returns C2PMSG_82 if read_arg. `gone` (see
         mode1_reset) tells that the SMU was reset after answering, which wipes the answer."""
+        with self.lock:      # smu_cmn holds smu->message_lock the same way
+            return self._send(msg, arg, read_arg, gone)
+
+    def _send(self, msg: int, arg: int, read_arg: bool, gone) -> int | None:
         name = msg_name(msg)
         where = f"{self.dev.name}: SMU {name}({arg:#x})"
         if not self._idle and self._poll() is None:
@@ -259,8 +272,9 @@ class SMU:
     # -- tables -----------------------------------------------------------------------------------------
     def read_table(self, table_id: int, size: int) -> bytes:
         """TransferTableSmu2Dram into the driver table, then its bytes (smu_cmn_update_table)."""
-        self.send(S.PPSMC_MSG_TransferTableSmu2Dram, table_id)
-        return self.dev.vram.read(self.table.addr, size)
+        with self.lock:      # the table is one buffer: its transfer and read go together
+            self.send(S.PPSMC_MSG_TransferTableSmu2Dram, table_id)
+            return self.dev.vram.read(self.table.addr, size)
 
     def metrics(self) -> Metrics:
         raw = METRICS.unpack(self.read_table(S.TABLE_SMU_METRICS, METRICS.size)).SmuMetrics
@@ -274,7 +288,9 @@ class SMU:
             average_gfxclk_mhz=raw.AverageGfxclkFrequencyPreDs if busy_gfx else raw.AverageGfxclkFrequencyPostDs,
             average_uclk_mhz=raw.AverageMemclkFrequencyPreDs if busy_mem else raw.AverageMemclkFrequencyPostDs,
             gfx_activity=raw.AverageGfxActivity, mem_activity=raw.AverageUclkActivity,
-            energy_accumulator=raw.EnergyAccumulator, counter=raw.MetricsCounter, raw=raw)
+            energy_accumulator=raw.EnergyAccumulator, counter=raw.MetricsCounter, fan_pwm=raw.AvgFanPwm,
+            fan_rpm=raw.AvgFanRpm, throttling={name: pct for name, pct in zip(THROTTLERS, raw.ThrottlingPercentage)
+                                               if pct}, raw=raw)
 
     # -- clocks ------------------------------------------------------------------------------------------
     def dpm_levels(self, clock: str | int) -> DPMLevels:
@@ -318,6 +334,11 @@ class SMU:
 
     def set_power_limit(self, watts: int) -> None:
         self.send(S.PPSMC_MSG_SetPptLimit, watts)
+
+    def gfx_off(self, allow: bool) -> None:
+        """AllowGfxOff / DisallowGfxOff (smu_v13_0_gfx_off_control): whether the PMFW may power GFX off
+        while it is idle. amdrv.monitor.GfxOff decides when, as amdgpu_gfx_off_ctrl does."""
+        self.send(S.PPSMC_MSG_AllowGfxOff if allow else S.PPSMC_MSG_DisallowGfxOff)
 
     # -- reset -------------------------------------------------------------------------------------------
     def _memsize_after_reset(self) -> int:

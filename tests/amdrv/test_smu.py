@@ -92,6 +92,7 @@ def test_metrics_decode_sane_values(booted):
         clocks[S.PPCLK_GFXCLK], clocks[S.PPCLK_SOCCLK], clocks[S.PPCLK_UCLK], clocks[S.PPCLK_FCLK])
     model.set_activity("gfx", 1.0)
     model.set_activity("mem", 1.0)
+    model.dev.step(3_000_000)   # the activities are averages over time (gpusim.power): 3 s busy
     busy = smu.metrics()
     assert busy.counter == m.counter + 1
     assert (busy.gfx_activity, busy.mem_activity) == (100, 100)

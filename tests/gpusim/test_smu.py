@@ -147,6 +147,7 @@ def test_metrics_table_layout_in_vram(fn):
     send(fn, S.PPSMC_MSG_SetDriverDramAddrHigh, (fb_base + table_off) >> 32)
     send(fn, S.PPSMC_MSG_SetDriverDramAddrLow, (fb_base + table_off) & 0xFFFFFFFF)
     smu.set_activity("gfx", 0.5)
+    dev.step(3_000_000)     # AverageGfxActivity is an average over time (gpusim.power): 3 s at 50%
     assert send(fn, S.PPSMC_MSG_TransferTableSmu2Dram, S.TABLE_SMU_METRICS)[0] == S.PPSMC_Result_OK
     raw = fn.bar(0).read(table_off, 392)
     # Offsets read by hand from smu13_driver_if_v13_0_0.h's SmuMetrics_t.
