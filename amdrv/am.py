@@ -162,7 +162,7 @@ class AMGPU:
         elif not (sos and smu):
             down = " and ".join(w for w, up in (("the PSP's sOS", sos), ("the SMU", smu)) if not up)
             cold_reason = f"the previous AM run ended with fini but {down} no longer runs"
-        elif (token := self.dev.reg("GC").SCRATCH_REG7.read()) != GC_TOKEN:
+        elif (token := self._gc_token()) != GC_TOKEN:
             cold_reason = (f"GC SCRATCH_REG7 reads {token:#x}, not the {GC_TOKEN:#x} fini left: the GPU was reset "
                            f"since (another driver, such as amdgpu, ran: it resets a GPU whose firmware is alive)")
         elif fault := self.dev.reg("GC").GCVM_L2_PROTECTION_FAULT_STATUS.read():
@@ -175,6 +175,13 @@ class AMGPU:
         if sos and not smu:
             cold_reason += "; the sOS runs without SMU firmware, so the PSP load carries on from it"
         return "cold", cold_reason, smu
+
+    def _gc_token(self) -> int:
+        """GC SCRATCH_REG7, read with GFX powered: fini left GFXOFF allowed (the idle floor between
+        runs), and GC registers are not reachable while GFX is off, so DisallowGfxOff first
+        (amdgpu_gfx_off_ctrl(adev, false) before GC access); the boot keeps GFX on from here."""
+        self.smu.gfx_off(False)
+        return self.dev.reg("GC").SCRATCH_REG7.read()
 
     def boot(self, force_cold: bool = False, t0: float | None = None) -> BootReport:
         t0 = time.perf_counter() if t0 is None else t0
@@ -271,6 +278,7 @@ class AMGPU:
         smu = self.smu
         smu.check_versions()
         smu.set_driver_table()
+        smu.enable_thermal_alert()      # every driver load programs it (smu_hw_init), warm or not
         for clk in LOW_CLOCKS:
             smu.set_soft_limits(clk, max_mhz=smu.query(PPSMC_MSG_GetMaxDpmFreq, clock_id(clk) << 16))
 
@@ -297,8 +305,8 @@ class AMGPU:
 
     # ---------------------------------------------------------------- fini
     def fini(self) -> None:
-        """Leaves the GPU idle at low clocks with the clean-exit flag set, so the next open boots warm;
-        then closes the device (and releases its lock). Idempotent. If GFX does not go idle (a hung
+        """Leaves the GPU idle at low clocks with GFXOFF allowed and the clean-exit flag set, so the next
+        open boots warm; then closes the device (and releases its lock). Idempotent. If GFX does not go idle (a hung
         queue) or a block fails, the error propagates with the flag left clear: the next boot is cold."""
         if self._finished:
             return
@@ -311,8 +319,11 @@ class AMGPU:
             self.smu.low_clocks()
             self.gmc.fini()
             self.nbio.fini()
-            self.nbio.write_state(BOOT_STATE_VERSION, clean=True)
             self.dev.reg("GC").SCRATCH_REG7.write(GC_TOKEN)
+            # The last GC access is done: GFX may power off while the GPU waits for the next run, which
+            # brings the board to its idle floor (amdgpu_gfx_off_ctrl(adev, true), as late init does).
+            self.smu.gfx_off(True)
+            self.nbio.write_state(BOOT_STATE_VERSION, clean=True)
         finally:
             self._finished = True
             self.dev.close()

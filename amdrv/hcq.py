@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import operator
 import struct
+import threading
 import time
+import warnings
 import weakref
 from array import array
 
@@ -229,6 +231,11 @@ class AMHCQDevice(Device):
         # a GPU without a device lock (a simulated one opened by slot=/fresh=: tests, benchmarks, the
         # mutation tool), whose register traffic stays the driver's own and deterministic.
         self.gfxoff = monitor.GfxOff(gpu.smu)
+        # The IH ring has one reader at a time: waits (faults, thermal alerts) and the publisher's thread
+        # (thermal alerts while the holder is idle); IVs the thread does not handle wait for the next call.
+        self._ih_lock = threading.Lock()
+        self._iv_backlog: list = []
+        self.thermal = monitor.ThermalState()
         lock = monitor.lock_path_of(gpu.dev.pci)
         self.publisher = None
         if lock is not None and self.coherent:
@@ -236,7 +243,17 @@ class AMHCQDevice(Device):
             self.publisher = monitor.Publisher(gpu, monitor.metrics_path(lock), extra=self._published)
 
     def _published(self) -> dict:
-        return {"gfxoff_allowed": self.gfxoff.allowed, "idle_s": self.gfxoff.delay_s}
+        with self._ih_lock:
+            for iv in self.gpu.ih.poll():
+                if not self.thermal.handle(self.gpu.smu, iv):
+                    self._iv_backlog.append(iv)
+        return {"gfxoff_allowed": self.gfxoff.allowed, "idle_s": self.gfxoff.delay_s,
+                "thermal_alert": self.thermal.published()}
+
+    def _ivs(self) -> list:
+        with self._ih_lock:
+            ivs, self._iv_backlog = self._iv_backlog + self.gpu.ih.poll(), []
+        return ivs
 
     def describe(self) -> str:
         state = "closed" if self._closed else f"{self.gpu.boot_report.kind} boot" if self.gpu.boot_report else "open"
@@ -522,13 +539,18 @@ class AMHCQDevice(Device):
 
     def _check_faults(self, done: bool = False) -> None:
         gmc = self.gpu.gmc
-        for iv in self.gpu.ih.poll():
+        for iv in self._ivs():
+            if self.thermal.handle(self.gpu.smu, iv):
+                continue
             fault = gmc.fault_from_iv(iv)
             if fault is not None:
                 how = ("the work completed with the faulting accesses sent to the default page, so its results "
                        "are wrong" if done else "the queue that faulted stopped")
                 raise HCQFault(f"{self.name}: {fault}; {how} ({self._queue_state()}); "
                                "call recover() before the next launch")
+        news = self.thermal.unreported()
+        if news:      # the driver's next call after a thermal interrupt says so
+            warnings.warn(f"{self.name}: {news}", monitor.ThermalAlert, stacklevel=3)
 
     def _queue_state(self) -> str:
         return "; ".join(f"{q.name}: {q.state()}"
@@ -609,8 +631,10 @@ class AMHCQDevice(Device):
         what was in flight, and leaves the timeline at the last value handed out so synchronize()
         returns. Returns the faults that were pending, in words."""
         self._open_check("recover")
-        with self.gfxoff.awake():
-            faults = self.gpu.recover()
+        with self.gfxoff.awake(), self._ih_lock:    # recover reads the IH ring itself: faults the
+            backlog, self._iv_backlog = self._iv_backlog, []     # publisher's thread set aside first
+            faults = [str(f) for f in map(self.gpu.gmc.fault_from_iv, backlog) if f is not None]
+            faults += self.gpu.recover()
         self.timeline.value = self.timeline_value
         self.arena.at, self.arena.fence = 0, 0
         return faults

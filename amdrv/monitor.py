@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from amdrv.ip.smu import SMUError
+from amdrv.ip.smu import SMUError, THERMAL_ALERT_C, THERMAL_CLEAR_C
 
 log = logging.getLogger("amdrv.monitor")
 
@@ -131,6 +131,63 @@ class GfxOff:
         with self._lock:
             self.enabled = False
             self._cancel()
+
+
+class ThermalAlert(RuntimeWarning):
+    """The GPU crossed its thermal alert threshold (a THM interrupt); the driver throttled GFX."""
+
+
+class ThermalState:
+    """What the driver does with THM's digital thermal interrupts (smu_v13_0_irq_process).
+
+    Above the alert threshold, upstream's software CTF work (smu_swctf_delayed_work_handler) powers the
+    host off if the hotspot is still over software_shutdown_temp 50 ms later. A userspace driver does
+    not shut the machine down: it holds GFXCLK at its lowest DPM level (SetSoftMaxByFreq) until THM
+    says the GPU is back below the low threshold, on top of the PMFW's own throttling, and says so on the
+    holder's next call (a ThermalAlert warning) and in the published metrics (driverless-smi)."""
+
+    def __init__(self):
+        self.alerts = 0
+        self.throttled = False
+        self.last: dict | None = None
+        self._news: list[str] = []
+        self._lock = threading.Lock()
+
+    def handle(self, smu, iv) -> bool:
+        """True if iv is a THM interrupt (acted upon), False for any other IV."""
+        where = smu.thermal_iv(iv)
+        if where is None:
+            return False
+        low, high = smu.thermal_range or (THERMAL_CLEAR_C, THERMAL_ALERT_C)
+        with self._lock:
+            self.last = {"time": time.time(), "crossed": where, "threshold_c": high if where == "above" else low}
+            if where == "above":
+                self.alerts += 1
+                lowest = smu.dpm_levels("gfxclk").mhz[0]
+                smu.set_soft_limits("gfxclk", max_mhz=lowest)
+                self.throttled = True
+                msg = (f"thermal alert: the GPU is above {high} C (THM interrupt); GFXCLK held at {lowest} MHz "
+                       f"until it cools below {low} C; check its cooling (fan, airflow)")
+            else:
+                top = smu.dpm_levels("gfxclk").mhz[-1]
+                if self.throttled:
+                    smu.set_soft_limits("gfxclk", max_mhz=top)
+                self.throttled = False
+                msg = f"thermal alert cleared: the GPU is below {low} C again; GFXCLK back to {top} MHz"
+            log.warning("%s: %s", smu.dev.name, msg)
+            self._news.append(msg)
+        return True
+
+    def unreported(self) -> str:
+        with self._lock:
+            news, self._news = self._news, []
+        return "; ".join(news)
+
+    def published(self) -> dict | None:
+        with self._lock:
+            if not self.alerts:
+                return None
+            return {"alerts": self.alerts, "throttled": self.throttled, **(self.last or {})}
 
 
 def snapshot(smu, dpm: dict | None = None, vram_used: int | None = None) -> dict:

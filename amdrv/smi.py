@@ -44,7 +44,7 @@ METRIC_KEYS = ("temperature_c", "power_w", "fan", "clocks_mhz", "dpm_level", "dp
 CSV_COLUMNS = ("device", "chip", "address", "state", "holder_pid", "source", "age_s", "edge_c", "hotspot_c",
                "mem_c", "power_w", "power_limit_w", "fan_pct", "fan_rpm", "gfx_mhz", "soc_mhz", "mem_mhz",
                "fclk_mhz", "gfx_level", "soc_level", "mem_level", "gfx_activity_pct", "mem_activity_pct",
-               "vram_used", "vram_total", "throttle", "message")
+               "vram_used", "vram_total", "throttle", "thermal_alerts", "message")
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def _pid_alive(pid: int | None) -> bool:
 def _record(t: Target) -> dict:
     rec = {"device": t.device, "chip": t.chip, "name": chips.by_name(t.chip).products if t.chip else None,
            "address": t.address, "transport": t.transport, "state": None, "boot": None, "holder_pid": None,
-           "source": None, "age_s": None, "gfxoff_allowed": None, "message": ""}
+           "source": None, "age_s": None, "gfxoff_allowed": None, "thermal_alert": None, "message": ""}
     rec.update({k: None for k in METRIC_KEYS})
     return rec
 
@@ -184,7 +184,7 @@ def read(t: Target, boot: bool = False, cold: bool = False) -> tuple[dict, bool]
         age = max(0.0, time.time() - pub.get("time", 0))
         rec.update({k: pub.get(k) for k in METRIC_KEYS})
         rec.update(source="published", age_s=round(age, 3), boot=pub.get("boot"),
-                   gfxoff_allowed=pub.get("gfxoff_allowed"))
+                   gfxoff_allowed=pub.get("gfxoff_allowed"), thermal_alert=pub.get("thermal_alert"))
         if pub.get("pid") != pid:
             rec["message"] = (f"held by pid {pid}; the metrics file was written by pid {pub.get('pid')} "
                               f"(an earlier holder): it may be old")
@@ -317,6 +317,11 @@ def table(doc: dict) -> str:
             used, total = _get(rec, "vram_bytes", "used"), _get(rec, "vram_bytes", "total")
             lines.append(f"  vram      {_size(used)} / {_size(total)}    throttle "
                          f"{', '.join(rec['throttle']) if rec['throttle'] else 'none'}")
+        if rec.get("thermal_alert"):
+            ta = rec["thermal_alert"]
+            when = time.strftime("%H:%M:%S", time.localtime(ta.get("time", 0)))
+            lines.append(f"  thermal   {ta['alerts']} alert(s); last: {ta.get('crossed')} {ta.get('threshold_c')} C at "
+                         f"{when}" + ("; GFXCLK held at its lowest level" if ta.get("throttled") else ""))
         if rec["message"]:
             lines.append(f"  note      {rec['message']}")
     return "\n".join(lines)
@@ -347,7 +352,8 @@ def flat(rec: dict) -> dict:
         "gfx_level": g("dpm_level", "gfx"), "soc_level": g("dpm_level", "soc"), "mem_level": g("dpm_level", "mem"),
         "gfx_activity_pct": g("activity_pct", "gfx"), "mem_activity_pct": g("activity_pct", "mem"),
         "vram_used": g("vram_bytes", "used"), "vram_total": g("vram_bytes", "total"),
-        "throttle": " ".join(rec["throttle"] or []), "message": rec["message"],
+        "throttle": " ".join(rec["throttle"] or []),
+        "thermal_alerts": (rec.get("thermal_alert") or {}).get("alerts", 0), "message": rec["message"],
     }
 
 

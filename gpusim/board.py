@@ -20,6 +20,7 @@ BLOCKS = [
     ("gpusim.nbio", "NBIO"),
     ("gpusim.hdp", "HDP"),
     ("gpusim.smu", "SMU"),
+    ("gpusim.thm", "THMBlock"),
     ("gpusim.ih", "IH"),
     ("gpusim.gmc", "GMC"),
     ("gpusim.gl2", "GL2"),

@@ -168,6 +168,7 @@ class SMU(Block):
         self.pm.set_level("gfx", 1.0)
         self.pm.advance(now, self.power)
         self.pm.set_level("gfx", before)
+        self._thermal_sensors()
 
     def work_began(self) -> None:
         """On the simulated clock, the CP accounts a dispatch's GPU time next (the clock advances by it,
@@ -510,6 +511,13 @@ class SMU(Block):
         then kept in a state file) the gap between the two clocks is not time that passed."""
         if self._same_base():
             self.pm.advance(self._now_s(), self.power)
+            self._thermal_sensors()
+
+    def _thermal_sensors(self) -> None:
+        """THM compares the hotspot with the thresholds the driver set (gpusim.thm)."""
+        thm = self.dev.blocks.get("THM")
+        if thm is not None:
+            thm.observe(self.pm.temperatures()[1])
 
     def _same_base(self) -> bool:
         wall = self._wall()

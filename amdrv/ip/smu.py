@@ -35,7 +35,8 @@ import logging
 import threading
 import time
 
-from amdrv import pci_state, structs
+from amdrv import pci_state, regs, structs
+from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.ip.psp import runtime_scpm
 from pcie import PCIError
@@ -67,6 +68,14 @@ LOW_CLOCKS = ("gfxclk", "socclk", "uclk", "fclk")   # what low_clocks() pins to 
 DRIVER_TABLES = ("PPTable_t", "WatermarksExternal_t", "SmuMetricsExternal_t", "SwI2cRequestExternal_t",
                  "OverDriveTableExternal_t", "DpmActivityMonitorCoeffIntExternal_t")
 METRICS = structs.get(S, "SmuMetricsExternal_t")
+# Thermal interrupts (smu_v13_0.c): THM's digital thermal interrupt, source ids THM_11_0__SRCID__*
+THM_SRCID_DIG_THERM_L2H, THM_SRCID_DIG_THERM_H2L = 0, 1
+THM_TABLE = "thm_13_0_2"           # what smu_v13_0.c includes for every SMU 13 part
+# The alert threshold: upstream programs min(255, the powerplay table's software_shutdown_temp); that table
+# is the board's VBIOS, not read here: 118 C is an assumption (above the 110 C hotspot limit the PMFW
+# throttles to, so only a cooling failure reaches it). The low threshold is where the driver lifts its own
+# throttle (upstream's is the range minimum, 0 C: it powers the system off instead; see thermal_alert).
+THERMAL_ALERT_C, THERMAL_CLEAR_C = 118, 100
 # THROTTLER_*_BIT names by bit (smu13_driver_if_v13_0_0.h), as smu_v13_0_0_get_throttler_status reads them
 THROTTLERS = [next(k[len("THROTTLER_"):-len("_BIT")] for k, v in vars(S).items()
                    if k.startswith("THROTTLER_") and k.endswith("_BIT") and v == i) for i in range(S.THROTTLER_COUNT)]
@@ -140,6 +149,7 @@ class SMU:
         # One message at a time: the holder's metrics publisher (amdrv.monitor) sends from its own thread.
         self.lock = threading.RLock()
         self.scpm = None         # the PMFW runs with SCPM; None: read from the PSP runtime database at init
+        self.thermal_range: tuple[int, int] | None = None    # (low, high) C the THM interrupts at
         # Boot memory, allocated here so it lands at the same address on every boot (warm ones included).
         size = max(structs.get(S, t).size for t in DRIVER_TABLES)
         self.table = dev.mm.alloc_boot((size + 0xFFF) & ~0xFFF, align=0x1000, tag="SMU driver table")
@@ -225,12 +235,14 @@ class SMU:
         self.check_versions()
         self.set_driver_table()
         self.enable_features()
+        self.enable_thermal_alert()     # smu_hw_init -> smu_enable_thermal_alert
 
     def attach(self) -> None:
         """Warm boot: the firmware a previous run set up still runs; versions, driver table again (same
         address), and the clocks fini lowered back to their whole range."""
         self.check_versions()
         self.set_driver_table()
+        self.enable_thermal_alert()
         self.auto_clocks()
 
     def fini(self) -> None:
@@ -334,6 +346,31 @@ class SMU:
 
     def set_power_limit(self, watts: int) -> None:
         self.send(S.PPSMC_MSG_SetPptLimit, watts)
+
+    # -- thermal interrupts ----------------------------------------------------------------------------
+    def thm(self) -> regs.IPBlock:
+        return self.dev.disc.ip_block("THM", 0, self.dev.mmio, table=regs.load(THM_TABLE))
+
+    def enable_thermal_alert(self, high_c: int = THERMAL_ALERT_C, low_c: int = THERMAL_CLEAR_C) -> None:
+        """smu_v13_0_set_irq_state(ENABLE) for THM: thresholds in THM_THERMAL_INT_CTRL, both interrupts
+        unmasked and routed to the IH (THERM_IH_HW_ENA, MAX_IH_CREDIT 5, THERM_TRIGGER_MASK clear), then
+        the pending status cleared through THM_THERMAL_INT_ENA. The IV arrives as client THM, source
+        THM_SRCID_DIG_THERM_L2H (above high) or _H2L (below low)."""
+        if not (0 <= low_c <= high_c <= 255):
+            raise SMUError(f"{self.dev.name}: thermal alert thresholds {low_c}..{high_c} C must satisfy "
+                           f"0 <= low <= high <= 255 (SMU_THERMAL_MAXIMUM_ALERT_TEMP)")
+        thm = self.thm()
+        thm.THM_THERMAL_INT_CTRL.update(MAX_IH_CREDIT=5, THERM_IH_HW_ENA=1, THERM_INTH_MASK=0, THERM_INTL_MASK=0,
+                                        DIG_THERM_INTH=high_c, DIG_THERM_INTL=low_c, THERM_TRIGGER_MASK=0)
+        thm.THM_THERMAL_INT_ENA.write(THERM_INTH_CLR=1, THERM_INTL_CLR=1, THERM_TRIGGER_CLR=1)
+        self.thermal_range = (low_c, high_c)
+
+    @staticmethod
+    def thermal_iv(iv) -> str | None:
+        """"above" / "below" for THM's digital thermal interrupt IVs (smu_v13_0_irq_process), else None."""
+        if iv.client_id != IHIDS.SOC15_IH_CLIENTID_THM:
+            return None
+        return {THM_SRCID_DIG_THERM_L2H: "above", THM_SRCID_DIG_THERM_H2L: "below"}.get(iv.src_id)
 
     def gfx_off(self, allow: bool) -> None:
         """AllowGfxOff / DisallowGfxOff (smu_v13_0_gfx_off_control): whether the PMFW may power GFX off

@@ -18,13 +18,14 @@ import hcq
 import pcie
 from amdrv import device_spec, monitor, smi
 from amdrv.am import AMGPU
+from amdrv.autogen import smu_13_0_0 as S
 from gpusim import power
 from gpusim import provider as sim   # tests may look inside the simulator; amdrv code never does
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "tests" / "amdrv" / "isa" / "kernels"
 RECORD_KEYS = {"device", "chip", "name", "address", "transport", "state", "boot", "holder_pid", "source", "age_s",
-               "gfxoff_allowed", "message", "temperature_c", "power_w", "fan", "clocks_mhz", "dpm_level",
+               "gfxoff_allowed", "thermal_alert", "message", "temperature_c", "power_w", "fan", "clocks_mhz", "dpm_level",
                "dpm_levels_mhz", "activity_pct", "vram_bytes", "throttle", "energy_j"}
 
 
@@ -84,7 +85,9 @@ def test_idle_gpu_nobody_holds_is_attached_read_only(nosys, capsys):
     assert rec["boot"] == "warm (left by fini)" and rec["holder_pid"] is None
     t = rec["temperature_c"]
     assert 20 < t["edge"] <= t["hotspot"] < 110 and rec["activity_pct"] == {"gfx": 0, "mem": 0}
-    assert rec["power_w"]["limit"] == 355 and 0 < rec["power_w"]["board"] < 40
+    # fini left GFXOFF allowed: the GPU nobody holds idles at the calibrated floor, GFX off
+    assert rec["power_w"]["limit"] == 355 and rec["power_w"]["board"] == power.IDLE_W["navi31"]
+    assert rec["clocks_mhz"]["gfx"] == 0 and rec["dpm_level"]["gfx"] is None
     assert rec["dpm_levels_mhz"]["mem"] == [96, 456, 772, 1249] and rec["dpm_level"]["mem"] == 0
     assert rec["vram_bytes"] == {"used": None, "total": 24 << 30}
     # read-only: the next open still boots warm
@@ -281,3 +284,72 @@ def test_plot_without_matplotlib_says_what_to_install(nosys, monkeypatch, capsys
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert smi.main(["plot", "--sysfs", str(nosys), "--device", "am:sim"]) == smi.EXIT_ERROR
     assert "pip install matplotlib" in capsys.readouterr().err
+
+
+def _heat(model, hotspot_c):
+    """A simulated cooling failure: the board's die temperature set so the hotspot reads hotspot_c."""
+    model.pm.fan_stalled = hotspot_c > 100
+    model.pm.temperature = hotspot_c - power.HOTSPOT_C_PER_W * model.pm.power_w
+
+
+def test_overheat_raises_the_thermal_interrupt_and_the_driver_throttles(nosys, saxpy):
+    dev = hcq.open("am:sim")
+    try:
+        model = dev.gpu.dev.pci.dev.blocks["SMU"]
+        run = _launch_busy(dev, saxpy)
+        pub = dev.publisher
+        assert pub.publish_once()["thermal_alert"] is None
+        _heat(model, 130)
+        pub.publish_once()            # the SMU's thermal model moves: THM interrupts; the holder's thread acts
+        data = pub.publish_once()
+        assert data["thermal_alert"]["alerts"] == 1 and data["thermal_alert"]["throttled"]
+        assert data["thermal_alert"]["crossed"] == "above" and data["thermal_alert"]["threshold_c"] == 118
+        assert model.soft[S.PPCLK_GFXCLK][1] == 500                        # SetSoftMaxByFreq to the lowest
+        with pytest.warns(monitor.ThermalAlert, match="above 118 C"):     # and the holder's next call says so
+            run(wait=True)
+        doc, _ = smi.collect(["am:sim"], sysfs=nosys)
+        rec = _only(doc)
+        assert rec["thermal_alert"]["alerts"] == 1 and "thermal   1 alert(s)" in smi.table(doc)
+        _heat(model, 40)
+        pub.publish_once()
+        data = pub.publish_once()
+        assert data["thermal_alert"]["crossed"] == "below" and not data["thermal_alert"]["throttled"]
+        assert model.soft[S.PPCLK_GFXCLK][1] == 2500
+        with pytest.warns(monitor.ThermalAlert, match="cleared"):
+            run(wait=True)
+    finally:
+        dev.close()
+
+
+def test_without_the_thermal_alert_enabled_an_overheat_goes_unnoticed(nosys, monkeypatch):
+    """The driver step that makes the alert reach the IH is smu_v13_0_set_irq_state's THM programming."""
+    from amdrv.ip.smu import SMU
+    monkeypatch.setattr(SMU, "enable_thermal_alert", lambda self, *a, **k: None)
+    dev = hcq.open("am:sim")
+    try:
+        model = dev.gpu.dev.pci.dev.blocks["SMU"]
+        dev.publisher.publish_once()
+        _heat(model, 130)
+        dev.publisher.publish_once()
+        assert dev.publisher.publish_once()["thermal_alert"] is None and model.soft[S.PPCLK_GFXCLK][1] == 2500
+        assert dev.gpu.dev.pci.dev.blocks["THM"].alerts == 0
+    finally:
+        dev.close()
+
+
+def test_fini_allows_gfxoff_and_a_warm_boot_disallows_it_before_gc(nosys, monkeypatch):
+    from amdrv.ip.smu import SMU
+    AMGPU.open("am:sim").fini()
+    gpu = AMGPU.open("am:sim")
+    model = gpu.dev.pci.dev.blocks["SMU"]
+    assert gpu.boot_report.kind == "warm" and not model.gfxoff_allowed     # DisallowGfxOff before GC reads
+    sent = []
+    real = SMU.gfx_off
+    monkeypatch.setattr(SMU, "gfx_off", lambda self, allow: (sent.append(allow), real(self, allow)))
+    gpu.fini()
+    assert sent == [True] and model.gfxoff_allowed and model.gfx_gated()
+    # without fini's AllowGfxOff the GPU left idle stays above its floor
+    monkeypatch.setattr(SMU, "gfx_off", lambda self, allow: real(self, allow) if not allow else None)
+    AMGPU.open("am:sim").fini()
+    rec = _only(smi.collect(["am:sim"], sysfs=nosys)[0])
+    assert rec["power_w"]["board"] > power.IDLE_W["navi31"] + 10 and rec["clocks_mhz"]["gfx"] > 0
