@@ -54,6 +54,9 @@ _GC_INFO = {(1, 0): "gc_info_v1_0", (1, 1): "gc_info_v1_1", (1, 2): "gc_info_v1_
 # the generated register table family of each block
 _REG_FAMILY = {"GC": "gc", "MMHUB": "mmhub", "MP0": "mp", "MP1": "mp", "NBIF": "nbio", "OSSSYS": "osssys",
                "HDP": "hdp"}
+# Blocks whose one header serves a whole IP generation: smu_v13_0.c includes thm_13_0_2 for every SMU 13
+# part (THM's discovery version follows MP1: 13.0.0 on Navi31, 13.0.7 on Navi33).
+_ONE_TABLE = {("THM", 13, 0): "thm_13_0_2"}
 # gfx11 SDMA registers are in gc's header and sdma_v6_0.c addresses them with GC's bases
 _IN_GC = {"SDMA0", "SDMA1", "SDMA2", "SDMA3"}
 
@@ -113,10 +116,12 @@ class Discovery:
         if name in _IN_GC:
             raise DiscoveryError(f"{name} registers are GC registers on gfx11 (sdma_v6_0.c reaches them "
                                  "through GC's bases): use the GC block")
+        major, minor, rev = ip.version
+        if (name, major, minor) in _ONE_TABLE:
+            return regs.load(_ONE_TABLE[name, major, minor])
         family = _REG_FAMILY.get(name)
         if family is None:
             raise DiscoveryError(f"no register table family is known for IP block {name}")
-        major, minor, rev = ip.version
         pattern = re.compile(rf"{family}_{major}_{minor}_(\d+)$")
         revs = sorted(int(m.group(1)) for b in regs.blocks() if (m := pattern.match(b)))
         fits = [r for r in revs if r <= rev]

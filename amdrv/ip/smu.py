@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 
-from amdrv import pci_state, regs, structs
+from amdrv import pci_state, structs
 from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.ip.psp import runtime_scpm
@@ -70,7 +70,6 @@ DRIVER_TABLES = ("PPTable_t", "WatermarksExternal_t", "SmuMetricsExternal_t", "S
 METRICS = structs.get(S, "SmuMetricsExternal_t")
 # Thermal interrupts (smu_v13_0.c): THM's digital thermal interrupt, source ids THM_11_0__SRCID__*
 THM_SRCID_DIG_THERM_L2H, THM_SRCID_DIG_THERM_H2L = 0, 1
-THM_TABLE = "thm_13_0_2"           # what smu_v13_0.c includes for every SMU 13 part
 # The alert threshold: upstream programs min(255, the powerplay table's software_shutdown_temp); that table
 # is the board's VBIOS, not read here: 118 C is an assumption (above the 110 C hotspot limit the PMFW
 # throttles to, so only a cooling failure reaches it). The low threshold is where the driver lifts its own
@@ -348,8 +347,8 @@ class SMU:
         self.send(S.PPSMC_MSG_SetPptLimit, watts)
 
     # -- thermal interrupts ----------------------------------------------------------------------------
-    def thm(self) -> regs.IPBlock:
-        return self.dev.disc.ip_block("THM", 0, self.dev.mmio, table=regs.load(THM_TABLE))
+    def thm(self):
+        return self.dev.reg("THM")     # thm_13_0_2, the header smu_v13_0.c includes (amdrv.discovery)
 
     def enable_thermal_alert(self, high_c: int = THERMAL_ALERT_C, low_c: int = THERMAL_CLEAR_C) -> None:
         """smu_v13_0_set_irq_state(ENABLE) for THM: thresholds in THM_THERMAL_INT_CTRL, both interrupts

@@ -505,7 +505,7 @@ def test_bench_usb_json(debian_firmware, monkeypatch):
 
 def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
     """A GPU left by a clean AM run (cold-booted here over simulated PCIe, small BAR) boots warm through the
-    bridge. Its round trips (166 measured over UAS, 1 864 over BOT: no 4 KiB root directory rewritten, the
+    bridge. Its round trips (183 measured over UAS, 1 864 over BOT: no 4 KiB root directory rewritten, the
     discovery binary's header and harvest list read, the rest taken from the host cache the cold boot
     filled; each register read one batch with the writes before it) are asserted with a little margin;
     the issue's aim is 500 (docs/usb.md)."""
@@ -520,7 +520,9 @@ def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
     try:
         assert gpu.boot_report.kind == "warm"
         spent = f.counters - before
-        assert type(f.link).__name__ == "UASLink" and spent.round_trips <= 180   # 166 measured (cache hit)
+        # 180 measured before issue 14, 183 since: the warm boot sends DisallowGfxOff before it reads GC
+        # (fini leaves GFXOFF allowed) and programs the THM alert (a read-modify-write), as upstream's load
+        assert type(f.link).__name__ == "UASLink" and spent.round_trips <= 186   # 183 measured (cache hit)
         assert spent.bulk_write_bytes <= 8                      # nothing block-sized rewritten through BAR0
         print(f"warm boot through the bridge: {spent.round_trips} round trips, {spent}")
     finally:
