@@ -9,8 +9,8 @@ GPU kept in a state file, whose operator watches it in real time: gpusim.provide
 Calibration (board-level, the sources are the products' public figures; docs/smi.md lists them):
 - RX 7900 XTX (Navi31): 355 W total board power (AMD's specification); an idle floor of 16 W with GFX
   off and every clock at its lowest level, within the 15-20 W amdgpu reaches on that card (issue 14's
-  reference figure); 95 W more when GFX is powered but idle at its lowest clock is not claimed: the model
-  charges 5% of GFX's peak as leakage (assumption).
+  reference figure). GFX powered but idle leaks 5% of its peak (15 W on Navi31: assumption; no public
+  figure separates it).
 - RX 7600 (Navi33): 165 W total board power (AMD's specification); idle floor 8 W (assumption: scaled).
 - Thermal: ambient 25 C; junction (hotspot) limit 110 C, the Tjmax AMD gives for RDNA3 boards; edge and
   memory follow the die with offsets that grow with power (assumption: the constants below put a

@@ -248,3 +248,5 @@ THM_TMON2_REMOTE_END 1bf 0 77
 SPACES = ()
 NON_MMIO = """\
 """
+# no _default.h upstream for this block: power-on values unknown
+DEFAULTS = None

@@ -243,8 +243,11 @@ class Executor:
         pause = slice_steps
         live = np.bincount(np.concatenate([g.slot for g in groups]), minlength=self.n_slots)
         prev, streak = None, 0
-        with np.errstate(all="ignore"):
-            while groups:
+        # numpy's error state is entered per turn, not across a yield: the caller may resume this generator
+        # from another thread (a simulated GPU is stepped by whichever host thread touches it), and a context
+        # variable set in one thread cannot be reset from another.
+        while groups:
+            with np.errstate(all="ignore"):
                 self._release_barriers(groups, live)
                 runnable = [g for g in groups if not g.waiting]
                 g = min(runnable, key=lambda w: w.pc)
@@ -265,9 +268,9 @@ class Executor:
                 if steps > max_steps:
                     raise ExecError(g.pc, prog.at(g.pc).text, f"still running after {max_steps} instructions",
                                     g.ids, prog.where(g.pc), "running", g.s[EXEC])
-                if pause is not None and steps >= pause and groups:
-                    pause = steps + slice_steps
-                    yield steps
+            if pause is not None and steps >= pause and groups:
+                pause = steps + slice_steps
+                yield steps
 
     def _run_group(self, g: Waves, groups: list, prog: Program, budget: int) -> int:
         """Run one group until it branches while others wait, splits, parks, ends, or has taken
