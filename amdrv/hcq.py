@@ -38,6 +38,7 @@ from amdrv.am import AMGPU
 from amdrv.memory import VRAMExhausted, fmt_size
 from amdrv.pagetable import MTYPE_UC
 from amdrv.queue import ComputeQueue, SDMAQueue
+from amdrv.isa import opencl
 from amdrv.isa.codeobj import RSRC2, CodeObject, CodeObjectError
 from pcie import open_function
 from amdrv.kernargs import kernel_args
@@ -640,6 +641,11 @@ class AMHCQDevice(Device):
         return faults
 
     # ------------------------------------------------------------------ programs
+    def compile_opencl(self, source: str, opt: str = "-O2") -> bytes:
+        """OpenCL C -> a code object for this GPU's gfx target, for program(code, kernel_name): clang-15
+        with the shipped work-item header, cached under the cache root (amdrv.isa.opencl)."""
+        return opencl.compile_opencl(source, mcpu=self.gpu.dev.chip.gfx_target, opt=opt)
+
     def program(self, code_object, name: str) -> Program:
         self._open_check("program")
         try:

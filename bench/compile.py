@@ -29,7 +29,8 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from amdrv.isa import asm  # noqa: E402
 from amdrv.isa.codeobj import CodeObject, write_code_object  # noqa: E402
-from compiler_bridge import codegen_clang, codegen_llvm, codegen_rdna3  # noqa: E402
+from amdrv.isa import opencl as codegen_clang  # noqa: E402
+from compiler_bridge import codegen_llvm, codegen_rdna3  # noqa: E402
 from compiler_bridge.codegen_samples import run_wave, samples  # noqa: E402
 
 

@@ -6,7 +6,7 @@ The corpus: the OpenCL C kernels of the ISA tests (tests/amdrv/isa/kernels) and 
 (tests/hcq/kernels), and the kernels the compiler's LLVM path generates (compiler_bridge.codegen_llvm) for
 its samples (codegen_samples) and for a set of tensor programs (movement, matmul, reductions, casts,
 integer division). Each is compiled with clang-15 at every level asked (default -O0 -O1 -O2 -O3; compiles
-go through compiler_bridge.codegen_clang's cache, in parallel), every instruction of every code object's
+go through amdrv.isa.opencl's cache, in parallel), every instruction of every code object's
 .text is decoded with amdrv.isa and compiled by the executor (amdrv.isa.wave_compile.compile_instruction),
 which refuses what it does not model. llvm-objdump-15's mnemonics are compared with the decoder's as a
 cross-check. Exit status 1 when an instruction is not executable or the two disassemblers disagree.
@@ -36,7 +36,10 @@ def _inline_includes(path: Path) -> str:
     out = []
     for line in path.read_text().splitlines():
         m = re.match(r'\s*#include\s+"([^"]+)"', line)
-        out.append((path.parent / m.group(1)).read_text() if m else line)
+        if m and (path.parent / m.group(1)).is_file():
+            out.append(_inline_includes(path.parent / m.group(1)))
+        elif not m or m.group(1) != "driverless_cl.h":   # the shipped header: compile_opencl force-includes it
+            out.append(line)
     return "\n".join(out) + "\n"
 
 
@@ -82,7 +85,7 @@ def corpus() -> dict[str, str]:
 
 def compile_corpus(levels=LEVELS, jobs: int = 8, sources: dict | None = None) -> dict[tuple[str, str], bytes]:
     """{(name, level): code object} for every corpus source at every level, through the compile cache."""
-    from compiler_bridge.codegen_clang import compile_opencl
+    from amdrv.isa.opencl import compile_opencl
     sources = corpus() if sources is None else sources
     todo = [(n, lv) for lv in levels for n in sources]
     with ThreadPoolExecutor(max_workers=jobs) as pool:

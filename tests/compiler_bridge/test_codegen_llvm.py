@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import hcq
-from compiler_bridge import codegen_clang, codegen_llvm as L
+from amdrv.isa import opencl as codegen_clang
+from compiler_bridge import codegen_llvm as L
 from compiler_bridge import codegen_samples as S
 from compiler_bridge import ir, runtime
 

@@ -34,6 +34,17 @@ def test_compiler_md_first_example(tmp_path, debian_firmware):
     assert r.returncode == 0, r.stderr
 
 
+def test_hcq_md_first_example(tmp_path, debian_firmware):
+    """hcq.md's first example: plain OpenCL C through dev.compile_opencl, run on am:sim."""
+    from amdrv.isa import opencl
+    if not opencl.available():
+        pytest.skip("clang-15 and ld.lld-15 are needed")
+    code = first_python_block("hcq.md")
+    assert "dev.compile_opencl(" in code
+    r = run(code + "\nassert np.array_equal(y, 2 * x), y[:8]\n", tmp_path, DRIVERLESS_FIRMWARE_DIR=str(debian_firmware))
+    assert r.returncode == 0, r.stderr
+
+
 def test_environment_md_lists_every_variable_read():
     # Every os.environ/getenv name in the packages (and the test config) has a row in docs/environment.md.
     doc = (ROOT / "docs" / "environment.md").read_text()

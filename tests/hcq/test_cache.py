@@ -7,12 +7,13 @@ from hcq import cache
 def test_every_cache_is_a_subfolder_of_the_one_root(tmp_path, monkeypatch):
     from amdrv import device_spec, discovery
     from amdrv.firmware import store
-    from compiler_bridge import backend_c, codegen_clang
+    from amdrv.isa import opencl
+    from compiler_bridge import backend_c
     from nvdrv import nvrtc
     monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
     assert cache.root() == tmp_path
     dirs = {"firmware": store.cache_dir(), "discovery": discovery.default_cache_dir(),
-            "sim": device_spec.sim_state_path().parent, "kernels": codegen_clang.cache_dir(),
+            "sim": device_spec.sim_state_path().parent, "kernels": opencl.cache_dir(),
             "c": backend_c._cache_dir(), "nvrtc": nvrtc.cache_dir()}
     for sub, d in dirs.items():
         assert d.relative_to(tmp_path).parts[0] == sub, (sub, d)

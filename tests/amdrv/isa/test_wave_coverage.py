@@ -10,7 +10,7 @@ import pytest
 from amdrv.isa.codeobj import CodeObject, KernelArg, KernelSpec, write_code_object
 from amdrv.isa.wave import ExecError, dispatch, pack_kernargs
 from amdrv.isa.wave_memory import FlatMemory
-from compiler_bridge import codegen_clang
+from amdrv.isa import opencl as codegen_clang
 
 u16, u32, i32, u64, f32 = np.uint16, np.uint32, np.int32, np.uint64, np.float32
 needs_clang = pytest.mark.skipif(not codegen_clang.available(), reason="clang-15/ld.lld-15 not installed")
@@ -301,7 +301,7 @@ def test_a_valid_instruction_of_an_undecoded_format_is_a_model_gap_not_illegal(t
 @needs_clang
 @pytest.mark.parametrize("level", ["-O0", "-O3"])
 def test_kernels_at_other_levels_match_numpy(corpus, level):
-    from compiler_bridge.codegen_clang import compile_opencl
+    from amdrv.isa.opencl import compile_opencl
     co = CodeObject(compile_opencl(corpus["isa/transpose"], opt=level))
     w, h = 37, 11
     a = rng.integers(0, 2**31, (h, w)).astype(i32)
@@ -326,7 +326,7 @@ def test_kernels_at_other_levels_match_numpy(corpus, level):
 def test_llvm_codegen_at_other_levels_matches_the_c_reference(level, name, tmp_path_factory, monkeypatch):
     from compiler_bridge import codegen_llvm as L
     from compiler_bridge import codegen_samples as S
-    from compiler_bridge.codegen_clang import compile_opencl
+    from amdrv.isa.opencl import compile_opencl
     monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
     samples = S.samples()
     s = samples[name]

@@ -1,15 +1,19 @@
-"""clang-15 as a compiler of OpenCL C to AMDHSA code objects for gfx1100, with an on-disk cache.
+"""OpenCL C -> an AMDHSA code object for an RDNA3 GPU, through clang-15 and ld.lld-15, with an on-disk cache.
 
     compile_opencl(source, mcpu="gfx1100") -> bytes      the linked code object (ELF, ET_DYN)
+    HEADER                                              the shipped header every source is built with
 
-The pipeline is the one the ISA corpus uses (tests/amdrv/isa/conftest.py): `clang-15 -x cl
--cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib -O2 -c` (`opt=` picks another level), then `ld.lld-15 -shared`.
-No device library is linked, so sources read work-item ids through the amdgcn builtins.
+The pipeline: `clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib -O2
+-include HEADER -c` (`opt=` picks another level), then `ld.lld-15 -shared`. No device library is linked
+(-nogpulib), so the OpenCL work-item functions (`get_global_id` & co.) and `barrier` come from HEADER
+(amdrv/isa/include/driverless_cl.h), which reads them from the hardware and the dispatch packet; it is
+force-included, so plain OpenCL C compiles unchanged. `dev.compile_opencl(source)` on an AM hcq device
+picks the device's `mcpu`.
 
-Results are cached by the sha256 of (source, mcpu, flags) in `kernels/` under the cache root
-(`$DRIVERLESS_CACHE`, else `$XDG_CACHE_HOME/driverless`, else `~/.cache/driverless`: hcq.cache) (one file per code object,
-written atomically), and in memory for the process. A missing clang-15 or ld.lld-15 raises
-`ClangMissing` (a RuntimeError) naming the Debian packages to install; a compile error raises
+Results are cached by the sha256 of (source, header, mcpu, flags) in `kernels/` under the cache root
+(`$DRIVERLESS_CACHE`, else `$XDG_CACHE_HOME/driverless`, else `~/.cache/driverless`: hcq.cache; one file
+per code object, written atomically), and in memory for the process. A missing clang-15 or ld.lld-15
+raises `ClangMissing` (a RuntimeError) naming the Debian packages to install; a compile error raises
 `ClangError` with clang's diagnostics and the source.
 """
 from __future__ import annotations
@@ -25,6 +29,7 @@ from hcq import cache as hcq_cache
 
 CLANG, LLD = "clang-15", "ld.lld-15"
 FLAGS = ("-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-nogpulib")
+HEADER = Path(__file__).parent / "include" / "driverless_cl.h"
 OPT = "-O2"
 
 
@@ -44,6 +49,16 @@ def cache_dir() -> Path:
     return hcq_cache.subdir("kernels")
 
 
+_header: str | None = None   # HEADER's text, read once: it is part of every cache key
+
+
+def _header_text() -> str:
+    global _header
+    if _header is None:
+        _header = HEADER.read_text()
+    return _header
+
+
 def available() -> bool:
     return bool(shutil.which(CLANG) and shutil.which(LLD))
 
@@ -52,15 +67,15 @@ def _tools() -> tuple[str, str]:
     clang, lld = shutil.which(CLANG), shutil.which(LLD)
     if not clang or not lld:
         missing = " and ".join(t for t, p in ((CLANG, clang), (LLD, lld)) if not p)
-        raise ClangMissing(f"the LLVM code generator needs {missing} on PATH (Debian: apt-get install "
-                           "clang-15 lld-15); the rdna3 generator needs neither")
+        raise ClangMissing(f"compiling OpenCL C (the LLVM code generator, dev.compile_opencl) needs {missing} "
+                           "on PATH (Debian: apt-get install clang-15 lld-15); the rdna3 generator needs neither")
     return clang, lld
 
 
 def compile_opencl(source: str, mcpu: str = "gfx1100", use_cache: bool = True, opt: str = OPT) -> bytes:
     """`opt`: clang's optimisation level (-O0 .. -O3; the generator uses -O2)."""
-    flags = (*FLAGS, opt)
-    key = hashlib.sha256("\0".join((source, mcpu, *flags)).encode()).hexdigest()
+    flags = (*FLAGS, opt, "-include", str(HEADER))
+    key = hashlib.sha256("\0".join((source, _header_text(), mcpu, *FLAGS, opt)).encode()).hexdigest()
     if use_cache and key in _memo:
         stats["memory_hits"] += 1
         return _memo[key]
