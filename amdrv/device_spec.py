@@ -115,6 +115,41 @@ def parse(text: str, sysfs: Path = discover.SYSFS) -> DeviceSpec:
     return _provider_for(spec, discover.read_info(address, sysfs), sysfs)
 
 
+def pick_real_gpu(sysfs: Path = discover.SYSFS, usb_backend=None) -> tuple[str | None, str]:
+    """(device string, "") of the first AMD GPU the AM driver can take, PCIe before USB: an AM-supported
+    GPU that is unbound or on vfio-pci (`am:ADDRESS`), else the first ASM24xx USB-to-PCIe bridge
+    (`am:usb:BUS-ADDR`; what sits behind it is found when it opens). Else (None, one line saying why no
+    real GPU was chosen), e.g. "0000:03:00.0 is bound to amdgpu; no USB-to-PCIe bridge"."""
+    why = []
+    try:
+        gpus = discover.find_amd_gpus(sysfs)
+    except (OSError, PCIError) as e:   # no sysfs (not Linux), unreadable entries
+        gpus = None
+        why.append(f"PCIe not searched ({e})")
+    if gpus == []:
+        why.append("no AMD GPU on PCIe")
+    for gpu in gpus or []:
+        if chips.by_pci_id(gpu.device_id) is None:
+            why.append(f"{gpu.address} ({gpu.vendor_id:04x}:{gpu.device_id:04x}) is not a chip AM supports")
+        elif gpu.driver not in (None, "vfio-pci"):
+            why.append(f"{gpu.address} is bound to {gpu.driver}")
+        else:
+            return f"am:{gpu.address}", ""
+    try:
+        from amdrv.usb import link    # pyusb: imported only when USB is searched
+        bridges = link.find_bridges(usb_backend)
+    except Exception as e:  # no libusb (usb.core.NoBackendError), no permission to list: USB is not there
+        bridges = None
+        why.append(f"USB not searched ({e})")
+    if bridges:
+        return f"am:usb:{link.name_of(bridges[0])}", ""
+    if bridges == []:
+        why.append("no USB-to-PCIe bridge")
+    if why == ["no AMD GPU on PCIe", "no USB-to-PCIe bridge"]:
+        return None, "no AMD GPU on PCIe or USB"
+    return None, "; ".join(why)
+
+
 def _provider_for(text: str, info: discover.FunctionInfo, sysfs: Path) -> DeviceSpec:
     if info.vendor_id != chips.AMD_VENDOR_ID or not info.is_display:
         raise PCIError(f"{info.address} is not an AMD GPU ({info}); `lspci -D -d 1002:` lists AMD's")

@@ -10,15 +10,19 @@ Codegens register themselves when their module is imported; get_device imports t
 that exist.
 
 Default device (default_device()): $DEVICE (an hcq device string, or "c"); else a real AMD GPU through AM
-when one is present and not driven by a kernel driver; else "am:sim".
+when one is present and not driven by a kernel driver, on PCIe, else behind a USB bridge
+(amdrv.device_spec.pick_real_gpu); else "am:sim", after one line on stderr saying why no real GPU was
+chosen. The search runs once per process.
 
 Every launch is appended to `launches` (kernel name, device, GPU seconds or None) so callers and tests
 can count kernels.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+import sys
 import weakref
 from dataclasses import dataclass
 
@@ -75,11 +79,21 @@ def default_device() -> str:
     env = os.environ.get("DEVICE")
     if env:
         return env
+    return _real_or_sim()
+
+
+@functools.lru_cache(maxsize=1)
+def _real_or_sim() -> str:
+    from amdrv.device_spec import pick_real_gpu   # the AM backend knows which GPUs it can take
     try:
-        from pcie import discover
-        return "am:" + discover.pick_amd_gpu().address
-    except Exception:  # no GPU, no sysfs, every GPU busy: the simulator serves
-        return "am:sim"
+        name, why = pick_real_gpu()
+    except Exception as e:  # a search that fails is one more reason, not an error: the simulator serves
+        name, why = None, f"the search failed: {e}"
+    if name:
+        return name
+    print(f"driverless: no real GPU chosen ({why}); using the simulator am:sim (set DEVICE to choose)",
+          file=sys.stderr)
+    return "am:sim"
 
 
 class KernelsNotExecuted(RuntimeError):

@@ -108,3 +108,70 @@ def test_sim_usb_strings_open_the_simulated_bridge():
         assert fn.counters.round_trips > 0  # every access was a USB transaction
     finally:
         fn.close()
+
+
+# --- the default device: a real GPU on PCIe, else behind a USB bridge, else why none (issue 12) ---------
+def _fake_function(root, address, ids=(0x1002, 0x744C), class_code=0x030000, driver=None):
+    d = root / "bus/pci/devices" / address
+    d.mkdir(parents=True)
+    for name, value in (("vendor", ids[0]), ("device", ids[1]), ("class", class_code), ("revision", 0xC8)):
+        (d / name).write_text(f"{value:#x}\n")
+    if driver:
+        (root / "bus/pci/drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (d / "driver").symlink_to(root / "bus/pci/drivers" / driver)
+
+
+class _Bridge:
+    bus, address = 2, 5
+
+
+@pytest.fixture
+def usb_listing(monkeypatch):
+    """Sets what the USB search finds: a list of bridges, or an exception to raise."""
+    from amdrv.usb import link
+    found = {"bridges": []}
+
+    def find_bridges(backend=None):
+        if isinstance(found["bridges"], Exception):
+            raise found["bridges"]
+        return found["bridges"]
+    monkeypatch.setattr(link, "find_bridges", find_bridges)
+    return found
+
+
+def test_an_unbound_pcie_gpu_is_picked_before_a_usb_bridge(tmp_path, usb_listing):
+    from amdrv.device_spec import pick_real_gpu
+    _fake_function(tmp_path, "0000:03:00.0", driver="amdgpu")
+    _fake_function(tmp_path, "0000:03:00.1", ids=(0x1002, 0xAB30), class_code=0x040300)   # its HDMI audio
+    _fake_function(tmp_path, "0000:08:00.0")
+    usb_listing["bridges"] = [_Bridge()]
+    assert pick_real_gpu(tmp_path) == ("am:0000:08:00.0", "")
+
+
+def test_a_usb_bridge_is_picked_when_every_pcie_gpu_is_bound(tmp_path, usb_listing):
+    from amdrv.device_spec import pick_real_gpu
+    _fake_function(tmp_path, "0000:03:00.0", driver="amdgpu")
+    usb_listing["bridges"] = [_Bridge()]
+    assert pick_real_gpu(tmp_path) == ("am:usb:2-5", "")
+
+
+@pytest.mark.parametrize("functions, usb, why", [
+    ([], [], "no AMD GPU on PCIe or USB"),
+    ([("0000:03:00.0", (0x1002, 0x744C), "amdgpu")], [], "0000:03:00.0 is bound to amdgpu; no USB-to-PCIe bridge"),
+    ([("0000:03:00.0", (0x1002, 0x73BF), None)], [],
+     "0000:03:00.0 (1002:73bf) is not a chip AM supports; no USB-to-PCIe bridge"),
+    ([], RuntimeError("No backend available"), "no AMD GPU on PCIe; USB not searched (No backend available)"),
+])
+def test_when_no_real_gpu_is_chosen_one_line_says_why(tmp_path, usb_listing, functions, usb, why):
+    from amdrv.device_spec import pick_real_gpu
+    (tmp_path / "bus/pci/devices").mkdir(parents=True)
+    for address, ids, driver in functions:
+        _fake_function(tmp_path, address, ids=ids, driver=driver)
+    usb_listing["bridges"] = usb
+    assert pick_real_gpu(tmp_path) == (None, why)
+
+
+def test_no_sysfs_is_a_reason_not_an_error(tmp_path, usb_listing):
+    from amdrv.device_spec import pick_real_gpu
+    name, why = pick_real_gpu(tmp_path / "nothing")
+    assert name is None and why.startswith("PCIe not searched (") and why.endswith("; no USB-to-PCIe bridge")

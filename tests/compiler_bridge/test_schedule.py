@@ -166,21 +166,23 @@ def test_c_reference_int_semantics():
         CProgram(k)(*outs[:3], np.zeros(n, np.float32), a, f)
 
 
-def test_default_device(monkeypatch):
+def test_default_device(monkeypatch, capsys):
     monkeypatch.setenv("DEVICE", "c")
     assert runtime.default_device() == "c"
     monkeypatch.delenv("DEVICE")
-    from pcie import discover
-
-    def no_gpu():
-        raise discover.PCIError("no AMD GPU found")
-    monkeypatch.setattr(discover, "pick_amd_gpu", no_gpu)
+    from amdrv import device_spec
+    monkeypatch.setattr(device_spec, "pick_real_gpu", lambda: (None, "0000:03:00.0 is bound to amdgpu; no USB-to-PCIe bridge"))
+    runtime._real_or_sim.cache_clear()
     assert runtime.default_device() == "am:sim"
-
-    class Gpu:
-        address = "0000:03:00.0"
-    monkeypatch.setattr(discover, "pick_amd_gpu", lambda: Gpu)
-    assert runtime.default_device() == "am:0000:03:00.0"
+    assert runtime.default_device() == "am:sim"          # searched once per process, said once
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["driverless: no real GPU chosen (0000:03:00.0 is bound to amdgpu; no USB-to-PCIe bridge); "
+                   "using the simulator am:sim (set DEVICE to choose)"]
+    for found in ("am:0000:03:00.0", "am:usb:2-5"):
+        monkeypatch.setattr(device_spec, "pick_real_gpu", lambda: (found, ""))
+        runtime._real_or_sim.cache_clear()
+        assert runtime.default_device() == found and capsys.readouterr().err == ""
+    runtime._real_or_sim.cache_clear()
     monkeypatch.setenv("DEVICE", "c")
     assert Tensor(np.ones(3)).device == "c"
 
