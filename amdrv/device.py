@@ -12,9 +12,10 @@ every boot path starts from. IP blocks take the device and use:
 """
 from __future__ import annotations
 
+import os
 import time
 
-from amdrv import chips, device_spec, discovery, pci_state, regs
+from amdrv import chips, device_spec, discovery, pci_state, regs, trace
 from amdrv.firmware import FirmwareStore
 from amdrv.memory import VRAMAllocator
 from pcie.interface import AccessCounters, BAR, PCIError, PCIFunction
@@ -104,7 +105,9 @@ class AMDevice:
 
     def __init__(self, name: str, pci: PCIFunction, firmware: FirmwareStore | None = None):
         self.name, self.pci = name, pci
-        self.mmio = pci.bar(5)
+        # DRIVERLESS_TRACE=mmio: every register access logged with its name (amdrv.trace); off: the BAR itself
+        self.mmio = trace.wrap_mmio(pci.bar(5), os.environ.get(trace.ENV_TRACE), name,
+                                    lambda: getattr(self, "_blocks", {}).values())
         # A process that died inside a reset leaves the config space it saved on disk (amdrv.pci_state):
         # restored here (only dwords that differ are written). Its reset may still land after that (a
         # Mode1Reset in flight when it died): the discovery that then reads all ones is retried once after
