@@ -31,11 +31,9 @@ def debian_firmware() -> Path:
     return DEBIAN_FIRMWARE
 
 
-ROOT = Path(__file__).resolve().parents[1]
 KERNELS = Path(__file__).parent / "amdrv" / "isa" / "kernels"  # the OpenCL C corpus (and its common.h)
 CLANG_CL = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
-            "-nogpulib", os.environ.get("DRIVERLESS_CL_OPT", "-O2"), "-c", "-I", str(KERNELS),
-            "-I", str(ROOT / "amdrv" / "isa" / "include")]   # common.h includes the shipped driverless_cl.h
+            "-nogpulib", os.environ.get("DRIVERLESS_CL_OPT", "-O2"), "-c", "-I", str(KERNELS)]
 # DRIVERLESS_CL_OPT=-O0 (or -O1, -O3) runs every test that builds OpenCL C at that level instead
 
 

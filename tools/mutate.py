@@ -121,7 +121,7 @@ def build_kernels(tmp: Path) -> dict[str, bytes]:
     out = {}
     for src in [KERNEL_DIR / f"{k}.cl" for k in KERNELS] + [FAULT_KERNELS]:
         obj, so = tmp / f"{src.stem}.o", tmp / f"{src.stem}.so"
-        for cmd in (CLANG + ["-I", str(KERNEL_DIR), "-I", str(ROOT / "amdrv" / "isa" / "include"), str(src), "-o", str(obj)],
+        for cmd in (CLANG + ["-I", str(KERNEL_DIR), str(src), "-o", str(obj)],
                     ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode:

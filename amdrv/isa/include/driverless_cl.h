@@ -3,7 +3,7 @@
    (opencl-c-base.h) but nothing defines them. Here they read what the hardware hands each wave and the
    hsa_kernel_dispatch_packet behind the dispatch pointer (LLVM AMDGPUUsage, "Initial Kernel Execution
    State"; hsa.h for the packet layout). amdrv.isa.opencl.compile_opencl force-includes this file, so
-   plain OpenCL C needs no #include.
+   plain OpenCL C needs no include line.
 
    Each is `extern inline` with gnu_inline and always_inline: inlined at every -O level and never
    emitted as a symbol of its own, so the code object holds only the kernels. */
