@@ -16,6 +16,7 @@ import pytest
 from compiler_bridge import codegen_cuda as C
 from compiler_bridge import codegen_samples as S
 from compiler_bridge import ir, runtime
+from compiler_bridge.c_dialect import float_lit
 from compiler_bridge.demo import BATCH, HIDDEN, IN, OUT, mlp_softmax
 from compiler_bridge.tensor import Tensor
 from nvdrv import cubin, nvrtc
@@ -65,10 +66,11 @@ def test_source_shape():
     assert "int gid = (int)(blockIdx.x * 64u + threadIdx.x);" in src
     assert "if (gid >= 60) return;" in src and src.count("for (int v") == 2
     assert "int s0, float s1)" in C.cuda_source(SAMPLES["uniform"].kernel)
-    # float constants are bit-exact, NaN and infinities included
-    assert C._float_lit(float("inf")) == "__int_as_float(0x7f800000)"
-    assert C._float_lit(-0.0) == "__int_as_float(0x80000000)"
-    assert C._float_lit(1e-45) == "__int_as_float(0x00000001)"
+    # float constants are bit-exact, NaN and infinities included (NaN as the quiet NaN)
+    assert float_lit(float("inf"), C.CUDA) == "__int_as_float(0x7f800000)"
+    assert float_lit(-0.0, C.CUDA) == "__int_as_float(0x80000000)"
+    assert float_lit(1e-45, C.CUDA) == "__int_as_float(0x00000001)"
+    assert float_lit(float("nan"), C.CUDA) == "__int_as_float(0x7fc00000)"
 
 
 @needs_nvrtc
