@@ -24,9 +24,7 @@ import ctypes
 import ctypes.util
 import hashlib
 import importlib.util
-import os
 import re
-import tempfile
 import threading
 from pathlib import Path
 
@@ -163,30 +161,10 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = "sm_90", opti
     lib = _load()
     ver = version()
     key = hashlib.sha256("\0".join((f"nvrtc{ver}", name, arch, *options, source)).encode()).hexdigest()
-    if use_cache and key in _memo:
-        stats["memory_hits"] += 1
-        return _memo[key]
-    path = cache_dir() / f"{key}.cubin"
-    if use_cache and path.is_file():
-        data = path.read_bytes()
-        if data[:4] == b"\x7fELF":
-            stats["disk_hits"] += 1
-            _memo[key] = data
-            return data
-    _check_arch(arch)
-    data = _compile(lib, source, name, arch, options)
-    stats["compiles"] += 1
-    _memo[key] = data
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmpname = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmpname, path)
-        except OSError:
-            pass        # a read-only cache is not an error: the cubin is in hand
-    return data
+    def build() -> bytes:
+        _check_arch(arch)
+        return _compile(lib, source, name, arch, options)
+    return hcq_cache.compiled(cache_dir() / f"{key}.cubin", build, _memo, stats, use_cache)
 
 
 def compile_ptx(source: str, name: str = "kernel.cu", arch: str = "sm_90", options=()) -> str:

@@ -19,7 +19,6 @@ raises `ClangMissing` (a RuntimeError) naming the Debian packages to install; a 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -76,16 +75,11 @@ def compile_opencl(source: str, mcpu: str = "gfx1100", use_cache: bool = True, o
     """`opt`: clang's optimisation level (-O0 .. -O3; the generator uses -O2)."""
     flags = (*FLAGS, opt, "-include", str(HEADER))
     key = hashlib.sha256("\0".join((source, _header_text(), mcpu, *FLAGS, opt)).encode()).hexdigest()
-    if use_cache and key in _memo:
-        stats["memory_hits"] += 1
-        return _memo[key]
-    path = cache_dir() / f"{key}.co"
-    if use_cache and path.is_file():
-        data = path.read_bytes()
-        if data[:4] == b"\x7fELF":
-            stats["disk_hits"] += 1
-            _memo[key] = data
-            return data
+    return hcq_cache.compiled(cache_dir() / f"{key}.co", lambda: _build(source, flags, mcpu), _memo, stats,
+                              use_cache)
+
+
+def _build(source: str, flags: tuple, mcpu: str) -> bytes:
     clang, lld = _tools()
     with tempfile.TemporaryDirectory(prefix="driverless-cl-") as tmp:
         src, obj, so = Path(tmp, "k.cl"), Path(tmp, "k.o"), Path(tmp, "k.so")
@@ -97,16 +91,4 @@ def compile_opencl(source: str, mcpu: str = "gfx1100", use_cache: bool = True, o
                 numbered = "\n".join(f"{i + 1:4d}  {l}" for i, l in enumerate(source.splitlines()))
                 raise ClangError(f"{Path(cmd[0]).name} failed ({r.returncode}):\n{r.stderr.strip()}\n"
                                  f"source:\n{numbered}")
-        data = so.read_bytes()
-    stats["compiles"] += 1
-    _memo[key] = data
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmpname = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmpname, path)
-        except OSError:
-            pass        # a read-only cache is not an error: the code object is in hand
-    return data
+        return so.read_bytes()
