@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import hcq  # noqa: E402
+from bench.hcq_cases import launch_cases  # noqa: E402
 from amdrv.isa import assemble  # noqa: E402
 from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object  # noqa: E402
 from amdrv.firmware import FirmwareError  # noqa: E402
@@ -81,41 +82,14 @@ def main(argv=None) -> int:
         for q, d in zip((dev.compute, dev.sdma), doorbells):
             q.doorbell = d
         prog = dev.program(code_object(), "add_f32")
-        n = 1024
-        out, a, b = dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(4 * n)
-        xs = [dev.alloc(4 * n) for _ in range(2)]
-        g3, l3 = (n // 256, 1, 1), (256, 1, 1)
-        launch_args = [out, a, b, n]
-
-        def fresh():
-            q = dev.compute_queue()
-            q.exec(prog, launch_args, g3, l3)
-            q.signal(dev.timeline, dev.next_timeline())
-            q.submit()
-
-        def call():
-            prog(out, a, b, n, global_size=g3, local_size=l3)
-
-        k = args.graph_kernels
-        graph = dev.graph()
-        xv, nv = graph.var("x"), graph.var("n")
-        for _ in range(k):
-            graph.exec(prog, out, xv, b, nv, global_size=g3, local_size=l3)
-        graph(x=xs[0], n=n)
-        flip = [0]
-
-        def replay():
-            flip[0] ^= 1
-            graph(x=xs[flip[0]], n=n - flip[0])
-
-        cases = {"fresh_queue": (fresh, 1), "program_call": (call, 1), "graph_replay": (replay, k)}
+        cases = launch_cases(dev, prog, args.graph_kernels)
         results = {}
         for name, (fn, per) in cases.items():
             per_launch_us(fn, max(args.iters // 10, 1), per)  # warm-up
             iters = args.iters if per == 1 else max(args.iters // per, 20)
             runs = [per_launch_us(fn, iters, per) for _ in range(args.runs)]
             results[name] = {"us_per_launch": statistics.median(runs), "runs": args.runs, "launches_per_run": iters * per}
-        results["graph_replay"]["graph_kernels"] = k
+        results["graph_replay"]["graph_kernels"] = args.graph_kernels
         for name, target in TARGETS_US.items():
             results[name]["target_us"] = target
             results[name]["meets_target"] = results[name]["us_per_launch"] <= target

@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import hcq  # noqa: E402
+from bench.hcq_cases import launch_cases  # noqa: E402
 from nvdrv import classes as C  # noqa: E402
 
 SOURCE = r'''extern "C" __global__ void add(float *out, const float *a, const float *b, unsigned n) {
@@ -133,37 +134,11 @@ def main(argv=None) -> int:
         if sim:
             dev.doorbell = NoOpDoorbell(dev)
         prog = dev.program(cubin, "add")
-        n = 1024
-        out, a, b = dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(4 * n)
-        xs = [dev.alloc(4 * n) for _ in range(2)]
-        g3, l3 = (n // 256, 1, 1), (256, 1, 1)
-        launch_args = [out, a, b, n]
-
-        def fresh():
-            q = dev.compute_queue()
-            q.exec(prog, launch_args, g3, l3)
-            q.signal(dev.timeline, dev.next_timeline())
-            q.submit()
-
-        def call():
-            prog(out, a, b, n, global_size=g3, local_size=l3)
-
-        k = args.graph_kernels
-        graph = dev.graph()
-        xv, nv = graph.var("x"), graph.var("n")
-        for _ in range(k):
-            graph.exec(prog, out, xv, b, nv, global_size=g3, local_size=l3)
-        graph(x=xs[0], n=n)
-        flip = [0]
-
-        def replay():
-            flip[0] ^= 1
-            graph(x=xs[flip[0]], n=n - flip[0])
-
-        cases = {"fresh_queue": (fresh, 1, dev.synchronize), "program_call": (call, 1, dev.synchronize),
-                 "graph_replay": (replay, k, dev.synchronize)}
+        cases = {name: (fn, per, dev.synchronize)
+                 for name, (fn, per) in launch_cases(dev, prog, args.graph_kernels).items()}
         if not sim:
-            cu = Cuda()
+            cu = Cuda()     # the same launches through CUDA's driver library: grid, block and sizes as hcq_cases
+            n, g3, l3, k = 1024, (4, 1, 1), (256, 1, 1), args.graph_kernels
             fn = cu.function(cubin, "add")
             ptrs = [cu.alloc(4 * n) for _ in range(3)]
             launch = cu.launcher(fn, [*ptrs, n], g3, l3)
@@ -180,7 +155,7 @@ def main(argv=None) -> int:
                 sync()
             results[name] = {"us_per_launch": statistics.median(runs), "runs": args.runs,
                              "launches_per_run": iters * per}
-        results["graph_replay"]["graph_kernels"] = k
+        results["graph_replay"]["graph_kernels"] = args.graph_kernels
         results["device"] = repr(dev)
         if sim:
             results["doorbell_writes"] = dev.doorbell.writes
