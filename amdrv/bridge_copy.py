@@ -2,19 +2,23 @@
 DMA (0xF2) moves the bytes, the GPU's SDMA engine moves them on and says when (docs/usb.md, "Bulk copies on
 the open firmware").
 
-Copy-in: two 256 KiB windows of SRAM slots, used in turn. One prebuilt SDMA program per copy, submitted once:
-for each chunk, wait until the sentinel dword after its window holds the chunk's sequence number, copy the
-window to VRAM, write the sequence number to a fence in the page the host reads back. The host sends each
-chunk as one 0xF2 request and one bulk OUT (the chunk, padded to the sentinel, then the sentinel sector),
-with an 0xE4 read of the fence in the same round trip; a window is refilled only after a fence read has
-shown the GPU done with the chunk that was in it.
-Copy-out: one SDMA program: for each chunk, wait until a host-written "go" word reaches the chunk's number,
-copy the chunk into a window, write to the bridge's completion window (PCIe 0x822000), which releases the
-armed SRAM-to-host DMA. The host sends, per chunk, 0xF2 (SRAM to host) first, then the go word (0xE5), then
-reads the window on bulk IN: one round trip. The arm goes before the go, so the GPU's release cannot come
-before the arm (the firmware takes EP0 requests in order).
-Per copy beyond the chunks: the ring push and the doorbell (SDMA submit) and, for copy-in, the wait for the
-last chunk's fence.
+The copier has an SDMA queue of its own (the engine hcq's copies do not use) whose ring is built once per
+device and pushed once: entries that alternate between two windows k = 0, 1, each "if the direction word k
+says in, run descriptor in-k; if it says out, run descriptor out-k" (COND_EXE, INDIRECT). The descriptors
+(small IBs), the direction words and the ring's write-pointer shadow live in the page the host reaches byte by
+byte (XDATA 0xF000, 0xE5 writes), so a chunk needs no ring push: the host writes the few descriptor bytes that
+changed (an address, a count, a sequence number), the direction word and the write pointer, and rings the
+doorbell, in the same round trip as the chunk's own transfer.
+- Copy-in: two 256 KiB windows of SRAM slots, used in turn. Descriptor in-k: wait until the sentinel dword
+  after window k holds the chunk's sequence number, copy the window to VRAM, write the sequence number to a
+  fence in the read-back page. Per chunk one round trip: the descriptor bytes, the doorbell, an 0xE4 read of
+  the fence, 0xF2 and bulk OUT of the chunk padded to the sentinel plus the sentinel sector. A window is
+  refilled only after a fence read has shown the GPU done with the chunk that was in it; the copy ends with
+  a wait for the last fence.
+- Copy-out: descriptor out-k: copy the chunk into window k, write to the bridge's completion window (PCIe
+  0x822000), which releases the armed SRAM-to-host DMA. Per chunk one round trip: 0xF2 (SRAM to host)
+  first, then the descriptor bytes and the doorbell, then bulk IN of the window: the arm precedes the
+  doorbell on EP0, so the GPU's release cannot come before the arm (the firmware takes EP0 requests in order).
 """
 from __future__ import annotations
 
@@ -22,22 +26,64 @@ import struct
 import time
 
 from amdrv import sdma_packets
+from amdrv.queue import SDMAQueue
 from amdrv.usb import protocol as p
 from amdrv.usb.link import Bulk
-from amdrv.usb.transport import sram_dma_request, xdata_read, xdata_writes
+from amdrv.usb.transport import sram_dma_request, xdata_read
 
 CHUNK = 256 << 10             # each window's payload (issue 16's design)
 WINDOWS = 2                   # used in turn: a window is refilled once the fence read at the start of a round
                               # trip shows the chunk before copied (the GPU copies 256 KiB in tens of us, less
                               # than a round trip's latency); if not yet, the host reads the fence again
 SENTINEL = CHUNK              # the sentinel sector follows the payload
-ROUND = 256                   # chunks per SDMA submission (~20 KiB of ring)
+RING_BYTES = 4096             # the copier's ring: 32 entries of 32 dwords
+ENTRY_DW = 32
+DIR_IN, DIR_OUT = 1, 2
+# The copier's words in the read-back page (its first 3 KiB hold no signals; on the open firmware nothing
+# bounces through them): descriptors (IBs, 32-byte aligned), the direction words, the write-pointer shadow.
+IN_DESC = (0x000, 0x060)      # POLL_REGMEM 6 + COPY_LINEAR 7 + FENCE 4 dwords
+OUT_DESC = (0x0C0, 0x120)     # POLL_REGMEM 6 + COPY_LINEAR 7 + FENCE 4 dwords
+IN_DW = OUT_DW = 17
+DIR_WORD = (0x180, 0x184)
+WPTR_SHADOW = 0x188
+GO_WORD = 0x190               # copy-out: the chunk the GPU may copy (written after the DMA's arm)
+AREA = 0x1A0
 _M32 = 0xFFFFFFFF
 
 
+class _CopierQueue(SDMAQueue):
+    """Queue 0 of an SDMA engine set up as sdma_v6_0_gfx_resume does (SDMAQueue), with its write-pointer
+    shadow (RB_WPTR_POLL_ADDR) in the read-back page and a ring that holds the copier's entries for good:
+    (re)initialising it (recover()) writes them back."""
+
+    def __init__(self, gpu, engine: int, copier: "BridgeCopier"):
+        self.copier = copier
+        super().__init__(gpu, engine, RING_BYTES)
+
+    def init(self) -> None:
+        self.wptr_va = self.copier.page_va + WPTR_SHADOW
+        super().init()
+
+    def _reset_ring(self) -> None:
+        self.wptr = self.rptr_seen = 0
+        self.mem.view[:self.ring_size] = self.copier.ring_image()
+        self.mem.dma.push(0, self.ring_size)
+        self.copier.store(WPTR_SHADOW, bytes(8))
+
+    def bump(self) -> int:
+        """One entry more for the engine: the shadow's changed bytes, then the doorbell (both queued on
+        EP0, in order). Returns the entry's window."""
+        k = self.wptr // ENTRY_DW % WINDOWS
+        self.wptr += ENTRY_DW
+        value = self.wptr * 4 // self.wptr_unit
+        self.copier.store(WPTR_SHADOW, struct.pack("<Q", value))
+        self.doorbell.write64(self.doorbell_index * 4, value)
+        return k
+
+
 class BridgeCopier:
-    """Per hcq device: the two SRAM windows, their GPU mappings, the fence and go signals, the completion
-    window's mapping, and the sequence numbers so far (they only grow)."""
+    """Per hcq device: the two SRAM windows, their GPU mappings, the copier's queue, its descriptors in the
+    read-back page, the fence, the completion window's mapping, and the sequence number (it only grows)."""
 
     def __init__(self, dev):
         self.dev, self.fn = dev, dev.gpu.dev.pci
@@ -45,83 +91,128 @@ class BridgeCopier:
         self.windows = [self.fn.alloc_dma(CHUNK + p.WINDOW_PAGE) for _ in range(WINDOWS)]   # the sentinel: next page
         self.maps = [gmc.map_system(w) for w in self.windows]
         self.release = gmc.map_system(self.fn.completion_window())
-        self.fence, self.go = dev.new_signal(0), dev.new_signal(0)
-        self.copied_in = 0        # chunks sent in (the fence's value once the GPU has them)
-        self.copied_out = 0       # chunks asked out (the go word's value)
+        self.fence = dev.new_signal(0)
+        self.page, m = dev._signal_pages[0]
+        self.page_va = m.va
+        self.seq = 0                          # chunks so far, both ways (the sentinels' and fences' values)
+        self.in_window = [0] * WINDOWS        # the copy-in chunk last sent into each window (0: none pending)
+        self.store(0, self._descriptors(), whole=True)
+        engines = [e for e in dev.gpu.sdma.engines if e != dev.sdma.engine]
+        if not engines:
+            from hcq import HCQError
+            raise HCQError(f"{dev.name}: bulk copies through the USB bridge need a second SDMA engine; this GPU "
+                           f"has {dev.gpu.sdma.engines}")
+        self.queue = _CopierQueue(dev.gpu, engines[-1], self)
 
+    # -- the words in the read-back page
+    def store(self, offset: int, data: bytes, whole: bool = False) -> None:
+        """Writes data at offset of the read-back page: the span of bytes that changed goes out as 0xE5
+        writes (queued); whole=True sends it all (one SRAM DMA)."""
+        view = self.page.view
+        if whole:
+            view[offset:offset + len(data)] = data
+            self.page.push(offset, len(data))
+            return
+        changed = [i for i in range(len(data)) if view[offset + i] != data[i]]
+        runs: list[list[int]] = []
+        for i in changed:               # one 0xE5 per byte: runs of changed bytes, not the span between them
+            if runs and i - runs[-1][1] <= 1:
+                runs[-1][1] = i + 1
+            else:
+                runs.append([i, i + 1])
+        for a, b in runs:
+            view[offset + a:offset + b] = data[a:b]
+            self.page.push(offset + a, b - a)
+
+    def _in_desc(self, k: int, dst: int, n: int, seq: int) -> bytes:
+        s = sdma_packets.SDMA()
+        s.poll_mem(self.maps[k].va + SENTINEL, seq & _M32, function=sdma_packets.POLL_GE, interval=1)
+        s.copy(dst, self.maps[k].va, n)
+        s.fence(self.fence.va, seq & _M32)
+        assert len(s) == IN_DW
+        return s.buf.tobytes()
+
+    def _out_desc(self, k: int, src: int, n: int, seq: int) -> bytes:
+        s = sdma_packets.SDMA()
+        s.poll_mem(self.page_va + GO_WORD, seq & _M32, function=sdma_packets.POLL_GE)
+        s.copy(self.maps[k].va, src, n)
+        s.fence(self.release.va, seq & _M32)     # the write that releases the armed DMA
+        assert len(s) == OUT_DW
+        return s.buf.tobytes()
+
+    def _descriptors(self) -> bytes:
+        area = bytearray(AREA)
+        for k in range(WINDOWS):
+            area[IN_DESC[k]:IN_DESC[k] + 4 * IN_DW] = self._in_desc(k, 0, 4, 0)
+            area[OUT_DESC[k]:OUT_DESC[k] + 4 * OUT_DW] = self._out_desc(k, 0, 4, 0)
+        return bytes(area)
+
+    def ring_image(self) -> bytes:
+        """The ring's entries: per window, COND_EXE on its direction word then INDIRECT, once for each
+        direction; NOPs so each INDIRECT ends on an 8-dword boundary (sdma_v6_0_ring_emit_ib)."""
+        s = sdma_packets.SDMA()
+        for i in range(RING_BYTES // 4 // ENTRY_DW):
+            k = i % WINDOWS
+            for want, desc, ndw in ((DIR_IN, IN_DESC[k], IN_DW), (DIR_OUT, OUT_DESC[k], OUT_DW)):
+                s.cond_exe(self.page_va + DIR_WORD[k], want, 11)
+                s.nop(5)
+                s.indirect(self.page_va + desc, ndw)
+        assert len(s) * 4 == RING_BYTES
+        return s.buf.tobytes()
+
+    # -- copies
     def _fence_read(self):
         return xdata_read(p.WINDOW_XDATA + self.fence.offset, 8)
 
-    def _window_free(self, s: int, done: int) -> int:
-        """Reads the fence until the chunk that was last in chunk s's window is copied; returns the fence.
-        HCQTimeout after the device's default timeout (the SDMA queue is then stuck: recover() resets it)."""
+    def _window_free(self, k: int, done: int) -> int:
+        """Reads the fence until the copy-in chunk last sent into window k is copied; returns the fence.
+        HCQTimeout after the device's default timeout (the copier's queue is then stuck: recover() resets it)."""
         end = time.perf_counter() + self.dev.default_timeout
-        while done < s - WINDOWS:
+        while done < self.in_window[k]:
             if time.perf_counter() > end:
                 from hcq import HCQTimeout
                 raise HCQTimeout(f"{self.dev.name}: copy-in through the USB bridge: the GPU has not copied chunk "
-                                 f"{s - WINDOWS} out of its SRAM window after {self.dev.default_timeout} s (fence "
-                                 f"{done}); its SDMA queue may be hung: recover() the device")
+                                 f"{self.in_window[k]} out of its SRAM window after {self.dev.default_timeout} s "
+                                 f"(fence {done}); its SDMA queue may be hung: recover() the device")
             done = struct.unpack("<Q", self.fn.execute([self._fence_read()])[0])[0]
         return done
 
-    def _queue(self):
-        from amdrv.hcq import AMCopyQueue
-        return AMCopyQueue(self.dev)
+    def _chunk(self, k: int, desc: int, data: bytes, direction: int) -> None:
+        self.store(desc, data)
+        self.store(DIR_WORD[k], struct.pack("<I", direction))
 
     def copy_in(self, va: int, data: memoryview) -> None:
         n = len(data)
-        chunks = -(-n // CHUNK)
-        done = self.copied_in
-        for r in range(0, chunks, ROUND):
-            base = self.copied_in
-            last = min(chunks, r + ROUND)
-            q = self._queue()
-            for i in range(r, last):
-                w, s = i % WINDOWS, base + (i - r) + 1
-                q.b.poll_mem(self.maps[w].va + SENTINEL, s & _M32, function=sdma_packets.POLL_GE)
-                q.copy_va(va + i * CHUNK, self.maps[w].va, min(CHUNK, n - i * CHUNK))
-                q.signal(self.fence, s)
-            if last == chunks:
-                q.signal(self.dev.timeline, self.dev.next_timeline())
-            self.dev.sdma.submit(q.buf, flush=False)      # the doorbell rides with the first chunk
-            for i in range(r, last):
-                w, s = i % WINDOWS, base + (i - r) + 1
-                done = self._window_free(s, done)
-                k = min(CHUNK, n - i * CHUNK)
-                payload = bytearray(CHUNK + p.BLOCK)
-                payload[:k] = data[i * CHUNK:i * CHUNK + k]
-                struct.pack_into("<I", payload, SENTINEL, s & _M32)
-                got = self.fn.execute([self._fence_read(), sram_dma_request(self.windows[w], len(payload)),
-                                       Bulk(p.OPEN_BULK_OUT, bytes(payload))])
-                done = struct.unpack("<Q", got[0])[0]
-            self.copied_in = base + (last - r)
-        self.dev._wait(self.dev.timeline, self.dev.timeline_value, self.dev.default_timeout)
+        done = self.fence.mem[0]
+        for at in range(0, n, CHUNK):
+            k = self.queue.wptr // ENTRY_DW % WINDOWS
+            done = self._window_free(k, done)
+            self.seq += 1
+            size = min(CHUNK, n - at)
+            self._chunk(k, IN_DESC[k], self._in_desc(k, va + at, size, self.seq), DIR_IN)
+            self.queue.bump()
+            payload = bytearray(CHUNK + p.BLOCK)
+            payload[:size] = data[at:at + size]
+            struct.pack_into("<I", payload, SENTINEL, self.seq & _M32)
+            got = self.fn.execute([self._fence_read(), sram_dma_request(self.windows[k], len(payload)),
+                                   Bulk(p.OPEN_BULK_OUT, bytes(payload))])
+            done = struct.unpack("<Q", got[0])[0]
+            self.in_window[k] = self.seq
+        self.fence.mem[0] = done
+        self.dev._wait(self.fence, self.seq, self.dev.default_timeout)     # the last chunk copied (and no fault)
+        self.in_window = [0] * WINDOWS
 
     def copy_out(self, va: int, n: int, out: memoryview) -> None:
-        chunks = -(-n // CHUNK)
-        for r in range(0, chunks, ROUND):
-            base = self.copied_out
-            last = min(chunks, r + ROUND)
-            q = self._queue()
-            for i in range(r, last):
-                w, g = i % WINDOWS, base + (i - r) + 1
-                q.b.poll_mem(self.go.va, g & _M32, function=sdma_packets.POLL_GE)
-                q.copy_va(self.maps[w].va, va + i * CHUNK, min(CHUNK, n - i * CHUNK))
-                q.b.fence(self.release.va, g & _M32)       # the write that releases the armed DMA
-            if last == chunks:
-                q.signal(self.dev.timeline, self.dev.next_timeline())
-            self.dev.sdma.submit(q.buf, flush=False)
-            for i in range(r, last):
-                w, g = i % WINDOWS, base + (i - r) + 1
-                k = min(CHUNK, n - i * CHUNK)
-                sent = -(-k // p.BLOCK) * p.BLOCK
-                old = self.go.mem[0]
-                self.go.mem[0] = g
-                new = struct.pack("<Q", g)
-                changed = [j for j in range(8) if new[j] != struct.pack("<Q", old)[j]]
-                go = xdata_writes(p.WINDOW_XDATA + self.go.offset + changed[0], new[changed[0]:changed[-1] + 1])
-                got = self.fn.execute([sram_dma_request(self.windows[w], sent, to_host=True), *go,
-                                       Bulk(p.OPEN_BULK_IN, length=sent)])
-                out[i * CHUNK:i * CHUNK + k] = got[-1][:k]
-            self.copied_out = base + (last - r)
+        for at in range(0, n, CHUNK):
+            k = self.queue.wptr // ENTRY_DW % WINDOWS
+            self.seq += 1
+            size = min(CHUNK, n - at)
+            sent = -(-size // p.BLOCK) * p.BLOCK
+            self._chunk(k, OUT_DESC[k], self._out_desc(k, va + at, size, self.seq), DIR_OUT)
+            self.queue.bump()
+            # a TLP request (the doorbell) drops an armed DMA, so the arm follows it; the GPU waits for the go
+            # word, written after the arm, so its release cannot come before the arm
+            self.fn.queue(sram_dma_request(self.windows[k], sent, to_host=True))
+            self.store(GO_WORD, struct.pack("<I", self.seq & _M32))
+            got = self.fn.execute([Bulk(p.OPEN_BULK_IN, length=sent)])
+            out[at:at + size] = got[-1][:size]

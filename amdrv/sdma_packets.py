@@ -58,6 +58,9 @@ def _hdr(pkt: str, op: int, sub_op: int = 0, **fields: int) -> int:
 _H_COPY = _hdr("COPY_LINEAR", S.SDMA_OP_COPY, S.SDMA_SUBOP_COPY_LINEAR)
 _H_WRITE = _hdr("WRITE_UNTILED", S.SDMA_OP_WRITE, S.SDMA_SUBOP_WRITE_LINEAR)
 _H_FENCE = _hdr("FENCE", S.SDMA_OP_FENCE, mtype=3)
+_H_COND_EXE = _hdr("COND_EXE", S.SDMA_OP_COND_EXE)
+_H_INDIRECT = _hdr("INDIRECT", S.SDMA_OP_INDIRECT)
+_INDIRECT_VMID = S.PACKETS["INDIRECT"][0]["vmid"][0]
 _H_TRAP = _hdr("TRAP", S.SDMA_OP_TRAP)
 _H_FILL = _hdr("CONSTANT_FILL", S.SDMA_OP_CONST_FILL)
 _H_GCR = _hdr("GCR_REQ", S.SDMA_OP_GCR_REQ)
@@ -136,6 +139,20 @@ class SDMA:
         b = self.buf
         b.extend((_H_TRAP, context))
         return len(b) - 1
+
+    def cond_exe(self, addr: int, reference: int, ndw: int) -> int:
+        """COND_EXE: the next ndw dwords run only if mem32[addr] == reference (sdma_v6_0's
+        ring_init_cond_exec emits it with reference 1). Returns the index of its exec-count dword."""
+        b = self.buf
+        b.extend((_H_COND_EXE, addr & _M32, addr >> 32, reference & _M32, ndw))
+        return len(b) - 1
+
+    def indirect(self, base: int, ndw: int, vmid: int = 0) -> int:
+        """INDIRECT: runs the IB of ndw dwords at base (32-byte aligned; sdma_v6_0_ring_emit_ib, which pads
+        with NOPs so the packet ends on an 8-dword boundary: the caller places it). Returns its index."""
+        b = self.buf
+        b.extend((_H_INDIRECT | vmid << _INDIRECT_VMID, base & _M32, base >> 32, ndw, 0, 0))
+        return len(b) - 6
 
     def poll_mem(self, addr: int, value: int, mask: int = _M32, function: int = POLL_GE,
                  interval: int = 10, retry: int = 0xFFF) -> int:

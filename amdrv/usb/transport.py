@@ -620,6 +620,11 @@ class OpenUSBFunction(USBFunction):
         returns each item's IN data (None for OUT)."""
         return self._run(list(items))
 
+    def queue(self, item) -> None:
+        """Queues a link.Control behind the posted writes queued so far: it goes out, in order, with the next
+        batch (what must precede a doorbell queued after it on EP0: an SRAM-to-host DMA's arm)."""
+        self._pending.append(item)
+
     def completion_window(self) -> "BusWindow":
         """The bridge's completion window (PCIe 0x822000, 4 KiB) for the GPU's page tables: a GPU write there
         releases an armed SRAM-to-host DMA."""

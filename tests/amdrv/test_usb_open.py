@@ -215,20 +215,20 @@ def test_copy_out_needs_the_release_write(dev):
 
 
 def _blocked_sdma(dev, monkeypatch, release_at: int):
-    """The SDMA queue waits on a signal before the copy's program; the signal is set (as another agent
-    would, in the bridge's SRAM) at the release_at-th batch of the copy: until then the GPU copies nothing."""
-    from amdrv.hcq import AMCopyQueue
+    """The GPU is held back: the copier's doorbells (0xF0 requests) are kept from the bridge until the
+    release_at-th batch of the copy, which sends the last of them (as a late doorbell would): until then
+    the copier's SDMA queue sees no entry and copies nothing."""
     f = dev.gpu.dev.pci
-    block = dev.new_signal(0)
-    q = AMCopyQueue(dev)
-    q.wait(block, 1)
-    q.submit()
-    calls, real = [0], f.execute
+    dev._bridge_copies()
+    calls, held, real = [0], [], f.execute
 
     def execute(items):
         calls[0] += 1
-        if calls[0] == release_at:
-            f.link.dev._ctx.backend.bridge.sram[block.offset:block.offset + 8] = (1).to_bytes(8, "little")
+        if calls[0] < release_at:
+            held.extend(c for c in f._pending if getattr(c, "request", None) == p.REQ_PCIE)
+            f._pending[:] = [c for c in f._pending if getattr(c, "request", None) != p.REQ_PCIE]
+        elif calls[0] == release_at:
+            f._pending.extend(held[-2:])
         return real(items)
     monkeypatch.setattr(f, "execute", execute)
 
@@ -247,7 +247,7 @@ def test_copy_in_waits_for_the_window_it_refills(dev, monkeypatch):
     assert f.counters.round_trips - t > 8 + 3                        # fence reads beyond one per chunk
     monkeypatch.undo()
     assert dev.copyout(buf) == data
-    monkeypatch.setattr(bridge_copy.BridgeCopier, "_window_free", lambda self, s, done: done)
+    monkeypatch.setattr(bridge_copy.BridgeCopier, "_window_free", lambda self, k, done: done)
     other = _data(2 << 20)
     _blocked_sdma(dev, monkeypatch, release_at=6)
     dev.copyin(buf, other)
