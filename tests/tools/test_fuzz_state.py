@@ -2,6 +2,7 @@
 saved as it stood) and a fresh process must compute correct results; one case kills a cold boot from
 power-on inside the PSP bootloader stage, the finding that bricked the GPU before the PCI reset fallback."""
 import json
+import sys
 
 import pytest
 
@@ -28,9 +29,20 @@ def counts(data) -> dict:
 
 
 def test_seeded_cases_recover(tmp_path, capsys):
-    data = run(tmp_path, "--seed", "5", "--budget", "2")
+    # --first: a long run goes in chunks on one --dir (cases 1 and 2 here)
+    data = run(tmp_path, "--seed", "5", "--first", "1", "--budget", "2")
     assert data["cases"] == 2 and all(o.startswith("recovered: ") for _, o in counts(data))
+    assert {c["example"].split(":")[0] for c in data["counts"]} <= {"case 1", "case 2"}
     assert "state fuzzer on am:sim, seed 5 (SIGKILL): 2 cases, 0 unexpected" in capsys.readouterr().out
+
+
+def test_the_fuzzer_imports_what_the_verifier_had_loaded(monkeypatch):
+    # so later forks compile no source (this host may write no bytecode cache); a module that fails to
+    # import here is left to the child
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    state._import_what_children_import([{"event": "booted"},
+                                        {"event": "correct", "modules": ["colorsys", "no_such_module_x"]}])
+    assert "colorsys" in sys.modules and "no_such_module_x" not in sys.modules
 
 
 def test_killed_inside_the_bootloader_from_power_on(tmp_path):

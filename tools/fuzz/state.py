@@ -262,7 +262,7 @@ def verifier(fd: int, spec: str, plan: Plan, code: bytes, rng, usb: bool) -> Non
         work.graph()
         if plan.verifier_fini:
             dev.close()
-        _send(fd, event="correct")
+        _send(fd, event="correct", modules=sorted(sys.modules))
     except Exception as e:
         _send(fd, event="error", type=type(e).__name__, message=str(e)[:2000],
               where="".join(traceback.format_exception(e)[-3:])[:2000])
@@ -348,18 +348,13 @@ def run(args) -> tuple[common.Tally, dict[str, list[float]]]:
     os.environ["DRIVERLESS_CACHE"] = str(cache)
     os.environ["DRIVERLESS_LOCK_DIR"] = str(locks)
     os.environ.setdefault("DRIVERLESS_OFFLINE", "1")
-    # everything the children run, imported once here: a fork then costs no import
-    import hcq  # noqa: F401
-    import amdrv.hcq  # noqa: F401
-    import gpusim.provider  # noqa: F401
-    if usb:
-        import gpusim.usb_bridge  # noqa: F401
+    chip = common.sim_chip(args.device) or "navi31"
+    _warm_up(chip, usb)
     code = check_kernel()
     tally = common.Tally(f"state fuzzer on {args.device}, seed {args.seed}"
                          + (" (USB link drops)" if usb else " (SIGKILL)"))
     boot_seconds: dict[str, list[float]] = {}
-    cases = [args.case] if args.case is not None else range(args.budget)
-    chip = common.sim_chip(args.device) or "navi31"
+    cases = [args.case] if args.case is not None else range(args.first, args.first + args.budget)
     if args.from_state:
         state = cache / "sim" / f"{chip}{'-usb' if usb else ''}.state"
         state.parent.mkdir(parents=True, exist_ok=True)
@@ -382,6 +377,7 @@ def run(args) -> tuple[common.Tally, dict[str, list[float]]]:
             outcome, example, outcome_reason = "victim failed", plan.describe(), ""
             if problem is None:
                 status, msgs = _child(verifier, args.timeout, args.device, plan, code, rng, usb)
+                _import_what_children_import(msgs)
                 problem = _verifier_problem(status, msgs)
                 booted = next((m for m in msgs if m["event"] == "booted"), None)
                 outcome = "not recovered"
@@ -411,6 +407,30 @@ def run(args) -> tuple[common.Tally, dict[str, list[float]]]:
     except KeyboardInterrupt:   # Ctrl-C or SIGTERM: the table of the cases run so far
         tally.title += f" (stopped after {tally.cases} of {len(cases)} cases)"
     return tally, boot_seconds
+
+
+def _warm_up(chip: str, usb: bool) -> None:
+    """What every child would otherwise do again after its fork, done once here: the imports (this host
+    may write no bytecode cache, so each import compiles its source) and the simulator's power-on register
+    map (memoised per layout; loading a saved GPU needs it). The children's work is unchanged."""
+    import hcq  # noqa: F401
+    import amdrv.hcq  # noqa: F401
+    import gpusim.provider  # noqa: F401
+    from gpusim import board, device
+    if usb:
+        import gpusim.usb_bridge  # noqa: F401
+    device.Device(chip, vram_size=board.VRAM_SIZE[chip])
+
+
+def _import_what_children_import(msgs: list[dict]) -> None:
+    """The verifier reports the modules it had loaded: import those here, so later forks inherit them."""
+    done = next((m for m in msgs if m["event"] == "correct"), None)
+    for name in (done or {}).get("modules", ()):
+        if name not in sys.modules and name != "__main__":
+            try:
+                __import__(name)
+            except Exception:   # noqa: BLE001 - a module that imports only in some context: the child does it
+                pass
 
 
 def _victim_problem(status, msgs, killed, usb: bool) -> str | None:
@@ -455,6 +475,8 @@ def main(argv=None) -> int:
     common.add_common_args(p, budget=200)
     p.add_argument("--dir", help="where the GPU state, lock files and findings go (default: a new temp dir)")
     p.add_argument("--case", type=int, help="run this case of the seed only")
+    p.add_argument("--first", type=int, default=0,
+                   help="run cases FIRST .. FIRST+BUDGET-1 (a long run in chunks on one --dir: the GPU carries over)")
     p.add_argument("--from-state", help="start from this GPU state file (a finding's)")
     p.add_argument("--sweep", choices=("power-on", "mode1"),
                    help="case N kills a cold boot at its access N+1 (--stride), from a powered-on GPU or over running "
