@@ -80,6 +80,13 @@ is empty, blocked or hung, so a driver polling a fence in host memory makes prog
 clock it runs at the next step. Copies and fills take one step per BYTES_PER_STEP (32 KiB per 1 us step,
 about 32 GB/s), at least one: the engines' clock moves on by that, and in the stepped mode the device clock
 catches up (not from inside a clock step, e.g. a poll retry: the clock never runs inside itself).
+A copy or fill moves SLICE_BYTES (4 MiB) per turn: a longer one (COUNT allows 1 GiB) moves its next slice
+when the previous slice's transfer time has passed on the device clock (the driver's polls step it), so the
+doorbell write returns at once, STATUS_REG reads busy meanwhile, and a soft reset or a hang (a fault that
+stops the engine) ends it between slices, as an engine that runs asynchronously would be stopped.
+Assumption: the engine's own granularity is not public; 4 MiB is upstream's copy_max_bytes/fill_max_bytes
+(sdma_v6_0.c), so every copy the kernel driver emits still runs whole in one turn. A FREEZE takes effect
+between slices.
 Timestamps count 100 MHz ticks of the largest of that clock, the device clock and the CP model's clock (the
 GPU clock counter is one counter), so they only grow. A blocked POLL_REGMEM re-checks every max(1, INTERVAL)
 steps and on every doorbell; RETRY_COUNT 0xfff (what upstream emits) retries forever, a smaller count
@@ -118,6 +125,7 @@ BUSY_CLEARS = ("IDLE", "RB_EMPTY", "RB_CMD_IDLE", "BLOCK_IDLE", "EX_IDLE", "CONT
 CLIENT_ID = (13, 14)          # gfxhub_client_ids: "SDMA0", "SDMA1" (the UTCL2 CID of a fault)
 QUEUE = 0                     # the gfx ring is queue 0 (the trap IV's ring_id low nibble)
 BYTES_PER_STEP = 32 << 10     # copy bandwidth: 32 KiB per 1 us clock step
+SLICE_BYTES = 4 << 20         # a copy or fill moves at most this much per turn (module docstring)
 TICK_NS = 10                  # timestamps count a 100 MHz reference clock
 RETRY_FOREVER = 0xFFF
 M64 = (1 << 64) - 1
@@ -146,6 +154,7 @@ class QueueState:
     ib: list | None = None       # [base VA, size in dwords, next dword, vmid, privileged]
     poll: list | None = None     # [where (rptr, IB position), retries so far]
     gen: int = 0                 # bumped on every block/reset so stale poll retries do nothing
+    xfer: list | None = None     # a copy/fill under way: [where, bytes done, clock step its next slice is due]
     active: bool = False         # executing now (a clock step inside a copy must not re-enter)
 
 
@@ -310,7 +319,7 @@ class SDMA(Block):
 
     def _has_work(self, i: int) -> bool:
         q = self.queues[i]
-        if q.hung or q.ib or q.poll:
+        if q.hung or q.ib or q.poll or q.xfer:
             return True
         return self.running(i) and bool(self._fields(i, "QUEUE0_RB_CNTL")["RB_ENABLE"]) and self._pending(i) != 0
 
@@ -486,11 +495,9 @@ class SDMA(Block):
                 raise Hang(f"COUNT dword {d[1]:#010x} has bits above the 30-bit count field set")
             if field("COPY_LINEAR", 0, "broadcast", d[0]):
                 raise Hang("broadcast copies are not modeled")
-            n = d[1] + 1
             src, dst = d[3] | d[4] << 32, d[5] | d[6] << 32
-            self._write(i, vmid, dst, self._read(i, vmid, src, n, "copy source"), "copy destination")
-            self._spend(n)
-            return True
+            return self._transfer(i, where, d[1] + 1, lambda at, k: self._write(
+                i, vmid, dst + at, self._read(i, vmid, src + at, k, "copy source"), "copy destination"))
         if op == S.SDMA_OP_WRITE:
             dst = d[1] | d[2] << 32
             if dst & 3:
@@ -511,7 +518,7 @@ class SDMA(Block):
                                                 src_data=(field("TRAP", 1, "int_context", d[1]), 0, 0, 0)))
             return True
         if op == S.SDMA_OP_CONST_FILL:
-            return self._fill(i, d, vmid)
+            return self._fill(i, d, vmid, where)
         if op == S.SDMA_OP_TIMESTAMP:
             return self._timestamp(i, sub, d, vmid)
         if op == S.SDMA_OP_POLL_REGMEM:
@@ -546,7 +553,7 @@ class SDMA(Block):
                 raise Hang(f"EXEC_COUNT {ndw} runs past the write pointer")
             self._set_ptr(i, "RPTR", self._ptr(i, "RPTR") + 4 * ndw)
 
-    def _fill(self, i: int, d: list[int], vmid: int) -> bool:
+    def _fill(self, i: int, d: list[int], vmid: int, where: tuple) -> bool:
         fill = field("CONSTANT_FILL", 0, "fillsize", d[0])
         if fill == 3:
             raise Hang("FILLSIZE 3 (8 bytes) but the packet carries one data dword")
@@ -557,9 +564,30 @@ class SDMA(Block):
             raise Hang(f"FILLSIZE {fill} fills {elem}-byte elements but the destination {dst:#x} or the "
                        f"byte count {n} is not a multiple of {elem}")
         pattern = (d[3] & ((1 << 8 * elem) - 1)).to_bytes(elem, "little")
-        self._write(i, vmid, dst, pattern * (n // elem), "fill destination")
-        self._spend(n)
-        return True
+        return self._transfer(i, where, n, lambda at, k: self._write(i, vmid, dst + at, pattern * (k // elem),
+                                                                     "fill destination"))
+
+    def _transfer(self, i: int, where: tuple, n: int, move) -> bool:
+        """Moves the n bytes of the copy or fill at `where` a slice at a time (move(offset, size)); True when
+        all are moved. A slice that is not the last schedules the next one for when its transfer time is
+        over (the driver's polls step the clock); a kick before then (a doorbell) moves nothing."""
+        q = self.queues[i]
+        done = 0
+        if q.xfer is not None and q.xfer[0] == where:
+            done = q.xfer[1]
+            if self.dev.steps < q.xfer[2]:
+                return False
+        k = min(n - done, SLICE_BYTES)
+        move(done, k)        # a fault that stops the engine (Hang) stops the copy here
+        if done + k == n:
+            q.xfer = None
+            self._spend(k)
+            return True
+        steps = -(-k // BYTES_PER_STEP)
+        q.xfer = [where, done + k, self.dev.steps + steps]
+        q.gen += 1
+        self.dev.schedule(steps, self._poll_retry, i, q.gen)
+        return False
 
     def _timestamp(self, i: int, sub: int, d: list[int], vmid: int) -> bool:
         if sub == S.SDMA_SUBOP_TIMESTAMP_SET:
@@ -604,6 +632,7 @@ class SDMA(Block):
         return False
 
     def _poll_retry(self, i: int, gen: int) -> None:
+        """A blocked poll's retry, or a copy's next slice: unless a reset or hang came since."""
         if self.queues[i].gen == gen:
             self._event_kick(i)
 

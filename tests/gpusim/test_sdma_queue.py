@@ -144,6 +144,13 @@ class Ring:
     def idle(self):
         return self.r("STATUS_REG").decode()["IDLE"] == 1
 
+    def wait_idle(self, polls=100_000):
+        """Polls STATUS_REG (each read one clock step, as a driver's wait) until the engine is idle."""
+        for n in range(polls):
+            if self.idle():
+                return n
+        raise AssertionError(f"SDMA{self.i} still busy after {polls} polls: {sim(self.gpu).errors[-3:]}")
+
     def soft_reset(self):
         """sdma_v6_0_soft_reset for this engine (gfx_stop, freeze, halt, GRBM pulse), then the restart."""
         r = self.r
@@ -195,6 +202,9 @@ def test_copy_vram_to_vram_any_size_and_alignment(gpu, n, src_off, dst_off):
     gpu.dev.vram.write(src.vram.addr + src_off, data)
     gpu.dev.vram.write(dst.vram.addr + dst_off - 1 if dst_off else dst.vram.addr + n, b"\x5a")
     ring.emit(copy(src.va + src_off, dst.va + dst_off, n))
+    if n > 4 * MiB:     # past one 4 MiB slice the copy goes on after the doorbell, as the clock steps
+        assert not ring.idle() and ring.rptr() == 0
+        ring.wait_idle()
     assert vram(gpu, dst, dst_off, n) == data
     if dst_off:
         assert vram(gpu, dst, dst_off - 1, 1) == b"\x5a"                 # not a byte before
@@ -610,3 +620,51 @@ def test_a_frozen_engine_serves_nothing_until_unfrozen_or_soft_reset(gpu):
     ring.resume()
     ring.emit(fence(out.va + 4, 3))
     assert u32(gpu, out, 4) == 3, [str(e) for e in sim(gpu).errors]
+
+
+def test_a_copy_past_one_slice_goes_on_after_the_doorbell_as_the_clock_steps(gpu):
+    """SDMA runs asynchronously: a 12 MiB COPY_LINEAR moves 4 MiB per turn (SLICE_BYTES), the doorbell
+    write returns after the first slice, a second doorbell moves nothing early, polls finish it."""
+    ring = Ring(gpu)
+    n = 12 * MiB
+    ts, src, dst = gpu.gmc.map_vram(4096), gpu.gmc.map_vram(n), gpu.gmc.map_vram(n)
+    data = pattern(n, 5)
+    gpu.dev.vram.write(src.vram.addr, data)
+    ring.emit(timestamp(ts.va), copy(src.va, dst.va, n), timestamp(ts.va + 8))
+    assert not ring.idle() and ring.rptr() == 12                 # past the timestamp (3 dwords), at the copy
+    assert vram(gpu, dst, 0, 4 * MiB) == data[:4 * MiB] and vram(gpu, dst, 8 * MiB, 16) == b"\0" * 16
+    ring.ring()
+    assert vram(gpu, dst, 8 * MiB, 16) == b"\0" * 16             # not before its time
+    polls = ring.wait_idle()
+    assert polls >= 2 * 4 * MiB // (32 << 10) - 2                # the two later slices' transfer time
+    assert vram(gpu, dst, 0, n) == data and ring.rptr() == ring.wptr and not sim(gpu).errors
+    t0, t1 = struct.unpack("<2Q", vram(gpu, ts, 0, 16))
+    assert t1 - t0 >= n // (32 << 10) * 100                      # 1 us per 32 KiB, 100 MHz ticks
+
+
+def test_a_1gib_fill_at_an_unmapped_address_faults_at_once_and_a_soft_reset_stops_it(gpu):
+    """A CONSTANT_FILL of 1 GiB (the 30-bit COUNT's most) at an unmapped address: the doorbell write returns
+    after one slice (it used to run 1 GiB page by page inside it), the fault is posted at once, the engine
+    is busy, and the soft reset that recovery does ends the fill: no slice runs after it."""
+    import time
+    ring = Ring(gpu)
+    gpu.ih.poll()
+    gone = gpu.gmc.map_vram(8192)
+    gpu.gmc.unmap(gone)
+    fill = pkt("CONSTANT_FILL", op=S.SDMA_OP_CONST_FILL, dst_addr_31_0=lo(gone.va), dst_addr_63_32=hi(gone.va),
+               src_data_31_0=0x5A5A5A5A, count=(1 << 30) - 1)
+    t = time.perf_counter()
+    ring.emit(fill)
+    assert time.perf_counter() - t < 20                          # one 4 MiB slice, not 1 GiB (minutes)
+    assert not ring.idle() and ring.rptr() == 0
+    ivs = [e for e in gpu.ih.poll() if e.src_id == IHIDS.UTCL2_1_0__SRCID__FAULT]
+    assert ivs and gpu.gmc.decode_fault("GC").write
+    sdma = sim(gpu).blocks["SDMA"]
+    assert sdma.queues[0].xfer[1] == 4 * MiB
+    ring.soft_reset()
+    for _ in range(300):                                         # past when the next slice was due
+        ring.idle()
+    assert sdma.queues[0].xfer is None and ring.idle()
+    assert not [e for e in gpu.ih.poll() if e.src_id == IHIDS.UTCL2_1_0__SRCID__FAULT]
+    ring.emit(fence(ring.wb.va + 128, 9))
+    assert u32(gpu, ring.wb, 128) == 9

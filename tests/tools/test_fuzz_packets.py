@@ -90,3 +90,21 @@ def test_a_queue_that_stops_unrecorded_is_a_finding(target, monkeypatch):
     monkeypatch.setattr(fz, "pm4_random", lambda t, r: stream)
     outcome, text, why = fz.run_case(target, "pm4-random", rng)
     assert outcome.startswith("hang") and why == "the queue stopped without the simulator recording why", (outcome, why)
+
+
+def test_a_1gib_sdma_copy_to_an_unmapped_address_is_a_prompt_fault_and_recover_ends_it(target, monkeypatch):
+    # the case the fuzzer once capped at 16 MiB: COPY_LINEAR's 30-bit COUNT at its most, from the scratch
+    # buffer to an address nothing maps. The simulated SDMA moves it 4 MiB per turn on the clock, so the
+    # doorbell returns, the driver's wait sees the fault the first slice posts, and recover() ends the copy.
+    import time
+    from amdrv.sdma_packets import SDMA
+    gone = 0x7F00_0000_0000
+    stream = SDMA()
+    stream.copy(gone, target.scratch.va, 4)
+    stream.buf[1] = (1 << 30) - 1
+    monkeypatch.setattr(fz, "sdma_random", lambda t, r: stream.buf)
+    t = time.perf_counter()
+    outcome, text, why = fz.run_case(target, "sdma-random", case_rng(0, 4, "x"))
+    assert time.perf_counter() - t < 60 and why is None, (outcome, why, text)
+    assert outcome == "fault" and "SDMA0" in text and "write" in text, (outcome, text)
+    assert target.sim.blocks["SDMA"].queues[0].xfer is None

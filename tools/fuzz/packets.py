@@ -206,23 +206,6 @@ def sdma_random(t: Target, rng) -> array:
     return out
 
 
-# Byte counts of SDMA COPY_LINEAR (dword 1) and CONSTANT_FILL (dword 4) are capped at this: the simulator runs
-# a copy or fill page by page inside the doorbell write, so hundreds of MiB at unmapped addresses take it
-# minutes, where no driver timeout can end it (hardware takes milliseconds). An open finding, not a rule of
-# the GPU (docs/fuzzing.md); with the cap a run's cases each take about a second at most.
-SDMA_MAX_BYTES = 16 << 20
-
-
-def cap_sdma_sizes(stream) -> array:
-    s = array("I", stream)
-    for i, d in enumerate(s):
-        if d >> 8 & 0xFF == 0 and d & 0xFF in (1, 11):
-            at = i + (1 if d & 0xFF == 1 else 4)
-            if at < len(s) and SDMA_MAX_BYTES < s[at] < 1 << 30:
-                s[at] = SDMA_MAX_BYTES - 1
-    return s
-
-
 # ------------------------------------------------------------------------------------------ mutations
 def mutate(stream: array, rng, headers: list[int]) -> tuple[array, list[str]]:
     """1-4 mutations of a stream; headers: dword values that are packet headers of this engine."""
@@ -331,9 +314,8 @@ def run_case(t: Target, kind: str, rng, verbose: bool = False) -> tuple[str, str
                 stream = pm4_random(t, rng)
             elif kind == "sdma-mutated":
                 stream, how = mutate(sdma_valid(t, rng), rng, [0, 1, 2, 5, 8, 11])
-                stream = cap_sdma_sizes(stream)
             else:
-                stream = cap_sdma_sizes(sdma_random(t, rng))
+                stream = sdma_random(t, rng)
             if verbose:
                 print(" ".join(f"{d:08x}" for d in stream))
             raw = dev.compute if engine == "pm4" else dev.sdma
@@ -424,6 +406,8 @@ def _sim_waits(t: Target, engine: str) -> str:
         q = sdma.queues[0]
         if q.poll is not None:
             return "waits (POLL_REGMEM not met)"
+        if q.xfer is not None:
+            return "waits (a copy or fill still moving)"
         if sdma._ptr(0, "RPTR") != sdma._ptr(0, "WPTR"):
             return "waits (a packet longer than the ring holds)"
         return ""
