@@ -136,20 +136,31 @@ class AMGPU:
         self.gfx = GFX(dev, self.gmc, self.nbio)
         self.sdma = SDMA(dev)
 
-    def _firmware_alive(self) -> tuple[bool, bool]:
-        """(the PSP's sOS runs, the SMU answers). The SMU's response register is 0 from power-on or a
-        reset until its firmware, loaded by the PSP, says it is ready for messages."""
-        return self.psp.sos_alive(), self.smu.resp_reg.read() != 0
+    def _firmware_alive(self) -> tuple[bool, bool, bool]:
+        """(the PSP's sOS runs, the SMU answers, the SMU runs with a mailbox a dead driver cleared). The
+        SMU's response register is 0 from power-on or a reset until its firmware, loaded by the PSP, says it
+        is ready for messages, and between a driver clearing it and the firmware answering that driver's
+        message (amdrv.ip.smu.SMU.mailbox_cleared)."""
+        sos, answers = self.psp.sos_alive(), self.smu.resp_reg.read() != 0
+        return sos, answers, not answers and self.smu.mailbox_cleared()
 
-    def _decide(self, state, force_cold: bool) -> tuple[str, str, bool]:
-        """(kind, reason in words, whether a cold boot must reset the GPU through the SMU first).
+    def _decide(self, state, force_cold: bool) -> tuple[str, str, bool, bool]:
+        """(kind, reason in words, whether a cold boot must reset the GPU through the SMU first, whether
+        only a reset through the platform can: the SMU runs but takes no message).
 
         The reset needs the SMU running; the PSP needs it only once the SMU's firmware runs, since the
         PSP cannot load it twice. A run that died after the sOS started but before the SMU firmware was
         loaded leaves the sOS alone running: the PSP load carries on from it (no bootloader, a new ring)."""
-        sos, smu = self._firmware_alive()
+        sos, smu, cleared = self._firmware_alive()
         mm = self.dev.mm
         cold_reason = None
+        if cleared:     # no SMU message may be sent (not even the GFXOFF one the GC token needs)
+            why = ("the SMU firmware runs (MP1_FIRMWARE_FLAGS) but its mailbox was cleared for a message that was "
+                   "never posted, so it takes no message (smu_cmn_send_smc_msg_with_param) and the PSP cannot "
+                   "load it again")
+            if state is not None and not state.clean:
+                why = "the previous AM run did not finish (no fini: it crashed or was killed); " + why
+            return "cold", why, False, True
         if force_cold:
             cold_reason = f"forced ({COLD_ENV}=1 or cold=True)"
         elif state is None:
@@ -171,10 +182,10 @@ class AMGPU:
             cold_reason = (f"the previous AM run's boot region ({state.boot_size:#x} bytes at "
                            f"{state.boot_base:#x}) is not this boot's")
         if cold_reason is None:
-            return "warm", "the previous AM run ended with fini; the PSP's sOS runs and the SMU answers", False
+            return "warm", "the previous AM run ended with fini; the PSP's sOS runs and the SMU answers", False, False
         if sos and not smu:
             cold_reason += "; the sOS runs without SMU firmware, so the PSP load carries on from it"
-        return "cold", cold_reason, smu
+        return "cold", cold_reason, smu, False
 
     def _gc_token(self) -> int:
         """GC SCRATCH_REG7, read with GFX powered: fini left GFXOFF allowed (the idle floor between
@@ -193,16 +204,19 @@ class AMGPU:
             dev.firmware.read_all(files_for(dev.chip))
             raise
         state = self.nbio.read_state()
-        kind, reason, mode1 = self._decide(state, force_cold)
+        kind, reason, mode1, platform_only = self._decide(state, force_cold)
         pci_reset, no_reset = "", ""
-        if kind == "cold" and not mode1 and state is not None and not state.clean and not self.psp.sos_alive():
+        if platform_only or (kind == "cold" and not mode1 and state is not None and not state.clean
+                             and not self.psp.sos_alive()):
             # The previous run died before the PSP's sOS ran, with no SMU firmware to reset the ASIC (mode1):
             # the bootloader may be half way through its stages (it takes them once, in order) and a TLB
-            # flush may hold an MMHUB invalidation semaphore. Only a reset from the platform clears them.
+            # flush may hold an MMHUB invalidation semaphore. Or it died with the SMU's mailbox cleared, which
+            # takes no message. Only a reset from the platform clears them.
             methods = dev.pci.reset_methods()
             pci_reset = methods[0] if methods else ""
+            died = "left the SMU taking no message" if platform_only else "died before the firmware ran"
             no_reset = "" if methods else (
-                f"; the previous AM run died before the firmware ran and {dev.pci.address} offers no PCI reset "
+                f"; the previous AM run {died} and {dev.pci.address} offers no PCI reset "
                 f"(FLR or secondary bus reset; pcie reset_methods() is empty): if this boot fails, power-cycle "
                 f"the GPU")
             reason += f"; reset through the platform ({pci_reset})" if pci_reset else ""

@@ -418,6 +418,14 @@ class PSP(Block):
         if self.tmr is None and fw_type != P.GFX_FW_TYPE_SMU:
             self.error(f"LOAD_IP_FW {name} before SETUP_TMR: nowhere to put it")
             return TEE_ERROR_BAD_STATE, 0
+        smu = self.dev.blocks.get("SMU")
+        if fw_type == P.GFX_FW_TYPE_SMU and getattr(smu, "running", False):
+            # Assumption (the PSP's rule is not public): upstream never loads PMFW into a running MP1
+            # (psp_load_smu_fw skips it "as SMU is always alive" under BACO runtime PM, and has the SMU
+            # unload first before a reload in a reset on MP0 11.0.2/11.0.4); here the sOS refuses it.
+            self.error(f"LOAD_IP_FW {name} while the SMU firmware runs (MP1_FIRMWARE_FLAGS.INTERRUPTS_ENABLED): "
+                       "refused, TEE_ERROR_BAD_STATE; a mode1 or PCI reset stops it first")
+            return TEE_ERROR_BAD_STATE, 0
         status = self._payload(f"LOAD_IP_FW {name}", addr, size, want)
         if status != TEE_SUCCESS:
             return status, 0

@@ -10,7 +10,10 @@ Facts (drivers/gpu/drm/amd/pm/swsmu, message and table numbers from amdrv.autoge
   debug response register, and does not wait.
 - A message to an SMU whose firmware is not running is never answered (the driver times out). Here the
   firmware runs once the PSP model has loaded it (`firmware_loaded`, called by gpusim.psp) and stops at
-  power-on and mode1 reset.
+  power-on and mode1 reset. MP1_FIRMWARE_FLAGS.INTERRUPTS_ENABLED (bit 0, mp_13_0_0_sh_mask.h) reads 1 while
+  it runs: smu_v13_0_check_fw_status reads it at SMN address MP1_Public | smnMP1_FIRMWARE_FLAGS (0x03b10024,
+  smu_v13_0.h) through the PCIE index/data pair to tell that the firmware runs; the response register cannot
+  (a driver clears it before each message).
 - GetSmuVersion returns the firmware's version (program << 24 | major << 16 | minor << 8 | debug); the
   default is smu_13_0_0.bin / smu_13_0_7.bin of linux-firmware 20230210 (ucode_version 0x004E4B00,
   0x00523C00). GetDriverIfVersion: SMU13_DRIVER_IF_VERSION_SMU_V13_0_0_0 / _V13_0_7 (0x37, smu_v13_0.h).
@@ -82,6 +85,7 @@ _ACKNOWLEDGED = {S.PPSMC_MSG_TestMessage, S.PPSMC_MSG_SetToolsDramAddrHigh, S.PP
                  S.PPSMC_MSG_AllowIHHostInterrupt, S.PPSMC_MSG_PowerUpVcn, S.PPSMC_MSG_PowerDownVcn,
                  S.PPSMC_MSG_PowerUpJpeg, S.PPSMC_MSG_PowerDownJpeg}
 ALL_FEATURES = (1 << (S.FEATURE_EDC_PWRBRK_BIT + 1)) - 1
+SMN_MP1_FIRMWARE_FLAGS = 0x03B00000 | 0x3010024   # smu_v13_0.h: MP1_Public | smnMP1_FIRMWARE_FLAGS
 _MSG_NAMES = {v: k for k, v in vars(S).items() if k.startswith("PPSMC_MSG_") and isinstance(v, int)}
 
 
@@ -92,6 +96,10 @@ class SMU(Block):
     def attach(self) -> None:
         self.on_write(self.IP, "MP1_SMN_C2PMSG_66", self._message)
         self.on_write(self.IP, "MP1_SMN_C2PMSG_54", self._debug_message)
+        self.dev.regs.read_handlers[SMN_MP1_FIRMWARE_FLAGS >> 2] = self._r_firmware_flags
+
+    def _r_firmware_flags(self) -> int:
+        return int(self.running)      # INTERRUPTS_ENABLED; the other bits are RESERVED
 
     def reset(self) -> None:
         chip = self.dev.chip

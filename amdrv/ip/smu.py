@@ -47,6 +47,7 @@ DRIVER_IF_VERSION = {(13, 0, 0): 0x37, (13, 0, 7): 0x37}    # smu_v13_0.h
 MODE1_RESET_WAIT_S = 0.5                                    # SMU13_MODE1_RESET_WAIT_TIME_IN_MS
 BUSY_THRESHOLD = 15                                         # SMU_13_0_0_BUSY_THRESHOLD
 MEMSIZE_DWORD = 0xDE3                                       # RCC_CONFIG_MEMSIZE (nbio get_memsize)
+SMN_MP1_FIRMWARE_FLAGS = 0x03B00000 | 0x3010024              # smu_v13_0.h: MP1_Public | smnMP1_FIRMWARE_FLAGS
 
 MSG_NAMES = {v: k.removeprefix("PPSMC_MSG_") for k, v in vars(S).items()
              if k.startswith("PPSMC_MSG_") and isinstance(v, int) and k != "PPSMC_MSG_Count"}
@@ -215,6 +216,22 @@ class SMU:
         return self.send(msg, arg, read_arg=True)
 
     # -- life cycle -------------------------------------------------------------------------------------
+    def firmware_running(self) -> bool:
+        """smu_v13_0_check_fw_status: MP1_FIRMWARE_FLAGS.INTERRUPTS_ENABLED (bit 0), set while the firmware
+        runs, read at its SMN address through the RSMU index/data pair as RREG32_PCIE does."""
+        nbif = self.dev.reg("NBIF")
+        nbif.BIF_BX_PF0_RSMU_INDEX.write(SMN_MP1_FIRMWARE_FLAGS)
+        return bool(nbif.BIF_BX_PF0_RSMU_DATA.read() & 1)
+
+    def mailbox_cleared(self) -> bool:
+        """The firmware runs but its response register stays 0: a driver cleared it to post a message and
+        never posted one (it died in between). smu_cmn_send_smc_msg_with_param then sends nothing
+        (SMU_RESP_NONE after __smu_cmn_poll_stat's wait), so neither can this driver: no message, no mode1
+        reset through the SMU. Waits as that poll does (timeout_s) for a message still being answered."""
+        if self.resp_reg.read() != 0 or not self.firmware_running():
+            return False
+        return self._poll() is None
+
     def alive(self) -> bool:
         """Whether SMU firmware runs: a response is in C2PMSG_90 (none since power-on or reset reads 0)
         and GetSmuVersion is answered. Costs one register read when nothing runs."""

@@ -8,6 +8,7 @@ import pcie
 from amdrv.am import AMError, AMGPU
 from amdrv.ip.gmc import GMC
 from amdrv.ip.psp import PSP
+from amdrv.ip.smu import SMU
 from gpusim import provider
 
 
@@ -137,3 +138,38 @@ def test_died_with_a_mode1_reset_in_flight(monkeypatch):
     gpu = AMGPU.open(sim(79))
     assert gpu.boot_report.kind == "cold" and gpu.gfx.mec_ready() and gpu.sdma.ready(), gpu.boot_report
     gpu.fini()
+
+
+def die_with_the_smu_mailbox_cleared(m):
+    def send(self, msg, arg=0, read_arg=False, gone=None):
+        self.resp_reg.write(0)          # smu_cmn's order: the response cleared, then argument and message
+        raise Killed(f"between clearing the SMU response and posting message {msg:#x}")
+    m.setattr(SMU, "_send", send)
+
+
+def killed_in_fini_with_the_mailbox_cleared(monkeypatch, slot):
+    gpu = AMGPU.open(sim(slot, fresh=True))
+    with monkeypatch.context() as m:
+        die_with_the_smu_mailbox_cleared(m)
+        with pytest.raises(Killed):
+            gpu.fini()
+
+
+def test_died_with_the_smu_mailbox_cleared(monkeypatch):
+    # the SMU runs (MP1_FIRMWARE_FLAGS) but takes no message (smu_cmn_send_smc_msg_with_param refuses on a
+    # cleared response): no mode1 reset through it, and the PSP will not load it again: a PCI reset
+    killed_in_fini_with_the_mailbox_cleared(monkeypatch, 74)
+    gpu = AMGPU.open(sim(74))
+    rep = gpu.boot_report
+    assert (rep.kind, rep.mode1_reset, rep.pci_reset) == ("cold", False, "bus"), rep
+    assert "mailbox was cleared" in rep.reason and "reset through the platform (bus)" in rep.reason
+    assert gpu.gfx.mec_ready() and gpu.sdma.ready()
+    gpu.fini()
+
+
+def test_a_boot_that_trusts_the_cleared_response_register_fails(monkeypatch):
+    # the old decision: response 0 read as "no SMU firmware", so the PSP was asked to load it over the running one
+    killed_in_fini_with_the_mailbox_cleared(monkeypatch, 75)
+    monkeypatch.setattr(SMU, "mailbox_cleared", lambda self: False)
+    with pytest.raises(AMError, match="cold boot failed in psp"):
+        AMGPU.open(sim(75))

@@ -380,3 +380,17 @@ def test_firmware_found_through_the_store(monkeypatch, debian_firmware):
     drv = Driver(dev)
     fw = dev.blocks["PSP"].firmware
     assert drv.bootloader(P.PSP_BL__LOAD_KEY_DATABASE, fw.sos_component(U.PSP_FW_TYPE_PSP_KDB)) == 0x80000000
+
+
+def test_the_smu_firmware_is_not_loaded_into_a_running_smu(sim):
+    """Assumption from psp_load_smu_fw (it never loads PMFW into a live MP1): a second LOAD_IP_FW of the SMU
+    firmware while it runs is refused, TEE_ERROR_BAD_STATE, until a reset stops the SMU."""
+    dev, drv, fw = sim
+    drv.boot_sos(fw)
+    drv.ring_create()
+    drv.toc_and_tmr(fw)                              # the SMU firmware loaded once
+    dev.blocks["SMU"].running = True                 # FakeSMU: what gpusim.smu does once it is loaded
+    assert drv.load(P.GFX_FW_TYPE_SMU, fw.ip_fw(P.GFX_FW_TYPE_SMU)) == PSPM.TEE_ERROR_BAD_STATE
+    assert "while the SMU firmware runs" in str(dev.errors[-1]) and dev.blocks["SMU"].loads == 1
+    dev.blocks["SMU"].running = False
+    assert drv.load(P.GFX_FW_TYPE_SMU, fw.ip_fw(P.GFX_FW_TYPE_SMU)) == 0

@@ -263,3 +263,24 @@ def test_the_psp_runtime_database_reports_scpm(scpm):
     board.mode1_reset(dev)
     assert entry() == (P.SCPM_ENABLE if scpm else P.SCPM_DISABLE)
     f.close()
+
+
+def test_firmware_flags_say_whether_the_firmware_runs():
+    """smu_v13_0_check_fw_status: MP1_FIRMWARE_FLAGS.INTERRUPTS_ENABLED at SMN MP1_Public | smnMP1_FIRMWARE_FLAGS,
+    read through the RSMU index/data pair (nbio_v4_3 get_pcie_index/data_offset): 1 only while it runs,
+    whatever the response register holds."""
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8)
+    bar, dev = f.bar(5), f.dev
+    index, data = (dev.reg_addr("NBIO", n) * 4 for n in ("BIF_BX_PF0_RSMU_INDEX", "BIF_BX_PF0_RSMU_DATA"))
+
+    def flags():
+        bar.write32(index, 0x03B00000 | 0x3010024)
+        return bar.read32(data)
+    assert flags() == 0
+    dev.blocks["SMU"].firmware_loaded()
+    assert flags() == 1
+    bar.write32(RESP, 0)                                # a driver clears it to post a message: still running
+    assert flags() == 1
+    dev.blocks["SMU"].reset()                           # what a mode1 or PCI reset does to it
+    assert flags() == 0
+    f.close()
