@@ -73,6 +73,10 @@ def test_load_with_the_secure_os_already_running():
     first.close()
     gpu = sim._SLOTS[SLOT]
     bootloader_cmds = list(gpu.blocks["PSP"].bl_done)
+    # as when the previous driver died after the sOS started and before it loaded the SMU firmware (the
+    # only time the driver loads over a running sOS: a running SMU is reset first, and the PSP does not
+    # load its firmware into a running SMU)
+    gpu.blocks["SMU"].reset()
     dev = open_dev(fresh=False)            # a new driver instance finds the sOS running
     psp = PSP(dev)
     assert psp.sos_alive()
