@@ -66,6 +66,7 @@ class _CopierQueue(SDMAQueue):
 
     def _reset_ring(self) -> None:
         self.wptr = self.rptr_seen = 0
+        self.copier.in_window, self.copier.unseen = [0] * WINDOWS, 0     # what was in flight is dropped
         self.mem.view[:self.ring_size] = self.copier.ring_image()
         self.mem.dma.push(0, self.ring_size)
         self.copier.store(WPTR_SHADOW, bytes(8))
@@ -96,6 +97,7 @@ class BridgeCopier:
         self.page_va = m.va
         self.seq = 0                          # chunks so far, both ways (the sentinels' and fences' values)
         self.in_window = [0] * WINDOWS        # the copy-in chunk last sent into each window (0: none pending)
+        self.unseen = 0                       # the last copy-in's last chunk, until a fence read shows it copied
         self.store(0, self._descriptors(), whole=True)
         engines = [e for e in dev.gpu.sdma.engines if e != dev.sdma.engine]
         if not engines:
@@ -199,8 +201,10 @@ class BridgeCopier:
             done = struct.unpack("<Q", got[0])[0]
             self.in_window[k] = self.seq
         self.fence.mem[0] = done
-        self.dev._wait(self.fence, self.seq, self.dev.default_timeout)     # the last chunk copied (and no fault)
-        self.in_window = [0] * WINDOWS
+        # The last chunk is in the SRAM; the GPU copies it after this returns. Every later submission on the
+        # device's other queues waits for its fence on the GPU (pending()), synchronize() reads it with the
+        # other signals, and copy-out runs behind it on this queue: no round trip of its own.
+        self.unseen = self.seq if done < self.seq else 0
 
     def copy_out(self, va: int, n: int, out: memoryview) -> None:
         for at in range(0, n, CHUNK):
@@ -216,3 +220,10 @@ class BridgeCopier:
             self.store(GO_WORD, struct.pack("<I", self.seq & _M32))
             got = self.fn.execute([Bulk(p.OPEN_BULK_IN, length=sent)])
             out[at:at + size] = got[-1][:size]
+        self.in_window, self.unseen = [0] * WINDOWS, 0     # the data in hand: every entry before it ran
+
+    def pending(self):
+        """(fence, value) while the last copy-in's last chunk has not been seen copied, else None."""
+        if self.unseen and self.fence.mem[0] >= self.unseen:
+            self.unseen = 0
+        return (self.fence, self.unseen) if self.unseen else None

@@ -360,7 +360,7 @@ class AMHCQDevice(Device):
             raise HCQError(f"{self.name}: copyin of {n} bytes at offset {offset} overruns {buf}")
         if not n:
             return
-        self.synchronize()  # a kernel in flight may still read the old contents
+        self._sync_queues()  # a kernel in flight may still read the old contents
         if (host := self._host_view(buf, offset, n)) is not None:
             host[:] = mv
             buf.mem.dma.push(buf.va - buf.mem.va + offset, n)
@@ -381,7 +381,7 @@ class AMHCQDevice(Device):
         n = buf.size - offset if size is None else size
         if offset < 0 or n < 0 or offset + n > buf.size:
             raise HCQError(f"{self.name}: copyout of {n} bytes at offset {offset} overruns {buf}")
-        self.synchronize()
+        self._sync_queues()
         out = bytearray(n)
         if not self.coherent:   # host and VRAM buffers alike: by SDMA into the page that reads back
             if buf.mem is None:
@@ -398,6 +398,26 @@ class AMHCQDevice(Device):
             return self.vram.read(off, n)
         self._sdma_through_staging(buf.va + offset, n, None, memoryview(out))
         return bytes(out)
+
+    def _behind_bridge_copy(self, q):
+        """q's commands, behind a wait (on the GPU) for the bridge copier's last copy-in while the host has
+        not seen it copied (amdrv.bridge_copy: copyin returns once its data are in the bridge's SRAM)."""
+        gate = self._bridge.pending() if self._bridge is not None else None
+        if gate is None:
+            return q.buf
+        w = type(q)(self)
+        w.wait(*gate)
+        return w.buf + q.buf
+
+    def _sync_queues(self) -> None:
+        """synchronize() but for the bridge copier, which copyin/copyout go through (or behind) in order."""
+        super().synchronize()
+
+    def synchronize(self, timeout: float | None = None) -> None:
+        super().synchronize(timeout)
+        gate = self._bridge.pending() if self._bridge is not None else None
+        if gate is not None:     # the copier's last copy-in: read with the other signals (one poll)
+            self._wait(*gate, self.default_timeout if timeout is None else timeout)
 
     def _bridge_copies(self):
         """The SRAM-DMA copier where the transport offers it (amdrv.usb's open-firmware function), else None."""
@@ -994,7 +1014,7 @@ class AMComputeQueue(HWQueue):
     def _submit(self) -> None:
         """submit() for a queue built just now by the device itself (its arguments were live when packed)."""
         self.dev.arena.push()
-        self.dev.compute.submit(self.buf)
+        self.dev.compute.submit(self.dev._behind_bridge_copy(self))
 
 
 def _submit_check(dev: AMHCQDevice, refs: list) -> None:
@@ -1102,4 +1122,4 @@ class AMCopyQueue(HWQueue):
 
     def submit(self) -> None:
         _submit_check(self.dev, self.refs)
-        self.dev.sdma.submit(self.buf)
+        self.dev.sdma.submit(self.dev._behind_bridge_copy(self))

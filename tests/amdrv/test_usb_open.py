@@ -255,6 +255,56 @@ def test_copy_in_waits_for_the_window_it_refills(dev, monkeypatch):
     assert dev.copyout(buf) != other
 
 
+def _copy_in_held(dev, monkeypatch, buf, data):
+    """copyin with the copier's doorbells kept from the bridge (the GPU copies nothing yet); the last of them
+    goes out right behind the next submission's doorbell on the device's own SDMA queue."""
+    f = dev.gpu.dev.pci
+    held, real = [], f.execute
+
+    def execute(items):
+        held.extend(c for c in f._pending if getattr(c, "request", None) == p.REQ_PCIE)
+        f._pending[:] = [c for c in f._pending if getattr(c, "request", None) != p.REQ_PCIE]
+        return real(items)
+    monkeypatch.setattr(f, "execute", execute)
+    dev.copyin(buf, data)
+    monkeypatch.setattr(f, "execute", real)
+    submit = dev.sdma.submit
+
+    def late(dwords, flush=True):
+        submit(dwords, flush=False)
+        f._pending.extend(held[-2:])
+        if flush:
+            f.flush()
+    monkeypatch.setattr(dev.sdma, "submit", late)
+    return held
+
+
+def test_work_after_a_copy_in_waits_for_its_last_chunk_on_the_gpu(dev, monkeypatch):
+    """copyin returns once its last chunk is in the bridge's SRAM, before the GPU has copied it: a copy on the
+    device's SDMA queue right after waits for the copier's fence on the GPU (and synchronize() for it on the
+    host). Without that wait the copy reads what the buffer held before."""
+    from amdrv.hcq import AMHCQDevice
+    from hcq import HCQTimeout
+    n = 2 * bridge_copy.CHUNK                                          # two chunks: no window refilled
+    src, dst = dev.alloc(n), dev.alloc(n)
+    old, new = _data(n), _data(n)
+    dev.copyin(src, old)
+    held = _copy_in_held(dev, monkeypatch, src, new)
+    assert held and dev._bridge_copies().pending() is not None
+    with pytest.raises(HCQTimeout):                                    # the host side: synchronize() reads it
+        dev.synchronize()
+    dev.copy(dst, src)
+    monkeypatch.undo()
+    assert dev.copyout(dst) == new
+    # the same without the wait on the GPU: the copy runs before the copier's last chunk
+    dev.copyin(src, old)
+    monkeypatch.setattr(AMHCQDevice, "_behind_bridge_copy", lambda self, q: q.buf)
+    _copy_in_held(dev, monkeypatch, src, new)
+    dev.copy(dst, src)
+    monkeypatch.undo()
+    assert dev.copyout(dst) == old
+
+
 class _Fn:
     def __init__(self, fn):
         self.fn, self.restype, self.argtypes = fn, None, None
