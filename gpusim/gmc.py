@@ -22,8 +22,10 @@ names and fields from the generated gc_11_0_0 and mmhub_3_0_x tables):
 - Cached translations and directory entries stay in use until the invalidation engine is asked:
   VM_INVALIDATE_ENGn_REQ (PER_VMID_INVALIDATE_REQ bitmap) drops the VMIDs' translations with
   INVALIDATE_L1_PTES or INVALIDATE_L2_PTES and their cached PDB0/PDB1/PDB2 entries with INVALIDATE_L2_PDE0/1/2, and sets
-  VM_INVALIDATE_ENGn_ACK.PER_VMID_INVALIDATE_ACK one clock step later; VM_INVALIDATE_ENGn_SEM reads 1 when
-  it grants the semaphore (0 while held) and a write of 0 releases it (gmc_v11_0_flush_vm_hub). On the
+  VM_INVALIDATE_ENGn_ACK.PER_VMID_INVALIDATE_ACK one clock step later; only entries inside the engine's
+  VM_INVALIDATE_ENGn_ADDR_RANGE go (_engine_range; upstream programs the whole range on every engine).
+  VM_INVALIDATE_ENGn_SEM reads 1 when it grants the semaphore (0 while held) and a write of 0 releases it
+  (gmc_v11_0_flush_vm_hub). On the
   MMHUB a request made without holding the semaphore loses its ACK (upstream's reason for taking it there).
 - Faults latch VM_L2_PROTECTION_FAULT_STATUS (VMID, RW, CID, PERMISSION_FAULTS, MAPPING_ERROR, MORE_FAULTS)
   and _ADDR_LO32/_HI32 (page number bits 43:12 / 47:44) unless a fault is already latched and
@@ -94,6 +96,11 @@ CP_CLIENTS, SHADER_CLIENTS = (4, 5, 6), (8, 9, 10, 11)
 RESP_FAULT_MODE_SUCCESS = 2   # gfxhub_v3_0_set_fault_enable_default: "Error (no retry) respond mode: SUCCESS"
 # IV ring_id bits of a fault (kfd_int_process_v11.c: prot_valid 0x08, prot_read 0x10, prot_write 0x20)
 _KIND_RING_ID = {"range": 0x08, "pde": 0x08, "valid": 0x08, "read": 0x10, "write": 0x20, "execute": 0}
+
+
+def _overlaps(begin: int, end: int, first: int, last: int) -> bool:
+    """Whether the pages [begin, end) meet the pages [first, last]."""
+    return begin <= last and first < end
 
 
 class VMFault(Exception):
@@ -220,13 +227,31 @@ class GMC(Block):
         vmids = self._fld(hub, reg, "PER_VMID_INVALIDATE_REQ", value)
         ptes = self._fld(hub, reg, "INVALIDATE_L2_PTES", value) or self._fld(hub, reg, "INVALIDATE_L1_PTES", value)
         pde_levels = [n + 1 for n in range(3) if self._fld(hub, reg, f"INVALIDATE_L2_PDE{n}", value)]
+        pages = self._engine_range(hub, eng)
         for v in range(N_VMIDS):
             if vmids >> v & 1:
-                self.invalidate(hub_name, v, ptes=bool(ptes), pde_levels=pde_levels)
+                self.invalidate(hub_name, v, ptes=bool(ptes), pde_levels=pde_levels, pages=pages)
         if self._fld(hub, reg, "CLEAR_PROTECTION_FAULT_STATUS_ADDR", value):
             self._clear_fault(hub)
         if ack:
             self.set(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_ACK", vmids)
+
+    def _engine_range(self, hub: Hub, eng: int) -> tuple[int, int]:
+        """The logical pages [first, last] an engine's invalidations cover: VM_INVALIDATE_ENGn_ADDR_RANGE_LO32/
+        HI32 (S_BIT, LOGI_PAGE_ADDR_RANGE_LO31/HI5: a 36-bit page number). Read as the PCIe ATS invalidation
+        encoding the field names follow (assumption; upstream's program_invalidation writes the whole range,
+        all ones with S set, to every engine before any flush): S 0 is the one 4 KiB page; S 1 a naturally
+        aligned block of 2^(t + 1) pages, t the number of trailing ones of the page number (all ones: the
+        whole space). The power-on value 0 (gc_11_0_0_default.h) covers page 0 only."""
+        lo = self._reg(hub, f"{hub.vm}INVALIDATE_ENG{eng}_ADDR_RANGE_LO32")
+        hi = self._reg(hub, f"{hub.vm}INVALIDATE_ENG{eng}_ADDR_RANGE_HI32")
+        page = (lo >> 1) | (hi & 0x1F) << 31
+        if not lo & 1:
+            return page, page
+        trailing = (~page & (page + 1)).bit_length() - 1     # ones below the lowest 0 bit
+        size = 1 << (trailing + 1)
+        first = page & ~(size - 1)
+        return first, first + size - 1
 
     def _w_l2_cntl2(self, hub_name: str, value: int):
         """VM_L2_CNTL2.INVALIDATE_ALL_L1_TLBS / INVALIDATE_L2_CACHE (gfxhub_v3_0_init_cache_regs): every
@@ -252,16 +277,32 @@ class GMC(Block):
             self.hubs[hub_name].sem_held[eng] = False
         return None
 
-    def invalidate(self, hub_name: str, vmid: int, ptes: bool = True, pde_levels=(1, 2, 3)) -> None:
-        """Drops cached translations (ptes) and cached directory entries of the given levels (1 = PDB0)."""
+    def invalidate(self, hub_name: str, vmid: int, ptes: bool = True, pde_levels=(1, 2, 3),
+                   pages: tuple[int, int] | None = None) -> None:
+        """Drops cached translations (ptes) and cached directory entries of the given levels (1 = PDB0);
+        pages: only those overlapping the logical pages [first, last] (an engine's ADDR_RANGE), else all."""
         hub = self.hubs[hub_name]
+        if pages is not None:
+            # entries are kept by page relative to the context's PAGE_TABLE_START (what the walk indexes)
+            start = self._page_number(hub, f"{hub.vm}CONTEXT{vmid}_PAGE_TABLE_START_ADDR")
+            first, last = pages[0] - start, pages[1] - start
+            if first <= 0 and last >= (1 << 36):
+                pages = None
         if ptes:
-            hub.tlb[vmid].clear()
-            hub.tlb_shifts[vmid].clear()
+            if pages is None:
+                hub.tlb[vmid].clear()
+                hub.tlb_shifts[vmid].clear()
+            else:
+                tlb = hub.tlb[vmid]
+                for key in [k for k in tlb if _overlaps(k[1] << k[0] >> 12, (k[1] + 1) << k[0] >> 12, first, last)]:
+                    del tlb[key]
         if pde_levels:
             cache = hub.pde_cache[vmid]
+            bs = self._fld(hub, f"{hub.vm}CONTEXT{vmid}_CNTL", "PAGE_TABLE_BLOCK_SIZE")
             for key in [k for k in cache if k[0] in pde_levels]:
-                del cache[key]
+                shift = 9 * key[0] + bs   # pages below one entry of that level (as _walk keys them)
+                if pages is None or _overlaps(key[1] << shift, (key[1] + 1) << shift, first, last):
+                    del cache[key]
 
     # -- faults -------------------------------------------------------------------------------------
     def _w_fault_cntl(self, hub_name: str, value: int):

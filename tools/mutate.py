@@ -9,7 +9,7 @@
 It runs one WORKLOAD in-process on the simulator (gpusim, through hcq.open("am:sim")): a cold boot,
 BAR0 copies, three clang-built OpenCL kernels (add, saxpy, an LDS reverse), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
-an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
+a host page remapped at the same VA (the TLB flush must cover it), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
 mapped), both queues hung (an unknown PM4 opcode, an SDMA wait never satisfied), recover() with a kernel
 and SDMA copies after it, more than a ring's worth of interrupts through the IH ring, fini, a warm boot
 whose first stores go to the previous run's addresses (they must fault) and a kernel, then an exit without
@@ -159,7 +159,8 @@ class Workload:
         self.np = np
         self.rng = np.random.default_rng(11)
         phases = [("cold boot", self.cold_boot), ("bar0 copies and kernels", self.kernels),
-                  ("generic pointers", self.generic), ("sdma copies", self.sdma), ("ih ring wrap", self.ih_wrap),
+                  ("generic pointers", self.generic), ("sdma copies", self.sdma),
+                  ("remap at the same va", self.remap), ("ih ring wrap", self.ih_wrap),
                   ("fault", self.fault), ("cp fault", self.cp_fault), ("hang", self.hang), ("recover", self.recover),
                   ("sdma after recover", self.sdma), ("fini", self.fini), ("warm boot", self.warm_boot),
                   ("old addresses after warm boot", self.old_addresses), ("warm kernel", self.one_kernel),
@@ -300,6 +301,22 @@ class Workload:
             self.note(phase, "copy " + _h(dev.copyout(y, len(d1), 3)))
         finally:
             dev.direct_max = direct
+
+    def remap(self, phase: str) -> None:
+        """A host page unmapped and another mapped at the same VA (the VA allocator is first-fit), a store
+        through each: the TLB flush after the unmap must cover the VA (engine 17's ADDR_RANGE,
+        gfxhub_v3_0_program_invalidation), or the second store lands in the first page
+        (tests/amdrv/test_gmc.py)."""
+        gmc, pci = self.dev.gpu.gmc, self.dev.gpu.dev.pci
+        pages = [pci.alloc_dma(4096), pci.alloc_dma(4096)]
+        vas = []
+        for i, page in enumerate(pages):
+            m = gmc.map_system(page)
+            vas.append(m.va)
+            self.poke(m.va, 21 + i, global_size=(1,), local_size=(1,), wait=True, timeout=KERNEL_TIMEOUT)
+            gmc.unmap(m)
+        words = [struct.unpack_from("<I", page.view, 0)[0] for page in pages]
+        self.note(phase, f"{'same' if vas[0] == vas[1] else 'another'} va, pages hold {words}")
 
     def fault(self, phase: str) -> None:
         import hcq
@@ -1232,6 +1249,60 @@ EXPECTED = {
     "(hdp_v6_0 writes 0; assumption: the value is not decoded)",
     "step:release-mem-wrong-event": "BOTTOM_OF_PIPE_TS is an end-of-pipe TS event too; what CACHE_FLUSH_AND_INV_TS_EVENT "
     "adds is the CB/DB flush, which compute does not use (assumption; GL2 comes from the GCR bits)",
+    # GMC hubs (docs/fidelity.md "GMC, faults and IH"). MMHUB power-on values: mmhub_2_3_0_default.h, the
+    # nearest published MMHUB defaults (equal to gc_11_0_0_default.h's for these): assumption for MMHUB 3.0.x.
+    "reg-*:*MC_VM_AGP_*": "AGP is reached only inside the system aperture (gfxhub_v2_1 widens LOW/HIGH to cover "
+    "it for that) and the driver's aperture is exactly the FB: the power-on window (BOT/TOP/BASE 0, "
+    "gc_11_0_0_default.h: [0, 16 MiB), what a dropped BOT or an inverted 0x00FFFFFF leaves), the disabled one "
+    "(BOT 0xFFFFFF above TOP 0: BASE unused) and an inverted TOP ([0xFFFF_FF00_0000, top]) all lie outside it",
+    "reg-*:*MC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_*": "the system aperture's default page answers VMID 0 addresses "
+    "inside the aperture but in neither the FB nor the AGP window; init_system_aperture_regs makes the aperture "
+    "exactly the FB, so no access reaches it (the model honours it: tests/gpusim/test_gmc.py)",
+    "reg-drop:GC.GCMC_VM_SYSTEM_APERTURE_HIGH_ADDR": "no GC-hub client of this driver takes a physical FB address "
+    "(queues, kernels, SDMA run on VRAM_VA/SYSTEM_VA through the VMID 0 page table; upstream's kernel BOs use FB "
+    "addresses, this driver's do not): the empty aperture HIGH 0 leaves changes no access (an inverted HIGH, "
+    "which covers the VA windows, is caught; the MMHUB's, whose PSP/SMU/IH use FB addresses, is caught)",
+    "reg-*:GC.GCMC_VM_SYSTEM_APERTURE_LOW_ADDR": "no GC-hub client of this driver takes a physical FB address: "
+    "LOW 0 (dropped) widens the aperture below the FB, where it sends nothing; inverted it lies above HIGH "
+    "(an empty aperture)",
+    "reg-drop:MMHUB.MMMC_VM_SYSTEM_APERTURE_LOW_ADDR": "LOW at its power-on 0 (assumption, see above) widens the "
+    "aperture to [0, FB end]: the PSP/SMU/IH FB addresses stay physical, the MMHUB's VA-window addresses lie above "
+    "(both halves dropped is caught: tests/amdrv/test_gmc.py::test_without_the_system_aperture_the_fb_is_not_"
+    "reached_physically)",
+    "reg-*:*VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32": "LO32 at 0 (dropped: power-on; or inverted from 0xFFFFFFFF) "
+    "leaves END at page 0xF_0000_0000 (HI32 0xF): above every VA the driver maps (the host window ends at page "
+    "0x3_0000_0000); both halves dropped is caught (tests/amdrv/test_gmc.py::test_a_dropped_hub_write_leaves_"
+    "engines_without_their_memory)",
+    "reg-drop:MMHUB.MMVM_CONTEXT0_PAGE_TABLE_START_ADDR_*": "the driver writes 0, the power-on value (assumption, "
+    "see above; GC's is the power-on rule's)",
+    "reg-*:*VM_L2_CNTL2": "INVALIDATE_ALL_L1_TLBS/INVALIDATE_L2_CACHE at hub enable (init_cache_regs, modelled): the "
+    "VMID 0 flush ending the same enable (gmc_v11_0_gart_enable) drops the same entries of the one context the "
+    "driver uses; the other fields (INVALIDATE_CACHE_MODE, DISABLE_INVALIDATE_PER_DOMAIN, L2_PTE_CACHE_VMID_MODE, "
+    "PDE_CACHE_EFFECTIVE_SIZE) shape invalidation and cache use, not which memory an access reaches (assumption)",
+    "reg-*:*VM_L2_CNTL[35]": "L2 cache organisation (BANK_SELECT, BIGK/SMALLK fragment size, associativity, "
+    "effective size): which entries the L2 keeps, not which memory an access reaches (assumption: no published "
+    "effect on translation results)",
+    "reg-*:*VM_L2_CNTL4": "VMC_TAP_PDE/PTE_REQUEST_PHYSICAL: upstream sets them only for a GPU connected to the CPU "
+    "over xGMI (gfxhub_v1_0/mmhub_v1_7_init_cache_regs, gmc.xgmi.connected_to_cpu) and clears them on PCIe; the "
+    "power-on 1 (0xC1) on a PCIe card is taken to reach the same tables (assumption: no published effect); the "
+    "other fields are cache policy",
+    "reg-*:*VM_L2_CONTEXT1_IDENTITY_APERTURE_*": "an aperture of contexts 1-15 (the register's name; "
+    "L2_CNTL.CONTEXT1_IDENTITY_ACCESS_MODE): the driver runs everything in VMID 0, where the system aperture "
+    "decides; upstream disables it (LOW above HIGH, disable_identity_aperture)",
+    "reg-*:*VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_*": "the offset of the contexts 1-15 identity aperture, which "
+    "the driver never uses (VMID 0 only)",
+    "reg-*:*VM_L2_PROTECTION_FAULT_CNTL2": "ACTIVE_PAGE_MIGRATION_PTE_READ_RETRY and the PRT/retry-fault interrupt "
+    "controls: retry faults and page migration only; VMID 0 faults are no-retry (CONTEXT0_CNTL."
+    "RETRY_PERMISSION_OR_INVALID_PAGE_FAULT 0, enable_system_domain), no PRT page is mapped",
+    "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_CNTL": "the driver sets the ENABLE_DEFAULT bits, all set at power-on "
+    "(0x3ffffffc; assumption, see above): the value written is the power-on value",
+    "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32": "the dummy page's bus address is below 2^44: the "
+    "driver writes 0, the power-on value (assumption, see above)",
+    "reg-*:MMHUB.MMVM_L2_BANK_SELECT_RESERVED_CID2": "RESERVED_CACHE_PRIVATE_INVALIDATION invalidates the private "
+    "(reserved) cache of the clients this register's RESERVED_READ/WRITE_CLIENT_ID and ENABLE name "
+    "(gmc_v11_0_flush_vm_hub: 'additional private vm invalidation'); ENABLE is 0 at power-on (assumption, see "
+    "above) and nobody sets it, so no client has a private cache to invalidate (an inverted write enables it for "
+    "client id 0x1FF, which no MMHUB client has: mmhub_client_ids_v3_0_0)",
 }
 
 
@@ -1268,6 +1339,10 @@ CAUGHT_BY_TESTS = {
     "1024 dwords between its set-ups)",
     "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32": "tests/amdrv/test_gmc.py::test_without_the_fault_"
     "default_address_a_fault_reaches_no_memory[MM] (with HI32; the workload has no MMHUB-client fault)",
+    "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_CNTL": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_fault_setting_"
+    "loses_the_default_page (the workload has no MMHUB-client fault)",
+    "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_"
+    "fault_setting_loses_the_default_page (the workload has no MMHUB-client fault)",
 }
 
 

@@ -370,3 +370,64 @@ def test_without_the_fault_default_address_a_fault_reaches_no_memory(monkeypatch
     gmc.dummy_page.view[:8] = b"dummy!!!"
     assert engine_reads(s, hub, 0x7000_0000_0000) == b"dummy!!!"
     assert gmc.decode_fault(hub).address == 0x7000_0000_0000
+
+
+@pytest.mark.parametrize("hub", ["GC", "MM"])
+@pytest.mark.parametrize("half", ["LO32", "HI32"])
+def test_without_the_engine_range_a_remapped_page_reads_stale(monkeypatch, dropped_register, hub, half):
+    """gfxhub/mmhub_v3_0_program_invalidation give every engine the whole address range (LO32 all ones, HI32
+    0x1F). Either half left at its power-on 0 (gc_11_0_0_default.h) and engine 17's flushes miss the host
+    window at SYSTEM_VA (one page at 0xF800_0000_0000, or the VAs below 16 TiB): a page unmapped and
+    another mapped at the same VA still reads the old page."""
+    drop_writes(monkeypatch, dropped_register, f"{hub}VM_INVALIDATE_ENG17_ADDR_RANGE_{half}")
+
+    def remapped_reads():
+        dev, gmc, s = boot()
+        old, new = dev.pci.alloc_dma(4096), dev.pci.alloc_dma(4096)
+        old.view[:8], new.view[:8] = b"old page", b"new page"
+        m = gmc.map_system(old)
+        assert engine_reads(s, hub, m.va) == b"old page"
+        gmc.unmap(m)
+        again = gmc.map_system(new)
+        assert again.va == m.va
+        return engine_reads(s, hub, m.va)
+
+    assert remapped_reads() == b"old page"
+    monkeypatch.undo()
+    assert remapped_reads() == b"new page"
+
+
+class InvertedRegister:
+    """A register whose every write lands with all 32 bits inverted (tools/mutate.py's reg-flip)."""
+
+    def __init__(self, reg):
+        self._reg = reg
+
+    def write(self, value=None, /, **fields):
+        value = self._reg.defn.encode(value or 0, **fields) ^ 0xFFFFFFFF
+        self._reg.mmio.write32(self._reg.addr, value)
+        return value
+
+    def update(self, **fields):
+        return self.write(self._reg.read(), **fields)
+
+    def __getattr__(self, name):
+        return getattr(self._reg, name)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("MMVM_L2_PROTECTION_FAULT_CNTL", "fault on read"),   # no ENABLE_DEFAULT bit: the client's access fails
+    ("MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", "bus address"),   # a default page where nothing answers
+])
+def test_an_inverted_mmhub_fault_setting_loses_the_default_page(monkeypatch, name, why):
+    """mmhub_v3_0_set_fault_enable_default(true) and init_system_aperture_regs: an MMHUB client's fault (the
+    PSP reading where nothing is mapped) is answered with the dummy page. Either written inverted and the
+    access fails instead."""
+    drop_writes(monkeypatch, InvertedRegister, name)
+    dev, gmc, s = boot()
+    got = engine_reads(s, "MM", 0x7000_0000_0000)
+    assert not isinstance(got, bytes) and why in str(got)
+    monkeypatch.undo()
+    dev, gmc, s = boot()
+    gmc.dummy_page.view[:8] = b"dummy!!!"
+    assert engine_reads(s, "MM", 0x7000_0000_0000) == b"dummy!!!"

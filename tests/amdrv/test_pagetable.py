@@ -458,6 +458,9 @@ class SimVM:
         # the hub's L1 TLB and L2 on, as gfxhub_v3_0_init_tlb_regs/init_cache_regs (off: nothing translates)
         self.gc.reg("GCMC_VM_MX_L1_TLB_CNTL").update(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3)
         self.gc.reg("GCVM_L2_CNTL").update(ENABLE_L2_CACHE=1)
+        # gfxhub_v3_0_program_invalidation: the engine's invalidations cover the whole address space
+        self.gc.reg(f"GCVM_INVALIDATE_ENG{self.ENG}_ADDR_RANGE_LO32").write(0xFFFFFFFF)
+        self.gc.reg(f"GCVM_INVALIDATE_ENG{self.ENG}_ADDR_RANGE_HI32").write(0x1F)
         self.gmc = self.fn.dev.blocks["GMC"]
 
     def flush(self):

@@ -39,6 +39,9 @@ def enable_hubs(dev, stop_on_fault=True):
         reg(dev, ip, vm + "L2_CNTL", reg(dev, ip, vm + "L2_CNTL") | 1)
         if stop_on_fault:
             reg(dev, ip, vm + "L2_PROTECTION_FAULT_CNTL", 0)
+        for eng in range(18):   # program_invalidation: every engine's range is the whole address space
+            reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_ADDR_RANGE_LO32", 0xFFFFFFFF)
+            reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_ADDR_RANGE_HI32", 0x1F)
 
 
 def reg(dev, ip, name, value=None):
@@ -504,3 +507,55 @@ def test_l2_cntl2_invalidates_every_vmid(sim):
     assert gmc.translate(6, 0x1000).addr == 0xA00000                 # cached
     reg(dev, "GC", "GCVM_L2_CNTL2", dev.table("GC")["GCVM_L2_CNTL2"].encode(INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1))
     assert gmc.translate(6, 0x1000).addr == 0xB00000
+
+
+def set_engine_range(dev, lo32, hi32, hub="GC", eng=17):
+    vm, ip = ("GCVM_", "GC") if hub == "GC" else ("MMVM_", "MMHUB")
+    reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_ADDR_RANGE_LO32", lo32)
+    reg(dev, ip, f"{vm}INVALIDATE_ENG{eng}_ADDR_RANGE_HI32", hi32)
+
+
+@pytest.mark.parametrize("hub", ["GC", "MM"])
+def test_an_engine_invalidates_only_its_address_range(sim, hub):
+    """VM_INVALIDATE_ENGn_ADDR_RANGE (S_BIT, a page number; ATS encoding, assumption): the power-on 0 covers
+    page 0 only, S 1 a naturally aligned block sized by the trailing ones, all ones everything (what
+    program_invalidation writes). Translations outside the range stay cached, stale."""
+    dev, _, _ = sim
+    gmc = dev.blocks["GMC"]
+    setup_vmid(dev, hub=hub)
+    four_levels(dev)
+
+    def remap_pages(phys):
+        for page in (3, 4):
+            pte(dev, PTB, page, phys + page * 0x1000 | RW)
+
+    def seen():
+        return [gmc.translate(1, page << 12, hub=hub).addr for page in (3, 4)]
+
+    remap_pages(0x500000)
+    assert seen() == [0x503000, 0x504000]        # now cached
+    remap_pages(0x600000)
+    set_engine_range(dev, 0, 0, hub)            # power-on (gc_11_0_0_default.h): page 0 only
+    invalidate(dev, 1, hub)
+    assert seen() == [0x503000, 0x504000]
+    set_engine_range(dev, 4 << 1 | 1, 0, hub)   # S 1, page 4 (no trailing ones): pages 4 and 5
+    invalidate(dev, 1, hub)
+    assert seen() == [0x503000, 0x604000]
+    set_engine_range(dev, 3 << 1, 0, hub)       # S 0: the one page 3
+    invalidate(dev, 1, hub)
+    assert seen() == [0x603000, 0x604000]
+    remap_pages(0x700000)
+    set_engine_range(dev, 0xFFFFFFFF, 0, hub)   # HI32 left 0: pages [0, 2^32), VAs below 16 TiB only
+    invalidate(dev, 1, hub)
+    assert seen() == [0x703000, 0x704000]
+    # a 2 MiB page at 16 TiB (PDB2 entry 32) stays stale under that range, goes under the whole one
+    pte(dev, PDB2, 32, PDB1 | V)
+    va = 1 << 44
+    pte(dev, PDB0, 0, 0x800000 | G.AMDGPU_PDE_PTE | RW)
+    assert gmc.translate(1, va, hub=hub).addr == 0x800000
+    pte(dev, PDB0, 0, 0xA00000 | G.AMDGPU_PDE_PTE | RW)
+    invalidate(dev, 1, hub)
+    assert gmc.translate(1, va, hub=hub).addr == 0x800000
+    set_engine_range(dev, 0xFFFFFFFF, 0x1F, hub)
+    invalidate(dev, 1, hub)
+    assert gmc.translate(1, va, hub=hub).addr == 0xA00000
