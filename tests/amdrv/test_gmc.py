@@ -418,6 +418,7 @@ class InvertedRegister:
 @pytest.mark.parametrize("name, why", [
     ("MMVM_L2_PROTECTION_FAULT_CNTL", "fault on read"),   # no ENABLE_DEFAULT bit: the client's access fails
     ("MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", "bus address"),   # a default page where nothing answers
+    ("MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", "bus address"),
 ])
 def test_an_inverted_mmhub_fault_setting_loses_the_default_page(monkeypatch, name, why):
     """mmhub_v3_0_set_fault_enable_default(true) and init_system_aperture_regs: an MMHUB client's fault (the
