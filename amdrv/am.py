@@ -156,11 +156,11 @@ class AMGPU:
         cold_reason = None
         if cleared:     # no SMU message may be sent (not even the GFXOFF one the GC token needs)
             why = ("the SMU firmware runs (MP1_FIRMWARE_FLAGS) but its mailbox was cleared for a message that was "
-                   "never posted, so it takes no message (smu_cmn_send_smc_msg_with_param) and the PSP cannot "
+                   "never posted, so upstream sends it no message (smu_cmn_send_smc_msg_with_param) and the PSP cannot "
                    "load it again")
             if state is not None and not state.clean:
                 why = "the previous AM run did not finish (no fini: it crashed or was killed); " + why
-            return "cold", why, False, True
+            return "cold", why, False, True     # the boot resets through the platform, or else the SMU
         if force_cold:
             cold_reason = f"forced ({COLD_ENV}=1 or cold=True)"
         elif state is None:
@@ -214,12 +214,20 @@ class AMGPU:
             # takes no message. Only a reset from the platform clears them.
             methods = dev.pci.reset_methods()
             pci_reset = methods[0] if methods else ""
-            died = "left the SMU taking no message" if platform_only else "died before the firmware ran"
-            no_reset = "" if methods else (
-                f"; the previous AM run {died} and {dev.pci.address} offers no PCI reset "
-                f"(FLR or secondary bus reset; pcie reset_methods() is empty): if this boot fails, power-cycle "
-                f"the GPU")
-            reason += f"; reset through the platform ({pci_reset})" if pci_reset else ""
+            if platform_only and not pci_reset:
+                # No reset through the platform (a GPU behind a USB bridge). The mailbox stayed cleared for the
+                # whole wait, so no message is in flight: the mode1 reset is posted on it. Upstream would send
+                # nothing and leave a GPU only a power cycle recovers.
+                mode1 = True
+                self.smu.take_cleared_mailbox()
+                reason += (f"; {dev.pci.address} offers no PCI reset, so the mode1 reset is posted on the "
+                           f"cleared mailbox")
+            else:
+                no_reset = "" if methods else (
+                    f"; the previous AM run died before the firmware ran and {dev.pci.address} offers no PCI "
+                    f"reset (FLR or secondary bus reset; pcie reset_methods() is empty): if this boot fails, "
+                    f"power-cycle the GPU")
+                reason += f"; reset through the platform ({pci_reset})" if pci_reset else ""
         if kind == "cold":  # the PSP loads every file: one error listing all that are missing, GPU untouched
             dev.firmware.read_all(files_for(dev.chip))
         # Cleared before anything else: dying anywhere from here on makes the next boot cold.

@@ -232,6 +232,11 @@ class SMU:
             return False
         return self._poll() is None
 
+    def take_cleared_mailbox(self) -> None:
+        """After mailbox_cleared() waited in vain: no message is in flight, so the next one is posted without
+        waiting for a response first (the one exception to smu_cmn's rule: where no other reset exists)."""
+        self._idle = True
+
     def alive(self) -> bool:
         """Whether SMU firmware runs: a response is in C2PMSG_90 (none since power-on or reset reads 0)
         and GetSmuVersion is answered. Costs one register read when nothing runs."""

@@ -173,3 +173,16 @@ def test_a_boot_that_trusts_the_cleared_response_register_fails(monkeypatch):
     monkeypatch.setattr(SMU, "mailbox_cleared", lambda self: False)
     with pytest.raises(AMError, match="cold boot failed in psp"):
         AMGPU.open(sim(75))
+
+
+def test_with_the_mailbox_cleared_and_no_pci_reset_the_mode1_reset_is_posted_on_it(monkeypatch):
+    # behind a USB bridge no platform reset exists (found by tools/fuzz/state --device am:sim:usb --seed 4,
+    # cases 49 and 85): the mailbox stayed cleared through the wait, so the Mode1Reset is posted on it
+    killed_in_fini_with_the_mailbox_cleared(monkeypatch, 76)
+    monkeypatch.setattr(provider.SimFunction, "reset_methods", lambda self: ())
+    gpu = AMGPU.open(sim(76))
+    rep = gpu.boot_report
+    assert (rep.kind, rep.mode1_reset, rep.pci_reset) == ("cold", True, ""), rep
+    assert "mode1 reset is posted on the cleared mailbox" in rep.reason
+    assert gpu.gfx.mec_ready() and gpu.sdma.ready()
+    gpu.fini()
