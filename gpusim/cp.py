@@ -39,7 +39,7 @@ reason is in dev.errors; a hung queue ignores dequeue requests, and only the GRB
 mode1 reset clears it. HQD state survives a MEC halt or pipe reset; a dequeue takes DEQUEUE_STEPS and saves
 the HQD registers to the MQD (CP_MQD_BASE_ADDR, v11_compute_mqd). RELEASE_MEM writes an end-of-pipe record
 at CP_HQD_EOP_BASE_ADDR << 8. SH_MEM_CONFIG/SH_MEM_BASES are banked per GRBM_GFX_CNTL.VMID and give a
-dispatch its flat LDS/private apertures.
+dispatch its flat LDS/private apertures and its alignment mode (gpusim.dispatch ALIGN_*).
 
 Simulator choices: a rung queue runs at once, to completion or until it blocks or hangs (deterministic;
 a driver polling a fence in memory sees it done); WAIT_REG_MEM that does not match blocks the queue and
@@ -326,6 +326,12 @@ class CP(Block):
                                                                      self.dev.power_on_value(GC, "SH_MEM_BASES")))
         return f["SHARED_BASE"] << 48, f["PRIVATE_BASE"] << 48
 
+    def alignment_mode(self, vmid: int) -> int:
+        """SH_MEM_CONFIG.ALIGNMENT_MODE of `vmid` (gpusim.dispatch ALIGN_*): the power-on value's 0 is DWORD,
+        under which a misaligned vector access drops its low address bits."""
+        value = self.sh_mem.get(("SH_MEM_CONFIG", vmid), self.dev.power_on_value(GC, "SH_MEM_CONFIG"))
+        return self.dev.table(GC)["SH_MEM_CONFIG"].decode(value)["ALIGNMENT_MODE"]
+
     # -- queue geometry --------------------------------------------------------------------------------
     def _ring_dwords(self, q: Queue) -> int:
         return 2 << self._f(q, "CP_HQD_PQ_CONTROL", "QUEUE_SIZE")
@@ -602,7 +608,8 @@ class CP(Block):
             self.dispatches += 1
             vmid = self._exec_vmid(q)
             q.dispatch = dispatch_steps(self.dev, q.sh, body[:3], body[3], vmid, self.kernel_max_steps,
-                                        apertures=self.apertures(vmid), slice_steps=DISPATCH_SLICE_STEPS)
+                                        apertures=self.apertures(vmid), slice_steps=DISPATCH_SLICE_STEPS,
+                                        alignment=self.alignment_mode(vmid))
         smu = self.dev.blocks.get("SMU")
         t0 = time.perf_counter()
         try:

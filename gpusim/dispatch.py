@@ -34,6 +34,15 @@ SCRATCH_WAVE_UNIT = 256
 # GC hub fault client ids (gfxhub_v3_0.c gfxhub_client_ids): shader memory goes through TCP, instruction
 # fetch through the SQC's instruction side
 CLIENT_TCP, CLIENT_SQC_INST = 8, 9
+# SH_MEM_CONFIG.ALIGNMENT_MODE (navi10_enum.h SH_MEM_ALIGNMENT_MODE_*): what a vector memory access at an
+# address that is not a multiple of its size does. gfx_v11_0.c's DEFAULT_SH_MEM_CONFIG asks for UNALIGNED,
+# which LLVM's amdhsa targets rely on (unaligned-access-mode: clang emits a dword load for a pointer it
+# assumes aligned, whatever the address at run time). DWORD: "for Dword or larger reads or writes, the two
+# LSBs of the byte-address are ignored, thus forcing Dword alignment" (the GCN ISA manual, 8.1.6, as quoted
+# in LLVM's SIISelLowering allowsMisalignedMemoryAccesses), and a smaller access is aligned to its size.
+# DWORD_STRICT/STRICT: the misaligned access is refused as a memory violation (assumption: the names say the
+# alignment is enforced; the manual's wording is not in the sources at hand).
+ALIGN_DWORD, ALIGN_DWORD_STRICT, ALIGN_STRICT, ALIGN_UNALIGNED = 0, 1, 2, 3
 DISPATCH_NS = 2000               # launch overhead of one dispatch
 WAVE_INSTRUCTION_NS = 0.05       # ~4 cycles at 2.5 GHz over the 192 SIMDs of Navi31, in parallel
 
@@ -43,8 +52,9 @@ class VMMemory:
     access translates its pages through gmc.translate, so unmapped or protected pages fault the way the
     hardware reports it (fault registers, IH entry). The VMFault is kept in `fault`."""
 
-    def __init__(self, gmc, vmid: int, client: int = CLIENT_TCP):
+    def __init__(self, gmc, vmid: int, client: int = CLIENT_TCP, alignment: int = ALIGN_UNALIGNED):
         self.gmc, self.vmid, self.client = gmc, vmid, client
+        self.alignment = alignment             # SH_MEM_CONFIG.ALIGNMENT_MODE of the dispatching VMID
         self.caches = gmc.dev.blocks["GL2"]    # loads, stores and fetches go through gpusim.gl2
         self.fault: Exception | None = None
         # (page, write, execute) -> Translation: nothing can invalidate the TLB while a dispatch runs
@@ -109,9 +119,27 @@ class VMMemory:
             if b > a:
                 self.caches.store((t.system, t.addr), t.pte, a - i * PAGE, space.u8[a:b].tobytes())
 
+    def _aligned(self, addrs, size: int, write: bool):
+        """The addresses a vector load or store really uses under SH_MEM_CONFIG.ALIGNMENT_MODE (see
+        ALIGN_DWORD above): UNALIGNED as given, DWORD with the low bits below min(size, 4) dropped, the
+        strict modes refuse a misaligned access."""
+        if self.alignment == ALIGN_UNALIGNED or size <= 1:
+            return addrs
+        addrs = np.asarray(addrs, U64).reshape(-1)
+        unit = min(size, 4) if self.alignment != ALIGN_STRICT else size
+        low = addrs & U64(unit - 1)
+        if not np.any(low):
+            return addrs
+        if self.alignment == ALIGN_DWORD:
+            return addrs & ~U64(unit - 1)
+        bad = int(addrs[low != 0][0])
+        raise MemoryFault("global", bad, size, write, f"not {unit}-byte aligned, and SH_MEM_CONFIG.ALIGNMENT_MODE "
+                          f"of VMID {self.vmid} is {self.alignment} (strict): a memory violation")
+
     def load(self, addrs, size):
         if len(addrs) == 0:
             return np.zeros((0, max(1, size // 4)), U32)
+        addrs = self._aligned(addrs, size, False)
         space, off, _ = self._pages(addrs, size, False)
         return space.load(off, size)
 
@@ -125,6 +153,7 @@ class VMMemory:
     def store(self, addrs, data, size):
         if len(addrs) == 0:
             return
+        addrs = self._aligned(addrs, size, True)
         space, off, trans = self._pages(addrs, size, True)
         space.store(off, np.asarray(data, U32).reshape(len(off), -1), size)
         self._write_back(space, off, size, trans)
@@ -164,11 +193,12 @@ def stopped_waves(e: ExecError) -> list[dict]:
             for w, x in zip(e.waves, execs)]
 
 
-def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int, apertures=(0, 0)):
+def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int, apertures=(0, 0),
+                 alignment: int = ALIGN_UNALIGNED):
     """Runs one DISPATCH_DIRECT with the SH registers `sh` (register name -> value) in `vmid`'s address
     space, with `apertures` = (shared, private) flat aperture bases from that VMID's SH_MEM_BASES;
-    returns (instructions, waves) or raises DispatchFailed."""
-    gen = dispatch_steps(dev, sh, dims, initiator, vmid, max_steps, apertures)
+    and `alignment` its SH_MEM_CONFIG.ALIGNMENT_MODE; returns (instructions, waves) or raises DispatchFailed."""
+    gen = dispatch_steps(dev, sh, dims, initiator, vmid, max_steps, apertures, alignment=alignment)
     while True:
         try:
             next(gen)
@@ -177,7 +207,7 @@ def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int,
 
 
 def dispatch_steps(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int, apertures=(0, 0),
-                   slice_steps: int | None = None):
+                   slice_steps: int | None = None, alignment: int = ALIGN_UNALIGNED):
     """run_dispatch as a generator that yields after each `slice_steps` executor steps: the CP runs a long
     dispatch across several of the GPU's clock steps while the host goes on (polls, other queues)."""
     t = dev.table("GC")
@@ -205,7 +235,7 @@ def dispatch_steps(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: in
         wavesize = t["COMPUTE_TMPRING_SIZE"].decode(sh.get("COMPUTE_TMPRING_SIZE", 0))["WAVESIZE"]
         private = wavesize * SCRATCH_WAVE_UNIT // 32
     user = [sh.get(f"COMPUTE_USER_DATA_{i}", 0) for i in range(16)]
-    mem = VMMemory(dev.blocks["GMC"], vmid)
+    mem = VMMemory(dev.blocks["GMC"], vmid, alignment=alignment)
     try:
         r = yield from launch_regs_steps(code, mem, grid, block, user, rsrc1, rsrc2, rsrc3, lds, private,
                                          name=f"kernel@{code:#x}", max_steps=max_steps, wg_offset=start,

@@ -7,7 +7,8 @@
     python -m tools.mutate --json out.json           # every result, machine-readable
 
 It runs one WORKLOAD in-process on the simulator (gpusim, through hcq.open("am:sim")): a cold boot,
-BAR0 copies, three clang-built OpenCL kernels (add, saxpy, an LDS reverse), a kernel with generic pointers
+BAR0 copies, four clang-built OpenCL kernels (add, saxpy, an LDS reverse, words loaded at unaligned
+addresses: SH_MEM_CONFIG's alignment mode), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
 a host page remapped at the same VA (the TLB flush must cover it), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
 mapped), both queues hung (an unknown PM4 opcode, an SDMA wait never satisfied), recover() with a kernel
@@ -82,6 +83,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_DIR = ROOT / "tests" / "amdrv" / "isa" / "kernels"     # the project's OpenCL corpus (and common.h)
 FAULT_KERNELS = ROOT / "tests" / "hcq" / "kernels" / "faults.cl"
+UNALIGNED_KERNELS = ROOT / "tests" / "hcq" / "kernels" / "unaligned.cl"    # SH_MEM_CONFIG.ALIGNMENT_MODE
 KERNELS = ("add_f32", "saxpy", "local_reverse", "generic_lds_private")
 CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-nogpulib",
          "-O2", "-c"]
@@ -119,7 +121,7 @@ def build_kernels(tmp: Path) -> dict[str, bytes]:
     if not (shutil.which("clang-15") and shutil.which("ld.lld-15")):
         raise SystemExit("mutate: clang-15 and ld.lld-15 are needed (make test installs them)")
     out = {}
-    for src in [KERNEL_DIR / f"{k}.cl" for k in KERNELS] + [FAULT_KERNELS]:
+    for src in [KERNEL_DIR / f"{k}.cl" for k in KERNELS] + [FAULT_KERNELS, UNALIGNED_KERNELS]:
         obj, so = tmp / f"{src.stem}.o", tmp / f"{src.stem}.so"
         for cmd in (CLANG + ["-I", str(KERNEL_DIR), str(src), "-o", str(obj)],
                     ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
@@ -204,8 +206,10 @@ class Workload:
         a, b = self.rng.random(N, np.float32), self.rng.random(N, np.float32)
         ba, bb, out = self._f32(a), self._f32(b), dev.alloc(4 * N)
         add = dev.program(self.k["add_f32"], "add_f32")
-        add(out, ba, bb, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
+        t = add(out, ba, bb, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
         self.note(phase, "add " + _h(dev.copyout(out)))
+        # its time from the GPU clock stamps the queue wrote around it (RELEASE_MEM DATA_SEL GPU_CLOCK)
+        self.note(phase, "add took " + ("some time" if 0 < t < 1 else f"{t!r} s"))
         saxpy = dev.program(self.k["saxpy"], "saxpy")
         saxpy(out, ba, 3.0, N, global_size=(2,), local_size=(N // 2,), wait=True, timeout=KERNEL_TIMEOUT)
         self.note(phase, "saxpy " + _h(dev.copyout(out)))
@@ -215,6 +219,12 @@ class Workload:
         rev = dev.program(self.k["local_reverse"], "local_reverse")
         rev(at, bb, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
         self.note(phase, "local_reverse " + _h(dev.copyout(at)))
+        # words loaded at byte offset 1: the bytes there under SH_MEM_CONFIG's UNALIGNED mode, the aligned
+        # word below under the power-on DWORD mode (tests/hcq/test_am_sh_mem.py)
+        src, words = self._f32(self.rng.integers(0, 256, 4 * N + 8, dtype=np.uint8)), dev.alloc(4 * N)
+        una = dev.program(self.k["unaligned"], "unaligned_words")
+        una(words, src, 1, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "unaligned_words " + _h(dev.copyout(words)))
         # Addresses the warm boot's run must find unmapped (old_addresses): the end of a 64 MiB buffer, and
         # host memory mapped under a root-directory entry of its own (512 GiB apart) that the next run never
         # rewrites, so only gmc fini's cleared root keeps it from translating (tests/hcq/test_am_faults.py).
@@ -1247,6 +1257,56 @@ EXPECTED = {
     "comment; the clear alone dropped is caught: tests/amdrv/test_sdma_regs.py)",
     "reg-flip:NBIO.REMAP_HDP_MEM_FLUSH_CNTL_page": "any write to the remapped HDP_MEM_FLUSH_CNTL flushes "
     "(hdp_v6_0 writes 0; assumption: the value is not decoded)",
+    # GC registers outside GMC whose drop the card lets pass in this workload (reg-gc, issue 11)
+    "reg-drop:GC.CP_HQD_PQ_WPTR_POLL_ADDR*": "the driver turns write-pointer polling off (CP_PQ_WPTR_POLL_CNTL.EN "
+    "0, as gfx_v11_0_kiq_init_register does) and rings each compute queue with a 64-bit doorbell carrying the "
+    "write pointer (gfx_v11_0_ring_set_wptr_compute): the CP reads the poll address only while polling is on "
+    "(modeled: tests/gpusim/test_cp.py::test_write_pointer_polling)",
+    "reg-drop:GC.CP_ME_CNTL": "recover() writes the graphics ME/PFP halted (pulsing their pipe resets); they are "
+    "halted from power-on (0x15000000, gc_11_0_0_default.h: ME/PFP/CE_HALT) and nothing in this driver, which "
+    "runs no graphics ring, unhalts them",
+    "reg-drop:GC.GRBM_CNTL": "READ_TIMEOUT (0xFF from gfx_v11_0_constants_init, 0x18 at power-on) bounds how long "
+    "the GRBM waits for a block to answer a register read; every block the workload reads answers (assumption: "
+    "only a read of a hung or powered-off block reaches either timeout)",
+    "reg-drop:GC.GRBM_GFX_INDEX": "the driver selects SE 0/SA 0/instance 0 (0) to read wave state and broadcast "
+    "(0xE0000000) after, as gfxhub_v3_0_set_fault_enable_default does before GL1C_UTCL0_CNTL1/SQG_CONFIG; the "
+    "power-on value is that broadcast value (gc_11_0_0_default.h): its index fields are 0 and its broadcast "
+    "bits name writes (*_BROADCAST_WRITES, gc_11_0_0_sh_mask.h), so reads go to SE 0/SA 0 too (assumption)",
+    "reg-drop:GC.RLC_SRM_CNTL": "the save restore machine (gfx_v11_0_rlc_enable_srm) saves and restores the RLC's "
+    "register list around GFX power gating; the workload lets GFX power off only after fini (GFXOFF allowed "
+    "there) and every next boot programs GC again or finds it as fini left it (assumption: no other user)",
+    "reg-drop:GC.SDMA[01]_UTCL1_CNTL": "RESP_MODE 3/REDO_DELAY 9 (sdma_v6_0_gfx_resume) set how the SDMA's UTCL1 "
+    "answers and re-issues a translation that comes back for a retry; every SDMA access of the workload "
+    "translates (assumption: the fields change nothing for a translation that succeeds)",
+    "reg-drop:GC.SQG_CONFIG": "XNACK_INTR_MASK (gfxhub_v3_0_set_fault_enable_default: 'Disable SQ XNACK interrupt "
+    "for all VMIDs') masks the SQ's interrupts for XNACK replays; gfx1100 has no XNACK (clang-15 refuses the "
+    "target ID gfx1100:xnack+) and the workload's faults are answered with the default page "
+    "(assumption: no SQ interrupt is raised for them)",
+    "reg-drop:GC.TCP_CNTL": "golden_settings_gc_11_0 sets bit 29, which gc_11_0_0_sh_mask.h does not name (TCP_CNTL "
+    "has no public fields): assumption: a tuning or workaround bit with no effect on what a kernel computes",
+    "reg-drop:GC.CP_VMID_RESET": "gfx_v11_0_soft_reset writes 0xFFFFFFFE: RESET_REQUEST for VMIDs 1-15 (bit 0, "
+    "VMID 0, clear); every queue and wave of this driver runs in VMID 0, so there is nothing for it to reset, "
+    "and the driver's wait for it to read 0 passes when it was never written",
+    "reg-drop:GC.SPI_COMPUTE_QUEUE_RESET": "the SPI reset of each queue's waves (gfx_v11_0_soft_reset) has none to "
+    "reset in the workload: its compute hang (an unknown PM4 opcode) leaves no wave in flight, and the GRBM "
+    "soft reset that follows includes SOFT_RESET_GFX (assumption: that reset covers the SPI)",
+    "reg-drop:GC.CP_SOFT_RESET_CNTL": "CMP_HQD_REG_RESET (gfx_v11_0_soft_reset) resets the compute HQD registers; "
+    "recover() then writes every HQD register the CP uses for each queue it sets up again (gfx_v11_0_kiq_init_"
+    "register's list, the pointers zeroed too), and the other HQDs were never activated (assumption: the bit "
+    "resets HQD registers only)",
+    "pkt-*:PM4.ACQUIRE_MEM.COHER_[SB][IA][ZS]E*": "gfx_v11_0_emit_mem_sync's GCR_CNTL asks for whole-cache "
+    "actions (GLI_INV 1 'ALL', GL1_RANGE 0 and GL2_RANGE 0 'ALL': nvd.h), so the COHER_BASE/SIZE range limits "
+    "none of them (assumption: with no graphics surface named in COHER_CNTL the range selects nothing else)",
+    "pkt-*:PM4.ACQUIRE_MEM.COHER_CNTL": "on gfx10+ the cache actions are GCR_CNTL's (nvd.h); COHER_CNTL [30:0] "
+    "names graphics surface-sync (CB/DB) actions and ENGINE_SEL (31) the graphics ME or PFP (assumption: on a "
+    "compute queue, which writes through no CB/DB, the dword selects nothing)",
+    "pkt-zero:PM4.RELEASE_MEM/DATA_64.DATA_HI": "the driver writes 0 already: the workload's fence values stay "
+    "below 2^32 (a flipped DATA_HI is caught)",
+    "pkt-zero:SDMA.COPY_LINEAR.PARAMETER": "the driver writes 0 already (no endian swap, sdma_v6_0_emit_copy_"
+    "buffer)",
+    "pkt-flip:SDMA.COPY_LINEAR.PARAMETER": "SRC_SW and DST_SW both 3 swap the bytes on the read and again on the "
+    "write, which cancels, and the cache policies decide GL2 allocation only (assumption: 3 is 8IN64 as in "
+    "amdgpu's GRPH_ENDIAN_*; sdma_v6_0_0_pkt_open.h names the fields only)",
     "step:release-mem-wrong-event": "BOTTOM_OF_PIPE_TS is an end-of-pipe TS event too; what CACHE_FLUSH_AND_INV_TS_EVENT "
     "adds is the CB/DB flush, which compute does not use (assumption; GL2 comes from the GCR bits)",
     # GMC hubs (docs/fidelity.md "GMC, faults and IH"). MMHUB power-on values: mmhub_2_3_0_default.h, the
@@ -1334,6 +1394,9 @@ CAUGHT_BY_TESTS = {
     "_fails (the PSP first after power-on; in the workload's boots NBIO, GMC and IH init read registers first, "
     "and the model's start-up delay, an assumption, has passed by then)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
+    "reg-drop:GC.SQ_IND_INDEX": "tests/hcq/test_am_waves.py::test_a_driver_that_never_writes_sq_ind_index_cannot_"
+    "name_the_instruction (the driver reads wave state only for a hang with waves resident; the workload's "
+    "hangs leave none)",
     "reg-drop:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_queue_without_its_pq_control_wraps_at_"
     "the_power_on_ring_size (the power-on QUEUE_SIZE 9 is a 1024-dword ring; no queue of the workload passes "
     "1024 dwords between its set-ups)",

@@ -939,3 +939,43 @@ def test_eop_size_outside_what_the_cp_can_use_hangs_release_mem(gpu, sim, queue,
     assert u32(gpu, out) == [1] and u64(gpu, out, 8) == 0 and busy(gpu)
     assert any(why in e.message and "hung" in e.message for e in sim.errors), sim.errors
 
+
+
+# ------------------------------------------------------------------------------------------------
+# SH_MEM_CONFIG.ALIGNMENT_MODE of the dispatching VMID (gpusim.dispatch ALIGN_*; issue 11: SH_MEM_CONFIG)
+
+UNALIGNED_CL = __import__("pathlib").Path(__file__).parents[1] / "hcq" / "kernels" / "unaligned.cl"
+
+
+def set_sh_mem_config(gpu, vmid: int, **fields) -> int:
+    gc = gpu.dev.reg("GC")
+    gc.GRBM_GFX_CNTL.write(VMID=vmid)
+    try:
+        old = gc.SH_MEM_CONFIG.read()
+        gc.SH_MEM_CONFIG.update(**fields)
+    finally:
+        gc.GRBM_GFX_CNTL.write(0)
+    return old
+
+
+@pytest.mark.parametrize("mode, result", [(3, "bytes"), (0, "aligned below"), (1, "hang"), (2, "hang")])
+def test_a_misaligned_load_follows_the_vmids_alignment_mode(gpu, sim, queue, build_cl, mode, result):
+    """UNALIGNED (what gfx_v11_0 programs) reads the bytes at the address; DWORD (the power-on value)
+    drops the address's two low bits; the strict modes refuse the access (assumption) and the queue hangs."""
+    kern = CodeObject.load(build_cl([UNALIGNED_CL])["unaligned"]).kernel("unaligned_words")
+    data = np.arange(256, dtype=np.uint8).tobytes()
+    src, out, n = upload(gpu, data), buf(gpu, 256), 32
+    old = set_sh_mem_config(gpu, 0, ALIGNMENT_MODE=mode)
+    try:
+        queue.submit(kernel_packets(gpu, kern, [out.va, src.va, np.uint32(1)], (1, 1, 1), (n, 1, 1)))
+        got = u32(gpu, out, 0, n)
+        words = np.frombuffer(data, np.uint32)
+        if result == "bytes":
+            assert got == [int.from_bytes(data[1 + 4 * i:5 + 4 * i], "little") for i in range(n)] and not sim.errors
+        elif result == "aligned below":
+            assert got == list(words[:n]) and not sim.errors
+        else:
+            assert got == [0] * n and busy(gpu)
+            assert any("ALIGNMENT_MODE" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+    finally:
+        set_sh_mem_config(gpu, 0, ALIGNMENT_MODE=old >> 2 & 3)

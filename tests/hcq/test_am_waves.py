@@ -61,6 +61,25 @@ def test_a_driver_that_reads_no_wave_state_cannot_name_the_instruction(dev, monk
     dev.recover()
 
 
+def test_a_driver_that_never_writes_sq_ind_index_cannot_name_the_instruction(dev, monkeypatch, dropping_registers):
+    """Mutation (tools/mutate reg-drop:GC.SQ_IND_INDEX): every SQ_IND_INDEX write lost, SQ_IND_DATA reads the
+    register the index held (0: no ixSQ_WAVE_STATUS, so no wave looks valid)."""
+    from amdrv import hcq as amhcq
+    real = amhcq.AMHCQDevice._read_wave
+
+    def read_wave(self, slot, ix):
+        gc, self.gc = self.gc, dropping_registers(self.gc, {"SQ_IND_INDEX"})
+        try:
+            return real(self, slot, ix)
+        finally:
+            self.gc = gc
+    monkeypatch.setattr(amhcq.AMHCQDevice, "_read_wave", read_wave)
+    prog = _program(dev, "needs_sad", assemble("v_sad_u8 v1, v1, v1, v1\ns_endpgm\n"))
+    with pytest.raises(hcq.HCQTimeout, match="no shader wave resident"):
+        prog(global_size=(1,), local_size=(32,), wait=True, timeout=1)
+    dev.recover()
+
+
 def test_a_later_hang_does_not_report_the_waves_of_a_kernel_before_recover(dev):
     # found by tools/fuzz/packets.py: after a halted wave and recover(), a queue stopped at an unknown PM4
     # opcode was reported as "a shader wave halted" at the old kernel's instruction
