@@ -1247,8 +1247,21 @@ EXPECTED = {
     "(the self-ring aperture is modeled: tests/gpusim/test_nbio.py)",
     "reg-*:NBIO.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL": "nothing writes the remapped HDP_REG flush page (hdp_v6_0 "
     "flushes through the MEM page only)",
-    "reg-drop:GC.SDMA[01]_QUEUE0_IB_CNTL": "the workload submits no SDMA indirect buffer (INDIRECT without "
+    "reg-*:GC.SDMA[01]_QUEUE0_IB_CNTL": "the workload submits no SDMA indirect buffer (INDIRECT without "
     "IB_ENABLE hangs: tests/gpusim/test_sdma_queue.py)",
+    "reg-flip:GC.SDMA[01]_QUEUE0_PREEMPT": "IB_PREEMPT 1 preempts the indirect buffer the engine runs "
+    "(sdma_v6_0_ring_preempt_ib); the workload submits no SDMA IB, and the write comes with the engine halted "
+    "before its GRBM soft reset (sdma_v6_0_soft_reset; assumption: the reset clears the request)",
+    "reg-flip:GC.SDMA[01]_SEM_WAIT_FAIL_TIMER_CNTL": "the time the engine waits on a semaphore before failing it "
+    "(sdma_v6_0_gfx_resume writes 0); the workload's SDMA queues use no semaphore packet",
+    "reg-flip:GC.CP_MEC_DOORBELL_RANGE_UPPER": "inverted, the upper bound only grows (0x450 becomes 0xBAC within "
+    "the field's 0xFFC mask): the range still covers every doorbell the driver rings (up to 0x450), on the card too",
+    "reg-flip:GC.SH_MEM_BASES": "the apertures move to other 64 KiB-aligned places in the VA hole (SHARED_BASE "
+    "0xDFFF, PRIVATE_BASE 0xEFFF << 48 for VMID 0), still apart and above every VA the driver maps; kernels take "
+    "them from src_shared_base/src_private_base (AMDGPUUsage), so flat pointers follow (modeled: tests/gpusim/"
+    "test_cp.py::test_flat_lds_and_private_follow_the_vmids_sh_mem_bases)",
+    "pkt-zero:PM4.SET_SH_REG.COMPUTE_PGM_RSRC3": "the workload's kernel descriptors hold 0 there (clang-15 for "
+    "gfx1100): the driver writes 0 already",
     "reg-drop:GC.SDMA1_QUEUE0_RB_CNTL": "the workload never uses SDMA1's ring: the writes stop a disabled ring",
     "reg-drop:GC.SDMA0_QUEUE0_RB_[RW]PTR_HI": "the driver zeroes what holds 0 (the 64-bit byte pointers never "
     "pass 4 GiB)",
@@ -1307,6 +1320,10 @@ EXPECTED = {
     "pkt-flip:SDMA.COPY_LINEAR.PARAMETER": "SRC_SW and DST_SW both 3 swap the bytes on the read and again on the "
     "write, which cancels, and the cache policies decide GL2 allocation only (assumption: 3 is 8IN64 as in "
     "amdgpu's GRPH_ENDIAN_*; sdma_v6_0_0_pkt_open.h names the fields only)",
+    "step:no-gfx-fini": "the MEC left unhalted at fini has no queue to serve (ComputeQueue.fini dequeued every "
+    "HQD first, as gfx_v11_0_hw_fini unmaps the KCQs before halting) and the next boot resets its pipes before "
+    "unhalting them (config_mec_rs64, as gfx_v11_0_config_gfx_rs64); assumption: an idle running MEC changes "
+    "nothing a later driver sees (amdgpu resets a GPU whose firmware runs anyway: soc21_need_reset_on_init)",
     "step:release-mem-wrong-event": "BOTTOM_OF_PIPE_TS is an end-of-pipe TS event too; what CACHE_FLUSH_AND_INV_TS_EVENT "
     "adds is the CB/DB flush, which compute does not use (assumption; GL2 comes from the GCR bits)",
     # GMC hubs (docs/fidelity.md "GMC, faults and IH"). MMHUB power-on values: mmhub_2_3_0_default.h, the
