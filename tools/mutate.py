@@ -1317,9 +1317,6 @@ EXPECTED = {
     "below 2^32 (a flipped DATA_HI is caught)",
     "pkt-zero:SDMA.COPY_LINEAR.PARAMETER": "the driver writes 0 already (no endian swap, sdma_v6_0_emit_copy_"
     "buffer)",
-    "pkt-flip:SDMA.COPY_LINEAR.PARAMETER": "SRC_SW and DST_SW both 3 swap the bytes on the read and again on the "
-    "write, which cancels, and the cache policies decide GL2 allocation only (assumption: 3 is 8IN64 as in "
-    "amdgpu's GRPH_ENDIAN_*; sdma_v6_0_0_pkt_open.h names the fields only)",
     "step:no-gfx-fini": "the MEC left unhalted at fini has no queue to serve (ComputeQueue.fini dequeued every "
     "HQD first, as gfx_v11_0_hw_fini unmaps the KCQs before halting) and the next boot resets its pipes before "
     "unhalting them (config_mec_rs64, as gfx_v11_0_config_gfx_rs64); assumption: an idle running MEC changes "
