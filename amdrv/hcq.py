@@ -232,6 +232,11 @@ class AMHCQDevice(Device):
         # a GPU without a device lock (a simulated one opened by slot=/fresh=: tests, benchmarks, the
         # mutation tool), whose register traffic stays the driver's own and deterministic.
         self.gfxoff = monitor.GfxOff(gpu.smu)
+        gpu.gmc.gc_awake = self.gfxoff.awake     # TLB flushes and fault reads of the GC hub: GFX powered
+        # What a wait polls: an always-on register (the IH's write pointer, OSSSYS), never a GC one, which
+        # GFXOFF powers off while work may still be on its way (the doorbell wakes GFX; upstream waits on
+        # fences and interrupts and reads no GC register either)
+        self._poll_reg = gpu.dev.reg("OSSSYS").IH_RB_WPTR.read
         # The IH ring has one reader at a time: waits (faults, thermal alerts) and the publisher's thread
         # (thermal alerts while the holder is idle); IVs the thread does not handle wait for the next call.
         self._ih_lock = threading.Lock()
@@ -242,6 +247,8 @@ class AMHCQDevice(Device):
         if lock is not None and self.coherent:
             self.gfxoff.release()
             self.publisher = monitor.Publisher(gpu, monitor.metrics_path(lock), extra=self._published)
+        elif lock is not None:        # USB: published from this process's waits, no thread (amdrv.monitor)
+            self.publisher = monitor.Publisher(gpu, monitor.metrics_path(lock), extra=self._published, inline=True)
 
     def _published(self) -> dict:
         with self._ih_lock:
@@ -537,7 +544,7 @@ class AMHCQDevice(Device):
     def _wait(self, signal: Signal, value: int, timeout: float, pull_from: int = BOUNCE) -> None:
         self._open_check(f"wait on {signal.name}")
         t_end = time.perf_counter() + timeout
-        mem, poll = signal.mem, self.gc.GRBM_STATUS.read
+        mem, poll = signal.mem, self._poll_reg
         if not self.coherent:  # one read of the signals in use (from pull_from on) per poll, no register read
             dma, end = self._signal_pages[0][0], PAGE - len(self._free_signals) * SIGNAL_BYTES
             poll = lambda: dma.pull(pull_from, end - pull_from)  # noqa: E731
@@ -557,6 +564,8 @@ class AMHCQDevice(Device):
         # The hubs answer a faulting access with the default page (set_fault_enable_default): the kernel
         # or copy completes and signals; only the IH ring tells (gmc_v11_0_process_interrupt).
         self._check_faults(done=True)
+        if self.publisher is not None and self.publisher.inline:
+            self.publisher.tick()
 
     def _check_faults(self, done: bool = False) -> None:
         gmc = self.gpu.gmc
@@ -574,11 +583,12 @@ class AMHCQDevice(Device):
             warnings.warn(f"{self.name}: {news}", monitor.ThermalAlert, stacklevel=3)
 
     def _queue_state(self) -> str:
-        return "; ".join(f"{q.name}: {q.state()}"
-                         for q in (self.compute, self.sdma))
+        with self.gfxoff.awake():       # HQD and SDMA registers are GC registers
+            return "; ".join(f"{q.name}: {q.state()}"
+                             for q in (self.compute, self.sdma))
 
     def _hang_report(self, signal: Signal, value: int, timeout: float, what: str = "") -> str:
-        fault = self.gpu.gmc.decode_fault("GC")
+        fault = self.gpu.gmc.decode_fault("GC")      # with GFX held on (gmc.gc_awake)
         f = f"; fault: {fault}" if fault else "; no VM fault latched"
         waves = self._wave_report()
         waited = f"did not reach {value}, {what} " if what else f"did not reach {value} within {timeout:g} s "

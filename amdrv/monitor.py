@@ -14,8 +14,10 @@ The metrics file (`metrics_path`): JSON, rewritten atomically every `period_s` b
 holder, beside the device's lock file (pcie.lock: /run/lock/driverless-ADDRESS.lock.metrics.json for a
 real GPU, CACHE/sim/CHIP.state.lock.metrics.json for a simulated one), mode 0644. It carries the
 holder's pid, so a reader can tell a live holder from one that died (the file stays; the lock goes).
-Over USB neither runs (the delayed AllowGfxOff and the publisher send SMU messages from threads of their
-own, and the link is one transaction stream; each metrics read costs round trips there too).
+Over USB no thread runs (the delayed AllowGfxOff and the publisher's thread would send SMU messages beside
+the holder's, and the link is one transaction stream): the holder publishes from its own waits instead, at
+most every `period_s` (`Publisher(inline=True)`), so an idle USB holder's file ages and the tool says how
+old it is. GFXOFF is not allowed after idle there (fini still allows it).
 """
 from __future__ import annotations
 
@@ -225,7 +227,7 @@ def dpm_tables(smu) -> dict:
 class Publisher:
     """The holder's thread that rewrites the metrics file every `period_s` (0 disables it)."""
 
-    def __init__(self, gpu, path: Path, period_s: float | None = None, extra=None):
+    def __init__(self, gpu, path: Path, period_s: float | None = None, extra=None, inline: bool = False):
         self.gpu, self.path = gpu, Path(path)
         self.period_s = _env_seconds(PUBLISH_ENV, PUBLISH_PERIOD_S) if period_s is None else period_s
         self.extra = extra or (lambda: {})
@@ -234,7 +236,11 @@ class Publisher:
         self.published = 0
         self.error: str | None = None
         self._thread = None
-        if self.period_s > 0:
+        self.inline = inline       # no thread: the holder calls tick() from its own calls (USB)
+        self._next = 0.0
+        if inline:
+            self.tick()
+        elif self.period_s > 0:
             self._thread = threading.Thread(target=self._run, name=f"metrics {gpu.dev.name}", daemon=True)
             self._thread.start()
 
@@ -254,15 +260,25 @@ class Publisher:
         self.published += 1
         return data
 
+    def _attempt(self) -> None:
+        try:
+            self.publish_once()
+            self.error = None
+        except Exception as e:    # the GPU went away or the SMU stopped answering: say so, keep trying
+            if self.error != str(e):
+                log.warning("%s: publishing metrics to %s failed: %s", self.gpu.dev.name, self.path, e)
+            self.error = str(e)
+
+    def tick(self) -> None:
+        """Inline publishing: once `period_s` has passed since the last (0 turns it off)."""
+        now = time.monotonic()
+        if self.period_s > 0 and now >= self._next and not self._stop.is_set():
+            self._next = now + self.period_s
+            self._attempt()
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.publish_once()
-                self.error = None
-            except Exception as e:    # the GPU went away or the SMU stopped answering: say so, keep trying
-                if self.error != str(e):
-                    log.warning("%s: publishing metrics to %s failed: %s", self.gpu.dev.name, self.path, e)
-                self.error = str(e)
+            self._attempt()
             self._stop.wait(self.period_s)
 
     def stop(self, remove: bool = True) -> None:

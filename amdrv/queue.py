@@ -229,7 +229,9 @@ class _Queue:
             self.doorbell.flush()   # an ordering point: transports that queue posted writes (USB) send them now
 
     def _wait_room(self, n: int) -> None:
-        ok, _ = poll(lambda: (self._tick(), self.pending)[1], lambda p: p + n < self.ring_dw, 2.0, 1000)
+        # polls an always-on register (OSSSYS), not the engine's GC status: GFX may be coming out of GFXOFF
+        ih_wptr = self.dev.reg("OSSSYS").IH_RB_WPTR.read
+        ok, _ = poll(lambda: (ih_wptr(), self.pending)[1], lambda p: p + n < self.ring_dw, 2.0, 1000)
         if not ok:
             raise self._error(f"the ring stays full ({n} dwords to add)")
         self.rptr_seen = self.rptr

@@ -67,8 +67,9 @@ def targets(devices: list[str] | None = None, sysfs: Path = discover.SYSFS) -> l
     for state in sorted(sim_dir.glob("*.state")) if sim_dir.is_dir() else ():
         chip, usb = state.stem.removesuffix("-usb"), state.stem.endswith("-usb")
         if chip in {c.name for c in chips.SUPPORTED}:
-            out.append(Target(f"am:sim{'' if chip == 'navi31' else ':' + chip}{':usb' if usb else ''}", chip,
-                              str(state), "usb" if usb else "sim", Path(f"{state}.lock")))
+            device = f"am:sim{'' if chip == 'navi31' else ':' + chip}{':usb' if usb else ''}"
+            out.append(Target(device, chip, str(state), "usb" if usb else "sim",
+                              _usb_holder_lock(device) if usb else Path(f"{state}.lock")))
     try:
         gpus = discover.find_amd_gpus(sysfs)
     except (OSError, PCIError):
@@ -80,7 +81,41 @@ def targets(devices: list[str] | None = None, sysfs: Path = discover.SYSFS) -> l
         driver = info.driver if info.driver not in (None, "vfio-pci") else None
         out.append(Target(f"am:{info.address}", chip.name, info.address, info.driver or "sysfs",
                           _real_lock(info.address), driver))
+    out += usb_targets()
     return out
+
+
+def usb_targets(backend=None) -> list[Target]:
+    """Every ASM24xx USB-to-PCIe bridge (amdrv.usb.link.find_bridges, what `am:usb` opens), by its USB path
+    BUS-ADDR. What GPU sits behind one is known only once it is opened (the holder's metrics say). No
+    libusb, or no permission to list devices: no USB targets."""
+    try:
+        from amdrv.usb import link    # pyusb: imported only when USB is searched
+        bridges = link.find_bridges(backend)
+    except Exception:  # noqa: BLE001 - usb.core.NoBackendError, USBError: USB is not there for this user
+        return []
+    out = []
+    for br in bridges:
+        name = link.name_of(br)
+        out.append(Target(f"am:usb:{name}", None, f"usb:{name}", "usb", _real_lock(f"usb:{name}")))
+    return out
+
+
+def _usb_holder_lock(device: str) -> Path | None:
+    """The lock of the USB transport holding a simulated GPU behind the simulated bridge (`am:sim:usb`): its
+    bridge's USB path is known only to the process that opened it, so the published metrics that name the
+    device lead to it (the transport locks `usb:BUS-ADDR`, pcie.lock)."""
+    try:
+        lock_dir = default_lock_dir()
+    except PCIError:
+        return None
+    for path in sorted(lock_dir.glob("driverless-usb:*.lock.metrics.json")):
+        try:
+            if json.loads(path.read_text()).get("device") == device:
+                return path.with_name(path.name.removesuffix(".metrics.json"))
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _real_lock(address: str) -> Path | None:
@@ -106,8 +141,9 @@ def _target(text: str, sysfs: Path) -> Target:
         return Target(text, spec.args[0], state, "sim", Path(f"{state}.lock") if state else None)
     if spec.provider == "usb" and str(spec.args[0]).startswith("sim"):
         state = spec.options.get("sim", {}).get("state")
-        return Target(text, str(spec.args[0]).partition(":")[2] or "navi31", state, "usb",
-                      Path(f"{state}.lock") if state else None)
+        return Target(text, str(spec.args[0]).partition(":")[2] or "navi31", state, "usb", _usb_holder_lock(text))
+    if spec.provider == "usb" and spec.args:
+        return Target(text, None, f"usb:{spec.args[0]}", "usb", _real_lock(f"usb:{spec.args[0]}"))
     return Target(text, None, str(spec.args[0]) if spec.args else None, spec.provider, None)
 
 
@@ -177,10 +213,14 @@ def read(t: Target, boot: bool = False, cold: bool = False) -> tuple[dict, bool]
     if held:
         rec["state"], rec["holder_pid"] = "held", pid
         if pub is None:
-            rec["message"] = (f"held by pid {pid}, which publishes no metrics (over USB, with "
-                              f"{monitor.PUBLISH_ENV}=0, or not through the hcq backend); it is not touched: "
-                              f"stop that process to read the GPU")
+            rec["message"] = (f"held by pid {pid}, which publishes no metrics (with {monitor.PUBLISH_ENV}=0, "
+                              f"or not through the hcq backend); it is not touched: stop that process to read "
+                              f"the GPU")
             return rec, False
+        if rec["chip"] is None and pub.get("chip") in {c.name for c in chips.SUPPORTED}:   # a USB bridge's GPU
+            rec["chip"], rec["name"] = pub["chip"], chips.by_name(pub["chip"]).products
+        if t.transport == "usb" and pub.get("address"):     # the USB path the holder opened
+            rec["address"] = pub["address"]
         age = max(0.0, time.time() - pub.get("time", 0))
         rec.update({k: pub.get(k) for k in METRIC_KEYS})
         rec.update(source="published", age_s=round(age, 3), boot=pub.get("boot"),

@@ -136,6 +136,7 @@ def gpu_costs(sizes: list[int], rtt: float, launches: int = 9, firmware: str = "
     # from the host cache) and the boot-state reads and writes around the steps.
     boot["steps"]["outside steps"] = spent.round_trips - sum(boot["steps"].values())
     c0 = fn.counters.snapshot()
+    os.environ.setdefault("DRIVERLESS_PUBLISH_S", "0")  # the driver's own traffic: no metrics publishing
     dev = AMHCQDevice(gpu, "am:sim:usb")
     out = {"open_round_trips": (fn.counters - c0).round_trips}
     try:

@@ -418,6 +418,7 @@ class Device:
         self.regs = RegisterSpace()
         self.blocks: dict[str, Block] = {}
         self.errors: list[SimError] = []
+        self.gfx_gate = None    # the SMU while GFXOFF may be on: GC register accesses ask it (gpusim.smu)
         self.interrupts_dropped = 0
         self.ih_sink = None          # set by the IH model: fn(IVEntry)
         self.bus = None              # set when plugged into a gpusim.bus.Bus
@@ -613,6 +614,7 @@ class Device:
 
     def __setstate__(self, s):
         self.__dict__.update(s)
+        self.__dict__.setdefault("gfx_gate", None)    # a state file saved before GFXOFF was modeled
         self.bus = None
         self._init_runtime()
         self.regs.defaults = self._power_on_values()

@@ -98,7 +98,8 @@ class NBIO(Block):
     def _mm_data_read(self) -> int:
         kind, a = self._mm_target()
         if kind == "reg":
-            return self.dev.regs.read(a)
+            gate = self.dev.gfx_gate    # GFXOFF: GC registers are unpowered (gpusim.smu)
+            return 0xFFFFFFFF if gate is not None and gate.gc_access(a, None) else self.dev.regs.read(a)
         if a + 4 > self.dev.vram.size:
             self.error(f"MM_DATA read at VRAM {a:#x} is beyond the {self.dev.vram.size:#x}-byte VRAM")
             return 0
@@ -107,7 +108,9 @@ class NBIO(Block):
     def _mm_data_write(self, value: int) -> None:
         kind, a = self._mm_target()
         if kind == "reg":
-            self.dev.regs.write(a, value)
+            gate = self.dev.gfx_gate
+            if gate is None or not gate.gc_access(a, value):
+                self.dev.regs.write(a, value)
         elif a + 4 > self.dev.vram.size:
             self.error(f"MM_DATA write at VRAM {a:#x} is beyond the {self.dev.vram.size:#x}-byte VRAM")
         else:   # through the HDP, as BAR0 writes (hdp_v6_0's flush covers the MM_INDEX/MM_DATA path too)
@@ -234,6 +237,14 @@ class NBIO(Block):
             self.error(f"doorbell write {value:#x} at BAR2 dword {index:#x}: {why} (nbio_v4_3 "
                        f"gc_doorbell_init / sdma_doorbell_range / ih_doorbell_range program them): dropped")
             return
+        smu = self.dev.blocks.get("SMU") if client in ("CP", "SDMA") else None
+        wait = smu.wake() if smu is not None else 0
+        if wait:   # GFX is off: the doorbell brings it back; its engine sees it once GFX is on (gpusim.smu)
+            self.dev.schedule(wait, self._deliver, fns, index, value, client, where)
+            return
+        self._deliver(fns, index, value, client, where)
+
+    def _deliver(self, fns, index: int, value: int, client: str, where: str) -> None:
         if not any([fn(index, value) for fn in fns]):
             self.error(f"doorbell write {value:#x} at BAR2 dword {index:#x}: routed by {where} to the {client}, "
                        f"where nothing listens on that doorbell: dropped")

@@ -77,12 +77,18 @@ class RegisterBAR(_SimBAR):
             return 0xFFFFFFFF
         with self.dev.lock:
             self.dev.poll_tick()
+            gate = self.dev.gfx_gate        # GFXOFF may be on: GC registers are unpowered (gpusim.smu)
+            if gate is not None and gate.gc_access(offset >> 2, None):
+                return 0xFFFFFFFF
             return self.dev.regs.read(offset >> 2)
 
     def write32(self, offset: int, value: int) -> None:
         self.fn.counters.mmio_writes += 1
         if self._decode(offset, 4, 4):
             with self.dev.lock:
+                gate = self.dev.gfx_gate
+                if gate is not None and gate.gc_access(offset >> 2, value & 0xFFFFFFFF):
+                    return
                 self.dev.regs.write(offset >> 2, value)
 
     def read(self, offset: int, size: int) -> bytes:

@@ -38,13 +38,32 @@ Facts (drivers/gpu/drm/amd/pm/swsmu, message and table numbers from amdrv.autoge
 - smu_v13_0_0_mode1_reset: Mode1Reset (13.0.10 uses the debug mailbox's DEBUGSMC_MSG_Mode1Reset = 2); the
   response comes first, then the whole GPU resets (the driver stops MMIO for 500 ms).
 
+GFXOFF (smu_v13_0_gfx_off_control, amdgpu_gfx_off_ctrl; the model's state in `gfx_power()`):
+- AllowGfxOff lets the PMFW power GFX off once it is idle (gfx_gated); DisallowGfxOff keeps it on. A
+  doorbell for the CP or SDMA while GFX is off brings it back (amdgpu submits with GFXOFF allowed:
+  gfx_v11_0_ring_set_wptr_compute only rings the doorbell; amdgpu_device.c: "it will exit gfxoff just
+  like at runtime"); gpusim.nbio holds the doorbell until GFX is on.
+- The exit takes GFXOFF_EXIT_STEPS clock steps, drawn per exit from a generator seeded by the chip. The
+  figure is not public (assumption); PPTable's GfxclkFgfxoffExitImu/ExitRlc say the IMU then the RLC
+  bring GFX back. DisallowGfxOff is answered once GFX is on again: upstream's smu_v13_0_0 path touches GC
+  registers right after the message returns and polls no status (smu_v12's Renoir path polls
+  SMUIO_GFX_MISC_CNTL instead; SMU 13.0.0 has no such query), so the answer must mean "GFX is on".
+- While GFX is off or on its way back, host accesses to GC registers (the GC register file, which on
+  GC 11 holds the CP, RLC, GCVM hub and SDMA registers) reach an unpowered block: a read returns
+  0xFFFFFFFF, a write is dropped, and each is recorded in dev.errors (assumption: upstream never does
+  it, always disallowing GFXOFF first; hardware reports describe garbage reads and hangs). GFX_IMU_* and
+  RLC_RLCS_* stay reachable: the IMU powers GFX up and down, and gfx_v11_0_wait_for_rlc_autoload_complete
+  polls RLC_RLCS_BOOTLOAD_STATUS while GFX is still coming up (assumption: always-on interface).
+
 The DPM tables below are representative of an RX 7900 XTX and an RX 7600 (from their public
 specifications: 2.5 GHz / 2.65 GHz boost, 20 / 18 Gbps GDDR6), not read from a PPTable; power and
 thermals are gpusim.power's.
 """
 from __future__ import annotations
 
+import random
 import time
+import zlib
 
 from amdrv import structs
 from amdrv.autogen import smu_13_0_0 as S
@@ -56,6 +75,10 @@ FIRMWARE_VERSION = {"navi31": 0x004E4B00, "navi33": 0x00523C00}
 DRIVER_IF_VERSION = 0x37
 LATENCY = 2                       # clock steps from a message to its response
 GFXOFF_ENTRY = 0.01               # GFX powers off once its averaged activity is below this (gfx_gated)
+GFXOFF_EXIT_STEPS = (150, 350)    # clock steps (1 us) from a wake to GFX on (assumption, see above)
+GC_ALWAYS_ON = ("GFX_IMU_", "RLC_RLCS_")   # GC registers reachable while GFX is off (assumption, see above)
+GC_OFF_READ = 0xFFFFFFFF          # what a GC register read returns while GFX is off (assumption)
+_GC_POWER_DOMAIN: dict[str, frozenset] = {}   # chip -> dword addresses of its GC registers GFXOFF powers off
 
 # PPCLK -> DPM levels in MHz, and whether the clock is fine-grained (any value between min and max).
 DPM = {
@@ -92,6 +115,11 @@ _MSG_NAMES = {v: k for k, v in vars(S).items() if k.startswith("PPSMC_MSG_") and
 class SMU(Block):
     name = "SMU"
     IP = "MP1"
+    # GFXOFF state (reset() sets them; class defaults for an SMU from a state file saved before them)
+    gfx_exit_at = None
+    _gfx_was_off = False
+    rng = None
+    gfxoff_entries = gfxoff_exits = gc_off_accesses = 0
 
     def attach(self) -> None:
         self.on_write(self.IP, "MP1_SMN_C2PMSG_66", self._message)
@@ -118,6 +146,9 @@ class SMU(Block):
         self.tables: dict[int, bytes] = {}
         self.ppt_limit = PPT_LIMIT_W[chip]
         self.gfxoff_allowed = False
+        self.gfx_exit_at = None      # the clock step at which GFX is on again after a GFXOFF exit
+        self._gfx_was_off = False
+        self.dev.gfx_gate = None     # gpusim.provider asks it about GC accesses while GFXOFF may be on
         if getattr(self, "pm", None) is None:
             self.pm = PowerModel(chip, self._now_s())
         for engine in self.pm.level:             # a reset stops the engines; the board stays as warm
@@ -207,6 +238,15 @@ class SMU(Block):
         msg, param = self._queue.pop(0)
         self.messages += 1
         result, out = self._handle(msg, param)
+        if msg == S.PPSMC_MSG_DisallowGfxOff and self.gfx_exit_at is not None:
+            # answered once GFX is on again (module docstring); the mailbox stays busy meanwhile
+            self.dev.schedule(self.gfx_exit_at - self.dev.steps, self._respond, msg, result, out)
+            return
+        self._respond(msg, result, out)
+
+    def _respond(self, msg: int, result: int, out: int | None) -> None:
+        if not self.running:
+            return
         if out is not None:
             self.set(self.IP, "MP1_SMN_C2PMSG_82", out & 0xFFFFFFFF)
         self.set(self.IP, "MP1_SMN_C2PMSG_90", result)
@@ -415,12 +455,88 @@ class SMU(Block):
     def _msg_AllowGfxOff(self, p):
         self._integrate()
         self.gfxoff_allowed = True
+        self.dev.gfx_gate = self
         return S.PPSMC_Result_OK, None
 
     def _msg_DisallowGfxOff(self, p):
         self._integrate()
+        self.wake()
         self.gfxoff_allowed = False
+        if self.gfx_exit_at is None:     # GFX on and held on: GC accesses need no check
+            self.dev.gfx_gate = None
         return S.PPSMC_Result_OK, None
+
+    # -- GFXOFF: GFX's power state -----------------------------------------------------------------------
+    def gfx_power(self) -> str:
+        """"on", "off" (GFXOFF) or "exiting" (powering back up after a wake), now."""
+        self._integrate()
+        if self.gfx_exit_at is not None:
+            if self.dev.steps < self.gfx_exit_at:
+                return "exiting"
+            self.gfx_exit_at = None
+            if not self.gfxoff_allowed:
+                self.dev.gfx_gate = None
+        off = self.gfx_gated()
+        if off and not self._gfx_was_off:
+            self.gfxoff_entries += 1
+        self._gfx_was_off = off
+        return "off" if off else "on"
+
+    def wake(self) -> int:
+        """GFX is needed (DisallowGfxOff, a doorbell): starts a GFXOFF exit if GFX is off. Returns the clock
+        steps until GFX is on (0: it is)."""
+        if not self.running:
+            return 0
+        state = self.gfx_power()
+        if state == "on":
+            return 0
+        if state == "off":
+            if self.rng is None:
+                self.rng = random.Random(zlib.crc32(f"SMU {self.dev.chip}".encode()))
+            lo, hi = GFXOFF_EXIT_STEPS
+            self.gfx_exit_at = self.dev.steps + self.rng.randint(lo, hi)
+            self.gfxoff_exits += 1
+            self._gfx_was_off = False
+            self.dev.gfx_gate = self
+            self.dev.schedule(self.gfx_exit_at - self.dev.steps, self._exit_done)
+        return self.gfx_exit_at - self.dev.steps
+
+    def _exit_done(self) -> None:
+        self.gfx_power()
+
+    def _gc_registers(self) -> frozenset:
+        addrs = _GC_POWER_DOMAIN.get(self.dev.chip)
+        if addrs is None:
+            table = self.dev.table("GC")
+            bases = self.dev.layout.bases("GC", 0)
+            addrs = frozenset(bases[table[n].base_idx] + table[n].offset for n in table.names()
+                              if not n.startswith(GC_ALWAYS_ON) and table[n].base_idx < len(bases))
+            _GC_POWER_DOMAIN[self.dev.chip] = addrs
+        return addrs
+
+    def gc_access(self, addr: int, value: int | None) -> bool:
+        """A host access to register dword `addr` (value: a write's, None for a read). True when it reached
+        a powered-off GC: the caller returns GC_OFF_READ / drops the write."""
+        if addr not in self._gc_registers():
+            return False
+        state = self.gfx_power()
+        if state == "on":
+            return False
+        self.gc_off_accesses += 1
+        what = "read" if value is None else f"write of {value:#x}"
+        self.error(f"GC register {self._gc_name(addr)} {what} while GFX is {state} (GFXOFF): the block is "
+                   f"unpowered, so the {'read returns ' + hex(GC_OFF_READ) if value is None else 'write is lost'}"
+                   f"; amdgpu sends DisallowGfxOff (amdgpu_gfx_off_ctrl) and waits for its answer before any GC "
+                   f"register access")
+        return True
+
+    def _gc_name(self, addr: int) -> str:
+        table, bases = self.dev.table("GC"), self.dev.layout.bases("GC", 0)
+        for n in table.names():
+            d = table[n]
+            if d.base_idx < len(bases) and bases[d.base_idx] + d.offset == addr:
+                return n
+        return f"{addr:#x}"
 
     def _msg_PrepareMp1ForUnload(self, p):
         return S.PPSMC_Result_OK, None
@@ -454,8 +570,10 @@ class SMU(Block):
 
     def gfx_gated(self) -> bool:
         """GFX powered off: GFXOFF allowed (AllowGfxOff) and enabled, GFX idle now and on average (the
-        average standing in for PPTable's GfxOffEntryHysteresis, whose value is the board's: assumption)."""
-        return (self.gfxoff_allowed and self.feature(S.FEATURE_GFXOFF_BIT) and self.demand("gfx") < GFXOFF_ENTRY)
+        average standing in for PPTable's GfxOffEntryHysteresis, whose value is the board's: assumption),
+        and no exit under way."""
+        return (self.gfxoff_allowed and self.feature(S.FEATURE_GFXOFF_BIT) and self.demand("gfx") < GFXOFF_ENTRY
+                and getattr(self, "gfx_exit_at", None) is None)
 
     def clocks(self) -> dict[int, int]:
         """Current frequency per PPCLK in MHz (GFXCLK 0 while GFX is powered off)."""

@@ -47,6 +47,7 @@ what amdgpu's fault logs show (0x3 for a read and 0x5 for a write of a missing p
 from __future__ import annotations
 
 import bisect
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from amdrv import pagetable
@@ -196,6 +197,10 @@ class GMC:
         self.dummy_page = None    # host page for protection-fault defaults (amdgpu's dummy page)
         self.vram_base_offset = 0
         self._system_va = _VASpace(SYSTEM_VA, SYSTEM_VA_SIZE)
+        # GC hub registers need GFX powered: once GFXOFF may be allowed, the holder sets this to its
+        # amdrv.monitor.GfxOff.awake (amdgpu_gfx_off_ctrl around GC access; upstream invalidates the GC hub
+        # through KIQ/MES packets, whose doorbell wakes GFX, which this driver does not use)
+        self.gc_awake = nullcontext
 
     # ---------------------------------------------------------------- init
     def init(self, warm: bool = False) -> None:
@@ -310,7 +315,8 @@ class GMC:
         self.nbio.hdp_flush()
         for hub in self.hubs.values():
             if hub.enabled:
-                self._flush_hub(hub, vmid)
+                with self.gc_awake() if hub.name == "GC" else nullcontext():
+                    self._flush_hub(hub, vmid)
 
     def _flush_hub(self, hub: _Hub, vmid: int) -> None:
         """gmc_v11_0_flush_vm_hub with engine 17."""
@@ -401,6 +407,12 @@ class GMC:
         """The hub's latched protection fault in words, or None when none is latched. clear re-arms the
         latch (VM_L2_PROTECTION_FAULT_CNTL bit 0, as gmc_v11_0_process_interrupt does)."""
         h = self._hub(hub)
+        if h.name == "GC":
+            with self.gc_awake():
+                return self._decode_fault(h, clear)
+        return self._decode_fault(h, clear)
+
+    def _decode_fault(self, h: _Hub, clear: bool) -> VMFault | None:
         status = h.vmr("L2_PROTECTION_FAULT_STATUS").read()
         if not status:
             return None
@@ -423,6 +435,10 @@ class GMC:
         if not (gfx_fault or vmc_fault):
             return None
         h = self.hubs["MM" if iv.vmid_src else "GC"]
+        with self.gc_awake() if h.name == "GC" else nullcontext():
+            return self._fault_from_iv(h, iv)
+
+    def _fault_from_iv(self, h: _Hub, iv) -> VMFault:
         status_reg = h.vmr("L2_PROTECTION_FAULT_STATUS")
         if h.name == "GC":
             status_reg.read()  # gmc_v11_0_process_interrupt: a dummy read lets the GC status settle

@@ -2,6 +2,7 @@
 kept in the test's cache: the table, JSON and CSV of an idle GPU nobody holds, of one held by this process
 under load, and of one held by another process (then killed); idle power management (GFXOFF allowed after
 the delay, GFX off and the board at its idle floor, back up on the next submission)."""
+import contextlib
 import json
 import os
 import signal
@@ -353,3 +354,138 @@ def test_fini_allows_gfxoff_and_a_warm_boot_disallows_it_before_gc(nosys, monkey
     AMGPU.open("am:sim").fini()
     rec = _only(smi.collect(["am:sim"], sysfs=nosys)[0])
     assert rec["power_w"]["board"] > power.IDLE_W["navi31"] + 10 and rec["clocks_mhz"]["gfx"] > 0
+
+
+def _gfxoff_errors(gpu_dev) -> list[str]:
+    return [str(e) for e in gpu_dev.pci.dev.errors if "(GFXOFF)" in str(e)]
+
+
+def test_warm_boot_without_disallow_gfxoff_reads_an_unpowered_gc(nosys, monkeypatch):
+    """fini leaves GFXOFF allowed and GFX off: the next boot must send DisallowGfxOff (and wait for its
+    answer, which comes once GFX is back on) before it reads GC SCRATCH_REG7. Without it the read returns
+    0xFFFFFFFF, the token does not match, and the warm GPU is needlessly booted cold."""
+    AMGPU.open("am:sim").fini()
+    gpu = AMGPU.open("am:sim")
+    assert gpu.boot_report.kind == "warm" and not _gfxoff_errors(gpu.dev)
+    assert gpu.dev.pci.dev.blocks["SMU"].gfxoff_exits >= 1       # the boot woke GFX (a GFXOFF exit)
+    gpu.fini()
+    monkeypatch.setattr(AMGPU, "_gc_token", lambda self: self.dev.reg("GC").SCRATCH_REG7.read())
+    gpu = AMGPU.open("am:sim")
+    try:
+        assert gpu.boot_report.kind == "cold" and "SCRATCH_REG7 reads 0xffffffff" in gpu.boot_report.reason
+        assert any("SCRATCH_REG7 read while GFX is off" in e for e in _gfxoff_errors(gpu.dev))
+    finally:
+        gpu.fini()
+
+
+def _idle_off(dev, model, timeout=5.0):
+    """Until the holder allowed GFXOFF and GFX is off."""
+    end = time.time() + timeout
+    while not (dev.gfxoff.allowed and model.gfx_power() == "off"):
+        assert time.time() < end, "GFX did not power off"
+        time.sleep(0.05)
+
+
+def test_work_after_idle_touches_no_gc_register_while_gfx_is_off(nosys, saxpy, monkeypatch):
+    """Submission after idle: the doorbell wakes GFX (no message); the wait polls an always-on register;
+    allocations flush the GC hub's TLB with GFX held on. Each of those steps, undone, reaches GC while
+    GFX is off, which the simulator records (and answers with 0xFFFFFFFF / drops)."""
+    monkeypatch.setenv(monitor.GFXOFF_DELAY_ENV, "0.05")
+    dev = hcq.open("am:sim")
+    try:
+        model = dev.gpu.dev.pci.dev.blocks["SMU"]
+        run = _launch_busy(dev, saxpy, n=1 << 10)
+        run(wait=True)
+        _idle_off(dev, model)
+        exits = model.gfxoff_exits
+        run(wait=True)                                  # the first submission after idle wakes GFX
+        assert model.gfxoff_exits == exits + 1 and dev.gfxoff.allowed
+        _idle_off(dev, model)
+        dev.alloc(1 << 16)                              # a TLB flush of both hubs
+        assert not _gfxoff_errors(dev.gpu.dev)
+        # the wait's poll reading GC's GRBM_STATUS (what it did before) reads an unpowered GC during the exit
+        monkeypatch.setattr(dev, "_poll_reg", dev.gc.GRBM_STATUS.read)
+        _idle_off(dev, model)
+        run(wait=True)
+        assert any("GRBM_STATUS read while GFX is exiting" in e for e in _gfxoff_errors(dev.gpu.dev))
+        dev.gpu.dev.pci.dev.errors.clear()
+        # a TLB flush without GFX held on: the GC hub's invalidation request is lost
+        monkeypatch.setattr(dev.gpu.gmc, "gc_awake", contextlib.nullcontext)
+        _idle_off(dev, model)
+        dev.alloc(1 << 16)
+        assert any("GCVM_INVALIDATE_ENG17_REQ write" in e for e in _gfxoff_errors(dev.gpu.dev))
+    finally:
+        dev.close()
+
+
+def test_recover_and_hang_reports_disallow_gfxoff_first(nosys, saxpy, monkeypatch):
+    """recover() and the queue/wave reads hold GFX on (DisallowGfxOff, answered once GFX is on); a GfxOff
+    whose hold sends nothing reads an unpowered GC."""
+    from amdrv.ip.smu import SMU
+    monkeypatch.setenv(monitor.GFXOFF_DELAY_ENV, "0.05")
+    dev = hcq.open("am:sim")
+    try:
+        model = dev.gpu.dev.pci.dev.blocks["SMU"]
+        _idle_off(dev, model)
+        assert "rptr" in dev._queue_state() and dev.recover() == []
+        assert not _gfxoff_errors(dev.gpu.dev)
+        real = SMU.gfx_off
+        monkeypatch.setattr(SMU, "gfx_off", lambda self, allow: real(self, allow) if allow else None)
+        _idle_off(dev, model)
+        dev._queue_state()
+        assert any("CP_HQD_ACTIVE read while GFX is off" in e for e in _gfxoff_errors(dev.gpu.dev))
+    finally:
+        monkeypatch.undo()
+        dev.gpu.smu.gfx_off(False)     # the broken hold above left the driver's bookkeeping wrong
+        dev.close()
+
+
+def test_usb_bridges_are_listed_by_usb_path_and_read_from_their_holder(nosys, monkeypatch, tmp_path):
+    """Every USB-to-PCIe bridge the transport finds is a target (am:usb:BUS-ADDR, its USB path); a holder's
+    metrics are found beside the transport's lock (usb:BUS-ADDR) and name the GPU behind it."""
+    from types import SimpleNamespace
+
+    from amdrv.usb import link
+    from pcie.lock import DeviceLock
+    monkeypatch.setenv("DRIVERLESS_LOCK_DIR", str(tmp_path))
+    monkeypatch.setattr(link, "find_bridges", lambda backend=None: [SimpleNamespace(bus=3, address=7)])
+    usb = [t for t in smi.targets(sysfs=nosys) if t.transport == "usb"]
+    assert usb == [smi.Target("am:usb:3-7", None, "usb:3-7", "usb", tmp_path / "driverless-usb:3-7.lock")]
+    assert smi.targets(["am:usb:3-7"], sysfs=nosys) == usb
+    lock = DeviceLock("usb:3-7", tmp_path)       # a holder: the transport's lock and its published metrics
+    try:
+        monitor.metrics_path(lock.path).write_text(json.dumps(
+            {"schema": 1, "pid": os.getpid(), "time": time.time(), "period_s": 0.5, "device": "am:usb:3-7",
+             "chip": "navi33", "address": "usb:3-7", "boot": "warm", "power_w": {"board": 9}}))
+        rec, ok = smi.read(usb[0])
+        assert ok and rec["state"] == "held" and rec["holder_pid"] == os.getpid() and rec["source"] == "published"
+        assert rec["chip"] == "navi33" and "RX 7600" in rec["name"] and rec["address"] == "usb:3-7"
+        assert rec["power_w"] == {"board": 9}
+    finally:
+        lock.release()
+    monkeypatch.setattr(link, "find_bridges", lambda backend=None: (_ for _ in ()).throw(OSError("no libusb")))
+    assert [t for t in smi.targets(sysfs=nosys) if t.transport == "usb"] == []
+
+
+def test_usb_holder_publishes_from_its_waits(nosys, monkeypatch, tmp_path):
+    """A GPU held over USB publishes its metrics from the holder's own waits (no thread beside the link's one
+    transaction stream); driverless-smi finds them by the device string and reads them without touching it."""
+    monkeypatch.setenv("DRIVERLESS_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv(monitor.PUBLISH_ENV, "0.2")
+    state = str(device_spec.sim_state_path("navi31", usb=True))
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, state=state)).fini()
+    dev = hcq.open("am:sim:usb")
+    try:
+        assert dev.publisher.inline and dev.publisher._thread is None and dev.publisher.published == 1
+        time.sleep(0.25)
+        dev.alloc(4096)
+        dev.synchronize()                                       # a wait: published again
+        assert dev.publisher.published == 2
+        rec = next(r for r in smi.collect(sysfs=nosys)[0]["gpus"] if r["device"] == "am:sim:usb")
+        assert (rec["state"], rec["source"], rec["holder_pid"]) == ("held", "published", os.getpid())
+        assert rec["transport"] == "usb" and rec["address"].startswith("usb:") and rec["temperature_c"]["edge"] > 20
+    finally:
+        dev.close()
+    assert not dev.publisher.path.exists()
+    rec = next(r for r in smi.collect(sysfs=nosys)[0]["gpus"] if r["device"] == "am:sim:usb")
+    assert (rec["state"], rec["source"]) == ("idle", "attached")

@@ -48,7 +48,8 @@ def test_idle_floor_with_gfxoff_and_lowest_dpm(board):
     assert m["power"] == power.IDLE_W[chip] < ungated
     if chip == "navi31":
         assert 15 <= m["power"] <= 20          # what a 7900 XTX idles at under amdgpu
-    send(f, S.PPSMC_MSG_DisallowGfxOff)        # the driver's request holds GFX on, idle or not
+    # the driver's request holds GFX on, idle or not; answered once GFX is back on (a GFXOFF exit)
+    send(f, S.PPSMC_MSG_DisallowGfxOff, polls=2000)
     assert not smu.gfx_gated() and smu.power() == ungated
 
 

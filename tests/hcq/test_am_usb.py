@@ -45,6 +45,7 @@ test_the_queue_runs_on_past_a_fault = _faults.test_the_queue_runs_on_past_a_faul
 def dev(debian_firmware, monkeypatch):
     """A GPU left warm by a clean AM run over simulated PCIe, then opened through the simulated bridge."""
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    monkeypatch.setenv("DRIVERLESS_PUBLISH_S", "0")   # round-trip counts are the driver's own (amdrv.monitor)
     AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
     backend = usb_bridge.backend("navi31", slot=SIM_SLOT)
     d = AMHCQDevice(AMGPU.open(open_function(backend=backend)), "am:sim:usb")

@@ -33,6 +33,7 @@ test_host_and_uncached_buffers = _run.test_host_and_uncached_buffers
 def dev(debian_firmware, monkeypatch):
     """A GPU left warm by a clean AM run over simulated PCIe, then opened through the open firmware."""
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
+    monkeypatch.setenv("DRIVERLESS_PUBLISH_S", "0")   # round-trip counts are the driver's own (amdrv.monitor)
     AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
     backend = usb_bridge.backend("navi31", slot=SIM_SLOT, firmware="open")
     fn = open_function(backend=backend)
