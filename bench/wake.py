@@ -3,10 +3,9 @@ board power after N seconds idle against a busy board.
 
     python bench/wake.py [-n RUNS] [--idle 0.25,0.5,1,2,4] [--json]
 
-The GPU is the simulated Navi31 kept in a state file (`am:sim`), held through hcq as a user's process holds
-it: GFXOFF is allowed after the driver's idle delay (amdrv.monitor.GfxOff) and the SMU model powers GFX off
-once it is idle. The bench uses a cache of its own (a temporary XDG_CACHE_HOME), so it never touches the
-user's simulated GPU.
+The GPU is a simulated Navi31 kept in a state file of the bench's own (a temporary directory: the user's
+`am:sim` is not touched), held through hcq as a user's process holds `am:sim`: a device lock, GFXOFF allowed
+after the driver's idle delay (amdrv.monitor.GfxOff), and the SMU model powering GFX off once it is idle.
 
 What is timed (medians over RUNS runs):
   wake     one small kernel (s_endpgm, 64 workgroups) submitted and waited for once GFX is off (the doorbell
@@ -59,14 +58,17 @@ def _timed(simdev, call) -> tuple[int, float]:
     return simdev.steps - s0, time.perf_counter() - t0
 
 
-def measure(runs: int, idle_points: list[float]) -> dict:
+def measure(runs: int, idle_points: list[float], state: Path) -> dict:
     import numpy as np
 
-    import hcq
+    import pcie
     from amdrv import monitor
+    from amdrv.am import AMGPU
+    from amdrv.hcq import AMHCQDevice
     from bench.launch import code_object
 
-    dev = hcq.open("am:sim")
+    pcie.open_function("sim", "navi31", fresh=True, state=str(state)).close()     # powered on, kept there
+    dev = AMHCQDevice(AMGPU.open(pcie.open_function("sim", "navi31", state=str(state))), "am:sim")
     try:
         simdev = _sim_device(dev)
         smu = simdev.blocks["SMU"]
@@ -120,10 +122,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     points = [float(p) for p in args.idle.split(",") if p]
-    with tempfile.TemporaryDirectory(prefix="driverless-wake-") as cache:
-        os.environ["XDG_CACHE_HOME"] = cache          # a simulated GPU of the bench's own
-        os.environ.setdefault("DRIVERLESS_PUBLISH_S", "0")
-        res = measure(args.runs, points)
+    os.environ.setdefault("DRIVERLESS_PUBLISH_S", "0")     # no metrics file beside the bench's GPU
+    with tempfile.TemporaryDirectory(prefix="driverless-wake-") as tmp:
+        res = measure(args.runs, points, Path(tmp) / "navi31.state")
     if args.json:
         print(json.dumps(res, indent=2))
         return 0

@@ -44,7 +44,7 @@ GFXOFF (smu_v13_0_gfx_off_control, amdgpu_gfx_off_ctrl; the model's state in `gf
   gfx_v11_0_ring_set_wptr_compute only rings the doorbell; amdgpu_device.c: "it will exit gfxoff just
   like at runtime"); gpusim.nbio holds the doorbell until GFX is on.
 - The exit takes GFXOFF_EXIT_STEPS clock steps, drawn per exit from a generator seeded by the chip. The
-  figure is not public (assumption); PPTable's GfxclkFgfxoffExitImu/ExitRlc say the IMU then the RLC
+  figure is not public (assumption, kept small: below); PPTable's GfxclkFgfxoffExitImu/ExitRlc say the IMU then the RLC
   bring GFX back. DisallowGfxOff is answered once GFX is on again: upstream's smu_v13_0_0 path touches GC
   registers right after the message returns and polls no status (smu_v12's Renoir path polls
   SMUIO_GFX_MISC_CNTL instead; SMU 13.0.0 has no such query), so the answer must mean "GFX is on".
@@ -75,7 +75,10 @@ FIRMWARE_VERSION = {"navi31": 0x004E4B00, "navi33": 0x00523C00}
 DRIVER_IF_VERSION = 0x37
 LATENCY = 2                       # clock steps from a message to its response
 GFXOFF_ENTRY = 0.01               # GFX powers off once its averaged activity is below this (gfx_gated)
-GFXOFF_EXIT_STEPS = (150, 350)    # clock steps (1 us) from a wake to GFX on (assumption, see above)
+# Clock steps (1 us) from a wake to GFX on: not public (assumption). Small, as the PSP model's latencies,
+# since in the stepped mode every step is one polled register read (over USB, one bridge command), where
+# the hardware's exit is a few polls' worth of wall time.
+GFXOFF_EXIT_STEPS = (8, 24)
 GC_ALWAYS_ON = ("GFX_IMU_", "RLC_RLCS_")   # GC registers reachable while GFX is off (assumption, see above)
 GC_OFF_READ = 0xFFFFFFFF          # what a GC register read returns while GFX is off (assumption)
 _GC_POWER_DOMAIN: dict[str, frozenset] = {}   # chip -> dword addresses of its GC registers GFXOFF powers off
@@ -163,6 +166,7 @@ class SMU(Block):
         self.version = version if version is not None else FIRMWARE_VERSION[self.dev.chip]
         self.features = 0
         self.allowed = ALL_FEATURES if self.scpm else 0
+        self.gfxoff_allowed, self.gfx_exit_at, self.dev.gfx_gate = False, None, None  # a fresh PMFW: GFX held on
         self.set(self.IP, "MP1_SMN_C2PMSG_90", S.PPSMC_Result_OK)   # ready for the first message
 
     def set_activity(self, engine: str, busy: float) -> None:
@@ -569,11 +573,11 @@ class SMU(Block):
         return max(self.pm.level[engine], self.pm.average[engine])
 
     def gfx_gated(self) -> bool:
-        """GFX powered off: GFXOFF allowed (AllowGfxOff) and enabled, GFX idle now and on average (the
-        average standing in for PPTable's GfxOffEntryHysteresis, whose value is the board's: assumption),
-        and no exit under way."""
-        return (self.gfxoff_allowed and self.feature(S.FEATURE_GFXOFF_BIT) and self.demand("gfx") < GFXOFF_ENTRY
-                and getattr(self, "gfx_exit_at", None) is None)
+        """GFX powered off: the PMFW runs (a stopped one holds nothing off: assumption), GFXOFF allowed
+        (AllowGfxOff) and enabled, GFX idle now and on average (the average standing in for PPTable's
+        GfxOffEntryHysteresis, whose value is the board's: assumption), and no exit under way."""
+        return (self.running and self.gfxoff_allowed and self.feature(S.FEATURE_GFXOFF_BIT)
+                and self.demand("gfx") < GFXOFF_ENTRY and getattr(self, "gfx_exit_at", None) is None)
 
     def clocks(self) -> dict[int, int]:
         """Current frequency per PPCLK in MHz (GFXCLK 0 while GFX is powered off)."""

@@ -506,7 +506,9 @@ def test_amdevice_caches_only_where_reading_is_costly(monkeypatch, tmp_path):
 BRIDGE_OPEN = {"bot": (2_430, 280), "uas": (179, 22)}
 # +~11 UAS / +~24 BOT round trips since the MEC start wait (gfx_v11_0_cp_compute_enable udelay(50), gpusim.gfx
 # MEC_START_STEPS: the simulated clock moves one step per round trip)
-WARM_BOOT = {"bot": (4_088, 1_938), "uas": (334, 177)}
+# uas 177 -> 186: fini leaves GFXOFF allowed, so a warm boot now pays the GFXOFF exit (DisallowGfxOff is
+# answered once GFX is on again, gpusim.smu), about 9 polls of the SMU's response over the link
+WARM_BOOT = {"bot": (4_088, 1_938), "uas": (343, 186)}
 
 
 @pytest.mark.parametrize("link", ["bot", "uas"])
