@@ -50,11 +50,10 @@ from amdrv.ip.nbio import NBIO
 from amdrv.ip.psp import PSP
 from amdrv.ip.sdma import SDMA
 from amdrv.ip.smu import LOW_CLOCKS, SMU, clock_id
-from amdrv.memory import VRAMAllocator
 from pcie import PCIFunction, open_function
 from pcie.discover import SYSFS
 
-BOOT_STATE_VERSION = 2  # bump when the boot region layout or what a warm boot relies on changes
+BOOT_STATE_VERSION = 3  # bump when the boot region layout or what a warm boot relies on changes
 GC_TOKEN = 0x414D0000 | BOOT_STATE_VERSION   # "AM" and the version in GC SCRATCH_REG7, written by fini
 COLD_ENV = "DRIVERLESS_COLD_BOOT"
 
@@ -280,7 +279,7 @@ class AMGPU:
     def _mode1_reset(self) -> None:
         self.smu.mode1_reset()
         # The ASIC is at power-on: fresh blocks, and the boot allocations replayed from the start.
-        self.dev.mm = VRAMAllocator(self.dev.mm.vram_size, visible=self.dev.vram.visible)
+        self.dev.mm = self.dev.new_allocator()
         self._build_blocks()
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
 
@@ -289,7 +288,7 @@ class AMGPU:
         reset through the port above; the kernel saves and restores the config space and waits for the
         device to answer again, pci_dev_wait). The ASIC is then at power-on, as after a mode1 reset."""
         self.dev.pci.reset()
-        self.dev.mm = VRAMAllocator(self.dev.mm.vram_size, visible=self.dev.vram.visible)
+        self.dev.mm = self.dev.new_allocator()
         self._build_blocks()
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
 

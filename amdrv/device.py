@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from amdrv import chips, device_spec, discovery, pci_state, regs, trace
+from amdrv import chips, device_spec, discovery, pci_state, regs, trace, vbios
 from amdrv.firmware import FirmwareStore
 from amdrv.memory import VRAMAllocator
 from pcie.interface import AccessCounters, BAR, PCIError, PCIFunction
@@ -113,21 +113,23 @@ class AMDevice:
         # Mode1Reset in flight when it died): the discovery that then reads all ones is retried once after
         # restoring again.
         saved = pci_state.kept(pci)
+        self._blocks: dict[tuple[str, int], regs.IPBlock] = {}
         for retry in (False, True):
             if saved is not None:
                 pci_state.restore(pci, saved)
             try:
                 vram_size = self._discover()
+                # the firmware's reserved top of VRAM (amdgpu_ttm_reserve_tmr): the boot region goes below it
+                self.fw_reserved = self._firmware_reserved()
                 break
-            except discovery.DiscoveryError:
+            except (discovery.DiscoveryError, vbios.VBIOSError):
                 if saved is None or retry:
                     raise
                 time.sleep(0.5)   # the reset's own time (SMU13_MODE1_RESET_WAIT_TIME_IN_MS), then restore
         self.chip = self._identify()
-        self.mm = VRAMAllocator(vram_size, visible=self.vram.visible)
+        self.mm = self.new_allocator()
         self.firmware = firmware or FirmwareStore()
         self.fb_base: int | None = None  # MC address of VRAM offset 0, set by the GMC block
-        self._blocks: dict[tuple[str, int], regs.IPBlock] = {}
 
     def _discover(self) -> int:
         """VRAM size, the VRAM view and the IP discovery binary; returns the VRAM size."""
@@ -140,6 +142,20 @@ class AMDevice:
         self.disc = discovery.read_discovery(self.vram.read, vram_size, exact=exact,
                                              cache=discovery.DiscoveryCache() if exact else None)
         return vram_size
+
+    def _firmware_reserved(self) -> vbios.FirmwareReserved:
+        """What an earlier AM run recorded from this board's VBIOS since the last reset (two scratch reads), else
+        the VBIOS itself (amdrv.vbios: 20 register accesses): a warm boot reads no ROM."""
+        from amdrv.ip.nbio import NBIO
+        recorded = NBIO(self).recorded_fw_reserved()
+        if recorded and recorded < self.vram.size:
+            return vbios.FirmwareReserved(recorded, "the VBIOS's fw_reserved_size_in_kb as an earlier AM run recorded "
+                                                    "it (BIF_BX0_DRIVER_SCRATCH_5)")
+        return vbios.read_fw_reserved(self)
+
+    def new_allocator(self) -> VRAMAllocator:
+        """A fresh allocator below the firmware-reserved top (at open, and after a reset)."""
+        return VRAMAllocator(self.vram.size, visible=self.vram.visible, reserved_top=self.fw_reserved.size)
 
     @classmethod
     def attach(cls, spec: str = "am:sim", firmware: FirmwareStore | None = None) -> AMDevice:

@@ -53,7 +53,7 @@ _IP_ENTRY_SIZE = _IP.size  # struct_size(ip, base_address, n) = 8 + 4 * n
 _GC_INFO = {(1, 0): "gc_info_v1_0", (1, 1): "gc_info_v1_1", (1, 2): "gc_info_v1_2", (2, 0): "gc_info_v2_0"}
 # the generated register table family of each block
 _REG_FAMILY = {"GC": "gc", "MMHUB": "mmhub", "MP0": "mp", "MP1": "mp", "NBIF": "nbio", "OSSSYS": "osssys",
-               "HDP": "hdp"}
+               "HDP": "hdp", "SMUIO": "smuio"}
 # Blocks whose one header serves a whole IP generation: smu_v13_0.c includes thm_13_0_2 for every SMU 13
 # part (THM's discovery version follows MP1: 13.0.0 on Navi31, 13.0.7 on Navi33).
 _ONE_TABLE = {("THM", 13, 0): "thm_13_0_2"}

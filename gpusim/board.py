@@ -9,6 +9,7 @@ import importlib
 
 from gpusim import discovery
 from gpusim.device import Block, Device
+from gpusim.vbios import DEFAULT_FW_RESERVED_KB, VBIOS
 from gpusim.pci import DOORBELL_BAR_MAX, DOORBELL_BAR_SIZE, REBAR_MIN, ConfigSpace, pow2_at_least
 
 VRAM_SIZE = {"navi31": 24 << 30, "navi33": 8 << 30}   # RX 7900 XTX, RX 7600
@@ -44,12 +45,15 @@ class DiscoveryTMR(Block):
 
 def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = False,
           slot: int = 0, harvest: tuple = (), scpm: bool = True,
-          driver_scratch_survives_reset: bool = False) -> Device:
+          driver_scratch_survives_reset: bool = False, fw_reserved_kb: int | None = None,
+          vbios_rom_offset: int = 0) -> Device:
     """harvest: (hw_id, instance) pairs the discovery harvest table lists as fused off (a cut-down
     product, e.g. one VCN instance). scpm: the board's PMFW runs with secure power management (retail
     Navi31 boards do; gpusim.smu), which the PSP runtime database reports. driver_scratch_survives_reset:
     whether BIF_BX0_DRIVER_SCRATCH_* keep their values across a mode1 reset (not documented either way; both
-    are modeled so that the driver is right in both: see mode1_reset)."""
+    are modeled so that the driver is right in both: see mode1_reset). fw_reserved_kb: the VBIOS firmwareinfo's
+    fw_reserved_size_in_kb, the VRAM the firmware keeps at the top (gpusim.vbios; None: its default);
+    vbios_rom_offset: where the image starts in the ROM (REGS_ROM_OFFSET_CTRL.ROM_OFFSET, 128 KiB units)."""
     vram_size = vram_size or VRAM_SIZE[chip]
     if vram_size % (1 << 20) or vram_size < 2 * SMALL_BAR:
         raise ValueError(f"{chip}: VRAM size {vram_size:#x} must be a multiple of 1 MiB and at least "
@@ -61,6 +65,7 @@ def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = 
     dev.driver_scratch_survives_reset = bool(driver_scratch_survives_reset)
     dev.pci = ConfigSpace(chip, vram_size, bar0, slot, bar2)
     dev.add(DiscoveryTMR(dev))
+    dev.add(VBIOS(dev, DEFAULT_FW_RESERVED_KB if fw_reserved_kb is None else fw_reserved_kb, vbios_rom_offset))
     for mod, cls in BLOCKS:
         try:
             m = importlib.import_module(mod)

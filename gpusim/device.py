@@ -183,6 +183,17 @@ class VRAM:
         self.host_view = memoryview(self._host)
         self._host_base = ctypes.addressof(ctypes.c_char.from_buffer(self._host))
         self.host_pending = 0      # host-written pages merged by the last flush, for tests
+        self.protected: tuple[int, int] | None = None   # [first, end) no host write reaches (gpusim.vbios)
+        self._refused = None
+
+    def protect(self, span: tuple[int, int] | None, refused=None) -> None:
+        """A range the host's writes never reach (the firmware-reserved top, gpusim.vbios): the HDP flush
+        drops what the host wrote there and calls refused(what) once per flush that had some."""
+        self.protected, self._refused = span, refused
+
+    def is_protected(self, addr: int, n: int) -> bool:
+        p = self.protected
+        return p is not None and addr < p[1] and addr + n > p[0]
 
     def _check(self, addr: int, n: int) -> None:
         if addr < 0 or addr + n > self.size:
@@ -260,6 +271,12 @@ class VRAM:
                 h = np.frombuffer(self.host_view[a:b], np.uint8)
                 m = np.frombuffer(self._map, np.uint8, b - a, a)
                 diff = h != m
+                if self.is_protected(a, b - a):     # the host's bytes there never reach memory
+                    lo, hi = max(a, self.protected[0]) - a, min(b, self.protected[1]) - a
+                    if diff[lo:hi].any() and self._refused is not None:
+                        first = a + lo + int(np.flatnonzero(diff[lo:hi])[0])
+                        self._refused(f"a host write at VRAM {first:#x}")
+                    diff[lo:hi] = False
                 if diff.any():
                     m[diff] = h[diff]
                 if drop:

@@ -90,7 +90,8 @@ def layout(chip: str, harvest: tuple = ()) -> Layout:
         IPEntry("MP1", D.MP1_HWID, 0, v["mp1"], _MP, "mp_13_0_0"),
         IPEntry("HDP", D.HDP_HWID, 0, v["hdp"], (0x00000F20, 0x0240A400), "hdp_6_0_0"),
         IPEntry("OSSSYS", D.OSSSYS_HWID, 0, v["osssys"], (0x000010A0, 0x0240A000), "osssys_6_0_0"),
-        IPEntry("SMUIO", D.SMUIO_HWID, 0, (13, 0, 6), (0x00016800, 0x00016A00, 0x00440000, 0x02401000), None),
+        IPEntry("SMUIO", D.SMUIO_HWID, 0, (13, 0, 6), (0x00016800, 0x00016A00, 0x00440000, 0x02401000),
+                "smuio_13_0_6"),   # smuio_v13_0_6.c: ROM_INDEX/ROM_DATA (gpusim.vbios)
         IPEntry("THM", D.THM_HWID, 0, v["mp1"], (0x00016600, 0x02400C00), "thm_13_0_2"),  # smu_v13_0.c includes it
     ]
     wgp_per_sa, se = (4, 6) if navi31 else (4, 2)

@@ -370,7 +370,12 @@ class GMC(Block):
         if system:
             self.dev.dma_write(addr, data)
         else:
-            self.dev.vram.write(self._vram_offset(addr, len(data)), data)
+            off = self._vram_offset(addr, len(data))
+            if self.dev.vram.is_protected(off, len(data)):   # the firmware-reserved top (gpusim.vbios: assumption)
+                self.error(f"an engine write at VRAM {off:#x} lies in the firmware-reserved VRAM: refused")
+                raise HubRefused(f"physical VRAM address {addr:#x} (+{len(data):#x}) lies in the firmware-reserved "
+                                 f"top of VRAM (VBIOS fw_reserved_size_in_kb)")
+            self.dev.vram.write(off, data)
 
     def _vram_offset(self, addr: int, n: int) -> int:
         off = addr - self._fb_offset(self.hubs["MM"])

@@ -15,6 +15,13 @@ Facts, from ih_v6_0.c and amdgpu_ih.c (register fields from the generated osssys
 - IV entry (amdgpu_ih_decode_iv_helper): dw0 = client_id | src_id << 8 | ring_id << 16 | vmid << 24 |
   vmid_src << 31; dw1 = timestamp[31:0]; dw2 = timestamp[47:32] (| timestamp_src << 31); dw3 = pasid
   (| pasid_src << 31); dw4..7 = src_data[0..3]. The pasid of a VMID-tagged entry comes from IH_VMID_n_LUT.
+- The dummy read (nbio_v4_3_ih_control: BIF_BX0_INTERRUPT_CNTL2 = the driver's dummy page bus address >> 8;
+  INTERRUPT_CNTL.IH_DUMMY_RD_OVERRIDE 0 = "dummy read disabled with msi, enabled without msi", 1 = as
+  IH_DUMMY_RD_EN says): the BIF reads that page after the IH's ring write (ALWAYS_SEND_INTPKT_AFTER_DUMMYRD_DIS
+  names the order: the interrupt goes out after the dummy read) so the entry has reached memory before anyone
+  is told. With MSI off (the AM driver polls; MSI enable in the PCI MSI capability) it is on. Assumption: a
+  dummy read that fails (a bus address no DMA mapping covers: an IOMMU fault on the host) leaves the entry
+  unannounced, i.e. the write-pointer write-back is not done (recorded in dev.errors).
 - IH_DOORBELL_RPTR.ENABLE/OFFSET (a dword doorbell index: ih_v6_0 uses doorbell_index.ih << 1): the driver
   may move rptr through that doorbell; the IH listens to every BAR2 doorbell dword NBIO routes and takes the
   one IH_DOORBELL_RPTR names while it is enabled.
@@ -22,6 +29,7 @@ Facts, from ih_v6_0.c and amdgpu_ih.c (register fields from the generated osssys
 import struct
 
 from gpusim.device import Block, DMAError, IVEntry
+from gpusim.pci import CAP_MSI
 
 IV_SIZE = 32
 MC_SPACE_BUS = 2
@@ -106,6 +114,23 @@ class IH(Block):
             raise DMAError(f"IH_RB_CNTL.MC_SPACE={mc_space} is not an address space the IH model knows "
                            f"(2 = bus, 4 = GPU VMID 0)")
 
+    def _dummy_read_enabled(self) -> bool:
+        cntl = self.get("NBIO", "BIF_BX0_INTERRUPT_CNTL")
+        if cntl & 1:                            # IH_DUMMY_RD_OVERRIDE: IH_DUMMY_RD_EN decides
+            return bool(cntl & 2)
+        pci = self.dev.pci                      # else on unless MSI is enabled (MSI control bit 0)
+        return not pci.read(CAP_MSI + 2, 2) & 1
+
+    def _dummy_read(self) -> None:
+        """BIF_BX0_INTERRUPT_CNTL/CNTL2 (see the module docstring); raises DMAError when the read fails."""
+        if self._dummy_read_enabled():
+            addr = self.get("NBIO", "BIF_BX0_INTERRUPT_CNTL2") << 8
+            try:
+                self.dev.dma_read(addr, 4)
+            except DMAError as e:
+                raise DMAError(f"the IH's dummy read at bus address {addr:#x} (BIF_BX0_INTERRUPT_CNTL2) failed, "
+                               f"so the entry at wptr was not announced: {e}") from e
+
     def post(self, entry: IVEntry) -> None:
         """The device's interrupt sink: encodes `entry` and writes it into the ring."""
         if self._posting:   # the ring's own write faulted on the MMHUB: that IV has nowhere to go
@@ -136,6 +161,7 @@ class IH(Block):
         try:
             self._write_mem(space, self.ring_base() + self.wptr, encode_iv(entry))
             self.wptr = nxt
+            self._dummy_read()
             if self._field(cntl, "WPTR_WRITEBACK_ENABLE"):
                 wb = (self.get(self.IP, "IH_RB_WPTR_ADDR_LO") & ~3) | (
                     (self.get(self.IP, "IH_RB_WPTR_ADDR_HI") & 0xFFFF) << 32)

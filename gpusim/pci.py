@@ -167,6 +167,8 @@ class ConfigSpace:
             s[at] = (s[at] & ~mask) | (b & mask)
         elif 0x10 <= at < 0x28:
             self._write_bar_byte(at, b)
+        elif at == CAP_MSI + 2:       # MSI message control: MSI Enable (bit 0) is RW (PCI spec); the IH's
+            s[at] = (s[at] & ~1) | (b & 1)   # dummy read depends on it (gpusim/ih.py)
         elif at == 0x3C or at in (EXT_REBAR + 9 + 8 * i for i in range(len(REBAR_BARS))):
             s[at] = b                 # interrupt line; a rebar size field (validated after)
 

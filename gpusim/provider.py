@@ -9,7 +9,7 @@ outlive the functions opened on them: opening a slot again gives a new driver in
 as it left it (fresh=True powers a new one on instead). With `state`, a file path, the device is loaded
 from that file when it exists (the file wins over the device in memory) and saved to it on close, so a new
 process finds it as the last left it. vram_size, small_bar, harvest ((hw_id, instance) pairs for the
-discovery harvest table), scpm and driver_scratch_survives_reset (gpusim.board.build) apply when a device
+discovery harvest table), scpm, driver_scratch_survives_reset, fw_reserved_kb and vbios_rom_offset (gpusim.board.build) apply when a device
 is powered on.
 """
 from __future__ import annotations
@@ -274,7 +274,8 @@ class SimFunction(PCIFunction):
 def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
                   small_bar: bool = False, state=None, slot: int | None = None, fresh: bool = False,
                   async_clock: bool = False, harvest: tuple = (), scpm: bool = True,
-                  driver_scratch_survives_reset: bool = False) -> SimFunction:
+                  driver_scratch_survives_reset: bool = False, fw_reserved_kb: int | None = None,
+                  vbios_rom_offset: int = 0) -> SimFunction:
     chip = chip or spec or "navi31"
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
@@ -284,7 +285,7 @@ def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: i
     lock = _lock_state(state) if state is not None else None
     try:
         return _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, harvest, scpm,
-                     driver_scratch_survives_reset)
+                     driver_scratch_survives_reset, fw_reserved_kb, vbios_rom_offset)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -315,7 +316,7 @@ def _lock_state(state: Path) -> DeviceLock:
 
 
 def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, harvest, scpm,
-          driver_scratch_survives_reset) -> SimFunction:
+          driver_scratch_survives_reset, fw_reserved_kb=None, vbios_rom_offset=0) -> SimFunction:
     if slot is None:  # the slot already holding this chip on the host's bus (not behind a USB bridge), else
         slot = next((s for s, d in sorted(_SLOTS.items()) if d.chip == chip and d.bus is BUS),  # the first free
                     next(i for i in range(len(_SLOTS) + 1) if i not in _SLOTS))
@@ -329,7 +330,8 @@ def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, har
     if dev is not None and dev.chip != chip:
         raise PCIError(f"sim: slot {slot} holds a {dev.chip}, not a {chip}; pass fresh=True or another slot")
     if dev is None:
-        dev = board.build(chip, vram_size, small_bar, slot, harvest, scpm, driver_scratch_survives_reset)
+        dev = board.build(chip, vram_size, small_bar, slot, harvest, scpm, driver_scratch_survives_reset,
+                          fw_reserved_kb, vbios_rom_offset)
     old = _SLOTS.get(slot)
     if old is not None and old is not dev:
         old.stop_async()

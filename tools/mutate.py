@@ -12,9 +12,11 @@ addresses: SH_MEM_CONFIG's alignment mode), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
 a host page remapped at the same VA (the TLB flush must cover it), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
 mapped), both queues hung (an unknown PM4 opcode, an SDMA wait never satisfied), recover() with a kernel
-and SDMA copies after it, more than a ring's worth of interrupts through the IH ring, fini, a warm boot
-whose first stores go to the previous run's addresses (they must fault) and a kernel, then an exit without
-fini and the cold boot behind a mode1 reset it leads to, with a kernel again; last, a second board whose
+and SDMA copies after it, fini, a warm boot whose first stores go to the previous run's addresses (they
+must fault), more than a ring's worth of interrupts through the IH ring and a kernel, then an exit without
+fini and the cold boot behind a mode1 reset it leads to, with a kernel again, an overheat and cool-down (THM's
+interrupts through the IH), fini; a fresh GPU whose cold boot dies in the PSP bootloader and the boot behind
+the platform (PCI) reset that then needs, with a kernel and fini; last, a second board whose
 PSP reports no SCPM boots and runs a kernel (the driver sends the SMU's allowed-features mask there). The
 OUTCOME of a run is what a user of the driver can observe: per phase
 the boot kind, the hashes of the output buffers, the exceptions raised (type and message with the numbers
@@ -145,6 +147,10 @@ def _h(data) -> str:
     return hashlib.sha256(bytes(data)).hexdigest()[:16]
 
 
+class Killed(BaseException):
+    """The driver's process ends here (a BaseException: no except clause of the driver handles it)."""
+
+
 class Workload:
     """Runs the phases in order into `outcome` ([phase, what] pairs); stops at the first unexpected error."""
 
@@ -162,13 +168,16 @@ class Workload:
         self.rng = np.random.default_rng(11)
         phases = [("cold boot", self.cold_boot), ("bar0 copies and kernels", self.kernels),
                   ("generic pointers", self.generic), ("sdma copies", self.sdma),
-                  ("remap at the same va", self.remap), ("ih ring wrap", self.ih_wrap),
+                  ("remap at the same va", self.remap),
                   ("fault", self.fault), ("cp fault", self.cp_fault), ("hang", self.hang), ("recover", self.recover),
                   ("sdma after recover", self.sdma), ("fini", self.fini), ("warm boot", self.warm_boot),
-                  ("old addresses after warm boot", self.old_addresses), ("warm kernel", self.one_kernel),
+                  ("old addresses after warm boot", self.old_addresses), ("ih ring wrap", self.ih_wrap),
+                  ("warm kernel", self.one_kernel),
                   ("exit without fini", self.unclean), ("mode1 boot", self.mode1_boot),
-                  ("mode1 kernel", self.one_kernel), ("final fini", self.fini),
-                  ("board without scpm", self.no_scpm)]
+                  ("mode1 kernel", self.one_kernel), ("thermal alert", self.thermal_alert),
+                  ("final fini", self.fini), ("death in the bootloader", self.death_in_bootloader),
+                  ("pci reset boot", self.pci_reset_boot), ("pci reset kernel", self.one_kernel),
+                  ("pci reset fini", self.fini), ("board without scpm", self.no_scpm)]
         for name, fn in phases:
             try:
                 fn(name)
@@ -405,7 +414,8 @@ class Workload:
     def ih_wrap(self, phase: str) -> None:
         """A ring's worth of interrupts and a little more, read in two halves: the IH learns what the driver
         read only through its rptr doorbell (ih_v6_0_set_rptr; routed by nbio_v4_3_ih_doorbell_range), else
-        the ring overflows (tests/amdrv/test_doorbells.py). The IVs are posted on the simulator's side, as
+        the ring overflows (tests/amdrv/test_doorbells.py). After the warm boot, so that an IH_RB_RPTR that
+        ih_v6_0_irq_init did not zero (the previous run's doorbells left it a few entries in) overflows too. The IVs are posted on the simulator's side, as
         another IP block would raise them (faults one by one would cost a launch each)."""
         from gpusim.device import IVEntry
         gpu = self.dev.gpu
@@ -459,6 +469,42 @@ class Workload:
             self._open(phase)
         finally:
             smu.SMU.mode1_reset = orig
+
+    def thermal_alert(self, phase: str) -> None:
+        """The board overheats and cools down again: THM's digital thermal interrupt (gpusim/thm.py, raised
+        on the simulator's side as the SMU model's thermal update would) reaches the driver through the IH only
+        if the driver programmed THM_THERMAL_INT_CTRL/ENA (smu_v13_0_set_irq_state; tests/amdrv/test_smi.py)."""
+        gpu = self.dev.gpu
+        thm = gpu.dev.pci.dev.blocks["THM"]
+        seen = []
+        for hotspot_c in (130, 40):
+            thm.observe(hotspot_c)
+            seen += [w for w in map(gpu.smu.thermal_iv, gpu.ih.poll()) if w]
+        self.note(phase, f"thermal interrupts: {' '.join(seen) or 'none'}")
+
+    def death_in_bootloader(self, phase: str) -> None:
+        """A fresh GPU whose cold boot dies while the PSP bootloader loads the KDB (no SMU firmware yet to reset
+        the ASIC; tests/amdrv/test_boot_recovery.py): the next boot must reset it through the platform."""
+        from amdrv.ip import psp
+        real = psp.PSP._wait
+
+        def dying(self_, n, done, what, *a, **kw):
+            if "LOAD_KEY_DATABASE" in what and "to finish" in what:
+                raise Killed(what)
+            return real(self_, n, done, what, *a, **kw)
+        psp.PSP._wait = dying
+        try:
+            self._open(phase, fresh=True)
+            self.note(phase, "the boot did not die")
+        except Killed:
+            self.note(phase, "died in the bootloader")
+        finally:
+            psp.PSP._wait = real
+
+    def pci_reset_boot(self, phase: str) -> None:
+        """amdgpu_device_pci_reset before the cold boot (AMGPU.boot's platform reset)."""
+        self._open(phase)
+        self.note(phase, f"platform reset: {self.dev.gpu.boot_report.pci_reset or 'none'}")
 
     def no_scpm(self, phase: str) -> None:
         """A second board whose PSP runtime database reports no SCPM (gpusim board setting): the driver must
@@ -947,8 +993,8 @@ def _step_no_sh_mem_bases_vmid0(ctx: Ctx) -> None:
 
 
 def _steps() -> list[Step]:
-    from amdrv import am, hcq as amhcq, queue
-    from amdrv.ip import gfx, gmc, nbio, sdma
+    from amdrv import am, hcq as amhcq, queue, vbios
+    from amdrv.ip import gfx, gmc, nbio, sdma, smu
     rel = _release_mem
     return [
         Step("no-hdp-flush-before-tlb-invalidate", "HDP flush before a TLB invalidation after page tables were "
@@ -1035,6 +1081,13 @@ def _steps() -> list[Step]:
              lambda c: c.set_fields("GC", "GCVM_CONTEXT0_CNTL", **{
                  f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT": 0 for k in (
                      "RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")})),
+        Step("no-thermal-alert", "THM interrupt programming skipped (smu_v13_0_set_irq_state: THM_THERMAL_INT_CTRL/ENA)",
+             lambda c: c.skip(smu.SMU, "enable_thermal_alert")),
+        Step("no-pci-reset", "no platform reset before booting a GPU whose previous run died before the firmware ran "
+             "(amdgpu_device_pci_reset)", lambda c: c.skip(am.AMGPU, "_pci_reset")),
+        Step("vbios-reserved-ignored", "the firmware-reserved VRAM taken as the fixed 64 KiB instead of the VBIOS "
+             "firmwareinfo's fw_reserved_size_in_kb (amdgpu_ttm_reserve_tmr)",
+             lambda c: c.skip(vbios, "read_fw_reserved", result=vbios.FirmwareReserved(64 << 10, "fixed"))),
         Step("pagetable-2m-at-1g-level", "a 2 MiB fragment placed at the 1 GiB level (issue 17: the map loop spun "
              "forever; amdgpu_vm_ptes_update's level choice)", _step_pagetable_level),
     ]
@@ -1243,8 +1296,31 @@ EXPECTED = {
     "gfx_v11_0_kiq_init_register and amdgpu_amdkfd_gfx_v11 hqd_load do: the CP reads neither the MQD (only a "
     "KIQ/MES MAP_QUEUES would) nor the EOP buffer (it writes it), so the flush has nothing to order here",
     "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
-    "reg-drop:NBIO.BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_*": "the workload never rings a doorbell from the GPU "
-    "(the self-ring aperture is modeled: tests/gpusim/test_nbio.py)",
+    "reg-*:NBIO.BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_*": "the workload never rings a doorbell from the GPU, so "
+    "the self-ring aperture (dropped, or inverted: EN 0) decides nothing there (it is modeled: tests/gpusim/test_nbio.py)",
+    "reg-*:NBIO.BIF_BX0_INTERRUPT_CNTL": "the IH's dummy read stays on whether the write is dropped (power-on "
+    "IH_DUMMY_RD_OVERRIDE 0, assumption: nbio_4_3_0 publishes no defaults; 0 = on without MSI, nbio_v4_3_ih_control) "
+    "or inverted (OVERRIDE 1 with IH_DUMMY_RD_EN 1); IH_REQ_NONSNOOP_EN and the rest concern snooping and interrupt "
+    "signalling, not where the IH writes (the page itself is caught: BIF_BX0_INTERRUPT_CNTL2)",
+    "reg-*:NBIO.RCC_DEV0_EPF2_STRAP2": "STRAP_NO_SOFT_RESET_DEV0_F2 (nbio_v4_3_init_registers clears it) concerns "
+    "PCI function 2, which neither the driver nor the workload uses (assumption: it changes nothing for function 0)",
+    "reg-*:NBIO.S2A_DOORBELL_ENTRY_[03]_CTRL": "nbio_v4_3_gc_doorbell_init's two GC entries (AWID 3 and 6); which one "
+    "carries the MEC's doorbells is not public, so the model lets either route them (assumption); both lost are "
+    "caught (step:no-gc-doorbell-init, tests/amdrv/test_doorbells.py)",
+    "reg-*:OSSSYS.IH_MSI_STORM_CTRL": "DELAY spaces MSIs so the ISR is not called too often (ih_v6_0_irq_init's "
+    "comment); the driver polls with MSI off, and the entries reach the ring either way",
+    "reg-*:OSSSYS.IH_STORM_CLIENT_LIST_CNTL": "marks client 18 (VMC) MSI-storm capable for IH_MSI_STORM_CTRL "
+    "(ih_v6_0_irq_init): MSI pacing only; the driver polls with MSI off",
+    "reg-*:OSSSYS.IH_INT_FLOOD_CNTL": "interrupt flood control (FLOOD_CNTL_ENABLE, HIGHWATER) throttles interrupt "
+    "signalling; the driver polls with MSI off (assumption: flood control does not drop ring entries; upstream "
+    "says nothing more than enabling it)",
+    "reg-flip:OSSSYS.IH_RB_RPTR": "inverted, the rptr reads 0x3fffc, on no entry boundary, so the IH's full check "
+    "(the next wptr equal to rptr) never matches until the driver's first rptr doorbell puts a real value there; "
+    "no batch of the workload fills the ring before that (assumption: the card compares the OFFSET bits as "
+    "they are)",
+    "reg-drop:OSSSYS.IH_RB_BASE_HI": "bits 47:40 of the ring's MC address are 0 (the FB sits below 1 TiB, "
+    "MC_VM_FB_LOCATION_BASE), the value the register holds from power-on (assumption: osssys_6_0_0 publishes no "
+    "defaults); inverted it is caught",
     "reg-*:NBIO.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL": "nothing writes the remapped HDP_REG flush page (hdp_v6_0 "
     "flushes through the MEM page only)",
     "reg-*:GC.SDMA[01]_QUEUE0_IB_CNTL": "the workload submits no SDMA indirect buffer (INDIRECT without "
@@ -1414,6 +1490,12 @@ CAUGHT_BY_TESTS = {
     "reg-drop:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_queue_without_its_pq_control_wraps_at_"
     "the_power_on_ring_size (the power-on QUEUE_SIZE 9 is a 1024-dword ring; no queue of the workload passes "
     "1024 dwords between its set-ups)",
+    "step:vbios-reserved-ignored": "tests/amdrv/test_vbios.py::test_a_driver_that_ignores_the_vbios_fails_where_the_"
+    "firmware_keeps_more (the workload's board keeps 8 MiB, which the boot region below a fixed 64 KiB does not "
+    "reach with what it uses: right on such a card too)",
+    "reg-drop:OSSSYS.IH_RB_WPTR_ADDR_LO": "tests/amdrv/test_ih.py::test_a_dropped_ring_register_loses_the_fault "
+    "(the boot-time write-back slot in VRAM; in the workload hcq moves the write-back to its signal page, whose "
+    "address has low 32 bits 0, before any IV comes)",
     "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32": "tests/amdrv/test_gmc.py::test_without_the_fault_"
     "default_address_a_fault_reaches_no_memory[MM] (with HI32; the workload has no MMHUB-client fault)",
     "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_CNTL": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_fault_setting_"

@@ -24,7 +24,7 @@ Facts (drivers/gpu/drm/amd/amdgpu):
 - nbio_v4_3_ih_doorbell_range / sdma_doorbell_range / gc_doorbell_init program S2A_DOORBELL_ENTRY_1/2/0,3
   so the BIF routes those doorbells to the IH, SDMA and GC.
 
-Boot state: BIF_BX0_DRIVER_SCRATCH_0..4. They are NBIO (bus interface) registers, which stay powered and
+Boot state: BIF_BX0_DRIVER_SCRATCH_0..5 (5: the firmware-reserved VRAM size from the VBIOS, in pages). They are NBIO (bus interface) registers, which stay powered and
 programmed while the PCI function lives (a driver restart keeps them; GC's SCRATCH_REG* sit in the GFX
 power domain, which GFXOFF turns off, and gfx_v11_0's ring test and SR-IOV's RLCG interface write
 them), and the whole ASIC, BIF included, returns to its reset state on a mode1 reset (amdgpu restores
@@ -60,7 +60,7 @@ USEC_TIMEOUT = 0.1  # amdgpu's adev->usec_timeout (100000 us)
 
 STATE_MAGIC = 0x414D  # "AM" in the top half of DRIVER_SCRATCH_0
 STATE_REGS = ("BIF_BX0_DRIVER_SCRATCH_0", "BIF_BX0_DRIVER_SCRATCH_1", "BIF_BX0_DRIVER_SCRATCH_2",
-              "BIF_BX0_DRIVER_SCRATCH_3", "BIF_BX0_DRIVER_SCRATCH_4")
+              "BIF_BX0_DRIVER_SCRATCH_3", "BIF_BX0_DRIVER_SCRATCH_4", "BIF_BX0_DRIVER_SCRATCH_5")
 CLEAN_EXIT = 1  # DRIVER_SCRATCH_1 bit 0
 
 
@@ -71,12 +71,14 @@ class NBIOError(RuntimeError):
 @dataclass(frozen=True)
 class BootState:
     """What a previous AM run left in the scratch registers: its boot-state version, whether it ended
-    with fini, and the boot region it used (byte offsets; `boot_used` is how far its bump pointer got)."""
+    with fini, the boot region it used (byte offsets; `boot_used` is how far its bump pointer got) and the
+    firmware-reserved VRAM size it read from the VBIOS (bytes), so later boots need not read the ROM again."""
     version: int
     clean: bool
     boot_base: int
     boot_size: int
     boot_used: int
+    fw_reserved: int = 0
 
 
 def wait_reg(reg: regs.Register, mask: int, want: int, what: str, timeout: float = USEC_TIMEOUT) -> int:
@@ -226,16 +228,23 @@ class NBIO:
         if v[0] >> 16 != STATE_MAGIC:
             return None
         return BootState(version=v[0] & 0xFFFF, clean=bool(v[1] & CLEAN_EXIT), boot_base=v[2] << 20,
-                         boot_size=v[3] << 20, boot_used=v[4] << 12)
+                         boot_size=v[3] << 20, boot_used=v[4] << 12, fw_reserved=v[5] << 12)
+
+    def recorded_fw_reserved(self) -> int:
+        """The firmware-reserved VRAM size (bytes) a boot state holds, 0 without one; two reads."""
+        if self.regs.reg(STATE_REGS[0]).read() >> 16 != STATE_MAGIC:
+            return 0
+        return self.regs.reg(STATE_REGS[5]).read() << 12
 
     def write_state(self, version: int, clean: bool) -> BootState:
         """Records version (16 bits), the clean-exit flag and the boot region of dev.mm."""
         if not 0 <= version <= 0xFFFF:
             raise NBIOError(f"{self.dev.name}: boot state version {version} does not fit 16 bits")
         mm = self.dev.mm
-        state = BootState(version, clean, mm.boot_base, mm.boot_end - mm.boot_base, mm.boot_used)
+        state = BootState(version, clean, mm.boot_base, mm.boot_end - mm.boot_base, mm.boot_used,
+                          self.dev.fw_reserved.size)
         values = (STATE_MAGIC << 16 | version, CLEAN_EXIT if clean else 0, state.boot_base >> 20,
-                  state.boot_size >> 20, state.boot_used >> 12)
+                  state.boot_size >> 20, state.boot_used >> 12, state.fw_reserved >> 12)
         for name, value in zip(STATE_REGS, values):
             self.regs.reg(name).write(value)
         return state

@@ -161,3 +161,17 @@ def test_a_dropped_ring_register_loses_the_fault(monkeypatch, dropping_registers
     dev, gmc, ih, s = boot()
     sim_fault(s.blocks["GMC"], 0, 0x5000_1234_5000, write=True, client=8)
     assert [gmc.fault_from_iv(iv).address for iv in ih.poll()] == [0x5000_1234_5000]
+
+
+@pytest.mark.parametrize("cntl_only", [True, False])
+def test_without_the_dummy_read_page_no_fault_is_announced(monkeypatch, cntl_only):
+    """nbio_v4_3_ih_control: the dummy-read page in BIF_BX0_INTERRUPT_CNTL2 (that write alone left out, or
+    the whole call): the BIF's read after each ring write fails, so the IH never announces the fault's IV."""
+    def without_cntl2(self, page, ring_in_vram):
+        if cntl_only:
+            self.regs.BIF_BX0_INTERRUPT_CNTL.update(IH_DUMMY_RD_OVERRIDE=0, IH_REQ_NONSNOOP_EN=int(ring_in_vram))
+    monkeypatch.setattr(NBIO, "ih_control", without_cntl2)
+    dev, gmc, ih, s = boot()
+    sim_fault(s.blocks["GMC"], 0, 0x5000_1234_5000, write=True, client=8)
+    assert ih.poll() == []
+    assert any("dummy read" in str(e) for e in s.errors)

@@ -3,12 +3,13 @@
 Every expected number below was taken from Debian linux-source-6.1, drivers/gpu/drm/amd/<header named
 in the comment>, by reading the header, not by running the generator.
 """
+import functools
 import struct
 
 import pytest
 
 from amdrv import structs
-from amdrv.autogen import discovery, gmc, ih, mqd_v11, pm4, psp, sdma6, smu_13_0_0, ucode
+from amdrv.autogen import atomfirmware, discovery, gmc, ih, mqd_v11, pm4, psp, sdma6, smu_13_0_0, ucode
 
 
 def layout(mod, name):
@@ -412,6 +413,7 @@ def test_signed_fields():
 _KERNEL = "/tmp/lsrc/linux-source-6.1/drivers/gpu/drm/amd"
 
 
+@functools.lru_cache(maxsize=None)   # unpacked once per process: each unpack of the tarball takes ~30 s
 def _kernel_tree():
     import os
     from pathlib import Path
@@ -432,6 +434,7 @@ def _kernel_tree():
     (psp, ["amdgpu/psp_gfx_if.h", ("amdgpu/amdgpu_psp.h", "/** PSP runtime DB **/", "struct psp_context")]),
     (smu_13_0_0, ["pm/swsmu/inc/pmfw_if/smu13_driver_if_v13_0_0.h"]),
     (mqd_v11, ["include/v11_structs.h"]),
+    (atomfirmware, ["include/atomfirmware.h"]),   # pack(1): the VBIOS tables amdrv/vbios.py walks
 ])
 def test_layouts_match_gcc(mod, headers, tmp_path):
     """Every generated offset, size and bitfield position equals what gcc computes for the header."""

@@ -30,8 +30,10 @@ def r(dev, name):
     return dev.regs.read(dev.reg_addr("OSSSYS", name))
 
 
-def enable(dev, ring_bus, wb_bus, overflow=True, size=RING):
+def enable(dev, ring_bus, wb_bus, overflow=True, size=RING, dummy_page=None):
     cntl = dev.table("OSSSYS")["IH_RB_CNTL"]
+    # nbio_v4_3_ih_control: the dummy-read page (by default the page after the write-back slot)
+    dev.set("NBIO", "BIF_BX0_INTERRUPT_CNTL2", (wb_bus + 4096 if dummy_page is None else dummy_page) >> 8)
     w(dev, "IH_RB_BASE", ring_bus >> 8)
     w(dev, "IH_RB_BASE_HI", (ring_bus >> 40) & 0xFF)
     w(dev, "IH_RB_CNTL", cntl.encode(MC_SPACE=2, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=int(overflow),
@@ -159,7 +161,7 @@ def test_mc_space_4_goes_through_the_mmhub_system_aperture(sim):
     dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32"), (bus + 0x10000) >> 12)
     ring, wb = FB_BASE + 0x100000, FB_BASE + 0x100000 + RING
     cntl = dev.table("OSSSYS")["IH_RB_CNTL"]
-    enable(dev, ring, wb)
+    enable(dev, ring, wb, dummy_page=bus + 0x20000)   # the dummy page is a bus address whatever MC_SPACE
     w(dev, "IH_RB_CNTL", r(dev, "IH_RB_CNTL") & ~cntl.fields["MC_SPACE"].mask | 4 << cntl.fields["MC_SPACE"].shift)
     dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_GRBM_CP, 181, src_data=(7, 0, 0, 0)))
     assert dev.vram.read(0x100000, 32) == bytes(32)                     # not in VRAM
@@ -173,3 +175,34 @@ def test_mc_space_4_goes_through_the_mmhub_system_aperture(sim):
     dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_GRBM_CP, 181, src_data=(8, 0, 0, 0)))
     assert struct.unpack_from("<I", dev.vram.read(0x100000 + 32 + 16, 4))[0] == 8
     assert struct.unpack_from("<I", dev.vram.read(0x100000 + RING, 4))[0] == 64      # the write-back
+
+
+@pytest.mark.parametrize("cntl, cntl2, announced", [
+    (0, None, True),           # upstream: OVERRIDE 0, MSI off -> dummy read at a mapped page
+    (0, 0, False),             # CNTL2 never written: the read at bus address 0 fails
+    (0, 0xFFFFFFFF00, False),  # CNTL2 inverted
+    (0b01, 0, True),           # OVERRIDE 1, IH_DUMMY_RD_EN 0: no dummy read, so no address needed
+    (0b11, 0, False),          # OVERRIDE 1, IH_DUMMY_RD_EN 1: read at a bad address
+])
+def test_the_dummy_read_must_reach_a_mapped_page(sim, cntl, cntl2, announced):
+    """nbio_v4_3_ih_control: INTERRUPT_CNTL2 names the page the BIF reads after each ring write (IH_DUMMY_RD_
+    OVERRIDE 0: on without MSI); a failed read leaves the entry unannounced (assumption, gpusim/ih.py)."""
+    dev, mem, bus = sim
+    enable(dev, bus, bus + RING, dummy_page=cntl2)
+    dev.set("NBIO", "BIF_BX0_INTERRUPT_CNTL", cntl)
+    errors = len(dev.errors)
+    dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_VMC, 0))
+    assert struct.unpack_from("<I", mem, RING)[0] == (32 if announced else 0)
+    assert (len(dev.errors) == errors) == announced
+    if not announced:
+        assert "dummy read" in str(dev.errors[-1])
+
+
+def test_with_msi_enabled_there_is_no_dummy_read(sim):
+    """IH_DUMMY_RD_OVERRIDE 0: "dummy read disabled with msi" (nbio_v4_3_ih_control's comment)."""
+    from gpusim.pci import CAP_MSI
+    dev, mem, bus = sim
+    enable(dev, bus, bus + RING, dummy_page=0)
+    dev.pci.write(CAP_MSI + 2, 2, dev.pci.read(CAP_MSI + 2, 2) | 1)
+    dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_VMC, 0))
+    assert struct.unpack_from("<I", mem, RING)[0] == 32

@@ -18,7 +18,8 @@ STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
 # fault (CP_DEBUG's no-halt bit), the hung queues before recover (the CP's GRBM soft reset), SDMA after
 # recover (RB_WPTR zeroed), the IH ring wrap (its rptr doorbell), a previous run's address after the warm
 # boot (gmc fini), the board without SCPM (the allowed-features mask), SDMA after a recovery without its GRBM
-# soft reset (the engine stays frozen)
+# soft reset (the engine stays frozen). The thermal and PCI-reset phases' steps (no-thermal-alert,
+# no-pci-reset) are caught by the full run and by tests/amdrv/test_smi.py and test_boot_recovery.py.
 LATER_PHASES = ["reg-drop:GC.SH_MEM_BASES", "step:cp-halts-on-fault", "step:recover-no-grbm-soft-reset-cp",
                 "reg-drop:GC.SDMA0_QUEUE0_RB_WPTR", "reg-drop:OSSSYS.IH_DOORBELL_RPTR", "step:no-gmc-fini",
                 "step:no-set-allowed-features-mask", "step:recover-no-sdma-soft-reset"]
@@ -67,6 +68,9 @@ def test_baseline_is_deterministic_and_complete(rig):
     assert len(seen("sdma after recover")) == 3 and "in order, overflows 0" in out["ih ring wrap"]
     assert [w.split(":")[0] for w in seen("old addresses after warm boot")] == ["fault reported"] * 2
     assert out["board without scpm"] == "closed"
+    assert out["thermal alert"] == "thermal interrupts: above below"
+    assert out["death in the bootloader"] == "died in the bootloader"
+    assert seen("pci reset boot") == ["cold boot, SMU features 0x7ffffffffffff", "platform reset: bus"]
     names = {n for (_, n), *_ in base["regs"].values()}
     assert {"CP_HQD_PQ_BASE", "MMVM_INVALIDATE_ENG17_REQ", "S2A_DOORBELL_ENTRY_2_CTRL"} <= names
     # the index/data path is resolved to its target register

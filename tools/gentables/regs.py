@@ -62,7 +62,8 @@ BLOCKS = {  # module block name -> directory under include/asic_reg
     "nbio_4_3_0": "nbio",
     "osssys_6_0_0": "oss",
     "hdp_6_0_0": "hdp",
-    "thm_13_0_2": "thm",   # smu_v13_0.c's thermal interrupt registers (THM_THERMAL_INT_CTRL/ENA)
+    "thm_13_0_2": "thm",
+    "smuio_13_0_6": "smuio",   # smuio_v13_0_6.c: ROM_INDEX/ROM_DATA, the VBIOS ROM (amdgpu_soc15_read_bios_from_rom)   # smu_v13_0.c's thermal interrupt registers (THM_THERMAL_INT_CTRL/ENA)
 }
 
 # (block, register, field) -> (mask the header says, shift, width we keep). See the module docstring.

@@ -422,7 +422,26 @@ def gen_mqd(tree, outdir: Path) -> Path:
     return w.write(outdir)
 
 
-GENERATORS = [gen_ucode, gen_discovery, gen_psp, gen_pm4, gen_sdma6, gen_smu, gen_ih, gen_gmc, gen_mqd]
+# the ATOM ROM tables a driver walks to the firmware-reserved VRAM size (amdgpu_atom_parse,
+# amdgpu_atomfirmware_get_fw_reserved_fb_size); the rest of atomfirmware.h (display, power tables) is left out
+ATOM_RECORDS = ("atom_common_table_header", "atom_rom_header_v2_2", "atom_master_data_table_v2_1",
+                "atom_master_list_of_data_tables_v2_1", "atom_firmware_info_v3_4")
+
+
+def gen_atom(tree, outdir: Path) -> Path:
+    files = ["include/atomfirmware.h", "amdgpu/atom.h"]
+    w = ModuleWriter("atomfirmware", "VBIOS ATOM ROM layout (atomfirmware.h: the ROM header, the master data table "
+                     "and firmwareinfo v3.4; pack(1) as the header declares); the fixed offsets of the image from "
+                     "atom.h (ATOM_ROM_TABLE_PTR, ATOM_ATI_MAGIC_PTR ..., constants only).", tree.origin, files)
+    h = _header(tree, files[:1])
+    w.add_header(h, files[0], defines=False, enums=False, exclude=lambda name: name not in ATOM_RECORDS)
+    h2 = Header()
+    h2.read(tree.read(files[1]), files[1], records=False)
+    w.add_header(h2, files[1], records=False, enums=False)
+    return w.write(outdir)
+
+
+GENERATORS = [gen_ucode, gen_discovery, gen_psp, gen_pm4, gen_sdma6, gen_smu, gen_ih, gen_gmc, gen_mqd, gen_atom]
 
 
 def generate(tree, outdir: Path) -> list[Path]:
