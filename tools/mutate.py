@@ -12,8 +12,8 @@ addresses: SH_MEM_CONFIG's alignment mode), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
 a host page remapped at the same VA (the TLB flush must cover it), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
 mapped), both queues hung (an unknown PM4 opcode, an SDMA wait never satisfied), recover() with a kernel
-and SDMA copies after it, fini, a warm boot whose first stores go to the previous run's addresses (they
-must fault), more than a ring's worth of interrupts through the IH ring and a kernel, then an exit without
+and SDMA copies after it, fini, a warm boot, more than a ring's worth of interrupts through the IH ring,
+stores to the previous run's addresses (they must fault) and a kernel, then an exit without
 fini and the cold boot behind a mode1 reset it leads to, with a kernel again, an overheat and cool-down (THM's
 interrupts through the IH), fini; a fresh GPU whose cold boot dies in the PSP bootloader and the boot behind
 the platform (PCI) reset that then needs, with a kernel and fini; last, a second board whose
@@ -171,7 +171,7 @@ class Workload:
                   ("remap at the same va", self.remap),
                   ("fault", self.fault), ("cp fault", self.cp_fault), ("hang", self.hang), ("recover", self.recover),
                   ("sdma after recover", self.sdma), ("fini", self.fini), ("warm boot", self.warm_boot),
-                  ("old addresses after warm boot", self.old_addresses), ("ih ring wrap", self.ih_wrap),
+                  ("ih ring wrap", self.ih_wrap), ("old addresses after warm boot", self.old_addresses),
                   ("warm kernel", self.one_kernel),
                   ("exit without fini", self.unclean), ("mode1 boot", self.mode1_boot),
                   ("mode1 kernel", self.one_kernel), ("thermal alert", self.thermal_alert),
@@ -414,8 +414,9 @@ class Workload:
     def ih_wrap(self, phase: str) -> None:
         """A ring's worth of interrupts and a little more, read in two halves: the IH learns what the driver
         read only through its rptr doorbell (ih_v6_0_set_rptr; routed by nbio_v4_3_ih_doorbell_range), else
-        the ring overflows (tests/amdrv/test_doorbells.py). After the warm boot, so that an IH_RB_RPTR that
-        ih_v6_0_irq_init did not zero (the previous run's doorbells left it a few entries in) overflows too. The IVs are posted on the simulator's side, as
+        the ring overflows (tests/amdrv/test_doorbells.py). Right after the warm boot, before any poll rings the
+        rptr doorbell, so that an IH_RB_RPTR that ih_v6_0_irq_init did not zero (the previous run's doorbells
+        left it a few entries in) overflows too. The IVs are posted on the simulator's side, as
         another IP block would raise them (faults one by one would cost a launch each)."""
         from gpusim.device import IVEntry
         gpu = self.dev.gpu
@@ -1302,6 +1303,8 @@ EXPECTED = {
     "IH_DUMMY_RD_OVERRIDE 0, assumption: nbio_4_3_0 publishes no defaults; 0 = on without MSI, nbio_v4_3_ih_control) "
     "or inverted (OVERRIDE 1 with IH_DUMMY_RD_EN 1); IH_REQ_NONSNOOP_EN and the rest concern snooping and interrupt "
     "signalling, not where the IH writes (the page itself is caught: BIF_BX0_INTERRUPT_CNTL2)",
+    "reg-*:NBIO.BIF_BX0_DRIVER_SCRATCH_5": "the driver's own record of the VBIOS's fw_reserved_size_in_kb (a cache): "
+    "without it, or with a value out of range, the next open reads the ROM again and gets the same size",
     "reg-*:NBIO.RCC_DEV0_EPF2_STRAP2": "STRAP_NO_SOFT_RESET_DEV0_F2 (nbio_v4_3_init_registers clears it) concerns "
     "PCI function 2, which neither the driver nor the workload uses (assumption: it changes nothing for function 0)",
     "reg-*:NBIO.S2A_DOORBELL_ENTRY_[03]_CTRL": "nbio_v4_3_gc_doorbell_init's two GC entries (AWID 3 and 6); which one "
