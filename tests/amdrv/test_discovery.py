@@ -510,9 +510,9 @@ BRIDGE_OPEN = {"bot": (2_555, 405), "uas": (191, 34)}
 # MEC_START_STEPS: the simulated clock moves one step per round trip)
 # uas 177 -> 186: fini leaves GFXOFF allowed, so a warm boot now pays the GFXOFF exit (DisallowGfxOff is
 # answered once GFX is on again, gpusim.smu), about 9 polls of the SMU's response over the link
-# +71 BOT / +9 UAS since the boot state records the firmware-reserved size (BIF_BX0_DRIVER_SCRATCH_5: two reads
+# +83 BOT / +3 UAS since the boot state records the firmware-reserved size (BIF_BX0_DRIVER_SCRATCH_5: two reads
 # at open instead of the VBIOS, one more write per state update)
-WARM_BOOT = {"bot": (4_159, 2_009), "uas": (343, 186)}
+WARM_BOOT = {"bot": (4_171, 2_021), "uas": (346, 189)}
 
 
 @pytest.mark.parametrize("link", ["bot", "uas"])

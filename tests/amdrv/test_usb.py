@@ -522,7 +522,7 @@ def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
         spent = f.counters - before
         # 180 measured before issue 14, 183 since: the warm boot sends DisallowGfxOff before it reads GC
         # (fini leaves GFXOFF allowed) and programs the THM alert (a read-modify-write), as upstream's load
-        assert type(f.link).__name__ == "UASLink" and spent.round_trips <= 186   # 183 measured (cache hit)
+        assert type(f.link).__name__ == "UASLink" and spent.round_trips <= 192   # 189 measured (cache hit; +3: the VBIOS size recorded in DRIVER_SCRATCH_5, read at open)
         assert spent.bulk_write_bytes <= 8                      # nothing block-sized rewritten through BAR0
         print(f"warm boot through the bridge: {spent.round_trips} round trips, {spent}")
     finally:
