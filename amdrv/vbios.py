@@ -18,7 +18,8 @@ Facts (drivers/gpu/drm/amd, linux 6.1):
 
 Cost: upstream reads the whole image (64 KiB and more on a real card: 16k+ register reads, each a round trip
 over USB). Only the bytes the walk needs are read here, each dword once: a jump is one ROM_INDEX write, then
-ROM_DATA reads; with the ROM offset read through the RSMU pair that is 9 writes and 11 reads per open.
+ROM_DATA reads; with the ROM offset read through the RSMU pair that is 9 writes and 11 reads, on opens
+with no AM boot state only: the boot state records the size (AMDevice._firmware_reserved).
 A damaged image is refused with an error naming the field; format 3 with another content revision, or a
 size of 0, falls back to 64 KiB as upstream does.
 """
