@@ -227,3 +227,81 @@ class BridgeCopier:
         if self.unseen and self.fence.mem[0] >= self.unseen:
             self.unseen = 0
         return (self.fence, self.unseen) if self.unseen else None
+
+
+# -- the stock firmware's copy-out ----------------------------------------------------------------------------
+# There the host reads back only the SRAM's first page (XDATA 0xF000), 255 bytes an 0xE4, 16 UAS commands a round
+# trip: at most 16 x 255 bytes per round trip (257 round trips per MiB). One SDMA program per round of pieces
+# copies them one after another into the page's start, each once the host's go word allows it, bracketed by a
+# start word (written before the copy) and a done word (after it). Per round trip the host reads done, the
+# piece, then start, and raises go by one after those reads (an ordered batch): done == start == s proves the
+# bytes between are piece s whole, whatever the GPU did since. The go word runs ahead of what the host has
+# seen, so a slow GPU can overwrite a piece before it is read: such a piece is fetched again at the end.
+PIECE = 12 * 255              # 12 reads of 255 bytes, with done, start and go: 15 commands
+DONE, START, GO = PIECE, PIECE + 4, PIECE + 8
+BOUNCE_ROUND = 256            # pieces per SDMA submission (~22 KiB of ring)
+
+
+def bounce_out(dev, va: int, n: int, dst: memoryview) -> None:
+    from amdrv.hcq import BOUNCE, AMCopyQueue
+    assert GO + 4 <= BOUNCE
+    dma, m = dev._signal_pages[0]
+    fn = dev.gpu.dev.pci
+    pieces = [(at, min(PIECE, n - at)) for at in range(0, n, PIECE)]
+    for r in range(0, len(pieces), BOUNCE_ROUND):
+        part = pieces[r:r + BOUNCE_ROUND]
+        base = getattr(dev, "_bounce_seq", 0)
+        last = base + len(part)
+        dev._bounce_seq = last
+        q = AMCopyQueue(dev)
+        for i, (at, k) in enumerate(part):
+            s = (base + i + 1) & _M32
+            q.b.poll_mem(m.va + GO, s, function=sdma_packets.POLL_GE, interval=1)
+            q.b.write(m.va + START, s)
+            q.copy_va(m.va, va + at, k)
+            q.b.fence(m.va + DONE, s)
+        if r + BOUNCE_ROUND >= len(pieces):
+            q.signal(dev.timeline, dev.next_timeline())
+        dev.sdma.submit(dev._behind_bridge_copy(q), flush=False)
+        go = base + 1
+        fn.queue_xdata(*_changed(dma.view, GO, go))
+        fn.flush()
+        got: set[int] = set()
+        seen, end = 0, time.perf_counter() + dev.default_timeout
+        while seen < last:
+            nxt = min(go + 1, last)
+            raw = fn.read_then_write([(p.WINDOW_XDATA + DONE, 4), (p.WINDOW_XDATA, PIECE), (p.WINDOW_XDATA + START, 4)],
+                                     [_changed(dma.view, GO, nxt)])
+            go = nxt
+            done, start = struct.unpack("<I", raw[0])[0], struct.unpack("<I", raw[2])[0]
+            if done != seen:
+                seen, end = done, time.perf_counter() + dev.default_timeout
+            if done == start and base < done <= last and done not in got:
+                at, k = part[done - base - 1]
+                dst[at:at + k] = raw[1][:k]
+                got.add(done)
+            elif time.perf_counter() > end:
+                from hcq import HCQTimeout
+                raise HCQTimeout(f"{dev.name}: copy-out through the USB bridge's read-back page: piece "
+                                 f"{max(seen, base) - base + 1} of {len(part)} not copied after "
+                                 f"{dev.default_timeout} s; the SDMA queue may be hung: recover() the device")
+        for i, (at, k) in enumerate(part):          # pieces a slow GPU overwrote before they were read
+            if base + i + 1 not in got:
+                q = AMCopyQueue(dev)
+                q.copy_va(m.va, va + at, k)
+                q.signal(dev.timeline, dev.next_timeline())
+                q.submit()
+                dev._wait(dev.timeline, dev.timeline_value, dev.default_timeout, pull_from=0)
+                dst[at:at + k] = dma.view[:k]
+    dev._wait(dev.timeline, dev.timeline_value, dev.default_timeout)     # the fault check (one poll)
+
+
+def _changed(view, offset: int, value: int) -> tuple[int, bytes]:
+    """The read-back page's shadow at offset set to value (u32); returns (XDATA address of the first changed
+    byte, the changed span) for 0xE5 writes."""
+    new = struct.pack("<I", value & _M32)
+    diff = [i for i in range(4) if view[offset + i] != new[i]]
+    if not diff:
+        return p.WINDOW_XDATA + offset, b""
+    view[offset + diff[0]:offset + diff[-1] + 1] = new[diff[0]:diff[-1] + 1]
+    return p.WINDOW_XDATA + offset + diff[0], new[diff[0]:diff[-1] + 1]

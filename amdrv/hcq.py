@@ -459,17 +459,10 @@ class AMHCQDevice(Device):
                 dst[at:at + k] = dma.view[:k]
 
     def _sdma_bounce(self, va: int, n: int, dst: memoryview) -> None:
-        """copyout where only one page reads back (USB): SDMA copies pieces of the source to the start of
-        that page, and each poll of the timeline reads the piece with it."""
-        dma, m = self._signal_pages[0]
-        for at in range(0, n, BOUNCE):
-            k = min(BOUNCE, n - at)
-            q = AMCopyQueue(self)
-            q.copy_va(m.va, va + at, k)
-            q.signal(self.timeline, self.next_timeline())
-            q.submit()
-            self._wait(self.timeline, self.timeline_value, self.default_timeout, pull_from=0)
-            dst[at:at + k] = dma.view[:k]
+        """copyout where only one page reads back (USB, stock firmware): SDMA copies pieces of the source to
+        the start of that page, the host reading each as the next is allowed (amdrv.bridge_copy.bounce_out)."""
+        from amdrv.bridge_copy import bounce_out
+        bounce_out(self, va, n, dst)
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
         """GPU copy of nbytes (default: all of src) from src to dst, by SDMA; returns when done. Buffers of

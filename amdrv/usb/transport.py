@@ -243,6 +243,31 @@ class USBFunction(PCIFunction):
             self._cache.pop(address + o, None)
         return b"".join(self._run(cmds))
 
+    def queue_xdata(self, address: int, data: bytes) -> None:
+        """Queues byte writes of XDATA (0xE5 each), sent with the next batch."""
+        self._queue_write(address, data, cached=False)
+
+    def read_then_write(self, reads: list[tuple[int, int]], writes: list[tuple[int, bytes]]) -> list[bytes]:
+        """The queued posted writes, XDATA reads of (address, size), then XDATA byte writes, as one batch: the
+        bridge runs a batch in order, so the writes land after the reads. Returns each read's bytes."""
+        cmds, ends = [], []
+        for a, n in reads:
+            for o in range(0, n, p.XDATA_READ_MAX):
+                k = min(p.XDATA_READ_MAX, n - o)
+                cmds.append(Command(p.xdata_read_cdb(a + o, k), read=k))
+            ends.append(len(cmds))
+            for o in range(n):
+                self._cache.pop(a + o, None)
+        after = [Command(p.xdata_write_cdb(a + i, v)) for a, data in writes for i, v in enumerate(data)]
+        batch, self._pending = self._pending + cmds + after, []
+        got = self.link.execute(batch)
+        first = len(batch) - len(cmds) - len(after)
+        data, out, i = got[first:first + len(cmds)], [], 0
+        for j in ends:
+            out.append(b"".join(data[i:j]))
+            i = j
+        return out
+
     def _run(self, reads: list[Command]) -> list[bytes]:
         """The queued posted writes, then `reads`, as one batch (the writes land first: the bridge runs a
         batch in order); returns the reads' data."""
