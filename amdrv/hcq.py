@@ -82,6 +82,21 @@ _LDS_SHIFT, _LDS_MASK = next((lo, (1 << w) - 1) for n, lo, w in RSRC2 if n == "g
 _USER_SGPR_REGS = 16
 
 
+def find_real_device() -> tuple[str | None, str]:
+    """hcq.find_real_device("am"): the first AM-supported GPU, PCIe before USB (device_spec.pick_real_gpu)."""
+    return device_spec.pick_real_gpu()
+
+
+def device_facts(spec: str) -> dict:
+    """hcq.device_facts for an am string: whether the GPU outlives the process, and its state file."""
+    try:
+        parsed = device_spec.parse(spec)
+    except Exception:   # a string AM rejects says so when opened, with its own message
+        return {"persistent": False, "state": None}
+    state = parsed.options.get("state") or parsed.options.get("sim", {}).get("state")
+    return {"persistent": parsed.persistent, "state": state}
+
+
 def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
     """Boots the GPU a device string names and wraps it. A simulated GPU (am:sim...) is kept in its state
     file (amdrv.device_spec.sim_state_path) across processes, as a real GPU stays powered. slot=N and

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from amdrv import device_spec
+import hcq
 from compiler_bridge import runtime
 from compiler_bridge.tensor import Tensor
 
@@ -29,7 +29,7 @@ TOLERANCE = 1e-4
 
 def pick_device(requested: str | None) -> tuple[str, dict, str]:
     """(device string, open kwargs, why) for the demo. A simulated GPU is kept in its state file
-    (amdrv.device_spec.sim_state_path), whichever way its string was chosen."""
+    (hcq.device_facts), whichever way its string was chosen."""
     if requested:
         return requested, {}, "as asked"
     name = runtime.default_device()
@@ -40,21 +40,14 @@ def pick_device(requested: str | None) -> tuple[str, dict, str]:
 
 
 def _kept_in(name: str) -> str:
-    try:
-        spec = device_spec.parse(name)
-    except Exception:  # "c", or a string hcq rejects with its own message at open
-        return ""
-    state = spec.options.get("state") or spec.options.get("sim", {}).get("state")
+    state = hcq.device_facts(name)["state"]   # "c", or a string hcq rejects at open: None
     return f", kept in {state}" if state else ""
 
 
 def next_boot_warm(name: str) -> bool:
     """True when the GPU outlives this process as fini leaves it (a real GPU, or a simulated one kept
     in a state file): only then may the demo say that the next run boots warm."""
-    try:
-        return device_spec.parse(name).persistent
-    except Exception:
-        return False
+    return hcq.device_facts(name)["persistent"]
 
 
 def is_simulated(name: str) -> bool:

@@ -11,7 +11,7 @@ that exist.
 
 Default device (default_device()): $DEVICE (an hcq device string, or "c"); else a real AMD GPU through AM
 when one is present and not driven by a kernel driver, on PCIe, else behind a USB bridge
-(amdrv.device_spec.pick_real_gpu); else "am:sim", after one line on stderr saying why no real GPU was
+(hcq.find_real_device("am"), which the AM backend answers); else "am:sim", after one line on stderr saying why no real GPU was
 chosen. The search runs once per process.
 
 Every launch is appended to `launches` (kernel name, device, GPU seconds or None) so callers and tests
@@ -84,9 +84,9 @@ def default_device() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _real_or_sim() -> str:
-    from amdrv.device_spec import pick_real_gpu   # the AM backend knows which GPUs it can take
+    import hcq    # the AM backend knows which GPUs it can take
     try:
-        name, why = pick_real_gpu()
+        name, why = hcq.find_real_device("am")
     except Exception as e:  # a search that fails is one more reason, not an error: the simulator serves
         name, why = None, f"the search failed: {e}"
     if name:

@@ -5,7 +5,8 @@
 """
 from hcq.api import (ArgLayout, ArgumentError, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue,
                      KernelArg, Program, Signal, Var, scalar_code)
-from hcq.registry import backends, open
+from hcq.registry import backends, device_facts, find_real_device, open
 
 __all__ = ["ArgLayout", "ArgumentError", "Buffer", "Device", "Graph", "HCQError", "HCQFault", "HCQTimeout", "HWQueue",
-           "KernelArg", "Program", "Signal", "Var", "backends", "open", "scalar_code"]
+           "KernelArg", "Program", "Signal", "Var", "backends", "device_facts", "find_real_device", "open",
+           "scalar_code"]

@@ -5,9 +5,16 @@ imports a backend's package, so a backend is whatever package declares itself in
 
     [project.entry-points."driverless.hcq"]
     am = "amdrv.hcq:open_device"
+
+Two optional questions a backend answers through functions beside its entry point (in the module the entry
+point names), so that callers such as the tensor compiler choose devices without importing a backend:
+
+    find_real_device() -> (device string | None, why not)   hcq.find_real_device("am")
+    device_facts(spec) -> {"persistent": bool, "state": path | None}   hcq.device_facts("am:sim")
 """
 from __future__ import annotations
 
+import importlib
 from importlib import metadata
 
 from hcq.api import Device, HCQError
@@ -31,3 +38,28 @@ def open(spec: str, **kwargs) -> Device:  # noqa: A001 - hcq.open is the contrac
         raise HCQError(f"hcq: backend {prefix!r} ({eps[prefix].value}) returned {type(dev).__name__}, "
                        "not an hcq.Device")
     return dev
+
+
+def _backend_hook(prefix: str, name: str):
+    """The backend module's function `name`, or None when the backend is not installed or has none."""
+    ep = backends().get(prefix)
+    return None if ep is None else getattr(importlib.import_module(ep.module), name, None)
+
+
+def find_real_device(prefix: str = "am") -> tuple[str | None, str]:
+    """(device string, "") of the first real GPU backend `prefix` can take, else (None, one line saying why
+    none was chosen)."""
+    hook = _backend_hook(prefix, "find_real_device")
+    if hook is None:
+        return None, f"no {prefix!r} backend that searches for real GPUs is installed"
+    return hook()
+
+
+def device_facts(spec: str) -> dict:
+    """What a device string means beyond opening it: `persistent` (the GPU outlives the process as the
+    backend's close leaves it: a real one, or a simulated one kept in a state file) and `state` (that file,
+    or None). A string no backend understands: not persistent, no state."""
+    hook = _backend_hook(spec.partition(":")[0].strip().lower(), "device_facts")
+    if hook is None:
+        return {"persistent": False, "state": None}
+    return hook(spec)

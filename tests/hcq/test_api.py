@@ -149,3 +149,26 @@ def test_backends_declare_their_timestamp_clock():
         no_clock()
     from amdrv.hcq import AMHCQDevice
     assert AMHCQDevice.timestamp_hz == 100e6                     # soc21_get_xclk: the 100 MHz reference
+
+
+def test_device_choice_questions_go_through_the_backend(monkeypatch, tmp_path):
+    """hcq.find_real_device / hcq.device_facts: the compiler asks hcq, the AM backend answers (issue 12:
+    compiler_bridge does not import amdrv.device_spec)."""
+    from amdrv import device_spec
+    monkeypatch.setattr(device_spec, "pick_real_gpu", lambda: (None, "0000:03:00.0 is bound to amdgpu"))
+    assert hcq.find_real_device("am") == (None, "0000:03:00.0 is bound to amdgpu")
+    assert hcq.find_real_device("nothing")[0] is None
+    monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
+    facts = hcq.device_facts("am:sim:navi33")
+    assert facts == {"persistent": True, "state": str(tmp_path / "sim" / "navi33.state")}, facts
+    assert hcq.device_facts("c") == {"persistent": False, "state": None}
+    assert hcq.device_facts("am:not-a-device")["persistent"] is False
+
+
+def test_compiler_bridge_does_not_import_the_driver_beyond_the_isa():
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parents[2] / "compiler_bridge"
+    bad = [f"{f.name}: {m}" for f in root.rglob("*.py")
+           for m in re.findall(r"^\s*(?:from|import) (amdrv(?!\.isa)\S*)", f.read_text(), re.M)]
+    assert not bad, bad
