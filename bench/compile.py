@@ -2,7 +2,7 @@
 
     python bench/compile.py [-n RUNS] [--json]
 
-For each kernel of compiler_bridge.codegen_samples (elementwise chains, unary math, reductions, a
+For each kernel of compiler_bridge.codegen.samples (elementwise chains, unary math, reductions, a
 softmax, a matmul, int32 index arithmetic, uniform arithmetic, register pressure), medians over RUNS
 fresh compiles of the IR to a code object, in milliseconds:
   rdna3      codegen_rdna3: IR -> assembly text -> amdrv.isa.assemble -> codeobj.write_code_object
@@ -30,8 +30,8 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 from amdrv.isa import asm  # noqa: E402
 from amdrv.isa.codeobj import CodeObject, write_code_object  # noqa: E402
 from amdrv.isa import opencl as codegen_clang  # noqa: E402
-from compiler_bridge import codegen_llvm, codegen_rdna3  # noqa: E402
-from compiler_bridge.codegen_samples import run_wave, samples  # noqa: E402
+from compiler_bridge.codegen import llvm as codegen_llvm, rdna3 as codegen_rdna3  # noqa: E402
+from compiler_bridge.codegen.samples import run_wave, samples  # noqa: E402
 
 
 def _rdna3(k) -> bytes:

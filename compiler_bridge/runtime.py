@@ -1,4 +1,4 @@
-"""Devices that run scheduled kernels: "c" (the host reference, backend_c) or any hcq device string.
+"""Devices that run scheduled kernels: "c" (the host reference, codegen/c.py) or any hcq device string.
 
     register_codegen("rdna3", fn)   # fn(kernel: ir.Kernel) -> (code_object_bytes, kernel_name, launch)
     dev = get_device("am:sim")      # opened once per process; buffers live on it until read back
@@ -31,7 +31,7 @@ import numpy as np
 from compiler_bridge import ir
 
 _CODEGENS: dict[str, object] = {}
-_CODEGEN_MODULES = ("compiler_bridge.codegen_rdna3", "compiler_bridge.codegen_llvm", "compiler_bridge.codegen_cuda")
+_CODEGEN_MODULES = ("compiler_bridge.codegen.rdna3", "compiler_bridge.codegen.llvm", "compiler_bridge.codegen.cuda")
 # The generators a device runs, by the backend its string names (hcq's prefix), first registered wins.
 _DEFAULT_CODEGENS = {"am": ("rdna3", "llvm"), "nv": ("cuda",)}
 _DEVICES: dict[str, "Device"] = {}
@@ -120,7 +120,7 @@ class Device:
 
 
 class CDevice(Device):
-    """The host: buffers are numpy arrays, kernels are C (backend_c)."""
+    """The host: buffers are numpy arrays, kernels are C (codegen/c.py)."""
     name = "c"
 
     def __init__(self):
@@ -137,7 +137,7 @@ class CDevice(Device):
         return buf.handle.copy()
 
     def run(self, kernel, bufs):
-        from compiler_bridge.backend_c import CProgram
+        from compiler_bridge.codegen.c import CProgram
         prog = self._progs.get(kernel.name)
         if prog is None:
             prog = self._progs[kernel.name] = CProgram(kernel)

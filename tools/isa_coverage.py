@@ -3,7 +3,7 @@
     python -m tools.isa_coverage [O0 O3 ...] [--jobs N] [--list] [--no-objdump]
 
 The corpus: the OpenCL C kernels of the ISA tests (tests/amdrv/isa/kernels) and of the hcq tests
-(tests/hcq/kernels), and the kernels the compiler's LLVM path generates (compiler_bridge.codegen_llvm) for
+(tests/hcq/kernels), and the kernels the compiler's LLVM path generates (compiler_bridge.codegen.llvm) for
 its samples (codegen_samples) and for a set of tensor programs (movement, matmul, reductions, casts,
 integer division). Each is compiled with clang-15 at every level asked (default -O0 -O1 -O2 -O3; compiles
 go through amdrv.isa.opencl's cache, in parallel), every instruction of every code object's
@@ -68,7 +68,8 @@ def tensor_programs():
 
 def corpus() -> dict[str, str]:
     """{name: OpenCL C source}."""
-    from compiler_bridge import codegen_llvm, codegen_samples, schedule
+    from compiler_bridge import schedule
+    from compiler_bridge.codegen import llvm as codegen_llvm, samples as codegen_samples
     from compiler_bridge.tensor import Tensor
     out = {}
     for d in CL_DIRS:

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from compiler_bridge import codegen_cuda as C
-from compiler_bridge import codegen_samples as S
+from compiler_bridge.codegen import cuda as C
+from compiler_bridge.codegen import samples as S
 from compiler_bridge import ir, runtime
-from compiler_bridge.c_dialect import float_lit
+from compiler_bridge.codegen.c_dialect import float_lit
 from compiler_bridge.demo import BATCH, HIDDEN, IN, OUT, mlp_softmax
 from compiler_bridge.tensor import Tensor
 from nvdrv import cubin, nvrtc

@@ -7,8 +7,8 @@ import pytest
 
 import hcq
 from amdrv.isa import opencl as codegen_clang
-from compiler_bridge import codegen_llvm as L
-from compiler_bridge import codegen_samples as S
+from compiler_bridge.codegen import llvm as L
+from compiler_bridge.codegen import samples as S
 from compiler_bridge import ir, runtime
 
 SAMPLES = S.samples()

@@ -11,8 +11,8 @@ import pytest
 import hcq
 from amdrv.isa import disassemble
 from amdrv.isa.codeobj import CodeObject
-from compiler_bridge import codegen_rdna3 as R
-from compiler_bridge import codegen_samples as S
+from compiler_bridge.codegen import rdna3 as R
+from compiler_bridge.codegen import samples as S
 from compiler_bridge import ir, runtime
 
 SAMPLES = S.samples()
@@ -39,7 +39,7 @@ def test_matches_c_reference_on_wave_executor(name):
 @needs_clang
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_same_results_as_llvm_generator(name):
-    from compiler_bridge import codegen_llvm as L
+    from compiler_bridge.codegen import llvm as L
     s = SAMPLES[name]
     ours = S.run_wave(s, *R.generate(s.kernel))
     theirs = S.run_wave(s, *L.generate(s.kernel))

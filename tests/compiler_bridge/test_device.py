@@ -12,7 +12,7 @@ from compiler_bridge.tensor import Tensor
 @pytest.fixture(params=["rdna3", "llvm"])
 def sim(request, debian_firmware, monkeypatch, tmp_path_factory):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
+    monkeypatch.setattr("compiler_bridge.codegen.c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
     if request.param not in runtime.codegens():
         pytest.skip(f"the {request.param} code generator is not registered (compiler_bridge.codegen_{request.param})")
     if request.param == "llvm" and not (shutil.which("clang-15") and shutil.which("ld.lld-15")):

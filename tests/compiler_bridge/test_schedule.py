@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from compiler_bridge import ir, runtime
-from compiler_bridge.backend_c import CProgram
+from compiler_bridge.codegen.c import CProgram
 from compiler_bridge.schedule import SOFTMAX_KERNELS
 from compiler_bridge.tensor import Tensor
 
@@ -13,7 +13,7 @@ rng = np.random.default_rng(1)
 
 @pytest.fixture(autouse=True)
 def _c_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
+    monkeypatch.setattr("compiler_bridge.codegen.c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
 
 
 def T(x):

@@ -15,7 +15,7 @@ DEVICE = os.environ.get("DEVICE", "c")
 
 @pytest.fixture(autouse=True)
 def _c_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
+    monkeypatch.setattr("compiler_bridge.codegen.c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
 
 
 @pytest.fixture(scope="module", autouse=True)

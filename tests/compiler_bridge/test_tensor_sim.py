@@ -38,7 +38,7 @@ def llvm_sim(debian_firmware):
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_tensor_programs_on_am_sim_with_llvm(name, llvm_sim, monkeypatch, tmp_path_factory):
-    monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
+    monkeypatch.setattr("compiler_bridge.codegen.c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
     monkeypatch.setattr(TT, "T", lambda x: Tensor(x, device="am:sim"))
     before = len(runtime.launches)
     fn, args = CASES[name]

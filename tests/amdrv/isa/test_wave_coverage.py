@@ -324,10 +324,10 @@ def test_kernels_at_other_levels_match_numpy(corpus, level):
 @pytest.mark.parametrize("level", ["-O0", "-O3"])
 @pytest.mark.parametrize("name", ["matmul", "softmax", "int_ops"])
 def test_llvm_codegen_at_other_levels_matches_the_c_reference(level, name, tmp_path_factory, monkeypatch):
-    from compiler_bridge import codegen_llvm as L
-    from compiler_bridge import codegen_samples as S
+    from compiler_bridge.codegen import llvm as L
+    from compiler_bridge.codegen import samples as S
     from amdrv.isa.opencl import compile_opencl
-    monkeypatch.setattr("compiler_bridge.backend_c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
+    monkeypatch.setattr("compiler_bridge.codegen.c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
     samples = S.samples()
     s = samples[name]
     co = compile_opencl(L.opencl_source(s.kernel), opt=level)

@@ -18,7 +18,8 @@ amdrv.isa.opencl (cached by source hash; ClangMissing when clang-15/ld.lld-15 ar
 """
 from __future__ import annotations
 
-from compiler_bridge import c_dialect, ir
+from compiler_bridge import ir
+from compiler_bridge.codegen import c_dialect
 from amdrv.isa.opencl import compile_opencl
 from compiler_bridge.runtime import register_codegen
 

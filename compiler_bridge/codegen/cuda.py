@@ -22,7 +22,8 @@ Executing it needs an NVIDIA GPU: nv:sim (the ioctl model) cannot run SASS.
 """
 from __future__ import annotations
 
-from compiler_bridge import c_dialect, ir
+from compiler_bridge import ir
+from compiler_bridge.codegen import c_dialect
 from compiler_bridge.runtime import register_codegen
 
 ARCH = "sm_90"

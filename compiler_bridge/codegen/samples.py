@@ -201,7 +201,7 @@ def _buffers(s: Sample) -> list[np.ndarray]:
 
 def run_reference(s: Sample) -> list[np.ndarray]:
     """The written buffers after the C reference backend ran the kernel."""
-    from compiler_bridge.backend_c import CProgram
+    from compiler_bridge.codegen.c import CProgram
     bufs = [a.copy() for a in _buffers(s)]
     CProgram(s.kernel)(*bufs, *s.scalars)
     return [bufs[t] for t in outputs(s.kernel)]
