@@ -1,7 +1,9 @@
 """Shared fixtures: an isolated firmware environment for every test, and the real firmware files."""
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +31,38 @@ def debian_firmware() -> Path:
         pytest.fail(f"real firmware not found in {DEBIAN_FIRMWARE}: run `make test` (installs Debian's "
                     "firmware-amd-graphics) or set DRIVERLESS_TEST_FIRMWARE to a linux-firmware amdgpu/ dir")
     return DEBIAN_FIRMWARE
+
+
+@pytest.fixture(scope="session")
+def kernel_tree():
+    """The amdgpu headers of linux-source-6.1 (a tools.gentables.source.HeaderTree), or None when there is
+    no source: $LINUX_SRC, /tmp/lsrc/linux-source-6.1, or Debian's tarball. The tarball's amd/ part is
+    unpacked once for every test session (it takes the whole 138 MB .xz, half a minute on a busy machine),
+    into the system temp directory keyed by the tarball's size and mtime: never the user's cache, and not
+    once per test as the per-test cache root would make it."""
+    from tools.gentables import source
+    for cand in (os.environ.get("LINUX_SRC"), "/tmp/lsrc/linux-source-6.1", str(source.DEFAULT_TARBALL)):
+        if not (cand and Path(cand).exists()):
+            continue
+        try:
+            if Path(cand).is_dir():
+                return source.open_tree(Path(cand))
+            shared = Path(tempfile.gettempdir()) / f"driverless-tests-{os.getuid()}"
+            shared.mkdir(exist_ok=True)
+            with open(shared / ".lock", "w") as lock:   # parallel workers: one unpacks, the others wait
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                saved = os.environ.get("DRIVERLESS_CACHE")
+                os.environ["DRIVERLESS_CACHE"] = str(shared)   # open_tree unpacks under the cache root
+                try:
+                    return source.open_tree(Path(cand))
+                finally:
+                    if saved is None:
+                        os.environ.pop("DRIVERLESS_CACHE")
+                    else:
+                        os.environ["DRIVERLESS_CACHE"] = saved
+        except Exception:  # noqa: BLE001 - any unusable tree means: the next candidate, else None
+            continue
+    return None
 
 
 KERNELS = Path(__file__).parent / "amdrv" / "isa" / "kernels"  # the OpenCL C corpus (and its common.h)

@@ -3,7 +3,6 @@
 Every expected number below was taken from Debian linux-source-6.1, drivers/gpu/drm/amd/<header named
 in the comment>, by reading the header, not by running the generator.
 """
-import functools
 import struct
 
 import pytest
@@ -410,21 +409,7 @@ def test_signed_fields():
 
 # ---------------------------------------------------------------- against a real C compiler
 
-_KERNEL = "/tmp/lsrc/linux-source-6.1/drivers/gpu/drm/amd"
-
-
-@functools.lru_cache(maxsize=None)   # unpacked once per process: each unpack of the tarball takes ~30 s
-def _kernel_tree():
-    import os
-    from pathlib import Path
-    for cand in (os.environ.get("LINUX_SRC"), "/tmp/lsrc/linux-source-6.1", "/usr/src/linux-source-6.1.tar.xz"):
-        if cand and Path(cand).exists():
-            from tools.gentables import source
-            try:
-                return source.open_tree(Path(cand))
-            except Exception:  # noqa: BLE001 - any unusable tree means: skip
-                continue
-    return None
+# the headers: the session fixture kernel_tree (tests/conftest.py), unpacked once
 
 
 @pytest.mark.parametrize("mod,headers", [
@@ -436,13 +421,13 @@ def _kernel_tree():
     (mqd_v11, ["include/v11_structs.h"]),
     (atomfirmware, ["include/atomfirmware.h"]),   # pack(1): the VBIOS tables amdrv/vbios.py walks
 ])
-def test_layouts_match_gcc(mod, headers, tmp_path):
+def test_layouts_match_gcc(mod, headers, tmp_path, kernel_tree):
     """Every generated offset, size and bitfield position equals what gcc computes for the header."""
     import re
     import shutil
     import subprocess
     gcc = shutil.which("gcc") or shutil.which("cc")
-    tree = _kernel_tree()
+    tree = kernel_tree
     if gcc is None or tree is None:
         pytest.skip("needs gcc and the linux-source-6.1 headers")
     paths = []
@@ -538,10 +523,10 @@ def test_cparse_macros_and_conditionals():
         h.value("S")
 
 
-def test_generated_modules_are_current(tmp_path):
+def test_generated_modules_are_current(tmp_path, kernel_tree):
     """Regenerating from the headers reproduces the committed modules byte for byte."""
     from pathlib import Path
-    tree = _kernel_tree()
+    tree = kernel_tree
     if tree is None:
         pytest.skip("needs the linux-source-6.1 headers")
     from tools.gentables import structs as gen

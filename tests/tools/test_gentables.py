@@ -3,15 +3,14 @@ import filecmp
 
 import pytest
 
-from tools.gentables import AUTOGEN_DIR, generate_all, open_tree
-from tools.gentables.source import find_source
+from tools.gentables import AUTOGEN_DIR, generate_all
 
 
 @pytest.fixture(scope="module")
-def tree():
-    if find_source() is None:
+def tree(kernel_tree):
+    if kernel_tree is None:
         pytest.skip("no linux-source-6.1 (install Debian's linux-source-6.1 or set LINUX_SRC)")
-    return open_tree()
+    return kernel_tree
 
 
 def test_committed_tables_are_fresh(tree, tmp_path):

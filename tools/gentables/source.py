@@ -1,5 +1,7 @@
 """Locates the amdgpu headers of Debian's linux-source-6.1 (a directory or the .tar.xz it ships)."""
 import os
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -53,9 +55,13 @@ def open_tree(src: Path | None = None) -> HeaderTree:
     key = f"{src.stat().st_size}:{src.stat().st_mtime_ns}"
     if not (stamp.is_file() and stamp.read_text() == key):
         prefix = f"{top}/{AMD_SUBDIR}/"
-        with tarfile.open(src) as tar:
-            members = [m for m in tar if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
-            extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(dest, members=members, **extra)
+        dest.mkdir(parents=True, exist_ok=True)
+        # GNU tar with xz reads the 138 MB tarball about twice as fast as tarfile and lzma in Python
+        if not (shutil.which("tar") and shutil.which("xz") and subprocess.run(
+                ["tar", "-xJf", str(src), "-C", str(dest), prefix.rstrip("/")], capture_output=True).returncode == 0):
+            with tarfile.open(src) as tar:
+                members = [m for m in tar if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
+                extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extractall(dest, members=members, **extra)
         stamp.write_text(key)
     return HeaderTree(dest / top / AMD_SUBDIR, f"{top}/{AMD_SUBDIR}")
