@@ -23,8 +23,10 @@ demo: system-deps venv
 	@if [ -d $(DEBIAN_FIRMWARE) ]; then $(PY) -m amdrv.firmware seed $(DEBIAN_FIRMWARE); fi
 	$(PY) -m compiler_bridge.demo
 
+# Many tests start Python subprocesses: let them reuse compiled bytecode (kept under .venv, out of the
+# tree) even where the environment sets PYTHONDONTWRITEBYTECODE, as the development machines do.
 test: system-deps venv
-	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache $(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
