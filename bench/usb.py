@@ -203,21 +203,31 @@ def measure(kib: int, sizes: list[int], rtt_us: float, links=LINKS, copyout_max_
     return out
 
 
+def _link_limits(text: str) -> dict:
+    """--copyout-max-mib's LINK=MIB list, refused with the expected form rather than a traceback."""
+    limits = {}
+    for item in filter(None, text.split(",")):
+        link, sep, mib = item.partition("=")
+        if not sep or not mib.isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: expected LINK=MIB, e.g. uas=16,bot=1")
+        limits[link] = int(mib)
+    return limits
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kib", type=int, default=64, help="bytes copied each way through BAR0 (KiB)")
     ap.add_argument("--sizes", default="1,16,256", help="MiB copied each way through hcq, comma-separated")
     ap.add_argument("--links", default=",".join(LINKS + ("open",)),
                     help="uas, bot (the stock firmware's links) and open (the open firmware's vendor requests)")
-    ap.add_argument("--copyout-max-mib", default="uas=16,bot=1",
-                    help="largest copy-out measured per link (the stock firmware's copy-out reads 255 bytes a "
-                         "command: linear, and slow to simulate)")
+    ap.add_argument("--copyout-max-mib", default="uas=16,bot=1", type=_link_limits,
+                    help="largest copy-out measured per link, as LINK=MIB,... (the stock firmware's copy-out "
+                         "reads 255 bytes a command: linear, and slow to simulate)")
     ap.add_argument("--rtt-us", type=float, default=100.0, help="assumed latency per round trip (microseconds)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = ap.parse_args()
-    limits = {k: int(v) for k, v in (x.split("=") for x in args.copyout_max_mib.split(",") if x)}
     result = measure(args.kib, [int(x) for x in args.sizes.split(",")], args.rtt_us,
-                     tuple(args.links.split(",")), limits)
+                     tuple(args.links.split(",")), args.copyout_max_mib)
     if args.json:
         print(json.dumps(result, indent=2))
         return
