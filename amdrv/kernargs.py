@@ -4,7 +4,7 @@ A code object's `.args` (LLVM AMDGPUUsage, code object v4/v5 metadata: .offset, 
 .type_name, .name) become hcq.KernelArg entries: global buffers are pointers, by-value parameters are
 scalars typed from their C type name, and the hidden_* kinds (block counts, group sizes, grid dims,
 offsets, the printf/hostcall/heap/queue pointers) are left for the AM backend to fill at each launch
-(amdrv.hcq._fill_hidden).
+(amdrv.hcq.launch._fill_hidden).
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import hcq
-from amdrv import hcq as am_hcq, pm4
+from amdrv import pm4
+from amdrv.hcq import queues as am_queues
 from amdrv.ip.nbio import NBIO
 
 RNG = np.random.default_rng(11)
@@ -96,7 +97,7 @@ def test_without_the_scalar_cache_invalidation_a_replay_reads_old_kernargs(dev, 
 
 def _signal_event(monkeypatch, event):
     for name, sel in (("_C_SIGNAL", pm4.DATA_64), ("_C_STAMP", pm4.DATA_GPU_CLOCK)):
-        monkeypatch.setattr(am_hcq, name, am_hcq._template(
+        monkeypatch.setattr(am_queues, name, am_queues._template(
             lambda b, sel=sel: pm4.PM4(b).release_mem(0, 0, data_sel=sel, event=event)))
 
 

@@ -1,49 +1,27 @@
-"""The AM backend of hcq: `hcq.open("am:sim")` lands in `open_device`.
-
-    dev = open_device("am:sim")                   # boots through AMGPU.open; slot=/fresh= pick a sim GPU
-    buf = dev.alloc(1 << 20)                      # VRAM, mapped at gmc.VRAM_VA + its offset
-    dev.copyin(buf, data); dev.copyout(buf)       # BAR0 directly when it reaches, else SDMA via host memory
-    prog = dev.program(code_object, "saxpy")
-    prog(y, x, 2.0, n, global_size=(n // 256,), local_size=(256,), wait=True)   # seconds of GPU time
-
-Memory the CPU writes per launch lives in host memory the GPU reaches through the GMC (pcie DMA
-buffers mapped with gmc.map_system): signals (16 bytes each: value, timestamp), and an arena of
-launch slots (a 64-byte hsa_kernel_dispatch_packet, then the kernarg segment). Code objects are
-loaded into VRAM whole, so the descriptor and code keep their relative addresses.
-
-A kernel launch is the program's precomputed PM4 template (ACQUIRE_MEM; SET_SH_REG of COMPUTE_PGM_LO/HI,
-RSRC1/2/3, TMPRING_SIZE, USER_DATA_0..15, START_X..Z, NUM_THREAD_X..Z, RESOURCE_LIMITS; DISPATCH_DIRECT)
-copied into the queue's dword array and patched at known indices: the user SGPRs the kernel descriptor
-enables (AMDGPUUsage order: private segment buffer, dispatch ptr, queue ptr, kernarg segment ptr,
-dispatch id, flat scratch init, private segment size), the work-group size and the workgroup counts.
-COMPUTE_PGM_RSRC2.LDS_SIZE is filled from the group segment size (GFX11: 512-byte units, AMDGPUUsage),
-as the CP firmware does for AQL dispatches; the dispatch packet carries workgroup sizes and the grid in
-work-items (global_size * local_size), as the kernels read them through the dispatch pointer.
-
-Timestamps are RELEASE_MEM writes of the GPU clock counter (DATA_SEL 3), 100 MHz on SOC21
-(soc21_get_xclk: the reference clock).
-"""
+"""AMHCQDevice: an AMGPU serving hcq (memory, copies, signals and waits, fault and hang reports, programs,
+launches), and open_device, the `driverless.hcq` entry point's target."""
 from __future__ import annotations
 
 import operator
-import struct
 import threading
 import time
 import warnings
 import weakref
 from array import array
 
-from amdrv import device_spec, monitor, pm4, sdma_packets
+from amdrv import device_spec, monitor
 from amdrv.am import AMGPU
 from amdrv.memory import VRAMExhausted, fmt_size
 from amdrv.pagetable import MTYPE_UC
 from amdrv.queue import ComputeQueue, SDMAQueue
 from amdrv.isa import opencl
-from amdrv.isa.codeobj import RSRC2, CodeObject, CodeObjectError
+from amdrv.isa.codeobj import CodeObject, CodeObjectError
 from pcie import open_function
 from amdrv.kernargs import kernel_args
-from hcq.api import (ArgLayout, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, Program, Signal,
-                     Var)
+from amdrv.hcq.graph import GraphBuilder
+from amdrv.hcq.launch import _HSA_PACKET_TYPE_KERNEL_DISPATCH, _PACKET, PACKET_BYTES, _fill_hidden, _Kernel
+from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
+from hcq.api import ArgLayout, Buffer, Device, HCQError, HCQFault, HCQTimeout, Program, Signal
 
 # SQ wave state a driver reads when a queue stops (gfx_v11_0_read_wave_data; gc_11_0_0_offset.h ixSQ_WAVE_*,
 # gc_11_0_0_sh_mask.h SQ_WAVE_STATUS/TRAPSTS fields); waits longer than WAVE_CHECK_AFTER look for a halted wave
@@ -54,7 +32,6 @@ WAVE_CHECK_AFTER = 0.25
 PAGE = 4096
 XCLK_HZ = 100e6
 SIGNAL_BYTES = 16
-PACKET_BYTES = 64
 ARENA_BYTES = 4 << 20
 KERNARG_TAIL = 256         # compilers load kernargs in wide chunks that may run past the last one
 SDMA_STAGING = 4 << 20
@@ -65,21 +42,11 @@ ARENA_BYTES_BRIDGE = 256 << 10
 SDMA_STAGING_BRIDGE = 1 << 20
 SIGNAL_AREA = 1024
 BOUNCE = PAGE - SIGNAL_AREA
-_M32 = 0xFFFFFFFF
 
 
 def _pages(nbytes: int) -> int:
     """DMA memory comes in whole pages: the GPU maps pages, so all of the last one must be ours."""
     return (max(nbytes, 1) + PAGE - 1) // PAGE * PAGE
-
-
-# hsa_kernel_dispatch_packet_t: header, setup, workgroup_size_x/y/z, reserved0, grid_size_x/y/z,
-# private_segment_size, group_segment_size, kernel_object, kernarg_address, reserved2, completion_signal
-_PACKET = struct.Struct("<HHHHHHIIIIIQQQQ")
-_HSA_PACKET_TYPE_KERNEL_DISPATCH = 2
-_LDS_GRANULE = 512
-_LDS_SHIFT, _LDS_MASK = next((lo, (1 << w) - 1) for n, lo, w in RSRC2 if n == "granulated_lds_size")
-_USER_SGPR_REGS = 16
 
 
 def find_real_device() -> tuple[str | None, str]:
@@ -157,55 +124,7 @@ class _BridgeSignal(Signal):
         self.mem[0] = v
         self.dma.push(self.offset, 8)
 
-
-class _Kernel:
-    """What a launch needs of a loaded kernel, precomputed: the PM4 template and its patch indices."""
-
-    __slots__ = ("template", "i_dp", "i_ka", "i_threads", "i_dispatch", "slot", "kd_va", "group", "private",
-                 "hidden", "image")
-
-    def __init__(self, gc, kern, image: Buffer, layout: ArgLayout):
-        kd = kern.descriptor
-        self.image, self.group, self.private = image, kd.group_segment_fixed_size, kd.private_segment_fixed_size
-        group = self.group
-        user = {name: at for name, at, _ in kd.user_sgpr_layout()}
-        scratch = [n for n in ("private_segment_buffer", "flat_scratch_init") if n in user]
-        if scratch or self.private:
-            raise HCQError(f"kernel {kern.name} uses private (scratch) memory ({self.private} bytes per work-item"
-                           f"{', asks for ' + ' and '.join(scratch) if scratch else ''}); the AM HCQ backend does "
-                           "not set up scratch yet")
-        base = image.va
-        self.kd_va = base + kern.descriptor_address
-        entry = base + kern.code_address
-        if entry & 0xFF:
-            raise HCQError(f"kernel {kern.name}: code entry {entry:#x} is not 256-byte aligned (COMPUTE_PGM_LO "
-                           "holds address bits 39:8); link the code object with lld")
-        rsrc2 = kd.compute_pgm_rsrc2 & ~(_LDS_MASK << _LDS_SHIFT)
-        rsrc2 |= min(-(-group // _LDS_GRANULE), _LDS_MASK) << _LDS_SHIFT
-        initiator = gc.COMPUTE_DISPATCH_INITIATOR.encode(COMPUTE_SHADER_EN=1, FORCE_START_AT_000=1,
-                                                         CS_W32_EN=int(kd.wave32))
-        b = pm4.PM4()
-        b.acquire_mem()
-        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_LO"), (entry >> 8) & _M32, entry >> 40)
-        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC1"), kd.compute_pgm_rsrc1, rsrc2)
-        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC3"), kd.compute_pgm_rsrc3)
-        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_TMPRING_SIZE"), 0)
-        i_user = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_USER_DATA_0"), *(0,) * _USER_SGPR_REGS)
-        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_START_X"), 0, 0, 0)
-        self.i_threads = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_NUM_THREAD_X"), 1, 1, 1)
-        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_RESOURCE_LIMITS"), 0)
-        self.i_dispatch = b.dispatch_direct(1, 1, 1, initiator)
-        self.template = b.buf
-        # the user SGPRs a launch patches (AMDGPUUsage order, as the descriptor enables them); the others
-        # (queue ptr, dispatch id, private segment size) stay 0
-        self.i_dp = i_user + user["dispatch_ptr"] if "dispatch_ptr" in user else -1
-        self.i_ka = i_user + user["kernarg_segment_ptr"] if "kernarg_segment_ptr" in user else -1
-        kernarg = max(kern.kernarg_size, 16)
-        self.slot = PACKET_BYTES + (kernarg + 63) // 64 * 64
-        self.hidden = _hidden_plan(layout)
-
-
-class AMHCQDevice(Device):
+class AMHCQDevice(GraphBuilder, Device):
     """An AMGPU serving hcq. `gpu` is the amdrv.am.AMGPU underneath."""
 
     timestamp_hz = XCLK_HZ
@@ -771,55 +690,7 @@ class AMHCQDevice(Device):
             return (t1.mem[1] - t0.mem[1]) / XCLK_HZ
         return None
 
-    # ------------------------------------------------------------------ graphs
-    def _build_graph(self, graph: Graph, values: dict) -> None:
-        """Runs of consecutive launches become one compute queue, runs of copies one copy queue; each
-        queue after the first waits for the one before through a graph-private signal, and the last
-        signals the timeline. A compute run's launches are written once into an indirect buffer in host
-        memory, so a replay submits a few dwords however many kernels the graph holds. Uses of each
-        variable are recorded as patch points (kernarg bytes, copy packet addresses)."""
-        self._open_check("graph build")
-        sync = self.new_signal()
-        bodies: list = []   # per run: [queue, index of its leading wait or -1]; compute queues hold launches only
-        patches: dict[str, list] = {}
-        for step in graph.steps:
-            compute = step[0] == "exec"
-            if not bodies or isinstance(bodies[-1][0], AMComputeQueue) != compute:
-                q = AMComputeQueue(self) if compute else AMCopyQueue(self)
-                bodies.append([q, q.wait(sync, 0) if bodies and not compute else -1])
-            q = bodies[-1][0]
-            if compute:
-                _, prog, args, g, l_ = step
-                idx = q.exec(prog, [values[a.name] if isinstance(a, Var) else a for a in args], g, l_)
-                mem, base = q.kernarg_slot(idx)
-                lay = prog.layout
-                for i, a in enumerate(args):
-                    if isinstance(a, Var):
-                        patches.setdefault(a.name, []).append(
-                            (mem, base + lay.arg_offsets[i], lay.arg_structs[i], lay.is_buffer[i]))
-            else:
-                _, dst, src, n = step
-                idx = q.copy(*(values[x.name] if isinstance(x, Var) else x for x in (dst, src)), n)
-                for x, field in ((dst, "dst"), (src, "src")):
-                    if isinstance(x, Var):
-                        patches.setdefault(x.name, []).append((q, idx, None, field))
-        runs: list[tuple] = []       # (queue, index of its leading wait or -1, index of its tail signal)
-        for i, (q, w) in enumerate(bodies):
-            if isinstance(q, AMComputeQueue):
-                ib = self._host_copy(q.buf)
-                q = AMComputeQueue(self)
-                w = q.wait(sync, 0) if i else -1
-                q.indirect(ib)
-            runs.append((q, w, q.signal(self.timeline if i == len(bodies) - 1 else sync, 0)))
-        # the kernarg bytes replays patch in the arena (pushed after patching where DMA is not coherent)
-        spans = [(off, off + st.size) for uses in patches.values() for mem, off, st, _ in uses if st is not None]
-        span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans and not self.coherent else None
-        for q, _, _ in runs:
-            q.refs = {}     # the graph keeps and checks its own buffers (Graph.held, Graph.bound)
-        graph.backend = (runs, sync, patches, span)
-        graph.fence, graph.seq = 0, 0
-        self._replay_graph(graph, {})
-
+    # ------------------------------------------------------------------ graphs (amdrv.hcq.graph builds and replays)
     def _host_copy(self, dwords: array) -> tuple[int, int]:
         """dwords copied into new host memory the GPU reaches: (GPU address, dword count), for an IB."""
         dma = self.gpu.dev.pci.alloc_dma(_pages(len(dwords) * 4))
@@ -828,33 +699,6 @@ class AMHCQDevice(Device):
         dma.push()
         self._host_keep.append((dma, m))
         return m.va, len(dwords)
-
-    def _replay_graph(self, graph: Graph, values: dict) -> None:
-        if self._closed:
-            self._open_check("graph replay")
-        if graph.fence:
-            self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
-        runs, sync, patches, span = graph.backend
-        for name, v in values.items():
-            try:
-                uses = patches[name]
-            except KeyError:
-                raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has {sorted(patches)}") from None
-            for mem, off, st, field in uses:
-                if st is None:
-                    mem.update_copy(off, **{field: v})
-                else:
-                    st.pack_into(mem, off, v.va if field else v)
-        if span and values:
-            self.arena.touch(*span)
-        seq, last = graph.seq, len(runs) - 1
-        for i, (q, wait_idx, tail_idx) in enumerate(runs):
-            if wait_idx >= 0:
-                q.update_wait(wait_idx, value=seq + i)
-            q.update_signal(tail_idx, value=self.next_timeline() if i == last else seq + i + 1)
-            q.submit()
-        graph.seq = seq + last
-        graph.fence = self.timeline_value
 
     def close(self) -> None:
         if self._closed:
@@ -879,265 +723,3 @@ def _dropped(dev_ref, mapping) -> None:
     dev = dev_ref()
     if dev is not None and not dev._closed:
         dev._dropped.append((mapping, dev.timeline_value))
-
-
-def _hidden_plan(layout: ArgLayout):
-    """[(offset in the kernarg segment, struct code, what)] for hidden arguments, or None."""
-    if not layout.hidden:
-        return None
-    return [(a.offset, "<" + {1: "B", 2: "H", 4: "I", 8: "Q"}.get(a.size, f"{a.size}s"), a.what) for a in layout.hidden]
-
-
-def _fill_hidden(plan, mem, base: int, g, l_) -> None:
-    """Code object v5's hidden_block_count/group_size/grid_dims get the launch's values; every other
-    hidden argument is 0: remainders (global_size counts whole workgroups), global offsets, and the
-    printf/hostcall/heap/queue pointers this backend does not provide."""
-    for off, code, what in plan:
-        if what.startswith("hidden_block_count_"):
-            v = g["xyz".index(what[-1])]
-        elif what.startswith("hidden_group_size_"):
-            v = l_["xyz".index(what[-1])]
-        elif what == "hidden_grid_dims":
-            v = 3 if g[2] > 1 or l_[2] > 1 else 2 if g[1] > 1 or l_[1] > 1 else 1
-        else:
-            v = 0 if not code.endswith("s") else b""
-        struct.pack_into(code, mem, base + off, v)
-
-
-def _template(build) -> tuple[array, int]:
-    """A packet built once by the amdrv.pm4/sdma_packets builder with placeholder values, and the index
-    its builder returned: queues copy it and patch the values, which costs a fraction of building."""
-    b = array("I")
-    return b, build(b)
-
-
-_C_WAIT = _template(lambda b: pm4.PM4(b).wait_reg_mem(0, 0))
-_C_SIGNAL = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_64))
-_C_STAMP = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_GPU_CLOCK))
-
-
-class AMComputeQueue(HWQueue):
-    """PM4 commands for the device's MEC compute queue (amdrv.pm4), patched in place by update_*."""
-
-    __slots__ = ("dev", "b", "buf", "cmds", "refs")
-
-    def __init__(self, dev: AMHCQDevice):
-        self.dev, self.b = dev, pm4.PM4()
-        self.buf = self.b.buf
-        self.cmds: list[tuple] = []   # (kind, dword index[, launch slot address, program])
-        self.refs: dict = {}          # command index -> the buffers it names: kept alive, checked at submit
-
-    def _put(self, kind: str, template, va: int, value: int | None) -> int:
-        b = self.buf
-        t, rel = template
-        i = len(b) + rel
-        b.extend(t)
-        b[i] = va & _M32
-        b[i + 1] = va >> 32
-        if value is not None:
-            b[i + 2] = value & _M32
-            if kind == "signal":
-                b[i + 3] = value >> 32
-        self.cmds.append((kind, i))
-        return len(self.cmds) - 1
-
-    def wait(self, signal: Signal, value: int) -> int:
-        return self._put("wait", _C_WAIT, signal.va, value & _M32)
-
-    def signal(self, signal: Signal, value: int) -> int:
-        return self._put("signal", _C_SIGNAL, signal.va, value)
-
-    def timestamp(self, signal: Signal) -> int:
-        return self._put("timestamp", _C_STAMP, signal.va + 8, None)
-
-    def memory_barrier(self) -> int:
-        self.cmds.append(("barrier", self.b.acquire_mem()))
-        return len(self.cmds) - 1
-
-    def exec(self, prog: Program, args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> int:
-        k = prog.handle
-        g, l_ = global_size, local_size
-        if len(g) != 3 or len(l_) != 3 or not 0 < l_[0] * l_[1] * l_[2] <= prog.max_local or min(g) < 1:
-            g, l_ = prog.check_sizes(g, l_)
-        try:
-            va = self.dev._write_launch(k, prog.layout, args, g, l_)
-            b = self.buf
-            at = len(b)
-            b.extend(k.template)
-            _patch_exec(b, at, k, va, g, l_)
-        except (struct.error, TypeError, OverflowError):
-            prog.check_sizes(global_size, local_size)  # says what does not fit
-            raise
-        self.cmds.append(("exec", at, va, prog))
-        if prog.layout.buffer_index:
-            self.refs[len(self.cmds) - 1] = args
-        return len(self.cmds) - 1
-
-    def indirect(self, ib: tuple[int, int]) -> int:
-        """Runs ib = (GPU address, dword count) of commands from here (INDIRECT_BUFFER, VMID 0)."""
-        self.cmds.append(("ib", self.b.indirect_buffer(ib[0], ib[1])))
-        return len(self.cmds) - 1
-
-    def kernarg_slot(self, index: int) -> tuple[memoryview, int]:
-        """(memory, offset) of a launch's kernarg segment, for graphs that patch single arguments."""
-        kind, _, va, _ = self._cmd(index, "exec")
-        a = self.dev.arena
-        return a.mem, va - a.va + PACKET_BYTES
-
-    def _cmd(self, index: int, kind: str) -> tuple:
-        c = self.cmds[index]
-        if c[0] != kind:
-            raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
-        return c
-
-    def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
-        i = self._cmd(index, "signal")[1]
-        b = self.buf
-        if signal is not None:
-            b[i], b[i + 1] = signal.va & _M32, signal.va >> 32
-        if value is not None:
-            b[i + 2], b[i + 3] = value & _M32, value >> 32
-
-    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
-        i = self._cmd(index, "wait")[1]
-        if signal is not None:
-            self.buf[i], self.buf[i + 1] = signal.va & _M32, signal.va >> 32
-        if value is not None:
-            self.buf[i + 2] = value & _M32
-
-    def update_exec(self, index: int, args=None, global_size=None, local_size=None) -> None:
-        _, at, va, prog = self._cmd(index, "exec")
-        a, k = self.dev.arena, prog.handle
-        off = va - a.va
-        a.touch(off, off + k.slot)
-        if args is not None:
-            prog.layout.pack_into(a.mem, off + PACKET_BYTES, args)
-            self.refs[index] = args
-        if global_size is not None or local_size is not None:
-            p = _PACKET.unpack_from(a.mem, off)
-            old_l = p[2:5]
-            g, l_ = prog.check_sizes(global_size or tuple(n // m for n, m in zip(p[6:9], old_l)),
-                                     local_size or old_l)
-            dims = 3 if g[2] > 1 or l_[2] > 1 else 2 if g[1] > 1 or l_[1] > 1 else 1
-            _PACKET.pack_into(a.mem, off, p[0], dims, l_[0], l_[1], l_[2], 0, g[0] * l_[0], g[1] * l_[1],
-                              g[2] * l_[2], *p[9:])
-            if k.hidden:
-                _fill_hidden(k.hidden, a.mem, off + PACKET_BYTES, g, l_)
-            _patch_exec(self.buf, at, k, va, g, l_)
-
-    def submit(self) -> None:
-        _submit_check(self.dev, self.refs)
-        self._submit()
-
-    def _submit(self) -> None:
-        """submit() for a queue built just now by the device itself (its arguments were live when packed)."""
-        self.dev.arena.push()
-        self.dev.compute.submit(self.dev._behind_bridge_copy(self))
-
-
-def _submit_check(dev: AMHCQDevice, refs: list) -> None:
-    """A queue names no freed buffer and its device is open (the CPU cost of a launch: a few reads)."""
-    if dev._closed:
-        dev._open_check("submit")
-    for named in refs.values():     # kernel arguments (numbers too) or a copy's (dst, src)
-        for r in named:
-            if type(r) is Buffer and r.gone is not None:
-                r.live("submit of a queue that names it")
-
-
-def _patch_exec(b: array, at: int, k: _Kernel, va: int, g, l_) -> None:
-    """The launch's values into a copy of the program's template at `at`: dispatch and kernarg pointers
-    (where the descriptor asks for them), work-group size, workgroup counts."""
-    if k.i_dp >= 0:
-        i = at + k.i_dp
-        b[i] = va & _M32
-        b[i + 1] = va >> 32
-    if k.i_ka >= 0:
-        i = at + k.i_ka
-        ka = va + PACKET_BYTES
-        b[i] = ka & _M32
-        b[i + 1] = ka >> 32
-    t = at + k.i_threads
-    b[t], b[t + 1], b[t + 2] = l_
-    t = at + k.i_dispatch
-    b[t], b[t + 1], b[t + 2] = g
-
-
-class AMCopyQueue(HWQueue):
-    """SDMA commands for the device's SDMA queue (amdrv.sdma_packets), patched in place by update_*."""
-
-    __slots__ = ("dev", "b", "buf", "cmds", "refs")
-
-    def __init__(self, dev: AMHCQDevice):
-        self.dev, self.b = dev, sdma_packets.SDMA()
-        self.buf = self.b.buf
-        self.cmds: list[tuple] = []
-        self.refs: dict = {}          # as AMComputeQueue.refs
-
-    def wait(self, signal: Signal, value: int) -> int:
-        self.cmds.append(("wait", self.b.poll_mem(signal.va, value & _M32)))
-        return len(self.cmds) - 1
-
-    def signal(self, signal: Signal, value: int) -> int:
-        self.cmds.append(("signal", self.b.fence(signal.va, value, bits64=True)))
-        return len(self.cmds) - 1
-
-    def timestamp(self, signal: Signal) -> int:
-        self.cmds.append(("timestamp", self.b.timestamp(signal.va + 8)))
-        return len(self.cmds) - 1
-
-    def memory_barrier(self) -> int:
-        self.cmds.append(("barrier", self.b.gcr()))
-        return len(self.cmds) - 1
-
-    def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
-        dst.live("copy to")
-        src.live("copy from")
-        if nbytes > dst.size or nbytes > src.size:
-            raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes from {src} to {dst} overruns a buffer")
-        i = self.copy_va(dst.va, src.va, nbytes)
-        self.refs[i] = (dst, src)
-        return i
-
-    def copy_va(self, dst: int, src: int, nbytes: int) -> int:
-        self.cmds.append(("copy", self.b.copy(dst, src, nbytes)))
-        return len(self.cmds) - 1
-
-    def _cmd(self, index: int, kind: str) -> tuple:
-        c = self.cmds[index]
-        if c[0] != kind:
-            raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
-        return c
-
-    def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
-        i = self._cmd(index, "signal")[1]   # the low value dword; address at -2; high fence at +4
-        b = self.buf
-        if signal is not None:
-            b[i - 2], b[i - 1] = signal.va & _M32, signal.va >> 32
-            hi = signal.va + 4
-            b[i + 2], b[i + 3] = hi & _M32, hi >> 32
-        if value is not None:
-            b[i], b[i + 4] = value & _M32, value >> 32
-
-    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
-        i = self._cmd(index, "wait")[1]
-        if signal is not None:
-            self.buf[i], self.buf[i + 1] = signal.va & _M32, signal.va >> 32
-        if value is not None:
-            self.buf[i + 2] = value & _M32
-
-    def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
-        b = self.buf
-        old_dst, old_src = self.refs.get(index, (None, None))
-        self.refs[index] = (dst.live("copy to") if dst is not None else old_dst,
-                            src.live("copy from") if src is not None else old_src)
-        for n, i in enumerate(self._cmd(index, "copy")[1]):
-            step = n * sdma_packets.COPY_MAX_BYTES
-            for buf, at in ((src, i + 2), (dst, i + 4)):
-                if buf is not None:
-                    a = buf.va + step
-                    b[at], b[at + 1] = a & _M32, a >> 32
-
-    def submit(self) -> None:
-        _submit_check(self.dev, self.refs)
-        self.dev.sdma.submit(self.dev._behind_bridge_copy(self))

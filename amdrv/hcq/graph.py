@@ -1,0 +1,85 @@
+"""Graphs on the AM backend: recorded launches and copies become queues built once and replayed with
+new values patched in (hcq.api.Graph)."""
+from __future__ import annotations
+
+from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
+from hcq.api import Graph, HCQError, Var
+
+
+class GraphBuilder:
+    """The graph half of AMHCQDevice (a base class of it): _build_graph and _replay_graph."""
+
+    def _build_graph(self, graph: Graph, values: dict) -> None:
+        """Runs of consecutive launches become one compute queue, runs of copies one copy queue; each
+        queue after the first waits for the one before through a graph-private signal, and the last
+        signals the timeline. A compute run's launches are written once into an indirect buffer in host
+        memory, so a replay submits a few dwords however many kernels the graph holds. Uses of each
+        variable are recorded as patch points (kernarg bytes, copy packet addresses)."""
+        self._open_check("graph build")
+        sync = self.new_signal()
+        bodies: list = []   # per run: [queue, index of its leading wait or -1]; compute queues hold launches only
+        patches: dict[str, list] = {}
+        for step in graph.steps:
+            compute = step[0] == "exec"
+            if not bodies or isinstance(bodies[-1][0], AMComputeQueue) != compute:
+                q = AMComputeQueue(self) if compute else AMCopyQueue(self)
+                bodies.append([q, q.wait(sync, 0) if bodies and not compute else -1])
+            q = bodies[-1][0]
+            if compute:
+                _, prog, args, g, l_ = step
+                idx = q.exec(prog, [values[a.name] if isinstance(a, Var) else a for a in args], g, l_)
+                mem, base = q.kernarg_slot(idx)
+                lay = prog.layout
+                for i, a in enumerate(args):
+                    if isinstance(a, Var):
+                        patches.setdefault(a.name, []).append(
+                            (mem, base + lay.arg_offsets[i], lay.arg_structs[i], lay.is_buffer[i]))
+            else:
+                _, dst, src, n = step
+                idx = q.copy(*(values[x.name] if isinstance(x, Var) else x for x in (dst, src)), n)
+                for x, field in ((dst, "dst"), (src, "src")):
+                    if isinstance(x, Var):
+                        patches.setdefault(x.name, []).append((q, idx, None, field))
+        runs: list[tuple] = []       # (queue, index of its leading wait or -1, index of its tail signal)
+        for i, (q, w) in enumerate(bodies):
+            if isinstance(q, AMComputeQueue):
+                ib = self._host_copy(q.buf)
+                q = AMComputeQueue(self)
+                w = q.wait(sync, 0) if i else -1
+                q.indirect(ib)
+            runs.append((q, w, q.signal(self.timeline if i == len(bodies) - 1 else sync, 0)))
+        # the kernarg bytes replays patch in the arena (pushed after patching where DMA is not coherent)
+        spans = [(off, off + st.size) for uses in patches.values() for mem, off, st, _ in uses if st is not None]
+        span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans and not self.coherent else None
+        for q, _, _ in runs:
+            q.refs = {}     # the graph keeps and checks its own buffers (Graph.held, Graph.bound)
+        graph.backend = (runs, sync, patches, span)
+        graph.fence, graph.seq = 0, 0
+        self._replay_graph(graph, {})
+
+    def _replay_graph(self, graph: Graph, values: dict) -> None:
+        if self._closed:
+            self._open_check("graph replay")
+        if graph.fence:
+            self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
+        runs, sync, patches, span = graph.backend
+        for name, v in values.items():
+            try:
+                uses = patches[name]
+            except KeyError:
+                raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has {sorted(patches)}") from None
+            for mem, off, st, field in uses:
+                if st is None:
+                    mem.update_copy(off, **{field: v})
+                else:
+                    st.pack_into(mem, off, v.va if field else v)
+        if span and values:
+            self.arena.touch(*span)
+        seq, last = graph.seq, len(runs) - 1
+        for i, (q, wait_idx, tail_idx) in enumerate(runs):
+            if wait_idx >= 0:
+                q.update_wait(wait_idx, value=seq + i)
+            q.update_signal(tail_idx, value=self.next_timeline() if i == last else seq + i + 1)
+            q.submit()
+        graph.seq = seq + last
+        graph.fence = self.timeline_value
