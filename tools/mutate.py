@@ -16,7 +16,8 @@ and SDMA copies after it, fini, a warm boot, more than a ring's worth of interru
 stores to the previous run's addresses (they must fault) and a kernel, then an exit without
 fini and the cold boot behind a mode1 reset it leads to, with a kernel again, an overheat and cool-down (THM's
 interrupts through the IH), fini; a fresh GPU whose cold boot dies in the PSP bootloader and the boot behind
-the platform (PCI) reset that then needs, with a kernel and fini; last, a second board whose
+the platform (PCI) reset that then needs, with a kernel and fini; the SMU firmware stopped after that fini
+while the boot state still says clean (the next boot must be cold), with a kernel and fini; last, a second board whose
 PSP reports no SCPM boots and runs a kernel (the driver sends the SMU's allowed-features mask there). The
 OUTCOME of a run is what a user of the driver can observe: per phase
 the boot kind, the hashes of the output buffers, the exceptions raised (type and message with the numbers
@@ -177,7 +178,9 @@ class Workload:
                   ("mode1 kernel", self.one_kernel), ("thermal alert", self.thermal_alert),
                   ("final fini", self.fini), ("death in the bootloader", self.death_in_bootloader),
                   ("pci reset boot", self.pci_reset_boot), ("pci reset kernel", self.one_kernel),
-                  ("pci reset fini", self.fini), ("board without scpm", self.no_scpm)]
+                  ("pci reset fini", self.fini), ("firmware stopped boot", self.firmware_stopped_boot),
+                  ("firmware stopped kernel", self.one_kernel), ("firmware stopped fini", self.fini),
+                  ("board without scpm", self.no_scpm)]
         for name, fn in phases:
             try:
                 fn(name)
@@ -506,6 +509,17 @@ class Workload:
         """amdgpu_device_pci_reset before the cold boot (AMGPU.boot's platform reset)."""
         self._open(phase)
         self.note(phase, f"platform reset: {self.dev.gpu.boot_report.pci_reset or 'none'}")
+
+    def firmware_stopped_boot(self, phase: str) -> None:
+        """After a clean fini the PMFW stops (hung or unloaded) while the boot state in the scratch registers
+        says the run ended cleanly: the next boot must see the dead SMU and boot cold (AMGPU._decide;
+        tests/amdrv/test_boot.py::test_firmware_stopped_while_the_boot_state_survives_boots_cold)."""
+        from gpusim import provider
+        sim = provider._SLOTS[SLOT]
+        sim.blocks["SMU"].running = False               # nobody answers the mailbox any more
+        sim.set("MP1", "MP1_SMN_C2PMSG_90", 0)          # the response register reads 0, as after a reset
+        self._open(phase)
+        self.note(phase, self.dev.gpu.boot_report.reason)
 
     def no_scpm(self, phase: str) -> None:
         """A second board whose PSP runtime database reports no SCPM (gpusim board setting): the driver must
@@ -975,6 +989,24 @@ def _step_pagetable_level(ctx: Ctx) -> None:
     ctx.patch(pagetable, "_level", lambda orig: lambda frag: pagetable.PDB1 if frag >= 9 else orig(frag))
 
 
+def _step_warm_boot_trusts_flags(ctx: Ctx) -> None:
+    """The warm-boot decision takes the boot state's clean flag alone: a stopped sOS/SMU is not looked at."""
+    from amdrv import am
+
+    def make(orig):
+        def decide(self, state, force_cold):
+            if state is not None and state.clean and self._firmware_alive() != (True, True, False):
+                ctx.hooks.hits += 1
+                self._firmware_alive = lambda: (True, True, False)
+                try:
+                    return orig(self, state, force_cold)
+                finally:
+                    del self._firmware_alive
+            return orig(self, state, force_cold)
+        return decide
+    ctx.patch(am.AMGPU, "_decide", make)
+
+
 def _drop_acquire(engine, p, words):
     return [] if engine == "PM4" and p.name == "ACQUIRE_MEM" else words
 
@@ -1059,6 +1091,9 @@ def _steps() -> list[Step]:
         Step("no-gfx-fini", "MEC left running at fini (gfx_v11_0_hw_fini)", lambda c: c.skip(gfx.GFX, "fini")),
         Step("no-gmc-fini", "root page directory not cleared at fini (AM warm-boot contract)",
              lambda c: c.skip(gmc.GMC, "fini")),
+        Step("warm-boot-ignores-stopped-firmware", "a warm boot chosen from the boot state's clean flag without "
+             "checking that the sOS runs and the SMU answers (AM's warm-boot rule; psp_v13_0_is_sos_alive, "
+             "smu_v13_0_check_fw_status)", _step_warm_boot_trusts_flags),
         Step("no-mode1-reset", "cold boot over running firmware without the mode1 reset (amdgpu_device_mode1_reset)",
              lambda c: c.skip(am.AMGPU, "_mode1_reset")),
         Step("l1-tlb-off", "MX_L1_TLB_CNTL.ENABLE_L1_TLB 0 on both hubs (mmhub_v3_0_gart_disable turns GART off so)",
@@ -1272,6 +1307,13 @@ def warm_up(chip: str = "navi31") -> None:
 # from a field the card ignores here. A survivor the simulator enforces but only a dedicated test reaches does
 # not belong here (CAUGHT_BY_TESTS below). Patterns are fnmatch over mutation names.
 EXPECTED = {
+    "reg-drop:THM.THM_THERMAL_INT_ENA": "its *_CLR bits only clear the detects latched in THM_THERMAL_INT_STATUS, "
+    "which nothing reads: upstream never clears them after an alert either (smu_v13_0_irq_process decodes the "
+    "source id alone) and still expects every later one, so a latched detect does not hold back the interrupt; "
+    "delivery is THM_THERMAL_INT_CTRL's (masks, THERM_IH_HW_ENA: caught when dropped)",
+    "reg-flip:THM.THM_THERMAL_INT_ENA": "the inverted value sets THERM_INTH/INTL/TRIGGER_SET and clears nothing; "
+    "upstream never writes the *_SET bits and what they do is not public (assumption: nothing the driver sees, "
+    "the model ignores them); the missing *_CLR is harmless as for the drop",
     "pkt-*:PM4.SET_SH_REG.COMPUTE_USER_DATA_[4-9]": "beyond the 4 user SGPRs the workload's kernels enable "
     "(COMPUTE_PGM_RSRC2.USER_SGPR; the SPI loads only that many, AMDGPUUsage)",
     "pkt-*:PM4.SET_SH_REG.COMPUTE_USER_DATA_1[0-5]": "beyond the 4 user SGPRs the kernels enable",
@@ -1485,7 +1527,10 @@ CAUGHT_BY_TESTS = {
     "workload enough register reads pass between each unhalt and the queue set-up)",
     "step:no-psp-bootloader-ready-wait": "tests/amdrv/test_psp.py::test_a_driver_that_does_not_wait_for_the_bootloader"
     "_fails (the PSP first after power-on; in the workload's boots NBIO, GMC and IH init read registers first, "
-    "and the model's start-up delay, an assumption, has passed by then)",
+    "and the model's start-up delay, an assumption, has passed by then; no honest phase reaches it sooner: on a "
+    "card the driver loads seconds after power-on, sleeps SMU13_MODE1_RESET_WAIT_TIME_IN_MS (500 ms, "
+    "smu_v13_0_0_mode1_reset) after a mode1 reset and the PCI core waits after a platform reset, while "
+    "psp_v13_0_wait_for_bootloader allows the bootloader 1 s)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
     "reg-drop:GC.SQ_IND_INDEX": "tests/hcq/test_am_waves.py::test_a_driver_that_never_writes_sq_ind_index_cannot_"
     "name_the_instruction (the driver reads wave state only for a hang with waves resident; the workload's "

@@ -19,10 +19,12 @@ STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
 # recover (RB_WPTR zeroed), the IH ring wrap (its rptr doorbell), a previous run's address after the warm
 # boot (gmc fini), the board without SCPM (the allowed-features mask), SDMA after a recovery without its GRBM
 # soft reset (the engine stays frozen). The thermal and PCI-reset phases' steps (no-thermal-alert,
-# no-pci-reset) are caught by the full run and by tests/amdrv/test_smi.py and test_boot_recovery.py.
+# no-pci-reset) are caught by the full run and by tests/amdrv/test_smi.py and test_boot_recovery.py. A warm
+# boot decided from the clean flag alone is caught where the SMU stopped between runs (issue 17).
 LATER_PHASES = ["reg-drop:GC.SH_MEM_BASES", "step:cp-halts-on-fault", "step:recover-no-grbm-soft-reset-cp",
                 "reg-drop:GC.SDMA0_QUEUE0_RB_WPTR", "reg-drop:OSSSYS.IH_DOORBELL_RPTR", "step:no-gmc-fini",
-                "step:no-set-allowed-features-mask", "step:recover-no-sdma-soft-reset"]
+                "step:no-set-allowed-features-mask", "step:recover-no-sdma-soft-reset",
+                "step:warm-boot-ignores-stopped-firmware"]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +73,8 @@ def test_baseline_is_deterministic_and_complete(rig):
     assert out["thermal alert"] == "thermal interrupts: above below"
     assert out["death in the bootloader"] == "died in the bootloader"
     assert seen("pci reset boot") == ["cold boot, SMU features 0x7ffffffffffff", "platform reset: bus"]
+    assert seen("firmware stopped boot")[0].startswith("cold boot,")
+    assert "the SMU no longer runs" in seen("firmware stopped boot")[1]
     names = {n for (_, n), *_ in base["regs"].values()}
     assert {"CP_HQD_PQ_BASE", "MMVM_INVALIDATE_ENG17_REQ", "S2A_DOORBELL_ENTRY_2_CTRL"} <= names
     # the index/data path is resolved to its target register
