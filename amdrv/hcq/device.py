@@ -19,7 +19,7 @@ from amdrv.isa.codeobj import CodeObject, CodeObjectError
 from pcie import open_function
 from amdrv.kernargs import kernel_args
 from amdrv.hcq.graph import GraphBuilder
-from amdrv.hcq.launch import _HSA_PACKET_TYPE_KERNEL_DISPATCH, _PACKET, PACKET_BYTES, _fill_hidden, _Kernel
+from amdrv.hcq.launch import PACKET_BYTES, _Kernel, write_dispatch
 from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
 from hcq.api import ArgLayout, Buffer, Device, HCQError, HCQFault, HCQTimeout, Program, Signal
 
@@ -373,22 +373,26 @@ class AMHCQDevice(GraphBuilder, Device):
             self._staging = (dma, self.gpu.gmc.map_system(dma))
         return self._staging
 
+    def _sdma_copy(self, dst: int, src: int, n: int) -> None:
+        """n bytes from GPU address src to dst by this device's SDMA queue; returns when they are there."""
+        q = AMCopyQueue(self)
+        q.copy_va(dst, src, n)
+        q.signal(self.timeline, self.next_timeline())
+        q.submit()
+        self.synchronize()
+
     def _sdma_through_staging(self, va: int, n: int, src: memoryview | None, dst: memoryview | None) -> None:
         """copyin (src) or copyout (dst) in staging-sized pieces: host memory <-> VRAM by SDMA."""
         dma, m = self._staging_map()
         step = dma.size
         for at in range(0, n, step):
             k = min(step, n - at)
-            q = AMCopyQueue(self)
             if src is not None:
                 dma.view[:k] = src[at:at + k]
                 dma.push(0, k)
-                q.copy_va(va + at, m.va, k)
+                self._sdma_copy(va + at, m.va, k)
             else:
-                q.copy_va(m.va, va + at, k)
-            q.signal(self.timeline, self.next_timeline())
-            q.submit()
-            self.synchronize()
+                self._sdma_copy(m.va, va + at, k)
             if dst is not None:
                 dst[at:at + k] = dma.view[:k]
 
@@ -408,12 +412,8 @@ class AMHCQDevice(GraphBuilder, Device):
         n = src.size if nbytes is None else nbytes
         if n > src.size or n > dst.size:
             raise HCQError(f"{self.name}: copy of {n} bytes from {src} to {dst} overruns a buffer")
-        if src.device is self and dst.device is self:
-            q = AMCopyQueue(self)
-            q.copy(dst, src, n)
-            q.signal(self.timeline, self.next_timeline())
-            q.submit()
-            self.synchronize()
+        if src.device is self and dst.device is self:    # both checked live just now
+            self._sdma_copy(dst.va, src.va, n)
             return
         if self not in (src.device, dst.device) or not isinstance(src.device, AMHCQDevice) \
                 or not isinstance(dst.device, AMHCQDevice):
@@ -429,12 +429,8 @@ class AMHCQDevice(GraphBuilder, Device):
         try:
             for at in range(0, n, a.staging_bytes):
                 k = min(a.staging_bytes, n - at)
-                for dev, d, s_ in ((a, m_a.va, src.va + at), (b, dst.va + at, m_b.va)):
-                    q = AMCopyQueue(dev)
-                    q.copy_va(d, s_, k)
-                    q.signal(dev.timeline, dev.next_timeline())
-                    q.submit()
-                    dev.synchronize()
+                a._sdma_copy(m_a.va, src.va + at, k)
+                b._sdma_copy(dst.va + at, m_b.va, k)
         finally:
             b.gpu.gmc.unmap(m_b)
 
@@ -653,13 +649,7 @@ class AMHCQDevice(GraphBuilder, Device):
         mem = a.mem
         layout.pack_into(mem, at + PACKET_BYTES, args)
         va = a.va + at
-        gx, gy, gz = g
-        lx, ly, lz = l_
-        _PACKET.pack_into(mem, at, _HSA_PACKET_TYPE_KERNEL_DISPATCH,
-                          3 if gz > 1 or lz > 1 else 2 if gy > 1 or ly > 1 else 1, lx, ly, lz, 0,
-                          gx * lx, gy * ly, gz * lz, k.private, k.group, k.kd_va, va + PACKET_BYTES, 0, 0)
-        if k.hidden:
-            _fill_hidden(k.hidden, mem, at + PACKET_BYTES, g, l_)
+        write_dispatch(mem, at, k, va, g, l_)
         return va
 
     def _wrap(self) -> int:

@@ -74,7 +74,25 @@ def _hidden_plan(layout: ArgLayout):
     return [(a.offset, "<" + {1: "B", 2: "H", 4: "I", 8: "Q"}.get(a.size, f"{a.size}s"), a.what) for a in layout.hidden]
 
 
-def _fill_hidden(plan, mem, base: int, g, l_) -> None:
+def grid_dims(g, l_) -> int:
+    """The dimensions a launch uses (the packet's setup field, hidden_grid_dims): up to the last one with
+    more than one workgroup or work-item."""
+    return 3 if g[2] > 1 or l_[2] > 1 else 2 if g[1] > 1 or l_[1] > 1 else 1
+
+
+def write_dispatch(mem, at: int, k: _Kernel, va: int, g, l_) -> None:
+    """The hsa_kernel_dispatch_packet of the launch slot at `at` (GPU address va; its kernarg segment
+    follows the packet): workgroup sizes, the grid in work-items; then the kernargs' hidden arguments."""
+    gx, gy, gz = g
+    lx, ly, lz = l_
+    dims = grid_dims(g, l_)
+    _PACKET.pack_into(mem, at, _HSA_PACKET_TYPE_KERNEL_DISPATCH, dims, lx, ly, lz, 0,
+                      gx * lx, gy * ly, gz * lz, k.private, k.group, k.kd_va, va + PACKET_BYTES, 0, 0)
+    if k.hidden:
+        _fill_hidden(k.hidden, mem, at + PACKET_BYTES, g, l_, dims)
+
+
+def _fill_hidden(plan, mem, base: int, g, l_, dims: int) -> None:
     """Code object v5's hidden_block_count/group_size/grid_dims get the launch's values; every other
     hidden argument is 0: remainders (global_size counts whole workgroups), global offsets, and the
     printf/hostcall/heap/queue pointers this backend does not provide."""
@@ -84,7 +102,7 @@ def _fill_hidden(plan, mem, base: int, g, l_) -> None:
         elif what.startswith("hidden_group_size_"):
             v = l_["xyz".index(what[-1])]
         elif what == "hidden_grid_dims":
-            v = 3 if g[2] > 1 or l_[2] > 1 else 2 if g[1] > 1 or l_[1] > 1 else 1
+            v = dims
         else:
             v = 0 if not code.endswith("s") else b""
         struct.pack_into(code, mem, base + off, v)

@@ -7,7 +7,7 @@ from array import array
 from typing import TYPE_CHECKING
 
 from amdrv import pm4, sdma_packets
-from amdrv.hcq.launch import _M32, _PACKET, PACKET_BYTES, _fill_hidden, _patch_exec
+from amdrv.hcq.launch import _M32, _PACKET, PACKET_BYTES, _patch_exec, write_dispatch
 from hcq.api import Buffer, HCQError, HWQueue, Program, Signal
 
 if TYPE_CHECKING:
@@ -26,16 +26,45 @@ _C_SIGNAL = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_6
 _C_STAMP = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_GPU_CLOCK))
 
 
-class AMComputeQueue(HWQueue):
-    """PM4 commands for the device's MEC compute queue (amdrv.pm4), patched in place by update_*."""
+class _AMQueue(HWQueue):
+    """What the compute and copy queues share: a packet builder whose dword array is submitted, the
+    commands by index for update_*, and the buffers each command names."""
 
     __slots__ = ("dev", "b", "buf", "cmds", "refs")
+    builder = None    # the packet builder class: amdrv.pm4.PM4 or amdrv.sdma_packets.SDMA
 
     def __init__(self, dev: AMHCQDevice):
-        self.dev, self.b = dev, pm4.PM4()
+        self.dev, self.b = dev, self.builder()
         self.buf = self.b.buf
         self.cmds: list[tuple] = []   # (kind, dword index[, launch slot address, program])
         self.refs: dict = {}          # command index -> the buffers it names: kept alive, checked at submit
+
+    def _add(self, kind: str, where) -> int:
+        """Records a command the builder just wrote at `where` (what its builder returned); its index."""
+        self.cmds.append((kind, where))
+        return len(self.cmds) - 1
+
+    def _cmd(self, index: int, kind: str) -> tuple:
+        c = self.cmds[index]
+        if c[0] != kind:
+            raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
+        return c
+
+    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
+        # WAIT_REG_MEM (PM4) and POLL_REGMEM (SDMA) alike: the address at the index their builders return,
+        # low dword first, and the reference value after it
+        i = self._cmd(index, "wait")[1]
+        if signal is not None:
+            self.buf[i], self.buf[i + 1] = signal.va & _M32, signal.va >> 32
+        if value is not None:
+            self.buf[i + 2] = value & _M32
+
+
+class AMComputeQueue(_AMQueue):
+    """PM4 commands for the device's MEC compute queue (amdrv.pm4), patched in place by update_*."""
+
+    __slots__ = ()
+    builder = pm4.PM4
 
     def _put(self, kind: str, template, va: int, value: int | None) -> int:
         b = self.buf
@@ -48,7 +77,7 @@ class AMComputeQueue(HWQueue):
             b[i + 2] = value & _M32
             if kind == "signal":
                 b[i + 3] = value >> 32
-        self.cmds.append((kind, i))
+        self.cmds.append((kind, i))     # _add inline: a launch records two or three of these
         return len(self.cmds) - 1
 
     def wait(self, signal: Signal, value: int) -> int:
@@ -61,8 +90,7 @@ class AMComputeQueue(HWQueue):
         return self._put("timestamp", _C_STAMP, signal.va + 8, None)
 
     def memory_barrier(self) -> int:
-        self.cmds.append(("barrier", self.b.acquire_mem()))
-        return len(self.cmds) - 1
+        return self._add("barrier", self.b.acquire_mem())
 
     def exec(self, prog: Program, args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> int:
         k = prog.handle
@@ -85,20 +113,13 @@ class AMComputeQueue(HWQueue):
 
     def indirect(self, ib: tuple[int, int]) -> int:
         """Runs ib = (GPU address, dword count) of commands from here (INDIRECT_BUFFER, VMID 0)."""
-        self.cmds.append(("ib", self.b.indirect_buffer(ib[0], ib[1])))
-        return len(self.cmds) - 1
+        return self._add("ib", self.b.indirect_buffer(ib[0], ib[1]))
 
     def kernarg_slot(self, index: int) -> tuple[memoryview, int]:
         """(memory, offset) of a launch's kernarg segment, for graphs that patch single arguments."""
         kind, _, va, _ = self._cmd(index, "exec")
         a = self.dev.arena
         return a.mem, va - a.va + PACKET_BYTES
-
-    def _cmd(self, index: int, kind: str) -> tuple:
-        c = self.cmds[index]
-        if c[0] != kind:
-            raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
-        return c
 
     def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
         i = self._cmd(index, "signal")[1]
@@ -107,13 +128,6 @@ class AMComputeQueue(HWQueue):
             b[i], b[i + 1] = signal.va & _M32, signal.va >> 32
         if value is not None:
             b[i + 2], b[i + 3] = value & _M32, value >> 32
-
-    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
-        i = self._cmd(index, "wait")[1]
-        if signal is not None:
-            self.buf[i], self.buf[i + 1] = signal.va & _M32, signal.va >> 32
-        if value is not None:
-            self.buf[i + 2] = value & _M32
 
     def update_exec(self, index: int, args=None, global_size=None, local_size=None) -> None:
         _, at, va, prog = self._cmd(index, "exec")
@@ -128,11 +142,7 @@ class AMComputeQueue(HWQueue):
             old_l = p[2:5]
             g, l_ = prog.check_sizes(global_size or tuple(n // m for n, m in zip(p[6:9], old_l)),
                                      local_size or old_l)
-            dims = 3 if g[2] > 1 or l_[2] > 1 else 2 if g[1] > 1 or l_[1] > 1 else 1
-            _PACKET.pack_into(a.mem, off, p[0], dims, l_[0], l_[1], l_[2], 0, g[0] * l_[0], g[1] * l_[1],
-                              g[2] * l_[2], *p[9:])
-            if k.hidden:
-                _fill_hidden(k.hidden, a.mem, off + PACKET_BYTES, g, l_)
+            write_dispatch(a.mem, off, k, va, g, l_)
             _patch_exec(self.buf, at, k, va, g, l_)
 
     def submit(self) -> None:
@@ -155,32 +165,23 @@ def _submit_check(dev: AMHCQDevice, refs: list) -> None:
                 r.live("submit of a queue that names it")
 
 
-class AMCopyQueue(HWQueue):
+class AMCopyQueue(_AMQueue):
     """SDMA commands for the device's SDMA queue (amdrv.sdma_packets), patched in place by update_*."""
 
-    __slots__ = ("dev", "b", "buf", "cmds", "refs")
-
-    def __init__(self, dev: AMHCQDevice):
-        self.dev, self.b = dev, sdma_packets.SDMA()
-        self.buf = self.b.buf
-        self.cmds: list[tuple] = []
-        self.refs: dict = {}          # as AMComputeQueue.refs
+    __slots__ = ()
+    builder = sdma_packets.SDMA
 
     def wait(self, signal: Signal, value: int) -> int:
-        self.cmds.append(("wait", self.b.poll_mem(signal.va, value & _M32)))
-        return len(self.cmds) - 1
+        return self._add("wait", self.b.poll_mem(signal.va, value & _M32))
 
     def signal(self, signal: Signal, value: int) -> int:
-        self.cmds.append(("signal", self.b.fence(signal.va, value, bits64=True)))
-        return len(self.cmds) - 1
+        return self._add("signal", self.b.fence(signal.va, value, bits64=True))
 
     def timestamp(self, signal: Signal) -> int:
-        self.cmds.append(("timestamp", self.b.timestamp(signal.va + 8)))
-        return len(self.cmds) - 1
+        return self._add("timestamp", self.b.timestamp(signal.va + 8))
 
     def memory_barrier(self) -> int:
-        self.cmds.append(("barrier", self.b.gcr()))
-        return len(self.cmds) - 1
+        return self._add("barrier", self.b.gcr())
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
         dst.live("copy to")
@@ -192,14 +193,7 @@ class AMCopyQueue(HWQueue):
         return i
 
     def copy_va(self, dst: int, src: int, nbytes: int) -> int:
-        self.cmds.append(("copy", self.b.copy(dst, src, nbytes)))
-        return len(self.cmds) - 1
-
-    def _cmd(self, index: int, kind: str) -> tuple:
-        c = self.cmds[index]
-        if c[0] != kind:
-            raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
-        return c
+        return self._add("copy", self.b.copy(dst, src, nbytes))
 
     def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
         i = self._cmd(index, "signal")[1]   # the low value dword; address at -2; high fence at +4
@@ -210,13 +204,6 @@ class AMCopyQueue(HWQueue):
             b[i + 2], b[i + 3] = hi & _M32, hi >> 32
         if value is not None:
             b[i], b[i + 4] = value & _M32, value >> 32
-
-    def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
-        i = self._cmd(index, "wait")[1]
-        if signal is not None:
-            self.buf[i], self.buf[i + 1] = signal.va & _M32, signal.va >> 32
-        if value is not None:
-            self.buf[i + 2] = value & _M32
 
     def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
         b = self.buf
