@@ -127,7 +127,7 @@ class BridgeCopier:
             self.page.push(offset + a, b - a)
 
     def _in_desc(self, k: int, dst: int, n: int, seq: int) -> bytes:
-        s = sdma_packets.SDMA()
+        s = sdma_packets.SDMABuilder()
         s.poll_mem(self.maps[k].va + SENTINEL, seq & _M32, function=sdma_packets.POLL_GE, interval=1)
         s.copy(dst, self.maps[k].va, n)
         s.fence(self.fence.va, seq & _M32)
@@ -135,7 +135,7 @@ class BridgeCopier:
         return s.buf.tobytes()
 
     def _out_desc(self, k: int, src: int, n: int, seq: int) -> bytes:
-        s = sdma_packets.SDMA()
+        s = sdma_packets.SDMABuilder()
         s.poll_mem(self.page_va + GO_WORD, seq & _M32, function=sdma_packets.POLL_GE)
         s.copy(self.maps[k].va, src, n)
         s.fence(self.release.va, seq & _M32)     # the write that releases the armed DMA
@@ -152,7 +152,7 @@ class BridgeCopier:
     def ring_image(self) -> bytes:
         """The ring's entries: per window, COND_EXE on its direction word then INDIRECT, once for each
         direction; NOPs so each INDIRECT ends on an 8-dword boundary (sdma_v6_0_ring_emit_ib)."""
-        s = sdma_packets.SDMA()
+        s = sdma_packets.SDMABuilder()
         for i in range(RING_BYTES // 4 // ENTRY_DW):
             k = i % WINDOWS
             for want, desc, ndw in ((DIR_IN, IN_DESC[k], IN_DW), (DIR_OUT, OUT_DESC[k], OUT_DW)):

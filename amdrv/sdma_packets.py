@@ -1,7 +1,7 @@
 """SDMA v6 packets (SDMA 6.0 queues), built into a flat dword array.
 
     from amdrv import sdma_packets as S
-    b = S.SDMA()                               # b.buf: array('I'), appended to
+    b = S.SDMABuilder()                               # b.buf: array('I'), appended to
     at = b.copy(dst, src, nbytes)              # split at COPY_MAX_BYTES; returns each packet's index
     f = b.fence(addr, value)                   # returns the index of the value dword
     b.buf[f] = new_value                       # patched in place, resubmitted without rebuilding
@@ -82,7 +82,7 @@ def poll_header(function: int = POLL_EQ, mem: bool = True, hdp_flush: bool = Fal
 _H_POLL_MEM = {f: poll_header(f) for f in range(7)}
 
 
-class SDMA:
+class SDMABuilder:
     """An SDMA command stream being built: `buf` (array('I')) grows as packets are appended."""
 
     __slots__ = ("buf",)

@@ -31,7 +31,7 @@ class _AMQueue(HWQueue):
     commands by index for update_*, and the buffers each command names."""
 
     __slots__ = ("dev", "b", "buf", "cmds", "refs")
-    builder = None    # the packet builder class: amdrv.pm4.PM4 or amdrv.sdma_packets.SDMA
+    builder = None    # the packet builder class: amdrv.pm4.PM4 or amdrv.sdma_packets.SDMABuilder
 
     def __init__(self, dev: AMHCQDevice):
         self.dev, self.b = dev, self.builder()
@@ -169,7 +169,7 @@ class AMCopyQueue(_AMQueue):
     """SDMA commands for the device's SDMA queue (amdrv.sdma_packets), patched in place by update_*."""
 
     __slots__ = ()
-    builder = sdma_packets.SDMA
+    builder = sdma_packets.SDMABuilder
 
     def wait(self, signal: Signal, value: int) -> int:
         return self._add("wait", self.b.poll_mem(signal.va, value & _M32))

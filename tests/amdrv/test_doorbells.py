@@ -41,7 +41,7 @@ def workload(gpu, value: int, timeout_s: float = 5) -> None:
         q.wait(Fence(host, 0), value, timeout_s=timeout_s, min_reads=200)
         for e in gpu.sdma.engines:
             s = SDMAQueue(gpu, engine=e)
-            b = S.SDMA()
+            b = S.SDMABuilder()
             b.fence(host.va + 8 * (e + 1), value)
             s.submit(b.buf)
             s.wait(Fence(host, 8 * (e + 1)), value, timeout_s=timeout_s, min_reads=200)

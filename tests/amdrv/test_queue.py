@@ -92,7 +92,7 @@ def test_sdma_copy_fill_write_fence_timestamp_and_ring_wrap(gpu):
     done = Fence(host, 0)
     data = np.arange(1000, dtype=np.uint32) * 7 + 3
     host.view[4096:4096 + data.nbytes] = data.tobytes()
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.copy(vram.va + 12, host.va + 4096, data.nbytes)           # host -> VRAM, unaligned destination
     b.copy(host.va + 8192 + 4, vram.va + 12, data.nbytes)       # and back
     b.fill(vram.va + 0x8000, 0x5A5A5A5A, 256)
@@ -121,14 +121,14 @@ def test_sdma_hang_is_named_then_recovered(gpu):
     s = SDMAQueue(gpu)
     host = HostBuffer(gpu, 4096)
     done = Fence(host, 0)
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.poll_mem(host.va + 8, 1, function=S.POLL_EQ)  # waits for a value nobody writes
     b.fence(done.va, 1)
     s.submit(b.buf)
     with pytest.raises(QueueError, match=r"SDMA0 queue 0: timed out .* rptr .* wptr.*no VM fault reported"):
         s.wait(done, 1, timeout_s=0.05, min_reads=500)
     gpu.recover()
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.fence(done.va, 2)
     s.submit(b.buf)
     s.wait(done, 2, timeout_s=5)
@@ -150,7 +150,7 @@ def test_recover_needs_the_grbm_soft_reset_of_sdma(gpu, monkeypatch):
             real(g)
     monkeypatch.setattr(Q, "_reset_sdma", no_grbm_soft_reset)
     gpu.recover()
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.fence(done.va, 1)
     s.submit(b.buf)
     with pytest.raises(QueueError, match="timed out"):
@@ -158,7 +158,7 @@ def test_recover_needs_the_grbm_soft_reset_of_sdma(gpu, monkeypatch):
     assert gpu.dev.reg("GC").SDMA0_FREEZE.decode()["FROZEN"] == 1
     monkeypatch.setattr(Q, "_reset_sdma", real)
     gpu.recover()
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.fence(done.va, 2)
     s.submit(b.buf)
     s.wait(done, 2, timeout_s=5)
@@ -316,7 +316,7 @@ def test_compute_waits_on_an_sdma_fence_ring_wraps_and_clock_is_monotonic(gpu):
     with pytest.raises(QueueError, match="timed out"):
         q.wait(done, 1, timeout_s=0.02, min_reads=300)
     assert done.value == 0
-    sb = S.SDMA()
+    sb = S.SDMABuilder()
     sb.fence(gate.va, 1)
     s.submit(sb.buf)
     q.wait(done, 1, timeout_s=5)
@@ -339,7 +339,7 @@ def test_sdma_copy_to_unmapped_memory_is_a_decoded_fault_then_recover(gpu):
     s = SDMAQueue(gpu)
     host = HostBuffer(gpu, 4096)
     done = Fence(host, 0)
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.copy(UNMAPPED_VA, host.va + 64, 64)
     b.fence(done.va, 1)
     s.submit(b.buf)
@@ -347,7 +347,7 @@ def test_sdma_copy_to_unmapped_memory_is_a_decoded_fault_then_recover(gpu):
         s.wait(done, 1, timeout_s=1, min_reads=2000)
     gpu.recover()
     assert gpu.gmc.decode_fault("GC") is None
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.fence(done.va, 2)
     s.submit(b.buf)
     s.wait(done, 2, timeout_s=5)

@@ -46,7 +46,7 @@ def sdma_fence(gpu, value, timeout_s=5.0):
     fault was reported meanwhile (the driver's own checks)."""
     host = HostBuffer(gpu, 4096)
     q = SDMAQueue(gpu)
-    b = S.SDMA()
+    b = S.SDMABuilder()
     b.fence(host.va, value)
     q.submit(b.buf)
     fence = Fence(host, 0)
@@ -106,13 +106,13 @@ def test_pointers_not_zeroed_when_the_queue_is_set_up_again_after_recover(monkey
         host = HostBuffer(gpu, 4096)
         q = SDMAQueue(gpu)
         for v in range(1, 9):                                  # the old ring's pointers move on
-            b = S.SDMA()
+            b = S.SDMABuilder()
             b.fence(host.va, v)
             q.submit(b.buf)
         q.wait(Fence(host, 0), 8)
         drop(monkeypatch, name)
         recover(gpu)                                           # sets up every queue again (gfx_resume)
-        b = S.SDMA()
+        b = S.SDMABuilder()
         b.fence(host.va + 8, 1)
         with pytest.raises(QueueError, match="SDMA0 queue 0: timed out"):
             q.submit(b.buf)

@@ -97,9 +97,9 @@ def test_a_1gib_sdma_copy_to_an_unmapped_address_is_a_prompt_fault_and_recover_e
     # buffer to an address nothing maps. The simulated SDMA moves it 4 MiB per turn on the clock, so the
     # doorbell returns, the driver's wait sees the fault the first slice posts, and recover() ends the copy.
     import time
-    from amdrv.sdma_packets import SDMA
+    from amdrv.sdma_packets import SDMABuilder
     gone = 0x7F00_0000_0000
-    stream = SDMA()
+    stream = SDMABuilder()
     stream.copy(gone, target.scratch.va, 4)
     stream.buf[1] = (1 << 30) - 1
     monkeypatch.setattr(fz, "sdma_random", lambda t, r: stream.buf)

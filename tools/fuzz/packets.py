@@ -171,7 +171,7 @@ def _value(t: Target, rng) -> int:
 
 # ------------------------------------------------------------------------------------------ SDMA streams
 def sdma_valid(t: Target, rng) -> array:
-    b = sdma_packets.SDMA()
+    b = sdma_packets.SDMABuilder()
     s, half = t.scratch.va, SCRATCH_BYTES // 2
     for _ in range(rng.randint(1, 4)):
         what = rng.choice(("copy", "write", "fence", "poll", "fill", "timestamp", "gcr", "trap", "nop"))
