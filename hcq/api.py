@@ -567,6 +567,18 @@ class Device(abc.ABC):
         self.timeline_value += 1
         return self.timeline_value
 
+    def _submit_graph_runs(self, graph: Graph, runs) -> None:
+        """Resubmits a recorded graph's queue runs, chained: run i waits for graph.seq + i, signals the next,
+        the last signals the device timeline. runs: (queue, wait index or -1, tail signal index)."""
+        seq, last = graph.seq, len(runs) - 1
+        for i, (q, wait_idx, tail_idx) in enumerate(runs):
+            if wait_idx >= 0:
+                q.update_wait(wait_idx, value=seq + i)
+            q.update_signal(tail_idx, value=self.next_timeline() if i == last else seq + i + 1)
+            q.submit()
+        graph.seq = seq + last
+        graph.fence = self.timeline_value
+
     def synchronize(self, timeout: float | None = None) -> None:
         """Waits until everything submitted through the timeline has finished."""
         self.timeline.wait(self.timeline_value, timeout)

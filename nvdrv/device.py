@@ -494,14 +494,7 @@ class NVHCQDevice(Device):
                     q.update_arg(idx, what, v)
                 else:
                     q.update_copy(idx, **{what: v})
-        seq, last = graph.seq, len(runs) - 1
-        for i, (q, wait_idx, tail_idx) in enumerate(runs):
-            if wait_idx >= 0:
-                q.update_wait(wait_idx, value=seq + i)
-            q.update_signal(tail_idx, value=self.next_timeline() if i == last else seq + i + 1)
-            q.submit()
-        graph.seq = seq + last
-        graph.fence = self.timeline_value
+        self._submit_graph_runs(graph, runs)
 
     # ------------------------------------------------------------------------------------------ misc
     def _check_open(self) -> None:
