@@ -10,9 +10,12 @@ It runs one WORKLOAD in-process on the simulator (gpusim, through hcq.open("am:s
 BAR0 copies, four clang-built OpenCL kernels (add, saxpy, an LDS reverse, words loaded at unaligned
 addresses: SH_MEM_CONFIG's alignment mode), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
-a host page remapped at the same VA (the TLB flush must cover it), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
+the second SDMA engine through the driver's own queue API with an indirect buffer, the timeline's value after
+the copies, a host page remapped at the same VA (the TLB flush must cover it), short launches until the
+compute ring has taken more than 1024 dwords (the power-on ring size), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
 mapped), both queues hung (an unknown PM4 opcode, an SDMA wait never satisfied), recover() with a kernel
-and SDMA copies after it, fini, a warm boot, more than a ring's worth of interrupts through the IH ring,
+and SDMA copies after it, a kernel whose wave halts at an instruction gfx11 cannot decode (the hang report
+names it from the SQ's wave state) and recover() with that wave resident, fini, a warm boot, more than a ring's worth of interrupts through the IH ring,
 stores to the previous run's addresses (they must fault) and a kernel, then an exit without
 fini and the cold boot behind a mode1 reset it leads to, with a kernel again, an overheat and cool-down (THM's
 interrupts through the IH), fini; a fresh GPU whose cold boot dies in the PSP bootloader and the boot behind
@@ -169,9 +172,11 @@ class Workload:
         self.rng = np.random.default_rng(11)
         phases = [("cold boot", self.cold_boot), ("bar0 copies and kernels", self.kernels),
                   ("generic pointers", self.generic), ("sdma copies", self.sdma),
-                  ("remap at the same va", self.remap),
+                  ("sdma1 with an indirect buffer", self.sdma1),
+                  ("remap at the same va", self.remap), ("past a ring's worth", self.ring_worth),
                   ("fault", self.fault), ("cp fault", self.cp_fault), ("hang", self.hang), ("recover", self.recover),
-                  ("sdma after recover", self.sdma), ("fini", self.fini), ("warm boot", self.warm_boot),
+                  ("sdma after recover", self.sdma), ("halted wave", self.halted_wave),
+                  ("recover after halted wave", self.recover), ("fini", self.fini), ("warm boot", self.warm_boot),
                   ("ih ring wrap", self.ih_wrap), ("old addresses after warm boot", self.old_addresses),
                   ("warm kernel", self.one_kernel),
                   ("exit without fini", self.unclean), ("mode1 boot", self.mode1_boot),
@@ -321,8 +326,42 @@ class Workload:
             dev.synchronize()
             self.note(phase, "other " + _h(dev.copyout(z, len(d2))))
             self.note(phase, "copy " + _h(dev.copyout(y, len(d1), 3)))
+            # what the copies' fences left in the timeline: the value last signalled (a user may read it)
+            self.note(phase, "timeline " + ("at the last value signalled" if dev.timeline.value == dev.timeline_value
+                                            else "elsewhere"))
         finally:
             dev.direct_max = direct
+
+    def sdma1(self, phase: str) -> None:
+        """The second SDMA engine through the driver's own queue API (amdrv.queue.SDMAQueue(gpu, engine=1):
+        sdma_v6_0_gfx_resume for instance 1; hcq uses engine 0 only): a copy run from an indirect buffer
+        (sdma_v6_0_ring_emit_ib; the ring's IB_CNTL.IB_ENABLE must be set) host to VRAM, one from the ring
+        back, and a fence (tests/amdrv/test_queue.py)."""
+        np, gpu = self.np, self.dev.gpu
+        from amdrv import sdma_packets as S
+        from amdrv.queue import Fence, HostBuffer, SDMAQueue
+        q = SDMAQueue(gpu, engine=1, ring_size=4096)
+        host, vram = HostBuffer(gpu, 5 * 4096), self.dev.alloc(8192)
+        data = self.rng.integers(0, 256, 6000, dtype=np.uint8).tobytes()
+        host.view[4096:4096 + len(data)] = data
+        ib = S.SDMABuilder()
+        ib.copy(vram.va + 8, host.va + 4096, len(data))
+        ib.nop((-len(ib)) % 8)
+        host.view[0:4 * len(ib)] = ib.buf.tobytes()
+        done = Fence(host, 5 * 4096 - 8)
+        b = S.SDMABuilder()
+        b.nop((2 - q.wptr) & 7)           # the INDIRECT packet ends on an 8-dword boundary (sdma_v6_0_ring_emit_ib)
+        b.indirect(host.va, len(ib))
+        b.copy(host.va + 3 * 4096 + 4, vram.va + 8, len(data))
+        b.fence(done.va, 7)
+        q.submit(b.buf)
+        try:
+            q.wait(done, 7, timeout_s=0.5, min_reads=300)
+        except Exception as e:  # noqa: BLE001 - the queue's own error is the outcome
+            self.note(phase, f"error {type(e).__name__}: {norm(e)}")
+            return
+        got = bytes(host.view[3 * 4096 + 4:3 * 4096 + 4 + len(data)])
+        self.note(phase, f"fence {done.value}, data {'right' if got == data else 'wrong ' + _h(got)}")
 
     def remap(self, phase: str) -> None:
         """A host page unmapped and another mapped at the same VA (the VA allocator is first-fit), a store
@@ -406,6 +445,42 @@ class Workload:
             UNHOOKED[0] = False
         self._fault_or_timeout(phase, lambda: done.wait(1, timeout=0.05))
         self.note(phase, f"signals {done.value} {sdone.value}")
+
+    def ring_worth(self, phase: str) -> None:
+        """Short launches, each with its own submission, until the compute ring has taken more than 1024
+        dwords since its set-up: the CP wraps the ring where CP_HQD_PQ_CONTROL.QUEUE_SIZE says
+        (gfx_v11_0_compute_mqd_init sets it from the ring's size; the power-on 9 is 1024 dwords), so a queue
+        whose size was not programmed reads its first packets again (tests/amdrv/test_queue.py)."""
+        dev, q = self.dev, self.dev.compute
+        out = dev.alloc(4 * 64)
+        start, n = q.wptr, 0
+        while q.wptr - start <= 1024 + 64:
+            if n == 64:
+                raise RuntimeError(f"{n} launches took only {q.wptr - start} dwords")
+            self.poke(out.va + 4 * n, 100 + n, global_size=(1,), local_size=(1,), timeout=KERNEL_TIMEOUT)
+            n += 1
+        dev.synchronize(timeout=KERNEL_TIMEOUT)
+        words = struct.unpack(f"<{n}I", dev.copyout(out, 4 * n))
+        self.note(phase, f"{n} launches, {'each stored' if words == tuple(range(100, 100 + n)) else 'lost some'}")
+
+    def halted_wave(self, phase: str) -> None:
+        """A kernel whose wave halts at an instruction gfx11 cannot decode: the driver reports it at once,
+        naming the kernel and the instruction from what the SQ shows of its waves (SQ_IND_INDEX/DATA,
+        gfx_v11_0_read_wave_data; tests/hcq/test_am_waves.py), and recover() must clear a queue with waves
+        resident (gfx_v11_0_soft_reset)."""
+        import hcq
+        from amdrv.isa import assemble
+        from amdrv.isa.codeobj import KernelSpec, write_code_object
+        dev = self.dev
+        co = write_code_object([KernelSpec("illegal", bytes(4) + assemble("s_endpgm"), vgpr_count=8, sgpr_count=8)])
+        prog = dev.program(co, "illegal")
+        try:
+            prog(global_size=(1,), local_size=(32,), wait=True, timeout=0.05)
+            self.note(phase, "the kernel completed")
+        except (hcq.HCQFault, hcq.HCQTimeout) as e:
+            msg = str(e)
+            at = msg.find("; SQ (")
+            self.note(phase, f"{type(e).__name__}: " + (norm(msg[at + 2:]) if at >= 0 else "no wave named"))
 
     def recover(self, phase: str) -> None:
         dev = self.dev
@@ -1329,9 +1404,12 @@ EXPECTED = {
     "stops a dispatch, 0 being 'no limit' for WAVES_PER_SH)",
     "reg-drop:GC.CP_MEC_DOORBELL_RANGE_UPPER": "the power-on upper bound 0xFFC (gc_11_0_0_default.h) covers "
     "every doorbell the driver rings (up to 0x450): a dropped write passes on the card too",
-    "reg-drop:GC.CP_HQD_EOP_CONTROL": "the power-on EOP_SIZE 6 (gc_11_0_0_default.h: 128 dwords) holds the "
-    "8-dword end-of-pipe records: a dropped write works on the card too (a wrong small size hangs: "
-    "tests/amdrv/test_queue.py::test_eop_size_must_be_programmed)",
+    "reg-drop:GC.CP_HQD_EOP_CONTROL": "the power-on EOP_SIZE 6 (gc_11_0_0_default.h: 128 dwords) holds 16 of the "
+    "8-dword end-of-pipe records, and the CP keeps at most entries - 1 events in flight (kfd_mqd_manager_v11.c): "
+    "more RELEASE_MEMs than that wait for earlier events to retire (assumption: a full EOP buffer is flow "
+    "control, so a smaller one changes when the CP goes on, not what it writes): a dropped write works on the "
+    "card too, also for the workload's 17 launches queued without a wait between them (a size too small for one event "
+    "hangs: tests/amdrv/test_queue.py::test_eop_size_must_be_programmed)",
     "reg-*:GC.SDMA[01]_FREEZE": "the freeze before sdma_v6_0_soft_reset's GRBM reset stops the engine at a packet "
     "boundary; the ring is disabled and the F32 halted by then, and the reset clears FREEZE (assumption: an "
     "engine reset without the freeze, or with other FREEZE bits, comes up the same)",
@@ -1368,11 +1446,11 @@ EXPECTED = {
     "defaults); inverted it is caught",
     "reg-*:NBIO.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL": "nothing writes the remapped HDP_REG flush page (hdp_v6_0 "
     "flushes through the MEM page only)",
-    "reg-*:GC.SDMA[01]_QUEUE0_IB_CNTL": "the workload submits no SDMA indirect buffer (INDIRECT without "
-    "IB_ENABLE hangs: tests/gpusim/test_sdma_queue.py)",
+    "reg-*:GC.SDMA0_QUEUE0_IB_CNTL": "hcq's copy queue (engine 0) submits no SDMA indirect buffer (INDIRECT without "
+    "IB_ENABLE hangs: tests/gpusim/test_sdma_queue.py; SDMA1's, whose queue runs one in the workload, is caught)",
     "reg-flip:GC.SDMA[01]_QUEUE0_PREEMPT": "IB_PREEMPT 1 preempts the indirect buffer the engine runs "
-    "(sdma_v6_0_ring_preempt_ib); the workload submits no SDMA IB, and the write comes with the engine halted "
-    "before its GRBM soft reset (sdma_v6_0_soft_reset; assumption: the reset clears the request)",
+    "(sdma_v6_0_ring_preempt_ib); the write comes with the engine halted before its GRBM soft reset "
+    "(sdma_v6_0_soft_reset), when no IB runs (assumption: the reset clears the request)",
     "reg-flip:GC.SDMA[01]_SEM_WAIT_FAIL_TIMER_CNTL": "the time the engine waits on a semaphore before failing it "
     "(sdma_v6_0_gfx_resume writes 0); the workload's SDMA queues use no semaphore packet",
     "reg-flip:GC.CP_MEC_DOORBELL_RANGE_UPPER": "inverted, the upper bound only grows (0x450 becomes 0xBAC within "
@@ -1383,10 +1461,9 @@ EXPECTED = {
     "test_cp.py::test_flat_lds_and_private_follow_the_vmids_sh_mem_bases)",
     "pkt-zero:PM4.SET_SH_REG.COMPUTE_PGM_RSRC3": "the workload's kernel descriptors hold 0 there (clang-15 for "
     "gfx1100): the driver writes 0 already",
-    "reg-drop:GC.SDMA1_QUEUE0_RB_CNTL": "the workload never uses SDMA1's ring: the writes stop a disabled ring",
     "reg-drop:GC.SDMA0_QUEUE0_RB_[RW]PTR_HI": "the driver zeroes what holds 0 (the 64-bit byte pointers never "
     "pass 4 GiB)",
-    "reg-drop:GC.SDMA0_QUEUE0_MINOR_PTR_UPDATE": "the whole bracket dropped: the ring is disabled while its "
+    "reg-drop:GC.SDMA[01]_QUEUE0_MINOR_PTR_UPDATE": "the whole bracket dropped: the ring is disabled while its "
     "pointers are written (assumption: what MINOR_PTR_UPDATE holds back is read from sdma_v6_0_gfx_resume's "
     "comment; the clear alone dropped is caught: tests/amdrv/test_sdma_regs.py)",
     "reg-flip:NBIO.REMAP_HDP_MEM_FLUSH_CNTL_page": "any write to the remapped HDP_MEM_FLUSH_CNTL flushes "
@@ -1421,9 +1498,10 @@ EXPECTED = {
     "reg-drop:GC.CP_VMID_RESET": "gfx_v11_0_soft_reset writes 0xFFFFFFFE: RESET_REQUEST for VMIDs 1-15 (bit 0, "
     "VMID 0, clear); every queue and wave of this driver runs in VMID 0, so there is nothing for it to reset, "
     "and the driver's wait for it to read 0 passes when it was never written",
-    "reg-drop:GC.SPI_COMPUTE_QUEUE_RESET": "the SPI reset of each queue's waves (gfx_v11_0_soft_reset) has none to "
-    "reset in the workload: its compute hang (an unknown PM4 opcode) leaves no wave in flight, and the GRBM "
-    "soft reset that follows includes SOFT_RESET_GFX (assumption: that reset covers the SPI)",
+    "reg-drop:GC.SPI_COMPUTE_QUEUE_RESET": "gfx_v11_0_soft_reset writes it for each queue right after "
+    "CP_HQD_DEQUEUE_REQUEST 2 (RESET_WAVES), and the GRBM soft reset that follows includes SOFT_RESET_GFX: the "
+    "halted wave resident at the workload's second recover is gone either way (assumption: the dequeue's wave "
+    "reset and the GFX reset each clear the queue's waves, the SPI reset adding nothing the driver sees)",
     "reg-drop:GC.CP_SOFT_RESET_CNTL": "CMP_HQD_REG_RESET (gfx_v11_0_soft_reset) resets the compute HQD registers; "
     "recover() then writes every HQD register the CP uses for each queue it sets up again (gfx_v11_0_kiq_init_"
     "register's list, the pointers zeroed too), and the other HQDs were never activated (assumption: the bit "
@@ -1532,12 +1610,6 @@ CAUGHT_BY_TESTS = {
     "smu_v13_0_0_mode1_reset) after a mode1 reset and the PCI core waits after a platform reset, while "
     "psp_v13_0_wait_for_bootloader allows the bootloader 1 s)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
-    "reg-drop:GC.SQ_IND_INDEX": "tests/hcq/test_am_waves.py::test_a_driver_that_never_writes_sq_ind_index_cannot_"
-    "name_the_instruction (the driver reads wave state only for a hang with waves resident; the workload's "
-    "hangs leave none)",
-    "reg-drop:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_queue_without_its_pq_control_wraps_at_"
-    "the_power_on_ring_size (the power-on QUEUE_SIZE 9 is a 1024-dword ring; no queue of the workload passes "
-    "1024 dwords between its set-ups)",
     "step:vbios-reserved-ignored": "tests/amdrv/test_vbios.py::test_a_driver_that_ignores_the_vbios_fails_where_the_"
     "firmware_keeps_more (the workload's board keeps 8 MiB, which the boot region below a fixed 64 KiB does not "
     "reach with what it uses: right on such a card too)",
@@ -1545,7 +1617,9 @@ CAUGHT_BY_TESTS = {
     "(the boot-time write-back slot in VRAM; in the workload hcq moves the write-back to its signal page, whose "
     "address has low 32 bits 0, before any IV comes)",
     "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32": "tests/amdrv/test_gmc.py::test_without_the_fault_"
-    "default_address_a_fault_reaches_no_memory[MM] (with HI32; the workload has no MMHUB-client fault)",
+    "default_address_a_fault_reaches_no_memory[MM] (with HI32; the workload has no MMHUB-client fault: of the "
+    "MMHUB's clients (mmhub_client_ids_v3_0_0: MP0, MP1, OSSSYS, HDP, VCN, JPEG, LSDMA, display) the driver "
+    "drives the PSP, the SMU and the IH, each given only addresses it mapped, so no driver step faults there)",
     "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_CNTL": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_fault_setting_"
     "loses_the_default_page (the workload has no MMHUB-client fault)",
     "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_*": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_"
