@@ -21,7 +21,8 @@ fini and the cold boot behind a mode1 reset it leads to, with a kernel again, an
 interrupts through the IH), fini; a fresh GPU whose cold boot dies in the PSP bootloader and the boot behind
 the platform (PCI) reset that then needs, with a kernel and fini; the SMU firmware stopped after that fini
 while the boot state still says clean (the next boot must be cold), with a kernel and fini; last, a second board whose
-PSP reports no SCPM boots and runs a kernel (the driver sends the SMU's allowed-features mask there). The
+PSP reports no SCPM boots (the driver sends the SMU's allowed-features mask there), has an SDMA write fault
+read from the IH ring through the AM driver's own API before hcq takes it, and runs a kernel. The
 OUTCOME of a run is what a user of the driver can observe: per phase
 the boot kind, the hashes of the output buffers, the exceptions raised (type and message with the numbers
 taken out), and whether the fault was reported. A mutation is CAUGHT when the outcome differs from the
@@ -342,6 +343,7 @@ class Workload:
         from amdrv.queue import Fence, HostBuffer, SDMAQueue
         q = SDMAQueue(gpu, engine=1, ring_size=4096)
         host, vram = HostBuffer(gpu, 5 * 4096), self.dev.alloc(8192)
+        self.kept = [q, host]     # alive until the run ends: recover() and fini act on the queue deterministically
         data = self.rng.integers(0, 256, 6000, dtype=np.uint8).tobytes()
         host.view[4096:4096 + len(data)] = data
         ib = S.SDMABuilder()
@@ -596,16 +598,50 @@ class Workload:
         self._open(phase)
         self.note(phase, self.dev.gpu.boot_report.reason)
 
+    def am_alone(self, phase: str, gpu) -> None:
+        """The AM driver's own API before hcq takes the GPU (amdrv.queue, amdrv.ip.ih): on SDMA0, a copy run
+        from an indirect buffer and a write where nothing is mapped, then the IH ring read for its fault. Until hcq moves it, the IH writes its write
+        pointer back to the slot ih_v6_0_irq_init gives it (IH_RB_WPTR_ADDR_LO/HI), and the driver reads the
+        ring up to that write-back (ih_v6_0_get_wptr): a lost address loses the IV, while the hub's latch
+        still holds the fault (tests/amdrv/test_ih.py)."""
+        from amdrv import sdma_packets as S
+        from amdrv.queue import Fence, HostBuffer, SDMAQueue
+        q, host = SDMAQueue(gpu, engine=0, ring_size=4096), HostBuffer(gpu, 3 * 4096)
+        self.kept = [q, host]     # alive until the run ends: fini acts on the queue deterministically
+        done = Fence(host, 0)
+        data = self.rng.integers(0, 256, 3000, dtype=self.np.uint8).tobytes()
+        host.view[4096:4096 + len(data)] = data
+        ib = S.SDMABuilder()     # a copy from an indirect buffer: SDMA0's IB_CNTL.IB_ENABLE (hcq submits no IB)
+        ib.copy(host.va + 8192 + 4, host.va + 4096, len(data))
+        ib.nop((-len(ib)) % 8)
+        host.view[64:64 + 4 * len(ib)] = ib.buf.tobytes()
+        b = S.SDMABuilder()
+        b.nop((2 - q.wptr) & 7)           # the INDIRECT packet ends on an 8-dword boundary (sdma_v6_0_ring_emit_ib)
+        b.indirect(host.va + 64, len(ib))
+        b.write(BAD, 1)
+        b.fence(done.va, 1)
+        q.submit(b.buf)
+        ih_wptr, t_end, n = gpu.dev.reg("OSSSYS").IH_RB_WPTR.read, time.perf_counter() + 0.5, 0
+        while done.value < 1 and (n < 300 or time.perf_counter() < t_end):
+            ih_wptr()           # a register read: lets the stepped simulator run
+            n += 1
+        faults = [f for f in map(gpu.gmc.fault_from_iv, gpu.ih.poll()) if f is not None]
+        latched = gpu.gmc.decode_fault("GC")          # fault_from_iv re-armed it for an IV's fault
+        got = bytes(host.view[8192 + 4:8192 + 4 + len(data)])
+        self.note(phase, f"AM alone: fence {done.value}, copy {'right' if got == data else 'wrong'}, {len(faults)} "
+                         f"fault(s) on the IH ring, {'one more' if latched else 'none'} latched")
+
     def no_scpm(self, phase: str) -> None:
         """A second board whose PSP runtime database reports no SCPM (gpusim board setting): the driver must
         send SetAllowedFeaturesMask itself, or the PMFW enables no feature (tests/amdrv/test_smu.py)."""
         from amdrv.am import AMGPU
         from amdrv.hcq import AMHCQDevice
         from pcie import open_function
-        self.dev = AMHCQDevice(AMGPU.open(open_function("sim", "navi31", fresh=True, slot=SLOT_NO_SCPM, scpm=False)),
-                               "am:sim#no-scpm")
+        gpu = AMGPU.open(open_function("sim", "navi31", fresh=True, slot=SLOT_NO_SCPM, scpm=False))
+        self.note(phase, f"{gpu.boot_report.kind} boot, SMU features {gpu.smu.enabled_features():#x}")
+        self.am_alone(phase, gpu)
+        self.dev = AMHCQDevice(gpu, "am:sim#no-scpm")
         self.dev.default_timeout = KERNEL_TIMEOUT
-        self.note(phase, f"{self.dev.gpu.boot_report.kind} boot, SMU features {self.dev.gpu.smu.enabled_features():#x}")
         self.one_kernel(phase)
         self.fini(phase)
 
@@ -1446,8 +1482,6 @@ EXPECTED = {
     "defaults); inverted it is caught",
     "reg-*:NBIO.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL": "nothing writes the remapped HDP_REG flush page (hdp_v6_0 "
     "flushes through the MEM page only)",
-    "reg-*:GC.SDMA0_QUEUE0_IB_CNTL": "hcq's copy queue (engine 0) submits no SDMA indirect buffer (INDIRECT without "
-    "IB_ENABLE hangs: tests/gpusim/test_sdma_queue.py; SDMA1's, whose queue runs one in the workload, is caught)",
     "reg-flip:GC.SDMA[01]_QUEUE0_PREEMPT": "IB_PREEMPT 1 preempts the indirect buffer the engine runs "
     "(sdma_v6_0_ring_preempt_ib); the write comes with the engine halted before its GRBM soft reset "
     "(sdma_v6_0_soft_reset), when no IB runs (assumption: the reset clears the request)",
@@ -1613,9 +1647,6 @@ CAUGHT_BY_TESTS = {
     "step:vbios-reserved-ignored": "tests/amdrv/test_vbios.py::test_a_driver_that_ignores_the_vbios_fails_where_the_"
     "firmware_keeps_more (the workload's board keeps 8 MiB, which the boot region below a fixed 64 KiB does not "
     "reach with what it uses: right on such a card too)",
-    "reg-drop:OSSSYS.IH_RB_WPTR_ADDR_LO": "tests/amdrv/test_ih.py::test_a_dropped_ring_register_loses_the_fault "
-    "(the boot-time write-back slot in VRAM; in the workload hcq moves the write-back to its signal page, whose "
-    "address has low 32 bits 0, before any IV comes)",
     "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32": "tests/amdrv/test_gmc.py::test_without_the_fault_"
     "default_address_a_fault_reaches_no_memory[MM] (with HI32; the workload has no MMHUB-client fault: of the "
     "MMHUB's clients (mmhub_client_ids_v3_0_0: MP0, MP1, OSSSYS, HDP, VCN, JPEG, LSDMA, display) the driver "

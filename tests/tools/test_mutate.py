@@ -23,12 +23,15 @@ STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
 # boot decided from the clean flag alone is caught where the SMU stopped between runs (issue 17). Since the
 # register-drop round of issue 11: more than 1024 dwords through the compute ring (its size, CP_HQD_PQ_CONTROL),
 # a halted wave named from the SQ (SQ_IND_INDEX), SDMA1 running an indirect buffer (IB_CNTL.IB_ENABLE), the
-# timeline's value after SDMA copies (a fence written with the wrong value).
+# timeline's value after SDMA copies (a fence written with the wrong value), an SDMA fault read from the IH
+# ring through the AM driver's own API before hcq moves the IH's write-pointer write-back (after a copy from an
+# SDMA0 indirect buffer: SDMA0_QUEUE0_IB_CNTL is caught there, by the full run).
 LATER_PHASES = ["reg-drop:GC.SH_MEM_BASES", "step:cp-halts-on-fault", "step:recover-no-grbm-soft-reset-cp",
                 "reg-drop:GC.SDMA0_QUEUE0_RB_WPTR", "reg-drop:OSSSYS.IH_DOORBELL_RPTR", "step:no-gmc-fini",
                 "step:no-set-allowed-features-mask", "step:recover-no-sdma-soft-reset",
                 "step:warm-boot-ignores-stopped-firmware", "reg-drop:GC.CP_HQD_PQ_CONTROL",
-                "reg-drop:GC.SQ_IND_INDEX", "reg-drop:GC.SDMA1_QUEUE0_IB_CNTL", "pkt-flip:SDMA.FENCE.DATA"]
+                "reg-drop:GC.SQ_IND_INDEX", "reg-drop:GC.SDMA1_QUEUE0_IB_CNTL", "pkt-flip:SDMA.FENCE.DATA",
+                "reg-drop:OSSSYS.IH_RB_WPTR_ADDR_LO"]
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +82,7 @@ def test_baseline_is_deterministic_and_complete(rig):
     assert len(seen("sdma after recover")) == 4 and "in order, overflows 0" in out["ih ring wrap"]
     assert [w.split(":")[0] for w in seen("old addresses after warm boot")] == ["fault reported"] * 2
     assert out["board without scpm"] == "closed"
+    assert "AM alone: fence 1, copy right, 1 fault(s) on the IH ring, none latched" in seen("board without scpm")
     assert out["thermal alert"] == "thermal interrupts: above below"
     assert out["death in the bootloader"] == "died in the bootloader"
     assert seen("pci reset boot") == ["cold boot, SMU features 0x7ffffffffffff", "platform reset: bus"]
