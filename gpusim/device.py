@@ -33,7 +33,8 @@ publishes one (`<block>_default.h`, through the generated table's `power_on_valu
   `DMAError` (after recording it in `dev.errors`) when bus mastering is off or the address is not mapped:
   the caller decides what its engine does with a failed transfer (hang, error status).
 - `dev.post_interrupt(IVEntry(...))`: hands an interrupt to the IH model (`dev.ih_sink`); counted as
-  dropped when no IH model is attached.
+  dropped when no IH model is attached. `dev.send_msi()`: the function's MSI message (the IH raises it
+  after an IV); `dev.msi_sink` (the host side: the provider's eventfd) hears it, `dev.msis_sent` counts.
 - `dev.schedule(steps, fn, *args)`: run fn after `steps` clock steps. `dev.step(n)` advances; in the
   stepped mode (default, deterministic) a BAR5 read also steps once, so a driver polling a status
   register makes progress exactly as it would on hardware. `dev.start_async()` steps from a thread instead;
@@ -438,6 +439,7 @@ class Device:
         self.gfx_gate = None    # the SMU while GFXOFF may be on: GC register accesses ask it (gpusim.smu)
         self.interrupts_dropped = 0
         self.ih_sink = None          # set by the IH model: fn(IVEntry)
+        self.msis_sent = 0
         self.bus = None              # set when plugged into a gpusim.bus.Bus
         self.pci = None              # the config space (gpusim.pci.ConfigSpace), set by the board
         self.steps = 0
@@ -469,6 +471,7 @@ class Device:
         self._tables = {}
         self._addr_cache: dict[tuple, int] = {}
         self._steppers = [b for b in self.blocks.values() if hasattr(b, "step")]
+        self.msi_sink = None    # the host's end of the MSI (gpusim.provider: an eventfd); not saved
 
     # -- blocks ---------------------------------------------------------------------------------
     def add(self, block: Block) -> Block:
@@ -560,6 +563,18 @@ class Device:
             return
         self.ih_sink(entry)
 
+    def send_msi(self) -> None:
+        """The function's MSI: a memory write to the address the host gave the MSI capability, which only
+        a function with MSI Enable and Bus Master Enable set sends (PCI Local Bus spec 6.8.1: MSI is a
+        posted memory write; the command register's Bus Master Enable gates every upstream request)."""
+        pci = self.pci
+        if pci is None or not pci.msi_enabled or not pci.bus_master:
+            return
+        self.msis_sent += 1
+        sink = self.msi_sink
+        if sink is not None:
+            sink()
+
     def error(self, block: str, message: str) -> None:
         self.errors.append(SimError(self.steps, block, message))
 
@@ -625,13 +640,14 @@ class Device:
         if self._thread:
             raise RuntimeError(f"{self.chip}: stop_async() before saving the device")
         s = dict(self.__dict__)
-        for k in ("lock", "_thread", "_tables", "_addr_cache", "_steppers", "bus"):
+        for k in ("lock", "_thread", "_tables", "_addr_cache", "_steppers", "bus", "msi_sink"):
             s.pop(k, None)
         return s
 
     def __setstate__(self, s):
         self.__dict__.update(s)
         self.__dict__.setdefault("gfx_gate", None)    # a state file saved before GFXOFF was modeled
+        self.__dict__.setdefault("msis_sent", 0)
         self.bus = None
         self._init_runtime()
         self.regs.defaults = self._power_on_values()

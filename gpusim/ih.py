@@ -22,6 +22,11 @@ Facts, from ih_v6_0.c and amdgpu_ih.c (register fields from the generated osssys
   is told. With MSI off (the AM driver polls; MSI enable in the PCI MSI capability) it is on. Assumption: a
   dummy read that fails (a bus address no DMA mapping covers: an IOMMU fault on the host) leaves the entry
   unannounced, i.e. the write-pointer write-back is not done (recorded in dev.errors).
+- The interrupt (the MSI message, gpusim.device.send_msi) goes out after each entry is written and
+  announced, while IH_RB_CNTL.ENABLE_INTR is set (ih_v6_0_toggle_ring_interrupts sets it with RB_ENABLE:
+  the ring fills either way, only the host is not told). Assumptions: one MSI per entry, no coalescing
+  (IH_MSI_STORM_CTRL.DELAY and IH_RB_CNTL.RPTR_REARM, which amdgpu sets when MSI is on, are stored but not
+  modelled: how the IH paces or re-sends MSIs is not public).
 - IH_DOORBELL_RPTR.ENABLE/OFFSET (a dword doorbell index: ih_v6_0 uses doorbell_index.ih << 1): the driver
   may move rptr through that doorbell; the IH listens to every BAR2 doorbell dword NBIO routes and takes the
   one IH_DOORBELL_RPTR names while it is enabled.
@@ -171,3 +176,5 @@ class IH(Block):
             self.error(f"IV entry (client {entry.client_id}, src {entry.source_id}) not written: {e}")
             return
         self.delivered += 1
+        if self._field(cntl, "ENABLE_INTR"):
+            self.dev.send_msi()

@@ -144,6 +144,11 @@ class ConfigSpace:
         return bool(self.command & CMD_BUS_MASTER)
 
     @property
+    def msi_enabled(self) -> bool:
+        """MSI Enable, bit 0 of the MSI capability's message control (PCI Local Bus spec 6.8.1.3)."""
+        return bool(self.space[CAP_MSI + 2] & 1)
+
+    @property
     def memory_enabled(self) -> bool:
         return bool(self.command & CMD_MEMORY)
 

@@ -204,6 +204,7 @@ class SimFunction(PCIFunction):
         self._dma: set[SimDMABuffer] = set()
         self.async_clock = False
         self.closed = False
+        self._msi_fd: int | None = None
 
     def _config_check(self, offset: int, size: int) -> None:
         if size not in (1, 2, 4) or offset % size or not 0 <= offset <= 4096 - size:
@@ -234,6 +235,42 @@ class SimFunction(PCIFunction):
         self._dma.add(buf)
         return buf
 
+    @property
+    def msi_unavailable(self) -> str:
+        return ("the simulated GPU runs on the stepped clock (it moves only while the driver reads its "
+                "registers), so nothing would wake a driver blocked on an interrupt; open it with "
+                "async_clock=True for interrupts")
+
+    def enable_msi(self) -> int | None:
+        """As VFIO_DEVICE_SET_IRQS: MSI Enable set in the MSI capability (what pci_alloc_irq_vectors does for
+        vfio-pci) and an eventfd the device's MSI writes signal. None on the stepped clock (msi_unavailable)."""
+        if self.dev.stepped:
+            return None
+        if self._msi_fd is None:
+            fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+            def signal(fd=fd):
+                try:
+                    os.eventfd_write(fd, 1)
+                except OSError:     # closed by disable_msi while the device's clock thread sent one
+                    pass
+            with self.dev.lock:
+                cfg = self.dev.pci
+                cfg.write(pci.CAP_MSI + 2, 2, cfg.read(pci.CAP_MSI + 2, 2) | 1)
+                self.dev.msi_sink = signal
+            self._msi_fd = fd
+        return self._msi_fd
+
+    def disable_msi(self) -> None:
+        fd, self._msi_fd = self._msi_fd, None
+        if fd is None:
+            return
+        with self.dev.lock:
+            cfg = self.dev.pci
+            cfg.write(pci.CAP_MSI + 2, 2, cfg.read(pci.CAP_MSI + 2, 2) & ~1)
+            self.dev.msi_sink = None
+        os.close(fd)
+
     def reset_methods(self) -> tuple[str, ...]:
         """Linux offers FLR only when the function's PCIe Device Capabilities say so (pcie_has_flr:
         PCI_EXP_DEVCAP_FLR); this GPU's do not (gpusim.pci: DevCap 0; assumption, as retail Navi boards list
@@ -260,6 +297,7 @@ class SimFunction(PCIFunction):
         if _HELD.get(self.slot) is self:
             del _HELD[self.slot]
         self.closed = True
+        self.disable_msi()
         for buf in list(self._dma):
             buf.free()
         if self.async_clock or self.state is not None:

@@ -144,6 +144,19 @@ class PCIFunction(abc.ABC):
         space saved before and restored after, as the kernel does."""
         raise PCIError(f"{self.address}: this transport has no function reset")
 
+    # Why enable_msi() gives no eventfd on this transport: the driver polls, and says so.
+    msi_unavailable = "this transport delivers no interrupts to userspace"
+
+    def enable_msi(self) -> int | None:
+        """Routes the function's MSI (vector 0) to an eventfd and returns it: readable (a nonzero count,
+        read with os.eventfd_read) once the device has sent an interrupt since the last read. None where the
+        transport cannot deliver interrupts (`msi_unavailable` says why); the driver then polls. VFIO does
+        this with VFIO_DEVICE_SET_IRQS; the eventfd stays the function's until disable_msi() or close()."""
+        return None
+
+    def disable_msi(self) -> None:
+        """Undoes enable_msi(): the device's MSI is disabled and the eventfd closed."""
+
     def close(self) -> None:
         """Unmaps BARs, frees DMA memory and releases the device lock."""
 

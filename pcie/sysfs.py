@@ -57,6 +57,9 @@ class SysfsFunction(PCIFunction):
     must stay uncached. A later uncached access drains the CPU's write-combining buffers, so a doorbell
     write orders itself after the VRAM writes before it."""
 
+    msi_unavailable = ("sysfs resource files carry no interrupts (the kernel delivers a device's MSI only to "
+                       "a kernel driver, or through VFIO's eventfds: use the vfio provider)")
+
     def __init__(self, address: str, root: Path = SYSFS, lock_dir: Path | None = None,
                  wc_bars: tuple[int, ...] = (0,), pagemap: Path = PAGEMAP):
         self._dir = device_dir(address, root)

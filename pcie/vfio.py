@@ -42,6 +42,8 @@ VFIO_GROUP_UNSET_CONTAINER = _IO(VFIO_BASE + 5)
 VFIO_GROUP_GET_DEVICE_FD = _IO(VFIO_BASE + 6)
 VFIO_DEVICE_GET_INFO = _IO(VFIO_BASE + 7)
 VFIO_DEVICE_GET_REGION_INFO = _IO(VFIO_BASE + 8)
+VFIO_DEVICE_GET_IRQ_INFO = _IO(VFIO_BASE + 9)
+VFIO_DEVICE_SET_IRQS = _IO(VFIO_BASE + 10)
 VFIO_DEVICE_RESET = _IO(VFIO_BASE + 11)
 VFIO_IOMMU_GET_INFO = _IO(VFIO_BASE + 12)
 VFIO_IOMMU_MAP_DMA = _IO(VFIO_BASE + 13)
@@ -59,6 +61,11 @@ VFIO_REGION_INFO_FLAG_MMAP = 1 << 2
 VFIO_PCI_CONFIG_REGION_INDEX = 7  # enum: BAR0..BAR5 are 0..5, ROM 6, CONFIG 7
 VFIO_IOMMU_INFO_CAPS = 1 << 1
 VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE = 1
+VFIO_IRQ_INFO_EVENTFD = 1 << 0
+VFIO_IRQ_SET_DATA_NONE = 1 << 0
+VFIO_IRQ_SET_DATA_EVENTFD = 1 << 2
+VFIO_IRQ_SET_ACTION_TRIGGER = 1 << 5
+VFIO_PCI_MSI_IRQ_INDEX = 1        # enum: INTX 0, MSI 1, MSIX 2, ERR 3, REQ 4
 VFIO_DMA_MAP_FLAG_READ = 1 << 0
 VFIO_DMA_MAP_FLAG_WRITE = 1 << 1
 
@@ -72,8 +79,21 @@ IOVA_RANGE_CAP = struct.Struct("=II")           # nr_iovas, reserved (after the 
 IOVA_RANGE = struct.Struct("=QQ")               # start, end (inclusive)
 DMA_MAP = struct.Struct("=IIQQQ")               # argsz, flags, vaddr, iova, size
 DMA_UNMAP = struct.Struct("=IIQQ")              # argsz, flags, iova, size
+IRQ_INFO = struct.Struct("=IIII")               # argsz, flags, index, count
+IRQ_SET = struct.Struct("=IIIII")               # argsz, flags, index, start, count; then data[]
 
 DMA_ALIGN = 2 << 20  # IOVAs on 2 MiB boundaries let the IOMMU use large pages where the memory allows
+
+
+def irq_set(index: int, eventfds: list[int] | None) -> bytes:
+    """A struct vfio_irq_set for VFIO_DEVICE_SET_IRQS, ACTION_TRIGGER on vectors 0.. of `index`: with
+    eventfds, each vector signals its eventfd (DATA_EVENTFD, an s32 per vector in data[]); None disables
+    the index (DATA_NONE with count 0, which vfio.h says tears down all of its interrupts)."""
+    if eventfds is None:
+        return IRQ_SET.pack(IRQ_SET.size, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, index, 0, 0)
+    data = struct.pack(f"={len(eventfds)}i", *eventfds)
+    return IRQ_SET.pack(IRQ_SET.size + len(data), VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                        index, 0, len(eventfds)) + data
 
 
 def bind_instructions(address: str, driver: str | None) -> str:
@@ -194,6 +214,7 @@ class VFIOFunction(PCIFunction):
         self._fds: list[int] = []
         self._bars: dict[int, BAR] = {}
         self._dma: set[VFIODMABuffer] = set()
+        self._msi_fd: int | None = None
         if info.driver != "vfio-pci":
             now = f"bound to {info.driver}" if info.driver else "not bound to any driver"
             raise PCIError(f"{self.address} is {now}, not vfio-pci; {bind_instructions(self.address, info.driver)}")
@@ -334,6 +355,41 @@ class VFIOFunction(PCIFunction):
         self._dma.add(buf)
         return buf
 
+    # -- interrupts
+
+    msi_unavailable = "vfio-pci reports no MSI vector with eventfd signalling for this device"
+
+    def enable_msi(self) -> int | None:
+        """MSI vector 0 signals a new eventfd (VFIO_DEVICE_SET_IRQS on VFIO_PCI_MSI_IRQ_INDEX: vfio-pci
+        enables MSI on the device, as pci_alloc_irq_vectors would, and its handler signals the eventfd).
+        None when VFIO_DEVICE_GET_IRQ_INFO reports no MSI vector that signals through an eventfd."""
+        if self._msi_fd is not None:
+            return self._msi_fd
+        info = bytearray(IRQ_INFO.pack(IRQ_INFO.size, 0, VFIO_PCI_MSI_IRQ_INDEX, 0))
+        self._ioctl(self._device, VFIO_DEVICE_GET_IRQ_INFO, info, "VFIO_DEVICE_GET_IRQ_INFO(MSI)")
+        _, flags, _, count = IRQ_INFO.unpack(info)
+        if count < 1 or not flags & VFIO_IRQ_INFO_EVENTFD:
+            return None
+        fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            self._ioctl(self._device, VFIO_DEVICE_SET_IRQS, bytearray(irq_set(VFIO_PCI_MSI_IRQ_INDEX, [fd])),
+                        "VFIO_DEVICE_SET_IRQS(MSI, eventfd)")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._msi_fd = fd
+        return fd
+
+    def disable_msi(self) -> None:
+        fd, self._msi_fd = self._msi_fd, None
+        if fd is None:
+            return
+        try:
+            self._ioctl(self._device, VFIO_DEVICE_SET_IRQS, bytearray(irq_set(VFIO_PCI_MSI_IRQ_INDEX, None)),
+                        "VFIO_DEVICE_SET_IRQS(MSI, none)")
+        finally:
+            os.close(fd)
+
     # -- reset and life cycle
 
     def reset_methods(self) -> tuple[str, ...]:
@@ -345,6 +401,11 @@ class VFIOFunction(PCIFunction):
         self._ioctl(self._device, VFIO_DEVICE_RESET, 0, "VFIO_DEVICE_RESET")
 
     def close(self) -> None:
+        if getattr(self, "_msi_fd", None) is not None:
+            try:
+                self.disable_msi()
+            except PCIError:
+                pass    # closing the device fd below releases its interrupts too (vfio-pci's release)
         for buf in list(self._dma):
             buf.free()
         for b in self._bars.values():

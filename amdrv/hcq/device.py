@@ -9,7 +9,7 @@ import warnings
 import weakref
 from array import array
 
-from amdrv import device_spec, monitor
+from amdrv import device_spec, irq, monitor
 from amdrv.am import AMGPU
 from amdrv.memory import VRAMExhausted, fmt_size
 from amdrv.pagetable import MTYPE_UC
@@ -176,6 +176,9 @@ class AMHCQDevice(GraphBuilder, Device):
         self._ih_lock = threading.Lock()
         self._iv_backlog: list = []
         self.thermal = monitor.ThermalState()
+        # Waits block on the GPU's interrupts where the transport delivers them (VFIO's MSI eventfd; the
+        # simulator on its own clock), else poll; `wait_mode` says which and why (amdrv.irq)
+        self.irq, self.wait_mode = irq.Interrupts.enable(gpu, self.compute, self.sdma)
         lock = monitor.lock_path_of(gpu.dev.pci)
         self.publisher = None
         if lock is not None and self.coherent:
@@ -187,7 +190,7 @@ class AMHCQDevice(GraphBuilder, Device):
     def _published(self) -> dict:
         with self._ih_lock:
             for iv in self.gpu.ih.poll():
-                if not self.thermal.handle(self.gpu.smu, iv):
+                if not self.thermal.handle(self.gpu.smu, iv) and not irq.is_fence_interrupt(iv):
                     self._iv_backlog.append(iv)
         return {"gfxoff_allowed": self.gfxoff.allowed, "idle_s": self.gfxoff.delay_s,
                 "thermal_alert": self.thermal.published()}
@@ -467,6 +470,8 @@ class AMHCQDevice(GraphBuilder, Device):
     def _wait(self, signal: Signal, value: int, timeout: float, pull_from: int = BOUNCE) -> None:
         self._open_check(f"wait on {signal.name}")
         t_end = time.perf_counter() + timeout
+        if self.irq is not None:
+            return self._wait_irq(signal, value, timeout, t_end)
         mem, poll = signal.mem, self._poll_reg
         if not self.coherent:  # one read of the signals in use (from pull_from on) per poll, no register read
             dma, end = self._signal_pages[0][0], PAGE - len(self._free_signals) * SIGNAL_BYTES
@@ -489,6 +494,34 @@ class AMHCQDevice(GraphBuilder, Device):
         self._check_faults(done=True)
         if self.publisher is not None and self.publisher.inline:
             self.publisher.tick()
+
+    def _wait_irq(self, signal: Signal, value: int, timeout: float, t_end: float) -> None:
+        """_wait blocked on the MSI eventfd (amdrv.irq): each interrupt, or every WAVE_CHECK_AFTER without
+        one, the fence, the IH (faults, thermal alerts), the waves and the timeout are checked as a polled
+        wait checks them. A fence found done with no interrupt since the last check is amdgpu's fence
+        fallback: said once per wait (InterruptLost), and counted."""
+        mem, waits = signal.mem, self.irq
+        t_waves = time.perf_counter() + WAVE_CHECK_AFTER
+        while mem[0] < value:
+            now = time.perf_counter()
+            woke = waits.wait(min(t_end, t_waves) - now)
+            if mem[0] >= value:
+                if not woke and not waits.wait(irq.LATE_IRQ_S):
+                    waits.fallbacks += 1
+                    warnings.warn(f"{self.name}: {signal.name} reached {value} with no interrupt in "
+                                  f"{time.perf_counter() - now:.2f} s (found by the fallback check): the "
+                                  "interrupt was lost or its source is off; waits take that long until it "
+                                  "comes back", irq.InterruptLost, stacklevel=3)
+                break
+            self._check_faults()
+            now = time.perf_counter()
+            if now > t_waves:
+                t_waves = now + WAVE_CHECK_AFTER
+                if self._wave_halted():
+                    raise HCQFault(self._hang_report(signal, value, timeout, "a shader wave halted"))
+            if now > t_end:
+                raise HCQTimeout(self._hang_report(signal, value, timeout))
+        self._check_faults(done=True)
 
     def _check_faults(self, done: bool = False) -> None:
         gmc = self.gpu.gmc
@@ -589,6 +622,8 @@ class AMHCQDevice(GraphBuilder, Device):
             backlog, self._iv_backlog = self._iv_backlog, []     # publisher's thread set aside first
             faults = [str(f) for f in map(self.gpu.gmc.fault_from_iv, backlog) if f is not None]
             faults += self.gpu.recover()
+            if self.irq is not None:     # the reset's engines come back with their interrupts off
+                self.irq.sources(True)
         self.timeline.value = self.timeline_value
         self.arena.at, self.arena.fence = 0, 0
         return faults
@@ -703,6 +738,8 @@ class AMHCQDevice(GraphBuilder, Device):
         if self.publisher is not None:
             self.publisher.stop()
         self.gfxoff.stop()                  # fini halts GFX: it must be powered, and stay so
+        if self.irq is not None:
+            self.irq.disable()
         self.gpu.ih.move_wptr_writeback()   # back to VRAM: the signal page goes with this device
         self.gpu.fini()
 

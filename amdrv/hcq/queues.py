@@ -23,6 +23,8 @@ def _template(build) -> tuple[array, int]:
 
 _C_WAIT = _template(lambda b: pm4.PM4(b).wait_reg_mem(0, 0))
 _C_SIGNAL = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_64))
+# the same asking for the end-of-pipe interrupt, on a device that waits on interrupts (amdrv.irq)
+_C_SIGNAL_INT = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_64, interrupt=True))
 _C_STAMP = _template(lambda b: pm4.PM4(b).release_mem(0, 0, data_sel=pm4.DATA_GPU_CLOCK))
 
 
@@ -84,7 +86,7 @@ class AMComputeQueue(_AMQueue):
         return self._put("wait", _C_WAIT, signal.va, value & _M32)
 
     def signal(self, signal: Signal, value: int) -> int:
-        return self._put("signal", _C_SIGNAL, signal.va, value)
+        return self._put("signal", _C_SIGNAL if self.dev.irq is None else _C_SIGNAL_INT, signal.va, value)
 
     def timestamp(self, signal: Signal) -> int:
         return self._put("timestamp", _C_STAMP, signal.va + 8, None)
@@ -175,7 +177,10 @@ class AMCopyQueue(_AMQueue):
         return self._add("wait", self.b.poll_mem(signal.va, value & _M32))
 
     def signal(self, signal: Signal, value: int) -> int:
-        return self._add("signal", self.b.fence(signal.va, value, bits64=True))
+        i = self._add("signal", self.b.fence(signal.va, value, bits64=True))
+        if self.dev.irq is not None:    # sdma_v6_0_ring_emit_fence: a TRAP after the fence (amdrv.irq)
+            self.b.trap(0)
+        return i
 
     def timestamp(self, signal: Signal) -> int:
         return self._add("timestamp", self.b.timestamp(signal.va + 8))

@@ -24,7 +24,8 @@ Facts (drivers/gpu/drm/amd/amdgpu: ih_v6_0.c, amdgpu_ih.c, nbio_v4_3.c):
 The AM driver keeps the ring in VRAM (boot region) and gives the IH its MC address (MC_SPACE 4, reached
 through the MMHUB's FB aperture): no page table is needed, and a warm boot finds it at the same place.
 amdgpu uses a GTT ring; nbio_v4_3's note says IH_REQ_NONSNOOP_EN=1 for a ring in non-cacheable memory
-such as VRAM, so that is set and MC_SNOOP is not. There is no MSI: the driver polls.
+such as VRAM, so that is set and MC_SNOOP is not. The ring is read when the driver asks (poll); where the
+transport delivers MSI, amdrv.irq lets waits sleep until the IH's interrupt and sets RPTR_REARM then.
 """
 from __future__ import annotations
 
@@ -40,9 +41,11 @@ RING_SIZE = 256 << 10     # ih_v6_0_sw_init
 MC_SPACE_GPU = 4
 CLIENT_NAMES = {getattr(IHIDS, n): n[len("SOC21_IH_CLIENTID_"):] for n in IHIDS.ENUMS["soc21_ih_clientid"]
                 if n != "SOC21_IH_CLIENTID_MAX"}
-SRC_NAMES = {  # by client: the source ids the gfx11 and VMC headers name
-    IHIDS.SOC21_IH_CLIENTID_GFX: {v: n[len("GFX_11_0_0__SRCID__"):] for n, v in vars(IHIDS).items()
-                                  if n.startswith("GFX_11_0_0__SRCID__")},
+_GFX11_SOURCES = {v: n[len("GFX_11_0_0__SRCID__"):] for n, v in vars(IHIDS).items()
+                  if n.startswith("GFX_11_0_0__SRCID__")}
+SRC_NAMES = {  # by client: the source ids the gfx11 and VMC headers name (gfx_v11_0_sw_init registers the
+    IHIDS.SOC21_IH_CLIENTID_GFX: _GFX11_SOURCES,     # CP's under GRBM_CP, SDMA's traps under GFX)
+    IHIDS.SOC21_IH_CLIENTID_GRBM_CP: _GFX11_SOURCES,
     IHIDS.SOC21_IH_CLIENTID_VMC: {IHIDS.VMC_1_0__SRCID__VM_FAULT: "VM_FAULT"},
 }
 

@@ -194,6 +194,10 @@ class WindowBuffer(DMABuffer):
 
 
 class USBFunction(PCIFunction):
+    # assumption: no public documentation of the bridges says how (or whether) a GPU's MSI write could
+    # become a USB event the host can wait on; the transport does not use one
+    msi_unavailable = "the USB bridge delivers no interrupts to the host"
+
     def __init__(self, dev, timeout_ms: int = 1000, lock_dir=None):
         super().__init__(f"usb:{name_of(dev)}")
         self._lock = DeviceLock(self.address, lock_dir)     # one driver process per bridge

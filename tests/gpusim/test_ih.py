@@ -206,3 +206,50 @@ def test_with_msi_enabled_there_is_no_dummy_read(sim):
     dev.pci.write(CAP_MSI + 2, 2, dev.pci.read(CAP_MSI + 2, 2) | 1)
     dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_VMC, 0))
     assert struct.unpack_from("<I", mem, RING)[0] == 32
+
+
+def test_msi_after_each_entry_only_with_enable_intr_msi_enable_and_bus_master(sim):
+    """ih_v6_0_toggle_ring_interrupts: ENABLE_INTR tells the host; the MSI capability's MSI Enable and the
+    command register's Bus Master Enable gate the MSI write (PCI spec); the ring fills regardless."""
+    dev, mem, bus = sim
+    enable(dev, bus, bus + RING)
+    heard = []
+    dev.msi_sink = lambda: heard.append(dev.blocks["IH"].wptr)
+    cntl = dev.table("OSSSYS")["IH_RB_CNTL"]
+    iv = lambda: dev.post_interrupt(IVEntry(IDS.SOC21_IH_CLIENTID_GRBM_CP, 181))  # noqa: E731
+    iv()                                           # ENABLE_INTR 0: written, nobody told
+    assert dev.blocks["IH"].delivered == 1 and heard == [] and dev.msis_sent == 0
+    w(dev, "IH_RB_CNTL", r(dev, "IH_RB_CNTL") | cntl.encode(ENABLE_INTR=1))
+    iv()                                           # MSI Enable clear (the function uses INTx): no MSI
+    assert heard == []
+    dev.pci.write(0xA2, 2, dev.pci.read(0xA2, 2) | 1)
+    iv()
+    assert heard == [96] and dev.msis_sent == 1    # after the third entry is in the ring: wptr past it
+    dev.pci.write(0x04, 2, dev.pci.command & ~0x4)
+    dev.send_msi()                                 # bus mastering off: no MSI write leaves the function
+    assert heard == [96] and dev.msis_sent == 1
+
+
+def test_sim_function_msi_eventfd_needs_the_async_clock():
+    import os
+    import pcie
+    fn = pcie.open_function("sim", "navi31", fresh=True)
+    try:
+        assert fn.enable_msi() is None and "stepped clock" in fn.msi_unavailable
+        assert not fn.dev.pci.msi_enabled
+        fn.dev.start_async()
+        fn.async_clock = True
+        fd = fn.enable_msi()
+        assert fd is not None and fn.enable_msi() == fd and fn.dev.pci.msi_enabled   # as vfio-pci enables it
+        fn.dev.pci.write(0x04, 2, fn.dev.pci.command | 0x4)
+        with pytest.raises(BlockingIOError):
+            os.eventfd_read(fd)
+        fn.dev.send_msi()
+        fn.dev.send_msi()
+        assert os.eventfd_read(fd) == 2
+        fn.disable_msi()
+        assert not fn.dev.pci.msi_enabled and fn.dev.msi_sink is None
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    finally:
+        fn.close()

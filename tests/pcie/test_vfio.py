@@ -25,7 +25,9 @@ CONSTANTS = ["VFIO_GET_API_VERSION", "VFIO_CHECK_EXTENSION", "VFIO_SET_IOMMU", "
              "VFIO_TYPE1v2_IOMMU", "VFIO_GROUP_FLAGS_VIABLE", "VFIO_DEVICE_FLAGS_RESET", "VFIO_DEVICE_FLAGS_PCI",
              "VFIO_REGION_INFO_FLAG_READ", "VFIO_REGION_INFO_FLAG_WRITE", "VFIO_REGION_INFO_FLAG_MMAP",
              "VFIO_PCI_CONFIG_REGION_INDEX", "VFIO_IOMMU_INFO_CAPS", "VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE",
-             "VFIO_DMA_MAP_FLAG_READ", "VFIO_DMA_MAP_FLAG_WRITE"]
+             "VFIO_DMA_MAP_FLAG_READ", "VFIO_DMA_MAP_FLAG_WRITE", "VFIO_DEVICE_GET_IRQ_INFO", "VFIO_DEVICE_SET_IRQS",
+             "VFIO_IRQ_INFO_EVENTFD", "VFIO_IRQ_SET_DATA_NONE", "VFIO_IRQ_SET_DATA_EVENTFD",
+             "VFIO_IRQ_SET_ACTION_TRIGGER", "VFIO_PCI_MSI_IRQ_INDEX"]
 # Python struct -> (C struct, its fields in order).
 STRUCTS = {
     "GROUP_STATUS": ("vfio_group_status", ["argsz", "flags"]),
@@ -36,6 +38,8 @@ STRUCTS = {
     "IOVA_RANGE": ("vfio_iova_range", ["start", "end"]),
     "DMA_MAP": ("vfio_iommu_type1_dma_map", ["argsz", "flags", "vaddr", "iova", "size"]),
     "DMA_UNMAP": ("vfio_iommu_type1_dma_unmap", ["argsz", "flags", "iova", "size"]),
+    "IRQ_INFO": ("vfio_irq_info", ["argsz", "flags", "index", "count"]),
+    "IRQ_SET": ("vfio_irq_set", ["argsz", "flags", "index", "start", "count"]),   # then data[]
 }
 
 
@@ -208,6 +212,7 @@ class FakeVFIOKernel:
             f.write(struct.pack("<HH", 0x1002, 0x744C) + bytes(4092))
         self.maps, self.unmaps, self.calls, self.viable, self.reset_flag = {}, [], [], True, True
         self.memory_seen = {}
+        self.msi_flags, self.msi_count, self.irq_sets, self.msi_eventfds = vfio.VFIO_IRQ_INFO_EVENTFD, 1, [], []
 
     def _which(self, fd):
         return os.readlink(f"/proc/self/fd/{fd}")
@@ -263,6 +268,19 @@ class FakeVFIOKernel:
             self.unmaps.append(iova)
             return arg
         if name == "VFIO_DEVICE_RESET":
+            return 0
+        if name == "VFIO_DEVICE_GET_IRQ_INFO":
+            argsz, _, index, _ = vfio.IRQ_INFO.unpack(arg)
+            assert argsz == 16 and index == vfio.VFIO_PCI_MSI_IRQ_INDEX
+            struct.pack_into("=II", arg, 4, self.msi_flags, index)
+            struct.pack_into("=I", arg, 12, self.msi_count)
+            return 0
+        if name == "VFIO_DEVICE_SET_IRQS":
+            argsz, flags, index, start, count = vfio.IRQ_SET.unpack_from(arg)
+            assert argsz == len(arg) and index == vfio.VFIO_PCI_MSI_IRQ_INDEX and start == 0
+            fds = list(struct.unpack_from(f"={count}i", arg, vfio.IRQ_SET.size))
+            self.irq_sets.append((flags, fds))
+            self.msi_eventfds = fds     # vfio-pci signals these from its MSI handler
             return 0
         raise AssertionError(name)
 
@@ -364,3 +382,36 @@ def test_map_dma_failure_mentions_memlock(fake_kernel, fake_sysfs, lock_dir, mon
             f.alloc_dma(100)
         monkeypatch.setattr(fcntl, "ioctl", real)
         assert f.alloc_dma(100).bus_address() == DMA_ALIGN  # the failed IOVA went back
+
+
+def test_irq_set_packing():
+    """struct vfio_irq_set: argsz covers data[]; DATA_EVENTFD | ACTION_TRIGGER with an s32 eventfd per
+    vector from `start`; DATA_NONE | ACTION_TRIGGER with count 0 disables the index (vfio.h)."""
+    on = vfio.irq_set(vfio.VFIO_PCI_MSI_IRQ_INDEX, [7])
+    assert on == struct.pack("=IIIIIi", 24, (1 << 2) | (1 << 5), 1, 0, 1, 7)
+    assert vfio.irq_set(2, [3, -1]) == struct.pack("=IIIIIii", 28, 0x24, 2, 0, 2, 3, -1)
+    assert vfio.irq_set(vfio.VFIO_PCI_MSI_IRQ_INDEX, None) == struct.pack("=IIIII", 20, (1 << 0) | (1 << 5), 1, 0, 0)
+    assert vfio.VFIO_DEVICE_SET_IRQS == 0x3B6E and vfio.VFIO_DEVICE_GET_IRQ_INFO == 0x3B6D
+
+
+def test_enable_msi_routes_vector_0_to_an_eventfd(fake_kernel, fake_sysfs, lock_dir):
+    k = fake_kernel
+    f = VFIOFunction(ADDR, root=fake_sysfs.root, dev=k.dev, lock_dir=lock_dir)
+    fd = f.enable_msi()
+    assert k.calls[-2:] == ["VFIO_DEVICE_GET_IRQ_INFO", "VFIO_DEVICE_SET_IRQS"]
+    assert k.irq_sets == [(vfio.VFIO_IRQ_SET_DATA_EVENTFD | vfio.VFIO_IRQ_SET_ACTION_TRIGGER, [fd])]
+    assert f.enable_msi() == fd and len(k.irq_sets) == 1      # once
+    os.eventfd_write(k.msi_eventfds[0], 1)                    # what vfio-pci's MSI handler does
+    assert os.eventfd_read(fd) == 1
+    f.close()                                                 # disables the index, closes the eventfd
+    assert k.irq_sets[-1] == (vfio.VFIO_IRQ_SET_DATA_NONE | vfio.VFIO_IRQ_SET_ACTION_TRIGGER, [])
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_no_msi_vector_means_polling(fake_kernel, fake_sysfs, lock_dir):
+    k = fake_kernel
+    k.msi_count = 0
+    with VFIOFunction(ADDR, root=fake_sysfs.root, dev=k.dev, lock_dir=lock_dir) as f:
+        assert f.enable_msi() is None and "no MSI vector" in f.msi_unavailable
+        assert "VFIO_DEVICE_SET_IRQS" not in k.calls
