@@ -95,6 +95,7 @@ class AMGPU:
     def __init__(self, dev: AMDevice):
         self.dev = dev
         self.boot_report: BootReport | None = None
+        self.kiq = None       # amdrv.queue.KIQ: set up with the first compute queue, taken down at fini
         self._finished = False
 
     @classmethod

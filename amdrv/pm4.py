@@ -34,6 +34,12 @@ where n is the number of dwords after the header minus one (amdrv.autogen.pm4.MA
 - EVENT_WRITE (n=0): EVENT_TYPE | EVENT_INDEX << 8 (nvd.h; index 4 for CS_PARTIAL_FLUSH, soc21_enum 7).
 - COPY_DATA (n=4): SRC_SEL in bits 3:0, DST_SEL in bits 11:8, WR_CONFIRM bit 20; source lo/hi,
   destination lo/hi (gfx_v11_0's register-to-memory copy: src 0 = register, dst 5 = memory).
+- KIQ packets (gfx_v11_0.c gfx11_kiq_*, nvd.h): SET_RESOURCES (n=6): VMID_MASK 0, QUEUE_TYPE 0 (KIQ), queue
+  mask lo/hi, GWS mask lo/hi, OAC mask, GDS heap: all 0 but the mask; MAP_QUEUES (n=5): QUEUE_SEL 0, VMID 0,
+  QUEUE, PIPE, ME, QUEUE_TYPE 0 (normal compute), ALLOC_FORMAT 0, ENGINE_SEL 0 (compute), NUM_QUEUES 1;
+  DOORBELL_OFFSET << 2; MQD address lo/hi; wptr address lo/hi; UNMAP_QUEUES (n=4): ACTION, QUEUE_SEL 0,
+  ENGINE_SEL 0, NUM_QUEUES 1; DOORBELL_OFFSET0 << 2; three zero dwords (the fence form is
+  PREEMPT_QUEUES_NO_UNMAP's).
 - NOP: PACKET3(NOP, 0x3FFF) is a one-dword NOP (amdgpu's compute ring nop); longer ones carry n+1
   payload dwords.
 """
@@ -201,3 +207,28 @@ class PM4:
         b.extend((_H_COPY, src_sel | dst_sel << 8 | (1 << 20 if wr_confirm else 0),
                   src & _M32, src >> 32, dst & _M32, dst >> 32))
         return len(b) - 4
+
+
+# ---------------------------------------------------------------- KIQ packets (module functions: rare)
+def set_resources(queue_mask: int) -> list[int]:
+    """gfx11_kiq_set_resources: the queues (bit pipe * 8 + queue of MEC 0) the KIQ's firmware may map."""
+    return [header(P.PACKET3_SET_RESOURCES, 6), _f("PACKET3_SET_RESOURCES_VMID_MASK", 0)
+            | _f("PACKET3_SET_RESOURCES_QUEUE_TYPE", 0), queue_mask & _M32, queue_mask >> 32 & _M32, 0, 0, 0, 0]
+
+
+def map_queues(me: int, pipe: int, queue: int, doorbell: int, mqd_addr: int, wptr_addr: int) -> list[int]:
+    """gfx11_kiq_map_queues for a compute queue (ENGINE_SEL 0 on ME 1)."""
+    control = (_f("PACKET3_MAP_QUEUES_QUEUE_SEL", 0) | _f("PACKET3_MAP_QUEUES_VMID", 0)
+               | _f("PACKET3_MAP_QUEUES_QUEUE", queue) | _f("PACKET3_MAP_QUEUES_PIPE", pipe)
+               | _f("PACKET3_MAP_QUEUES_ME", me) | _f("PACKET3_MAP_QUEUES_QUEUE_TYPE", 0)
+               | _f("PACKET3_MAP_QUEUES_ALLOC_FORMAT", 0) | _f("PACKET3_MAP_QUEUES_ENGINE_SEL", 0)
+               | _f("PACKET3_MAP_QUEUES_NUM_QUEUES", 1))
+    return [header(P.PACKET3_MAP_QUEUES, 5), control, _f("PACKET3_MAP_QUEUES_DOORBELL_OFFSET", doorbell),
+            mqd_addr & _M32, mqd_addr >> 32, wptr_addr & _M32, wptr_addr >> 32]
+
+
+def unmap_queues(action: int, doorbell: int) -> list[int]:
+    """gfx11_kiq_unmap_queues of one compute queue (no fence: not PREEMPT_QUEUES_NO_UNMAP)."""
+    control = (_f("PACKET3_UNMAP_QUEUES_ACTION", action) | _f("PACKET3_UNMAP_QUEUES_QUEUE_SEL", 0)
+               | _f("PACKET3_UNMAP_QUEUES_ENGINE_SEL", 0) | _f("PACKET3_UNMAP_QUEUES_NUM_QUEUES", 1))
+    return [header(P.PACKET3_UNMAP_QUEUES, 4), control, _f("PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET0", doorbell), 0, 0, 0]

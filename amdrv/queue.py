@@ -13,19 +13,28 @@ Both queues run in VMID 0 (the AM driver's single address space, amdrv.ip.gmc). 
 pointer write-back words live in host DMA memory mapped for the GPU (as amdgpu's rings live in GTT),
 so `submit` is a memory copy, one 64-bit wptr store and one 64-bit doorbell write: no MMIO read.
 Whoever writes VRAM through BAR0 for an engine to read must flush HDP first (`gpu.nbio.hdp_flush()`,
-or PM4/SDMA packets: see amdrv.pm4 / amdrv.sdma_packets); a queue does it after writing its own MQD.
+or PM4/SDMA packets: see amdrv.pm4 / amdrv.sdma_packets); a compute queue does it after writing its MQD,
+which the CP reads when the KIQ maps it (`KIQ.of(gpu)`, set up with the first compute queue).
 
 Facts (drivers/gpu/drm/amd):
-- Compute queue set-up without MES/KIQ follows gfx_v11_0_compute_mqd_init + gfx_v11_0_kiq_init_register
-  under GRBM_GFX_CNTL's queue select (soc21_grbm_select; amdgpu's srbm_mutex is a per-device lock here):
-  wptr polling off, EOP buffer (GFX11_MEC_HPD_SIZE 2048 bytes, EOP_SIZE = log2(2048/4) - 1), doorbell
-  control, dequeue if active, MQD address (MQD_CONTROL VMID 0), ring base >> 8 and PQ_CONTROL
-  (QUEUE_SIZE = log2(size/4) - 1, RPTR_BLOCK_SIZE = log2(4096/4) - 1, PRIV_STATE, KMD_QUEUE), rptr
-  report and wptr poll addresses, CP_MEC_DOORBELL_RANGE_LOWER/UPPER = (kiq*2) << 2 / (userqueue_end*2)
-  << 2, wptr 0, VMID 0, PERSISTENT_STATE.PRELOAD_SIZE 0x55, CP_HQD_ACTIVE 1, CP_PQ_STATUS.DOORBELL_ENABLE.
-  The MQD (include/v11_structs.h v11_compute_mqd, its layout generated into amdrv.autogen.mqd_v11)
-  gets what gfx_v11_0_compute_mqd_init fills. Unlike upstream, the read and write pointers are zeroed
-  even when the queue was not active: after `recover` the HQD registers may hold the old queue's.
+- Compute queues are mapped through the KIQ, as amdgpu does without MES (gfx_v11_0_cp_resume ->
+  gfx_v11_0_kiq_resume, gfx_v11_0_kcq_resume -> amdgpu_gfx_enable_kcq). The KIQ is ME1 pipe 3 queue 0
+  (amdgpu_gfx_kiq_acquire), doorbell AMDGPU_NAVI10_DOORBELL_KIQ, named in RLC_CP_SCHEDULERS
+  (gfx_v11_0_kiq_setting) and programmed by MMIO as gfx_v11_0_kiq_init_register does under GRBM_GFX_CNTL's
+  queue select (soc21_grbm_select; amdgpu's srbm_mutex is a per-device lock here): wptr polling off, EOP
+  buffer (GFX11_MEC_HPD_SIZE 2048 bytes, EOP_SIZE = log2(2048/4) - 1), doorbell control, dequeue if active,
+  MQD address (MQD_CONTROL VMID 0), ring base >> 8 and PQ_CONTROL (QUEUE_SIZE = log2(size/4) - 1,
+  RPTR_BLOCK_SIZE = log2(4096/4) - 1, PRIV_STATE, KMD_QUEUE), rptr report and wptr poll addresses,
+  CP_MEC_DOORBELL_RANGE_LOWER/UPPER = (kiq*2) << 2 / (userqueue_end*2) << 2, wptr 0, VMID 0,
+  PERSISTENT_STATE.PRELOAD_SIZE 0x55, CP_HQD_ACTIVE 1, CP_PQ_STATUS.DOORBELL_ENABLE. It then gets
+  SET_RESOURCES (every MEC queue but its own) and, per compute queue, MAP_QUEUES with the MQD address,
+  doorbell offset and wptr address (gfx11_kiq_set_resources, gfx11_kiq_map_queues); each batch ends with a
+  WRITE_DATA of SCRATCH_REG0 that the driver polls (gfx_v11_0_ring_test_ring for the KIQ). The MQD
+  (include/v11_structs.h v11_compute_mqd, its layout generated into amdrv.autogen.mqd_v11) gets what
+  gfx_v11_0_compute_mqd_init fills; it is written through BAR0 and the HDP flushed before the map, since the
+  CP reads it. fini unmaps the compute queues (UNMAP_QUEUES RESET_QUEUES, amdgpu_gfx_disable_kcq) and then
+  dequeues the KIQ by MMIO (upstream leaves it on its HQD and halts the MEC). Unlike upstream, the MQD's
+  read pointer is 0 even when the HQD held another: after `recover` it may hold the old queue's.
 - Doorbells (amdgpu_doorbell.h, soc21_init_doorbell_index): indices in 64-bit units, rings use index
   << 1 in dwords: MEC ring n at (AMDGPU_NAVI10_DOORBELL_MEC_RING0 + n) << 1, SDMA engine e at
   sDMA_ENGINE0/1 << 1. Compute wptr: dwords, 64-bit, never wrapped (support_64bit_ptrs), stored to the
@@ -38,7 +47,8 @@ Facts (drivers/gpu/drm/amd):
   unhalt, RB_ENABLE, IB_ENABLE).
 - Recovery: the compute side is gfx_v11_0_soft_reset (every MEC queue dequeued with RESET_WAVES (2) and
   SPI_COMPUTE_QUEUE_RESET, CP_VMID_RESET, GRBM_SOFT_RESET of CP/GFX/CPF/CPC/CPG pulsed,
-  CP_SOFT_RESET_CNTL.CMP_HQD_REG_RESET, then cp_resume: the RS64 MEC restarted as at boot); the SDMA side
+  CP_SOFT_RESET_CNTL.CMP_HQD_REG_RESET, then cp_resume: the RS64 MEC restarted as at boot, the KIQ set up
+  again and the compute queues mapped through it); the SDMA side
   is sdma_v6_0_soft_reset (rings stopped, FREEZE, F32 halted with TH1 reset, QUEUE0_PREEMPT 0,
   GRBM_SOFT_RESET.SOFT_RESET_SDMA<n> pulsed, then the engine started again). Latched VM faults are
   cleared and the IH ring drained; every queue of the GPU is then set up again with empty rings.
@@ -50,7 +60,7 @@ import threading
 import time
 import weakref
 
-from amdrv import structs
+from amdrv import pm4, structs
 from amdrv.autogen import mqd_v11
 from amdrv.ip.gfx import MEC_PIPES, poll
 from amdrv.ip.nbio import DOORBELL_SDMA_ENGINE, SDMA_DOORBELL_RANGE
@@ -66,6 +76,14 @@ RESET_WAVES = 2                        # CP_HQD_DEQUEUE_REQUEST type (gfx_v11_0_
 CACHE_READ_POLICY_L2_DEFAULT, CACHE_WRITE_POLICY_L2_DEFAULT = 2, 3   # sdma_common.h (NOA, BYPASS)
 RING_SIZE = 64 << 10
 USEC_TIMEOUT = 0.1                     # adev->usec_timeout
+# amdgpu_gfx_kiq_acquire: the KIQ takes queue 0 of the highest MEC pipe no compute ring uses (gfx11: ME1
+# pipe 3 queue 0); its doorbell is AMDGPU_NAVI10_DOORBELL_KIQ. Upstream's ring is 1024 dwords x 256
+# submissions (amdgpu_ring_init); this driver sends a few packets per queue set-up, so 2048 dwords.
+KIQ_PIPE, KIQ_QUEUE = 3, 0
+KIQ_RING_SIZE = 8 << 10
+KIQ_SCHEDULER_VALID = 0x80             # gfx_v11_0_kiq_setting: RLC_CP_SCHEDULERS |= 0x80 after the queue id
+UNMAP_PREEMPT_QUEUES, UNMAP_RESET_QUEUES = 0, 1   # amdgpu_unmap_queues_action (amdgpu_gfx_disable_kcq: RESET)
+RING_TEST_IDLE = 0xCAFEDEAD            # gfx_v11_0_ring_test_ring: SCRATCH_REG0 before the ring writes it
 
 # v11_compute_mqd (include/v11_structs.h), generated by tools/gentables into amdrv.autogen.mqd_v11
 COMPUTE_MQD = structs.get(mqd_v11, "v11_compute_mqd")
@@ -286,8 +304,9 @@ class _Queue:
 
 
 class ComputeQueue(_Queue):
-    """A compute queue on the MEC (ME1), programmed directly into its HQD registers. ring_id picks the
-    doorbell (MEC_RING0 + ring_id) and the EOP slot, as amdgpu's compute rings do."""
+    """A compute queue on the MEC (ME1): its MQD written through BAR0 and flushed past the HDP, then mapped
+    by the KIQ (MAP_QUEUES), as amdgpu_gfx_enable_kcq maps its compute rings. ring_id picks the doorbell
+    (MEC_RING0 + ring_id) and the EOP slot, as amdgpu's compute rings do. ME1 pipe 3 queue 0 is the KIQ's."""
 
     kind = "compute"
     wptr_unit = 4
@@ -297,16 +316,22 @@ class ComputeQueue(_Queue):
         if not (0 <= pipe < MEC_PIPES and 0 <= queue < MEC_QUEUES_PER_PIPE):
             raise ValueError(f"MEC pipe {pipe} queue {queue}: ME1 has pipes 0..{MEC_PIPES - 1} and queues "
                              f"0..{MEC_QUEUES_PER_PIPE - 1}")
+        if (pipe, queue) == (KIQ_PIPE, KIQ_QUEUE) and self.kind != "KIQ":
+            raise ValueError(f"MEC pipe {pipe} queue {queue} is the KIQ's (amdgpu_gfx_kiq_acquire); pick another")
         self.me, self.pipe, self.queue = 1, pipe, queue
         self.ring_id = pipe * MEC_QUEUES_PER_PIPE + queue if ring_id is None else ring_id
-        self.doorbell_index = (DOORBELL_MEC_RING0 + self.ring_id) << 1
+        self.doorbell_index = self._doorbell_index()
         if self.doorbell_index > DOORBELL_USERQUEUE_END << 1:
             raise ValueError(f"compute ring {self.ring_id}: doorbell {self.doorbell_index:#x} is past the MEC range")
         super().__init__(gpu, ring_size)
         self.gc = self.dev.reg("GC")
+        self.mapped = False     # the KIQ mapped it and nothing (unmap, CP soft reset) took it off since
         self.mqd = gpu.gmc.map_vram(MQD_SIZE, tag=f"mqd {self.name}")
         self.eop = gpu.gmc.map_vram(GPU_PAGE, tag=f"eop {self.name}")
         self.init()
+
+    def _doorbell_index(self) -> int:
+        return (DOORBELL_MEC_RING0 + self.ring_id) << 1
 
     @property
     def name(self) -> str:
@@ -315,21 +340,32 @@ class ComputeQueue(_Queue):
     def _select(self, me=0, pipe=0, queue=0) -> None:
         self.gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=me, VMID=0, QUEUEID=queue)
 
-    def init(self) -> None:
-        """(Re)creates the queue with an empty ring: MQD, then the HQD registers, then CP_HQD_ACTIVE."""
-        self._reset_ring()
+    def _write_mqd(self) -> dict[str, int]:
+        """gfx_v11_0_compute_mqd_init with the queue selected (it reads some HQD registers), the MQD
+        written through BAR0, then the HDP flushed so the engines see it (amdgpu flushes HDP before the
+        GPU reads what the CPU wrote: amdgpu_ib.c, amdgpu_device_flush_hdp)."""
         dev = self.dev
         dev.vram.write(self.eop.vram.addr, bytes(GFX11_MEC_HPD_SIZE))
         with grbm_lock(dev):
             self._select(self.me, self.pipe, self.queue)
             try:
                 m = self._mqd_values()
-                image = COMPUTE_MQD.pack(**m).ljust(MQD_SIZE, b"\0")
-                dev.vram.write(self.mqd.vram.addr, image)
-                self.gpu.nbio.hdp_flush()
-                self._program(m)
             finally:
                 self._select()
+        dev.vram.write(self.mqd.vram.addr, COMPUTE_MQD.pack(**m).ljust(MQD_SIZE, b"\0"))
+        self.gpu.nbio.hdp_flush()
+        return m
+
+    def init(self) -> None:
+        """(Re)creates the queue with an empty ring: taken off the MEC first if mapped (UNMAP_QUEUES), the
+        MQD written, then MAP_QUEUES on the KIQ (amdgpu_gfx_enable_kcq; the KIQ comes up with the first
+        compute queue)."""
+        kiq = KIQ.of(self.gpu)
+        if self.mapped:
+            kiq.unmap([self], UNMAP_RESET_QUEUES)
+        self._reset_ring()
+        self._write_mqd()
+        kiq.map(self)
 
     def _mqd_values(self) -> dict[str, int]:
         gc = self.gc
@@ -409,22 +445,11 @@ class ComputeQueue(_Queue):
         return ok
 
     def fini(self) -> None:
-        """Takes the queue off the MEC (amdgpu_amdkfd_gfx_v11 hqd_destroy: select, CP_HQD_DEQUEUE_REQUEST,
-        poll CP_HQD_ACTIVE; upstream hw_fini unmaps its compute queues through the KIQ,
-        amdgpu_gfx_disable_kcq) so no HQD outlives the driver with its ring in freed memory."""
-        with grbm_lock(self.dev):
-            self._select(self.me, self.pipe, self.queue)
-            try:
-                gc = self.gc
-                if gc.CP_HQD_ACTIVE.read() & 1:
-                    ok = self._dequeue(1)
-                    gc.CP_HQD_DEQUEUE_REQUEST.write(0)
-                    if not ok:
-                        raise QueueError(f"{dev_name(self)}: {self.name}: the HQD did not dequeue at fini "
-                                         "(CP_HQD_ACTIVE stays 1): the CP is stuck in it; the next boot must be "
-                                         "cold")
-            finally:
-                self._select()
+        """Takes the queue off the MEC through the KIQ (UNMAP_QUEUES RESET_QUEUES, amdgpu_gfx_disable_kcq
+        from gfx_v11_0_hw_fini), so no HQD outlives the driver with its ring in freed memory."""
+        kiq = getattr(self.gpu, "kiq", None)
+        if self.mapped and kiq is not None:
+            kiq.unmap([self], UNMAP_RESET_QUEUES)
 
     def _tick(self) -> int:
         return self.gc.GRBM_STATUS.read()
@@ -462,6 +487,113 @@ class ComputeQueue(_Queue):
         name = next((k[len("PACKET3_"):] for k, v in vars(P).items() if k.startswith("PACKET3_") and v == op
                      and isinstance(v, int)), f"opcode {op:#x}")
         return f", stopped at PACKET3 {name} (header {h:#010x})"
+
+
+class KIQ(ComputeQueue):
+    """The kernel interface queue (gfx_v11_0_kiq_init_queue): ME1 pipe 3 queue 0, programmed directly into
+    its HQD registers (gfx_v11_0_kiq_init_register), named to the RLC in RLC_CP_SCHEDULERS
+    (gfx_v11_0_kiq_setting). It maps and unmaps the compute queues with PM4 packets (gfx11_kiq_*), each
+    batch followed by a register write the driver polls for (gfx_v11_0_ring_test_ring's SCRATCH_REG0,
+    as amdgpu_gfx_enable_kcq's amdgpu_ring_test_helper). One per GPU: `KIQ.of(gpu)`."""
+
+    kind = "KIQ"
+
+    def __init__(self, gpu):
+        self.seq = 0
+        super().__init__(gpu, KIQ_PIPE, KIQ_QUEUE, KIQ_RING_SIZE)
+
+    @classmethod
+    def of(cls, gpu) -> "KIQ":
+        """The GPU's KIQ, set up (with SET_RESOURCES) on first use."""
+        kiq = getattr(gpu, "kiq", None)
+        if kiq is None:
+            kiq = cls(gpu)
+            gpu.kiq = kiq
+        return kiq
+
+    def _doorbell_index(self) -> int:
+        return DOORBELL_KIQ << 1
+
+    @property
+    def name(self) -> str:
+        return f"KIQ (ME{self.me} pipe {self.pipe} queue {self.queue})"
+
+    def init(self) -> None:
+        """(Re)creates the KIQ with an empty ring: gfx_v11_0_kiq_setting, its MQD, the HQD registers by MMIO
+        (gfx_v11_0_kiq_init_register), then SET_RESOURCES with every MEC queue but its own (what
+        amdgpu_gfx_enable_kcq sends before mapping; gfx11 with MES sends all ones)."""
+        self._reset_ring()
+        gc = self.gc
+        sched = gc.RLC_CP_SCHEDULERS.read() & 0xFFFFFF00 | self.me << 5 | self.pipe << 3 | self.queue
+        gc.RLC_CP_SCHEDULERS.write(sched)
+        gc.RLC_CP_SCHEDULERS.write(sched | KIQ_SCHEDULER_VALID)
+        m = self._write_mqd()
+        with grbm_lock(self.dev):
+            self._select(self.me, self.pipe, self.queue)
+            try:
+                self._program(m)
+            finally:
+                self._select()
+        self.mapped = True
+        self.set_resources()
+
+    def set_resources(self) -> None:
+        """SET_RESOURCES (gfx11_kiq_set_resources) with every MEC queue but the KIQ's own."""
+        mask = sum(1 << (p * MEC_QUEUES_PER_PIPE + q) for p in range(MEC_PIPES) for q in range(MEC_QUEUES_PER_PIPE)
+                   if (p, q) != (self.pipe, self.queue))
+        self._run(pm4.set_resources(mask), "SET_RESOURCES")
+
+    def map(self, q: ComputeQueue) -> None:
+        """MAP_QUEUES for q (gfx11_kiq_map_queues): the CP loads q's HQD from its MQD and activates it."""
+        self._run(pm4.map_queues(q.me, q.pipe, q.queue, q.doorbell_index, q.mqd.va, q.wptr_va),
+                  f"MAP_QUEUES of the {q.name}")
+        q.mapped = True
+
+    def unmap(self, queues, action: int = UNMAP_RESET_QUEUES) -> None:
+        """UNMAP_QUEUES for each queue (gfx11_kiq_unmap_queues; amdgpu_gfx_disable_kcq uses RESET_QUEUES):
+        the CP takes them off their HQDs and saves their state to their MQDs."""
+        queues = [q for q in queues if q.mapped]
+        if not queues:
+            return
+        words = []
+        for q in queues:
+            words += pm4.unmap_queues(action, q.doorbell_index)
+        self._run(words, "UNMAP_QUEUES of the " + ", ".join(q.name for q in queues))
+        for q in queues:
+            q.mapped = False
+
+    def _run(self, words, what: str) -> None:
+        """Submits words and a SCRATCH_REG0 write after them; polls SCRATCH_REG0 until the KIQ got there."""
+        gc = self.gc
+        self.seq = self.seq % 0x7FFFFFFF + 1
+        gc.SCRATCH_REG0.write(RING_TEST_IDLE)
+        b = pm4.PM4()
+        b.buf.extend(words)
+        b.write_reg(gc.SCRATCH_REG0.addr // 4, self.seq)
+        self.submit(b.buf)
+        ok, v = poll(gc.SCRATCH_REG0.read, lambda v: v == self.seq, USEC_TIMEOUT, 1000)
+        if not ok:
+            raise self._error(f"{what} did not complete (SCRATCH_REG0 reads {v:#010x}, not {self.seq:#x}); "
+                              "the KIQ or the queue it serves is stuck", self._faults())
+
+    def fini(self) -> None:
+        """Dequeues the KIQ itself by MMIO (amdgpu_amdkfd_gfx_v11 hqd_destroy: select, CP_HQD_DEQUEUE_REQUEST,
+        poll CP_HQD_ACTIVE). Upstream's hw_fini halts the MEC with the KIQ still on its HQD; this driver takes
+        it off too, so no HQD outlives the driver with its ring in freed memory."""
+        self.mapped = False
+        with grbm_lock(self.dev):
+            self._select(self.me, self.pipe, self.queue)
+            try:
+                gc = self.gc
+                if gc.CP_HQD_ACTIVE.read() & 1:
+                    ok = self._dequeue(1)
+                    gc.CP_HQD_DEQUEUE_REQUEST.write(0)
+                    if not ok:
+                        raise QueueError(f"{dev_name(self)}: {self.name}: the HQD did not dequeue at fini "
+                                         "(CP_HQD_ACTIVE stays 1): the CP is stuck in it; the next boot must be "
+                                         "cold")
+            finally:
+                self._select()
 
 
 class SDMAQueue(_Queue):
@@ -590,11 +722,15 @@ def _reset_sdma(gpu) -> None:
 
 
 def fini_queues(gpu) -> None:
-    """Dequeues every compute queue created on this GPU (hw_fini's queue unmap); the SDMA rings are
-    stopped by the SDMA block's fini."""
-    for q in sorted(_queues.get(gpu, ()), key=lambda q: q.doorbell_index):
-        if q.kind == "compute":
-            q.fini()
+    """Unmaps every compute queue created on this GPU through the KIQ in one batch (amdgpu_gfx_disable_kcq,
+    from gfx_v11_0_hw_fini), then takes the KIQ off its HQD; the SDMA rings are stopped by the SDMA block's
+    fini."""
+    kiq = getattr(gpu, "kiq", None)
+    if kiq is None:
+        return
+    kiq.unmap(sorted((q for q in _queues.get(gpu, ()) if q.kind == "compute"), key=lambda q: q.doorbell_index))
+    kiq.fini()
+    gpu.kiq = None
 
 
 def recover(gpu) -> list[str]:
@@ -610,6 +746,12 @@ def recover(gpu) -> list[str]:
         if f is not None:
             faults.append(str(f))
     gpu.ih.poll()
-    for q in sorted(_queues.get(gpu, ()), key=lambda q: (q.kind, q.doorbell_index)):
+    # cp_resume after the soft reset: the KIQ set up again by MMIO (gfx_v11_0_kiq_resume), then the compute
+    # queues mapped through it again (gfx_v11_0_kcq_resume); the reset took every HQD off the MEC
+    queues = sorted(_queues.get(gpu, ()), key=lambda q: (q.kind != "KIQ", q.kind, q.doorbell_index))
+    for q in queues:
+        if q.kind in ("KIQ", "compute"):
+            q.mapped = False
+    for q in queues:
         q.init()
     return faults

@@ -51,7 +51,21 @@ of a privileged queue (PQ_CONTROL.PRIV_STATE) runs in the VMID of its control wo
 queue's. The GPU clock counter (RELEASE_MEM DATA_SEL 3, COPY_DATA SRC_SEL 9) counts 100 MHz ticks of a
 clock that is the device clock plus the work the CP did (PACKET_NS per packet, gpusim.dispatch.work_ns
 per dispatch; in the stepped mode a dispatch also moves the device clock on by that time), so timestamps
-are monotonic and a kernel takes time. The MQD is written at a dequeue and never read (no MAP_QUEUES).
+are monotonic and a kernel takes time.
+
+The KIQ (gfx_v11_0.c gfx11_kiq_*, nvd.h PACKET3_SET_RESOURCES/MAP_QUEUES/UNMAP_QUEUES, kfd_pm4_headers_ai.h
+bit widths): the queue RLC_CP_SCHEDULERS.scheduler0 names (me << 5 | pipe << 3 | queue | 0x80,
+gfx_v11_0_kiq_setting) runs the queue-management packets; on any other queue they hang it (assumption).
+SET_RESOURCES gives its firmware the queue mask (bit pipe * 8 + queue); MAP_QUEUES (QUEUE_SEL 0, ENGINE_SEL 0
+with ME 1, NUM_QUEUES 1, QUEUE_TYPE 0, a queue in the mask, not the KIQ's own slot; anything else hangs the
+KIQ) reads the MQD (v11_compute_mqd) at the packet's address through the KIQ's page tables, past the HDP like
+any engine read, so an MQD written through BAR0 without a flush loads stale; it loads the HQD registers from
+it (cp_mqd_base_addr_lo on; the write-pointer poll address from the packet) and activates the queue. An
+active slot is taken over, its old queue dropped unsaved (assumption). UNMAP_QUEUES (PREEMPT_QUEUES or
+RESET_QUEUES, compute queues by doorbell offset) saves each queue's HQD registers to its MQD, as a dequeue
+does, and deactivates it; a hung queue is never unmapped: the KIQ waits at the packet until a CP soft reset,
+which also makes its firmware forget SET_RESOURCES. PREEMPT_QUEUES_NO_UNMAP, DISABLE_PROCESS_QUEUES, the
+scheduler-chosen slots and MES are not modeled.
 """
 from __future__ import annotations
 
@@ -169,6 +183,7 @@ class CP(Block):
         self.dispatches = 0
         self._busy = False
         self._in_event = False
+        self.kiq_queue_mask = None   # SET_RESOURCES' QUEUE_MASK, None before the first (the KIQ firmware's)
 
     # -- the GPU clock --------------------------------------------------------------------------------
     def now_ns(self) -> int:
@@ -277,6 +292,16 @@ class CP(Block):
     def _dequeue_done(self, q: Queue, generation: int) -> None:
         if q.generation != generation or not q.dequeuing or q.hung:
             return
+        try:
+            self._save_mqd(q, "MQD save at dequeue (CP_MQD_BASE_ADDR)")
+        except Hang as e:
+            self._hang(q, str(e))
+            return
+        self._deactivate(q)
+
+    def _save_mqd(self, q: Queue, what: str) -> None:
+        """The HQD registers (CP_HQD_PQ_RPTR the live read pointer, CP_HQD_ACTIVE 0) into the MQD at
+        CP_MQD_BASE_ADDR/_HI in CP_MQD_CONTROL.VMID's address space. Raises Hang on a fault."""
         image = bytearray(COMPUTE_MQD.size)
         for off, reg in self.mqd_regs:
             v = q.rptr if reg == "CP_HQD_PQ_RPTR" else 0 if reg == "CP_HQD_ACTIVE" else q.regs.get(reg, 0)
@@ -287,12 +312,7 @@ class CP(Block):
         # before it are the driver's (gfx_v11_0_compute_mqd_init)
         first = min(off for off, _ in self.mqd_regs)
         last = max(off for off, _ in self.mqd_regs) + 4
-        try:
-            self._write(vmid, va + first, bytes(image[first:last]), "MQD save at dequeue (CP_MQD_BASE_ADDR)")
-        except Hang as e:
-            self._hang(q, str(e))
-            return
-        self._deactivate(q)
+        self._write(vmid, va + first, bytes(image[first:last]), what)
 
     def soft_reset(self, pipe: int) -> None:
         """GRBM_SOFT_RESET of the CP (SOFT_RESET_CP/CPC, gfx_v11_0_soft_reset): the pipe's firmware
@@ -302,6 +322,9 @@ class CP(Block):
         for q in self.queues.values():
             if q.me == MEC_ME and q.pipe == pipe and (q.active or q.hung):
                 self._deactivate(q)
+        kiq = self.kiq()
+        if kiq is not None and kiq[1] == pipe:
+            self.kiq_queue_mask = None      # the KIQ's firmware restarts without its SET_RESOURCES
 
     def hqd_state(self) -> list[tuple[str, str]]:
         """(queue name, "active"/"hung: why") of every HQD that is not idle-inactive."""
@@ -773,6 +796,121 @@ class CP(Block):
         return [vmid, va, ctrl & 0xFFFFF, 0], bool(ctrl >> 20 & 1)
 
 
+    # -- the KIQ: queue management packets (gfx_v11_0.c gfx11_kiq_*, nvd.h, amdkfd kfd_pm4_headers_ai.h) --
+    def kiq(self) -> tuple[int, int, int] | None:
+        """(me, pipe, queue) of the KIQ: RLC_CP_SCHEDULERS.scheduler0 = me << 5 | pipe << 3 | queue with
+        0x80 set (gfx_v11_0_kiq_setting, "tell RLC which is KIQ queue"); None while bit 7 is clear."""
+        v = self.get(GC, "RLC_CP_SCHEDULERS") & 0xFF
+        return (v >> 5 & 3, v >> 3 & 3, v & 7) if v & 0x80 else None
+
+    def _need_kiq(self, q: Queue, what: str) -> None:
+        # Assumption: only the queue RLC_CP_SCHEDULERS names runs the scheduler packets (upstream sends them
+        # on the KIQ ring alone); on any other queue the packet is not one the firmware serves: a hang
+        if self.kiq() != (q.me, q.pipe, q.queue):
+            raise Hang(f"PACKET3_{what} on the {q.name}, which is not the KIQ (RLC_CP_SCHEDULERS "
+                       f"{self.get(GC, 'RLC_CP_SCHEDULERS'):#010x}: gfx_v11_0_kiq_setting names the KIQ there)")
+
+    def _p_set_resources(self, q, body):
+        """gfx11_kiq_set_resources: VMID_MASK 15:0, QUEUE_TYPE 31:29 (0: KIQ), QUEUE_MASK lo/hi (bit
+        mec * 32 + pipe * 8 + queue, amdgpu_queue_mask_bit_to_set_resource_bit), GWS, OAC, GDS. The
+        firmware keeps the queue mask: the queues it may map (assumption: a queue outside it is refused)."""
+        self._need_kiq(q, "SET_RESOURCES")
+        queue_type = body[0] >> 29
+        if queue_type != 0:
+            raise Hang(f"SET_RESOURCES QUEUE_TYPE {queue_type}: only the KIQ's (0) is modeled "
+                       f"(kfd_pm4_headers_ai.h: 1 HIQ, 4 debug interface queue)")
+        self.kiq_queue_mask = body[1] | body[2] << 32
+        return True
+
+    def _p_map_queues(self, q, body):
+        """gfx11_kiq_map_queues: CONTROL (QUEUE_SEL 5:4, VMID 11:8, QUEUE 15:13, PIPE 17:16, ME 19:18,
+        QUEUE_TYPE 23:21, ALLOC_FORMAT 25:24, ENGINE_SEL 28:26, NUM_QUEUES 31:29; widths up to the next
+        field, kfd_pm4_headers_ai.h), CONTROL2 (DOORBELL_OFFSET 27:2), MQD address, wptr address. The
+        firmware reads the MQD (v11_compute_mqd) through the KIQ's page tables, past the HDP like any engine
+        read, loads the HQD registers from it and activates the queue, as gfx_v11_0_kiq_init_register does
+        from the driver's side."""
+        self._need_kiq(q, "MAP_QUEUES")
+        c = body[0]
+        sel, queue, pipe, me = c >> 4 & 3, c >> 13 & 7, c >> 16 & 3, c >> 18 & 3
+        qtype, engine, num = c >> 21 & 7, c >> 26 & 7, c >> 29 & 7
+        where = f"MAP_QUEUES (control {c:#010x}) on the {q.name}"
+        if sel != 0:
+            raise Hang(f"{where}: QUEUE_SEL {sel} lets the scheduler pick the slot (not modeled); the KIQ maps "
+                       f"to the given me/pipe/queue with 0 (gfx11_kiq_map_queues)")
+        if num != 1:
+            raise Hang(f"{where}: NUM_QUEUES {num} (gfx11_kiq_map_queues: \"num_queues: must be 1\")")
+        if engine != 0 or me != MEC_ME:
+            raise Hang(f"{where}: ENGINE_SEL {engine} with ME {me}: a compute queue is ENGINE_SEL 0 on ME 1 "
+                       f"(gfx11_kiq_map_queues; 4/ME 0 graphics and 5/ME 2 MES are not modeled)")
+        if qtype != 0:
+            raise Hang(f"{where}: QUEUE_TYPE {qtype}: only a normal compute queue (0) is modeled")
+        if (me, pipe, queue) == (q.me, q.pipe, q.queue):
+            raise Hang(f"{where}: maps the KIQ's own slot")
+        if self.kiq_queue_mask is None or not self.kiq_queue_mask >> (pipe * N_QUEUES + queue) & 1:
+            have = "no SET_RESOURCES since the KIQ started" if self.kiq_queue_mask is None else \
+                f"SET_RESOURCES queue mask {self.kiq_queue_mask:#018x}"
+            raise Hang(f"{where}: pipe {pipe} queue {queue} is not the firmware's to map ({have}; "
+                       f"amdgpu_gfx_enable_kcq sends SET_RESOURCES with the queue mask first)")
+        mqd_va = (body[2] & ~3) | (body[3] & 0xFFFF) << 32
+        wptr_va = (body[4] & ~7) | (body[5] & 0xFFFF) << 32
+        image = self._read(self._vmid(q), mqd_va, COMPUTE_MQD.size, f"{where}: MQD read at {mqd_va:#x}")
+        key = (me, pipe, queue)
+        t = self.queues.get(key)
+        if t is None:
+            t = self.queues[key] = Queue(*key)
+        if t.hung:
+            raise Hang(f"{where}: the {t.name} is hung ({t.hung}); only a CP soft reset frees it")
+        # Assumption: a slot that is still active is taken over (its old queue dropped unsaved), as
+        # kiq_init_register dequeues an active HQD before loading it; upstream unmaps first anyway
+        self._deactivate(t)
+        for off, reg in self.mqd_regs:
+            if reg not in ("CP_HQD_ACTIVE", "CP_HQD_DEQUEUE_REQUEST"):
+                t.regs[reg] = int.from_bytes(image[off:off + 4], "little")
+        # the packet's write-pointer address is the one the firmware polls (assumption: it replaces the
+        # MQD's cp_hqd_pq_wptr_poll_addr, which gfx_v11_0_compute_mqd_init fills with the same address)
+        t.regs["CP_HQD_PQ_WPTR_POLL_ADDR"], t.regs["CP_HQD_PQ_WPTR_POLL_ADDR_HI"] = wptr_va & 0xFFFFFFFC, wptr_va >> 32
+        t.regs["CP_HQD_ACTIVE"] = 1
+        t.rptr = t.regs.get("CP_HQD_PQ_RPTR", 0)
+        self._activate(t)
+        return True
+
+    def _p_unmap_queues(self, q, body):
+        """gfx11_kiq_unmap_queues: CONTROL (ACTION 1:0, QUEUE_SEL 5:4, ENGINE_SEL 28:26, NUM_QUEUES
+        31:29), then DOORBELL_OFFSET0..3 (27:2) of the queues. PREEMPT_QUEUES (0) and RESET_QUEUES (1,
+        amdgpu_gfx_disable_kcq's) take each queue off its HQD with its state saved to its MQD, as a
+        dequeue request does (amdkfd reads the saved MQD after a preemption; for a reset what is saved is
+        an assumption). A hung queue is never taken off: the KIQ waits at the packet (the firmware of its
+        pipe is stuck in it) until a CP soft reset."""
+        self._need_kiq(q, "UNMAP_QUEUES")
+        c = body[0]
+        action, sel, engine, num = c & 3, c >> 4 & 3, c >> 26 & 7, c >> 29 & 7
+        where = f"UNMAP_QUEUES (control {c:#010x}) on the {q.name}"
+        if action > 1:
+            raise Hang(f"{where}: ACTION {action} (2 DISABLE_PROCESS_QUEUES, 3 PREEMPT_QUEUES_NO_UNMAP) is not "
+                       f"modeled; PREEMPT_QUEUES (0) and RESET_QUEUES (1) are")
+        if sel != 0 or engine != 0:
+            raise Hang(f"{where}: QUEUE_SEL {sel} / ENGINE_SEL {engine}: only compute queues named by doorbell "
+                       f"(0 / 0, gfx11_kiq_unmap_queues) are modeled")
+        if not 1 <= num <= 4:
+            raise Hang(f"{where}: NUM_QUEUES {num}: the packet names 1 to 4 doorbells")
+        targets = []
+        for i in range(num):
+            offset = body[1 + i] >> 2 & 0x3FFFFFF
+            found = [t for t in self.queues.values() if (t.active or t.hung) and t.me == MEC_ME and
+                     (t.me, t.pipe, t.queue) != (q.me, q.pipe, q.queue) and
+                     self._f(t, "CP_HQD_PQ_DOORBELL_CONTROL", "DOORBELL_OFFSET") == offset]
+            if not found:
+                # assumption: the firmware finds nothing to take off and completes the packet
+                self.error(f"{where}: no mapped compute queue has doorbell offset {offset}: nothing unmapped")
+            targets += found
+        if any(t.hung for t in targets):
+            return False       # blocked: retried at each poll, never served while the queue is hung
+        for t in targets:
+            self._save_mqd(t, f"MQD save at UNMAP_QUEUES of the {t.name} (CP_MQD_BASE_ADDR)")
+            self._deactivate(t)
+        return True
+
+
 # RELEASE_MEM replaced EVENT_WRITE_EOP/EOS (nvd.h 0x47/0x48): EVENT_INDEX 5 is an end-of-pipe release of a
 # timestamp event, 6 an end-of-shader one (soc21_enum.h VGT_EVENT_TYPE values). Other pairs: assumption,
 # the CP never signals them (the queue hangs at the packet).
@@ -801,4 +939,7 @@ _HANDLERS = {
     P.PACKET3_INDIRECT_BUFFER: ("INDIRECT_BUFFER", (3,)),
     P.PACKET3_EVENT_WRITE: ("EVENT_WRITE", (1, 3)),
     P.PACKET3_COPY_DATA: ("COPY_DATA", (5,)),
+    P.PACKET3_SET_RESOURCES: ("SET_RESOURCES", (7,)),
+    P.PACKET3_MAP_QUEUES: ("MAP_QUEUES", (6,)),
+    P.PACKET3_UNMAP_QUEUES: ("UNMAP_QUEUES", (5,)),
 }

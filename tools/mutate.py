@@ -1147,8 +1147,12 @@ def _steps() -> list[Step]:
         Step("no-hdp-flush-after-copyin", "HDP flush after hcq copyin through BAR0 (amdgpu flushes per IB: "
              "amdgpu_ib.c)",
              lambda c: c.skip_inside(amhcq.AMHCQDevice, "copyin", nbio.NBIO, "hdp_flush")),
-        Step("no-hdp-flush-after-mqd", "HDP flush after writing the MQD/EOP through BAR0",
-             lambda c: c.skip_inside(queue.ComputeQueue, "init", nbio.NBIO, "hdp_flush")),
+        Step("no-hdp-flush-after-mqd", "HDP flush after writing the MQD/EOP through BAR0 (the KIQ's MAP_QUEUES "
+             "reads the MQD)", lambda c: c.skip_inside(queue.ComputeQueue, "_write_mqd", nbio.NBIO, "hdp_flush")),
+        Step("no-kiq-map-queues", "compute queues never mapped by the KIQ (amdgpu_gfx_enable_kcq: MAP_QUEUES)",
+             lambda c: c.skip(queue.KIQ, "map")),
+        Step("no-kiq-set-resources", "no SET_RESOURCES before the KIQ maps queues (amdgpu_gfx_enable_kcq)",
+             lambda c: c.skip(queue.KIQ, "set_resources")),
         Step("no-hdp-flush-at-all", "every host HDP flush (hdp_v6_0_flush_hdp) skipped",
              lambda c: c.skip(nbio.NBIO, "hdp_flush")),
         Step("no-tlb-invalidate", "TLB invalidation after page-table updates (gmc_v11_0_flush_gpu_tlb)",
@@ -1184,7 +1188,7 @@ def _steps() -> list[Step]:
         Step("no-mec-start-wait", "no wait after unhalting the MEC (gfx_v11_0_cp_compute_enable: udelay(50))",
              lambda c: c.skip(gfx.GFX, "wait_mec_start")),
         Step("fini-no-hqd-dequeue", "fini leaves the compute HQDs active (gfx_v11_0_hw_fini unmaps the queues: "
-             "amdgpu_gfx_disable_kcq)", lambda c: c.skip(queue.ComputeQueue, "fini")),
+             "amdgpu_gfx_disable_kcq's UNMAP_QUEUES)", lambda c: c.skip_inside(queue, "fini_queues", queue.KIQ, "unmap")),
         Step("no-sh-mem-bases-vmid0", "SH_MEM_BASES not written for VMID 0, as upstream (gfx_v11_0_constants_init; "
              "this driver dispatches in VMID 0)", _step_no_sh_mem_bases_vmid0),
         Step("setup-tmr-before-smu-fw", "SETUP_TMR before the SMU firmware load (psp_hw_start: SMU fw, then TMR)",
@@ -1449,10 +1453,11 @@ EXPECTED = {
     "reg-*:GC.SDMA[01]_FREEZE": "the freeze before sdma_v6_0_soft_reset's GRBM reset stops the engine at a packet "
     "boundary; the ring is disabled and the F32 halted by then, and the reset clears FREEZE (assumption: an "
     "engine reset without the freeze, or with other FREEZE bits, comes up the same)",
-    "step:no-hdp-flush-after-mqd": "the driver loads the HQD registers from its MQD values by MMIO, as "
-    "gfx_v11_0_kiq_init_register and amdgpu_amdkfd_gfx_v11 hqd_load do: the CP reads neither the MQD (only a "
-    "KIQ/MES MAP_QUEUES would) nor the EOP buffer (it writes it), so the flush has nothing to order here",
     "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
+    "reg-drop:GC.SCRATCH_REG0": "the 'not done' value written before each KIQ batch (gfx_v11_0_ring_test_ring's "
+    "0xCAFEDEAD); the batch's own number, counted up per batch, differs from what the register holds in the "
+    "workload, so the poll is not fooled without it (it would be only by a previous run's last number equal "
+    "to the next one)",
     "reg-*:NBIO.BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_*": "the workload never rings a doorbell from the GPU, so "
     "the self-ring aperture (dropped, or inverted: EN 0) decides nothing there (it is modeled: tests/gpusim/test_nbio.py)",
     "reg-*:NBIO.BIF_BX0_INTERRUPT_CNTL": "the IH's dummy read stays on whether the write is dropped (power-on "
@@ -1634,9 +1639,8 @@ def expected(name: str) -> str | None:
 # not caught: the figures count them as survivors; the report lists them apart, with the test.
 CAUGHT_BY_TESTS = {
     "step:fini-no-hqd-dequeue": "tests/amdrv/test_queue.py::test_fini_dequeues_the_compute_queues (the workload's "
-    "next boot dequeues the HQD it programs again, as upstream does)",
-    "step:no-mec-start-wait": "tests/amdrv/test_queue.py::test_queues_need_the_wait_after_the_mec_unhalt (in the "
-    "workload enough register reads pass between each unhalt and the queue set-up)",
+    "next boot maps its queue over the HQD left active, and the KIQ's firmware takes an active slot over: an "
+    "assumption, gpusim.cp MAP_QUEUES)",
     "step:no-psp-bootloader-ready-wait": "tests/amdrv/test_psp.py::test_a_driver_that_does_not_wait_for_the_bootloader"
     "_fails (the PSP first after power-on; in the workload's boots NBIO, GMC and IH init read registers first, "
     "and the model's start-up delay, an assumption, has passed by then; no honest phase reaches it sooner: on a "
@@ -1644,6 +1648,9 @@ CAUGHT_BY_TESTS = {
     "smu_v13_0_0_mode1_reset) after a mode1 reset and the PCI core waits after a platform reset, while "
     "psp_v13_0_wait_for_bootloader allows the bootloader 1 s)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
+    "reg-drop:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_kiq_without_its_pq_control_wraps_at_the_"
+    "power_on_ring_size (only the KIQ's HQD is written by MMIO; the power-on QUEUE_SIZE 9 is a 1024-dword ring, "
+    "and no boot of the workload sends the KIQ's 2048-dword ring 1024 dwords)",
     "step:vbios-reserved-ignored": "tests/amdrv/test_vbios.py::test_a_driver_that_ignores_the_vbios_fails_where_the_"
     "firmware_keeps_more (the workload's board keeps 8 MiB, which the boot region below a fixed 64 KiB does not "
     "reach with what it uses: right on such a card too)",

@@ -15,7 +15,7 @@ from amdrv.isa import assemble
 from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
 from amdrv.ip.gfx import GFXError
 from amdrv.regs import Register
-from amdrv.queue import (COMPUTE_MQD, MQD_HEADER, ComputeQueue, Fence,
+from amdrv.queue import (COMPUTE_MQD, KIQ, MQD_HEADER, ComputeQueue, Fence,
                          HostBuffer, QueueError, SDMAQueue)
 
 KERNELS = Path(__file__).parent / "isa" / "kernels"
@@ -409,7 +409,7 @@ def test_doorbells_need_cp_pq_status_doorbell_enable(gpu):
     q.submit(b.buf)
     with pytest.raises(QueueError, match="timed out"):
         q.wait(done, 1, timeout_s=0.02, min_reads=300)
-    q.init()
+    gpu.recover()                                             # the KIQ set up again enables them
     q.submit(b.buf)
     q.wait(done, 1, timeout_s=5)
 
@@ -423,53 +423,47 @@ def test_a_queue_without_the_mec_doorbell_range_lower_loses_its_doorbells(gpu, m
     reg = gpu.dev.reg
     monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
         "CP_MEC_DOORBELL_RANGE_LOWER"}) if block == "GC" else reg(block, *a))
+    with pytest.raises(QueueError, match="SET_RESOURCES did not complete"):
+        ComputeQueue(gpu)                                     # the KIQ's own doorbell (0) is lost first
+    assert any("does not reach the MEC" in e.message for e in gpu.dev.pci.dev.errors)
+    monkeypatch.undo()
     q = ComputeQueue(gpu)
     host = HostBuffer(gpu, 4096)
     done = Fence(host, 0)
     b = pm4.PM4()
     b.release_mem(done.va, 1)
     q.submit(b.buf)
-    with pytest.raises(QueueError, match="timed out"):
-        q.wait(done, 1, timeout_s=0.02, min_reads=300)
-    assert any("does not reach the MEC" in e.message for e in gpu.dev.pci.dev.errors)
-    monkeypatch.undo()
-    q.gc = gpu.dev.reg("GC")
-    q.init()
-    q.submit(b.buf)
     q.wait(done, 1, timeout_s=5)
 
 
-def test_a_queue_without_its_pq_control_wraps_at_the_power_on_ring_size(gpu, monkeypatch, dropping_registers):
-    """CP_HQD_PQ_CONTROL powers on at 0x308509 (gc_11_0_0_default.h): QUEUE_SIZE 9, a 1024-dword ring. A
-    driver that does not write it (gfx_v11_0_compute_mqd_init sets QUEUE_SIZE from the ring's size) runs
-    while its packets stay in the first 1024 dwords, then the CP wraps where the driver does not: it reads
-    the ring's start again instead of the new packets."""
+def test_a_kiq_without_its_pq_control_wraps_at_the_power_on_ring_size(gpu, monkeypatch, dropping_registers):
+    """CP_HQD_PQ_CONTROL powers on at 0x308509 (gc_11_0_0_default.h): QUEUE_SIZE 9, a 1024-dword ring. The
+    KIQ is the queue programmed by MMIO (gfx_v11_0_kiq_init_register writes mqd->cp_hqd_pq_control, QUEUE_SIZE
+    from its ring's size); without the write its 2048-dword ring runs while its packets stay in the first 1024
+    dwords, then the CP wraps where the driver does not and the next map or unmap never completes."""
     reg = gpu.dev.reg
     monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
         "CP_HQD_PQ_CONTROL"}) if block == "GC" else reg(block, *a))
     q = ComputeQueue(gpu)
     monkeypatch.undo()
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
-    with pytest.raises(QueueError, match="timed out"):
-        for value in range(1, 200):        # 8 dwords each: past 1024 dwords after 128 of them
-            b = pm4.PM4()
-            b.release_mem(done.va, value)
-            q.submit(b.buf)
-            q.wait(done, value, timeout_s=0.02, min_reads=300)
-    assert 1024 < q.wptr <= 1024 + 8 * 2
+    with pytest.raises(QueueError, match="did not complete"):
+        for _ in range(100):             # an unmap and a map per set-up: past 1024 dwords after ~40
+            q.init()
+    assert 1024 < gpu.kiq.wptr <= 1024 + 16
+    assert gpu.kiq.ring_dw == 2048
 
 
 def test_fini_dequeues_the_compute_queues(monkeypatch):
-    """Upstream hw_fini unmaps its compute queues (amdgpu_gfx_disable_kcq); a fini that only halts the
-    MEC leaves the HQD active (pipe halts keep HQD state, issue 11 point 9), its ring in freed memory."""
+    """Upstream hw_fini unmaps its compute queues through the KIQ (amdgpu_gfx_disable_kcq: UNMAP_QUEUES); a
+    fini that only halts the MEC leaves the HQDs active (pipe halts keep HQD state, issue 11 point 9), their
+    rings in freed memory. (The KIQ itself is dequeued by MMIO.)"""
     def run(dequeue: bool):
         g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=71, vram_size=512 << 20))
         sim = g.dev.pci.dev
         queues = [ComputeQueue(g), ComputeQueue(g, pipe=2, queue=3)]  # noqa: F841 (the driver holds them)
         with monkeypatch.context() as m:
             if not dequeue:
-                m.setattr(ComputeQueue, "fini", lambda self: None)
+                m.setattr(KIQ, "unmap", lambda self, queues, action=1: None)
             g.fini()
         return sim.blocks["CP"].hqd_state()
     assert run(True) == []
@@ -526,26 +520,26 @@ def test_queues_need_the_wait_after_the_mec_unhalt(gpu, monkeypatch):
     done = Fence(host, 0)
     b = pm4.PM4()
     b.release_mem(done.va, 1)
+    ComputeQueue(gpu)                                         # the KIQ comes up with the first queue
     with monkeypatch.context() as m:
         m.setattr(GFX, "wait_mec_start", lambda self: None)
         gpu.gfx.cp_compute_enable(False)
         gpu.gfx.cp_compute_enable(True)
-        q = ComputeQueue(gpu, pipe=1)
-        q.submit(b.buf)
-        with pytest.raises(QueueError, match="timed out"):
-            q.wait(done, 1, timeout_s=0.05, min_reads=500)
+        with pytest.raises(QueueError, match="did not dequeue"):
+            gpu.kiq.init()                                    # the queue programmed by MMIO, right after
     assert any("still starting" in e.message for e in gpu.dev.pci.dev.errors)
     gpu.gfx.cp_compute_enable(False)
     gpu.gfx.cp_compute_enable(True)
+    gpu.kiq.init()
     q = ComputeQueue(gpu, pipe=1)
     q.submit(b.buf)
     q.wait(done, 1, timeout_s=5)
 
 
 def test_a_queue_set_up_again_needs_its_rptr_zeroed(gpu, monkeypatch):
-    """CP_HQD_PQ_RPTR is live: a queue re-created on the same HQD without writing it 0
-    (gfx_v11_0_kiq_init_register writes mqd->cp_hqd_pq_rptr) starts at the old read pointer in its new,
-    empty ring and runs the zeros there."""
+    """CP_HQD_PQ_RPTR is live and MAP_QUEUES loads it from the MQD: a queue mapped again with the read pointer
+    its HQD still holds (gfx_v11_0_compute_mqd_init copies the register into mqd->cp_hqd_pq_rptr; this driver
+    writes 0) starts at the old read pointer in its new, empty ring and runs the zeros there."""
     host = HostBuffer(gpu, 4096)
     done = Fence(host, 0)
     q = ComputeQueue(gpu, ring_size=4096)
@@ -553,13 +547,88 @@ def test_a_queue_set_up_again_needs_its_rptr_zeroed(gpu, monkeypatch):
     b.release_mem(done.va, 1)
     q.submit(b.buf)
     q.wait(done, 1, timeout_s=5)
-    q.fini()
-    write = Register.write
-    monkeypatch.setattr(Register, "write", lambda self, *a, **k: None if self.name == "CP_HQD_PQ_RPTR"
-                        else write(self, *a, **k))
+    mqd_values = ComputeQueue._mqd_values
+
+    def live_rptr(self):
+        m = mqd_values(self)
+        m["cp_hqd_pq_rptr"] = self.gc.CP_HQD_PQ_RPTR.read()      # the queue is selected here
+        return m
+    monkeypatch.setattr(ComputeQueue, "_mqd_values", live_rptr)
     q.init()
     b = pm4.PM4()
     b.release_mem(done.va, 2)
     q.submit(b.buf)
     with pytest.raises(QueueError):
         q.wait(done, 2, timeout_s=0.05, min_reads=500)
+
+
+# ------------------------------------------------------------------ the KIQ maps the compute queues (issue 17)
+def _release(gpu):
+    host = HostBuffer(gpu, 4096)
+    b = pm4.PM4()
+    b.release_mem(host.va, 1)
+    return Fence(host, 0), b.buf
+
+
+def test_without_the_hdp_flush_after_the_mqd_the_mapped_queue_never_runs(gpu, monkeypatch):
+    """MAP_QUEUES has the CP read the MQD from VRAM, past the HDP: an MQD written through BAR0 without the
+    flush (amdgpu flushes before the GPU reads what the CPU wrote) is still the page's old content there,
+    zeros here, and the queue the KIQ loads from it has no doorbell and no ring (issue 17)."""
+    ComputeQueue(gpu)                                         # the KIQ is up
+    done, packets = _release(gpu)
+    write_mqd, inside = ComputeQueue._write_mqd, []
+
+    def without_flush(self):
+        inside.append(1)
+        try:
+            return write_mqd(self)
+        finally:
+            inside.pop()
+    flush = type(gpu.nbio).hdp_flush
+    monkeypatch.setattr(ComputeQueue, "_write_mqd", without_flush)
+    monkeypatch.setattr(type(gpu.nbio), "hdp_flush", lambda self, *a: None if inside else flush(self, *a))
+    q = ComputeQueue(gpu, pipe=1, queue=4)
+    q.submit(packets)
+    with pytest.raises(QueueError, match="timed out"):
+        q.wait(done, 1, timeout_s=0.05, min_reads=500)
+    monkeypatch.undo()
+    q.init()                                                  # unmapped, written and flushed, mapped again
+    q.submit(packets)
+    q.wait(done, 1, timeout_s=5)
+
+
+def test_a_compute_queue_runs_only_once_the_kiq_maps_it(gpu, monkeypatch):
+    """Nothing but MAP_QUEUES loads a compute queue's HQD: a driver that writes the MQD and never maps it
+    (amdgpu_gfx_enable_kcq) has a queue whose doorbells reach nothing."""
+    ComputeQueue(gpu)
+    done, packets = _release(gpu)
+    monkeypatch.setattr(KIQ, "map", lambda self, q: None)
+    q = ComputeQueue(gpu, pipe=2, queue=1)
+    q.submit(packets)
+    with pytest.raises(QueueError, match="timed out"):
+        q.wait(done, 1, timeout_s=0.05, min_reads=500)
+    assert "compute queue me 1 pipe 2 queue 1" not in dict(gpu.dev.pci.dev.blocks["CP"].hqd_state())
+    monkeypatch.undo()
+    q.init()
+    q.submit(packets)
+    q.wait(done, 1, timeout_s=5)
+
+
+def test_the_kiq_maps_nothing_without_set_resources(gpu, monkeypatch):
+    """amdgpu_gfx_enable_kcq sends SET_RESOURCES (the queue mask) before the MAP_QUEUES; without it the KIQ
+    refuses the map and hangs at it (gpusim.cp: the firmware's queue mask, an assumption)."""
+    monkeypatch.setattr(KIQ, "set_resources", lambda self: None)
+    with pytest.raises(QueueError, match="MAP_QUEUES of the compute queue ME1 pipe 0 queue 0 did not complete"):
+        ComputeQueue(gpu)
+    assert any("no SET_RESOURCES" in e.message for e in gpu.dev.pci.dev.errors)
+    monkeypatch.undo()
+    gpu.recover()                                             # the KIQ set up again (and unstuck)
+    q = ComputeQueue(gpu)
+    done, packets = _release(gpu)
+    q.submit(packets)
+    q.wait(done, 1, timeout_s=5)
+
+
+def test_the_kiq_slot_is_not_a_compute_queue(gpu):
+    with pytest.raises(ValueError, match="the KIQ's"):
+        ComputeQueue(gpu, pipe=3, queue=0)

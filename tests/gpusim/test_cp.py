@@ -979,3 +979,206 @@ def test_a_misaligned_load_follows_the_vmids_alignment_mode(gpu, sim, queue, bui
             assert any("ALIGNMENT_MODE" in e.message and "hung" in e.message for e in sim.errors), sim.errors
     finally:
         set_sh_mem_config(gpu, 0, ALIGNMENT_MODE=old >> 2 & 3)
+
+
+# ------------------------------------------------------------------------------------------------
+# the KIQ: SET_RESOURCES, MAP_QUEUES, UNMAP_QUEUES (gfx_v11_0.c gfx11_kiq_*, nvd.h); the HQD loaded from the MQD
+
+KIQ_PIPE, KIQ_QUEUE, KIQ_DOORBELL = 3, 0, 0      # amdgpu_gfx_kiq_acquire on gfx11; AMDGPU_NAVI10_DOORBELL_KIQ
+ALL_QUEUES = 0xFFFFFFFF & ~(1 << (KIQ_PIPE * 8 + KIQ_QUEUE))
+
+
+def set_resources(mask: int = ALL_QUEUES, queue_type: int = 0) -> list[int]:
+    return pkt3(P.PACKET3_SET_RESOURCES, queue_type << 29, mask, mask >> 32, 0, 0, 0, 0)
+
+
+def map_queues(pipe: int, queue: int, doorbell: int, mqd_va: int, wptr_va: int, me: int = 1, engine: int = 0,
+               queue_sel: int = 0, num: int = 1) -> list[int]:
+    control = queue_sel << 4 | queue << 13 | pipe << 16 | me << 18 | engine << 26 | num << 29
+    return pkt3(P.PACKET3_MAP_QUEUES, control, doorbell << 2, mqd_va, mqd_va >> 32, wptr_va, wptr_va >> 32)
+
+
+def unmap_queues(doorbell: int, action: int = 1) -> list[int]:
+    return pkt3(P.PACKET3_UNMAP_QUEUES, action | 1 << 29, doorbell << 2, 0, 0, 0)
+
+
+class Mapped(Queue):
+    """A compute queue whose HQD is loaded by MAP_QUEUES from its MQD (gfx_v11_0_compute_mqd_init's fields),
+    written through BAR0; flush=False leaves it in the HDP."""
+
+    def __init__(self, gpu, pipe: int, queue: int, doorbell: int, flush: bool = True):
+        self.gpu, self.gc, self.pipe, self.queue, self.doorbell = gpu, gpu.dev.reg("GC"), pipe, queue, doorbell
+        gmc = gpu.gmc
+        self.ring, self.wb, self.eop, self.mqd = (gmc.map_vram(RING_BYTES), gmc.map_vram(4096), gmc.map_vram(4096),
+                                                  gmc.map_vram(4096))
+        self.wptr = 0
+        gc = self.gc
+        self.values = dict(
+            cp_hqd_eop_base_addr_lo=(self.eop.va >> 8) & 0xFFFFFFFF, cp_hqd_eop_base_addr_hi=self.eop.va >> 40,
+            cp_hqd_eop_control=gc.CP_HQD_EOP_CONTROL.encode(EOP_SIZE=8),
+            cp_hqd_pq_doorbell_control=gc.CP_HQD_PQ_DOORBELL_CONTROL.encode(DOORBELL_OFFSET=doorbell, DOORBELL_EN=1),
+            cp_mqd_base_addr_lo=self.mqd.va & 0xFFFFFFFC, cp_mqd_base_addr_hi=self.mqd.va >> 32,
+            cp_mqd_control=gc.CP_MQD_CONTROL.encode(PRIV_STATE=1),
+            cp_hqd_pq_base_lo=(self.ring.va >> 8) & 0xFFFFFFFF, cp_hqd_pq_base_hi=self.ring.va >> 40,
+            cp_hqd_pq_control=gc.CP_HQD_PQ_CONTROL.encode(QUEUE_SIZE=(RING_BYTES // 4).bit_length() - 2,
+                                                          RPTR_BLOCK_SIZE=5, PRIV_STATE=1, KMD_QUEUE=1),
+            cp_hqd_pq_rptr_report_addr_lo=self.wb.va & 0xFFFFFFFC,
+            cp_hqd_pq_rptr_report_addr_hi=(self.wb.va >> 32) & 0xFFFF,
+            cp_hqd_pq_wptr_poll_addr_lo=(self.wb.va + 8) & 0xFFFFFFFC,
+            cp_hqd_pq_wptr_poll_addr_hi=((self.wb.va + 8) >> 32) & 0xFFFF, cp_hqd_active=1)
+        self.write_mqd(flush)
+
+    def write_mqd(self, flush: bool = True) -> None:
+        from gpusim.cp import COMPUTE_MQD
+        self.gpu.dev.vram.write(self.mqd.vram.addr, COMPUTE_MQD.pack(**self.values).ljust(4096, b"\0"))
+        if flush:
+            self.gpu.nbio.hdp_flush()
+
+    def map(self) -> list[int]:
+        return map_queues(self.pipe, self.queue, self.doorbell, self.mqd.va, self.wb.va + 8)
+
+
+@pytest.fixture
+def kiq(gpu, sim):
+    """ME1 pipe 3 queue 0 as the KIQ: programmed by MMIO (gfx_v11_0_kiq_init_register) and named in
+    RLC_CP_SCHEDULERS (gfx_v11_0_kiq_setting)."""
+    gc = gpu.dev.reg("GC")
+    k = Queue(gpu, KIQ_PIPE, KIQ_QUEUE, KIQ_DOORBELL)
+    gc.RLC_CP_SCHEDULERS.write(1 << 5 | KIQ_PIPE << 3 | KIQ_QUEUE | 0x80)
+    yield k
+    k.dequeue()
+    gc.RLC_CP_SCHEDULERS.write(0)
+
+
+def hqd(gpu, pipe: int, queue: int, *names: str) -> list[int]:
+    gc = gpu.dev.reg("GC")
+    gc.GRBM_GFX_CNTL.write(MEID=1, PIPEID=pipe, QUEUEID=queue)
+    try:
+        return [gc.reg(n).read() for n in names]
+    finally:
+        gc.GRBM_GFX_CNTL.write(0)
+
+
+def test_map_queues_loads_the_hqd_from_the_mqd_and_unmap_saves_it_back(gpu, sim, kiq):
+    from gpusim.cp import COMPUTE_MQD
+    out = buf(gpu)
+    t = Mapped(gpu, 1, 5, 40)
+    assert not t.active()
+    kiq.submit(set_resources() + t.map() + write_data(out.va, 1))
+    assert u32(gpu, out) == [1] and t.active() and not sim.errors, sim.errors
+    v = t.values
+    assert hqd(gpu, 1, 5, "CP_HQD_PQ_BASE", "CP_HQD_PQ_CONTROL", "CP_HQD_PQ_DOORBELL_CONTROL", "CP_MQD_BASE_ADDR",
+               "CP_HQD_EOP_BASE_ADDR") == [v["cp_hqd_pq_base_lo"], v["cp_hqd_pq_control"],
+                                           v["cp_hqd_pq_doorbell_control"], v["cp_mqd_base_addr_lo"],
+                                           v["cp_hqd_eop_base_addr_lo"]]
+    t.submit(write_data(out.va + 4, 2) + release_mem(out.va + 8, 3))      # its doorbell reaches it: it runs
+    assert u32(gpu, out, 4) == [2] and u64(gpu, out, 8) == 3 and t.rptr_report() == t.wptr
+    kiq.submit(unmap_queues(40) + write_data(out.va, 4))                  # RESET_QUEUES, as disable_kcq
+    assert u32(gpu, out) == [4] and not t.active()
+    m = COMPUTE_MQD.unpack_from(gpu.dev.vram.read(t.mqd.vram.addr, COMPUTE_MQD.size))
+    assert m.cp_hqd_pq_rptr == t.wptr and m.cp_hqd_pq_wptr_lo == t.wptr and m.cp_hqd_active == 0
+    t.submit(write_data(out.va + 16, 5))                                 # unmapped: its doorbell reaches nothing
+    assert u32(gpu, out, 16) == [0]
+
+
+def test_a_map_reads_the_mqd_past_the_hdp_a_stale_one_gives_a_queue_that_never_runs(gpu, sim, kiq):
+    """The KIQ's firmware reads the MQD from memory like any engine: what the host wrote through BAR0 is
+    held in the HDP until a flush (gpusim.hdp), so a map after an unflushed MQD write loads the old MQD,
+    here zeros: no doorbell, no ring, and the queue's work never runs (issue 17)."""
+    out = buf(gpu)
+    t = Mapped(gpu, 2, 6, 42)
+    gpu.dev.vram.write(t.mqd.vram.addr, bytes(4096))
+    gpu.nbio.hdp_flush()                                                 # the memory holds zeros
+    kiq.submit(set_resources() + t.map() + write_data(out.va, 1), ring_doorbell=False)   # (flushes its ring)
+    t.write_mqd(flush=False)                                             # the MQD, left in the HDP
+    gpu.dev.pci.bar(2).write64(KIQ_DOORBELL * 4, kiq.wptr)
+    assert u32(gpu, out) == [1]
+    assert hqd(gpu, 2, 6, "CP_HQD_PQ_DOORBELL_CONTROL", "CP_HQD_PQ_BASE") == [0, 0]
+    t.submit(write_data(out.va + 4, 2))
+    assert u32(gpu, out, 4) == [0]
+    kiq.submit(unmap_queues(0) + write_data(out.va, 2))                 # its HQD holds doorbell offset 0
+    gpu.nbio.hdp_flush()
+    t.write_mqd()
+    kiq.submit(t.map() + write_data(out.va, 3))
+    assert u32(gpu, out) == [3]
+    t.submit([])
+    assert u32(gpu, out, 4) == [2]
+    kiq.submit(unmap_queues(42) + write_data(out.va, 4))
+
+
+@pytest.mark.parametrize("packet, why", [
+    (lambda t: map_queues(1, 4, 50, t.mqd.va, 0, engine=4), "ENGINE_SEL 4"),
+    (lambda t: map_queues(1, 4, 50, t.mqd.va, 0, me=2), "ME 2"),
+    (lambda t: map_queues(1, 4, 50, t.mqd.va, 0, queue_sel=1), "QUEUE_SEL 1"),
+    (lambda t: map_queues(1, 4, 50, t.mqd.va, 0, num=2), "NUM_QUEUES 2"),
+    (lambda t: map_queues(KIQ_PIPE, KIQ_QUEUE, 50, t.mqd.va, 0), "KIQ's own slot"),
+    (lambda t: set_resources(queue_type=1), "QUEUE_TYPE 1"),
+    (lambda t: pkt3(P.PACKET3_UNMAP_QUEUES, 2 | 1 << 29, 50 << 2, 0, 0, 0), "ACTION 2"),
+])
+def test_malformed_kiq_packets_hang_the_kiq(gpu, sim, kiq, packet, why):
+    out = buf(gpu)
+    t = Mapped(gpu, 1, 4, 50)
+    kiq.submit(set_resources() + packet(t) + write_data(out.va, 1))
+    assert u32(gpu, out) == [0] and not t.active() and busy(gpu)
+    assert any(why in e.message and "hung" in e.message for e in sim.errors), sim.errors
+    cp_soft_reset(gpu)
+
+
+def test_map_queues_needs_the_kiq_and_its_resources(gpu, sim, kiq, queue):
+    """Only the queue RLC_CP_SCHEDULERS names runs the scheduler packets, and the KIQ maps only queues in
+    the mask of its SET_RESOURCES (amdgpu_gfx_enable_kcq sends it first; a CP soft reset forgets it)."""
+    out = buf(gpu)
+    t = Mapped(gpu, 1, 3, 52)
+    queue.submit(set_resources() + t.map() + write_data(out.va, 1))     # on an ordinary compute queue
+    assert u32(gpu, out) == [0] and not t.active()
+    assert any("not the KIQ" in e.message for e in sim.errors), sim.errors
+    cp_soft_reset(gpu)                        # frees the hung queue; the KIQ's firmware restarts too
+    kiq.__init__(gpu, KIQ_PIPE, KIQ_QUEUE, KIQ_DOORBELL)
+    kiq.submit(t.map() + write_data(out.va, 2))                          # no SET_RESOURCES since then
+    assert u32(gpu, out) == [0] and not t.active()
+    assert any("no SET_RESOURCES" in e.message for e in sim.errors), sim.errors
+    cp_soft_reset(gpu)
+    kiq.__init__(gpu, KIQ_PIPE, KIQ_QUEUE, KIQ_DOORBELL)
+    kiq.submit(set_resources(ALL_QUEUES & ~(1 << (1 * 8 + 3))) + t.map() + write_data(out.va, 3))
+    assert u32(gpu, out) == [0] and any("queue mask" in e.message for e in sim.errors), sim.errors
+    cp_soft_reset(gpu)
+    kiq.__init__(gpu, KIQ_PIPE, KIQ_QUEUE, KIQ_DOORBELL)
+    kiq.submit(set_resources() + t.map() + write_data(out.va, 4))
+    assert u32(gpu, out) == [4] and t.active()
+    kiq.submit(unmap_queues(52) + write_data(out.va, 5))
+    assert u32(gpu, out) == [5] and not t.active()
+
+
+def test_a_map_of_an_unmapped_mqd_faults(gpu, sim, kiq):
+    """The MQD read is a CPC access through the KIQ's page tables: unmapped, it faults (the default page
+    with the driver's CP_DEBUG: the fault is latched; with the halt the KIQ hangs at the packet)."""
+    out = buf(gpu)
+    gpu.ih.poll()
+    kiq.submit(set_resources() + map_queues(1, 6, 54, 0x7F00_0000_0000, 0) + write_data(out.va, 1))
+    faults = [f for f in map(gpu.gmc.fault_from_iv, gpu.ih.poll()) if f is not None]
+    assert any(f.address >> 32 == 0x7F00 and not f.write for f in faults), faults
+    assert u32(gpu, out) == [1]
+    gpu.gmc.decode_fault("GC")
+    kiq.submit(unmap_queues(0) + write_data(out.va, 2))
+    gc = gpu.dev.reg("GC")
+    gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=0)
+    try:
+        kiq.submit(map_queues(1, 6, 54, 0x7F00_0000_0000, 0) + write_data(out.va, 3))
+        assert u32(gpu, out) == [2] and busy(gpu)
+        assert any("MQD read" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+    finally:
+        gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=1)
+    gpu.gmc.decode_fault("GC")
+    gpu.ih.poll()
+    cp_soft_reset(gpu)
+
+
+def test_unmap_of_a_hung_queue_waits_until_the_cp_soft_reset(gpu, sim, kiq):
+    out = buf(gpu)
+    t = Mapped(gpu, 2, 2, 56)
+    kiq.submit(set_resources() + t.map() + write_data(out.va, 1))
+    t.submit(pkt3(P.PACKET3_DRAW_INDEX_AUTO, 0, 0))                     # hangs it
+    kiq.submit(unmap_queues(56) + write_data(out.va, 2))
+    assert u32(gpu, out) == [1] and t.active() and busy(gpu)             # the KIQ waits at the unmap
+    cp_soft_reset(gpu)
+    assert not t.active()
