@@ -21,15 +21,16 @@ STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
 # soft reset (the engine stays frozen). The thermal and PCI-reset phases' steps (no-thermal-alert,
 # no-pci-reset) are caught by the full run and by tests/amdrv/test_smi.py and test_boot_recovery.py. A warm
 # boot decided from the clean flag alone is caught where the SMU stopped between runs (issue 17). Since the
-# register-drop round of issue 11: more than 1024 dwords through the compute ring (its size, CP_HQD_PQ_CONTROL),
-# a halted wave named from the SQ (SQ_IND_INDEX), SDMA1 running an indirect buffer (IB_CNTL.IB_ENABLE), the
-# timeline's value after SDMA copies (a fence written with the wrong value), an SDMA fault read from the IH
+# register-drop round of issue 11: a halted wave named from the SQ (SQ_IND_INDEX), SDMA1 running an indirect
+# buffer (IB_CNTL.IB_ENABLE), the timeline's value after SDMA copies (a fence written with the wrong value), an SDMA fault read from the IH
 # ring through the AM driver's own API before hcq moves the IH's write-pointer write-back (after a copy from an
-# SDMA0 indirect buffer: SDMA0_QUEUE0_IB_CNTL is caught there, by the full run).
+# SDMA0 indirect buffer: SDMA0_QUEUE0_IB_CNTL is caught there, by the full run). CP_HQD_PQ_CONTROL, caught
+# there by more than 1024 dwords through the compute ring before the KIQ, is now written by MMIO for the KIQ
+# alone (the compute queues' comes from their MQD): CAUGHT_BY_TESTS.
 LATER_PHASES = ["reg-drop:GC.SH_MEM_BASES", "step:cp-halts-on-fault", "step:recover-no-grbm-soft-reset-cp",
                 "reg-drop:GC.SDMA0_QUEUE0_RB_WPTR", "reg-drop:OSSSYS.IH_DOORBELL_RPTR", "step:no-gmc-fini",
                 "step:no-set-allowed-features-mask", "step:recover-no-sdma-soft-reset",
-                "step:warm-boot-ignores-stopped-firmware", "reg-drop:GC.CP_HQD_PQ_CONTROL",
+                "step:warm-boot-ignores-stopped-firmware",
                 "reg-drop:GC.SQ_IND_INDEX", "reg-drop:GC.SDMA1_QUEUE0_IB_CNTL", "pkt-flip:SDMA.FENCE.DATA",
                 "reg-drop:OSSSYS.IH_RB_WPTR_ADDR_LO"]
 
