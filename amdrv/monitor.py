@@ -127,6 +127,15 @@ class GfxOff:
             self.allowed = True
             self.allow_count += 1
 
+    def settle(self) -> None:
+        """Sends now the AllowGfxOff a pending delay would send later (a caller that plays time itself: the
+        mutation workload, whose simulated GPU moves only when the driver touches it)."""
+        with self._lock:
+            pending = self._timer is not None
+            self._cancel()
+        if pending:
+            self._allow()
+
     def stop(self) -> None:
         """For fini: no more AllowGfxOff; GFX held on (what it needs to be halted)."""
         self.hold()

@@ -511,10 +511,10 @@ ALTS = {0: (0x50, (EP_DATA_IN, EP_DATA_OUT)), 1: (0x62, (EP_DATA_IN, EP_STATUS, 
 class BridgeBackend(usb.backend.IBackend):
     """pyusb backend presenting one ASM24xx bridge; transfers run the bridge model."""
 
-    def __init__(self, bridge: ASM24Bridge, pid: int = 0x2464, bus: int = 1, address: int = 2):
+    def __init__(self, bridge: ASM24Bridge, pid: int = 0x2464, bus: int = 1, address: int | None = None):
         if pid not in PRODUCTS:
             raise ValueError(f"usb bridge: product id {pid:#06x} is not an ASM24xx ({PRODUCTS})")
-        self.bridge, self.pid, self.bus, self.address = bridge, pid, bus, address
+        self.bridge, self.pid, self.bus, self.address = bridge, pid, bus, usb_address(bridge, address)
         self.alt = 0
         self.alts = (0,) if pid == 0x2463 else (0, 1)     # the ROM (0x2463) has Bulk-Only only
         self.streams: dict[int, int] = {}                   # endpoint -> bulk streams allocated (1..n)
@@ -918,6 +918,17 @@ class BridgeBackend(usb.backend.IBackend):
 
 
 _BRIDGES: dict[int, ASM24Bridge] = {}     # provider slot -> the bridge in front of its GPU
+
+
+def usb_address(bridge: ASM24Bridge, address: int | None) -> int:
+    """The enclosure's USB device address: given, or 2 + the simulated GPU's slot, so two simulated bridges
+    in one process have distinct USB paths and the transport's per-bridge locks (usb:BUS-ADDR, pcie.lock) are
+    distinct too (the open firmware's enumerate on bus 2). USB addresses are 1..127 (USB 2.0 9.4.6)."""
+    if address is None:
+        address = 2 + bridge.fn.slot
+    if not 1 <= address <= 127:
+        raise ValueError(f"usb bridge: USB address {address} (slot {bridge.fn.slot}) is outside 1..127")
+    return address
 
 
 def open_bridge(chip: str = "navi31", *, gpu_bus: int = 4, **sim) -> ASM24Bridge:

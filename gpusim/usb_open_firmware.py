@@ -271,8 +271,8 @@ class OpenFirmwareBackend(usb.backend.IBackend):
     trip; `submit_async` (the backend's extension, as libusb's asynchronous transfers) runs a batch of
     control and bulk transfers waited for together: one round trip."""
 
-    def __init__(self, bridge: ub.ASM24Bridge, usb2: bool = False, bus: int = 1, address: int = 3):
-        self.bridge, self.bus, self.address, self.usb2 = bridge, bus, address, usb2
+    def __init__(self, bridge: ub.ASM24Bridge, usb2: bool = False, bus: int = 2, address: int | None = None):
+        self.bridge, self.bus, self.address, self.usb2 = bridge, bus, ub.usb_address(bridge, address), usb2
         self.fw = OpenFirmware(bridge, usb2)
 
     # -- descriptors ----------------------------------------------------------------------------

@@ -17,8 +17,8 @@ def _isolated_firmware_env(tmp_path_factory, monkeypatch):
     # Tests never touch the user's cache or the network unless they set these up themselves.
     monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.setenv("DRIVERLESS_OFFLINE", "1")
-    # Device locks per test: simulated devices of parallel test processes share names (a simulated
-    # bridge is always USB 1-2), and would otherwise hold each other's lock files.
+    # Device locks per test: simulated devices of parallel test processes share names (the simulated
+    # bridge in front of slot N is USB 1-(2 + N), 2-(2 + N) with the open firmware), and would otherwise hold each other's lock files.
     monkeypatch.setenv("DRIVERLESS_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
     monkeypatch.delenv("DRIVERLESS_FIRMWARE_DIR", raising=False)
     monkeypatch.delenv("DRIVERLESS_FIRMWARE_URL", raising=False)

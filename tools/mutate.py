@@ -99,6 +99,7 @@ KERNEL_TIMEOUT = 2.0       # hcq waits inside the workload
 N = 256                    # work-items per kernel (one workgroup)
 SLOT = 40                  # the simulator slot the workload uses (a process may hold other simulated GPUs)
 SLOT_NO_SCPM = 41          # the second board (no SCPM) of the last phase
+IDLE_STEPS = 2_000_000     # 2 s of simulated idle (1 us steps): GFX activity averaged over 0.25 s decays to ~0
 BAD = (1 << 44) - (1 << 30)   # below the VRAM window: mapped by nothing
 UNHOOKED = [False]         # set by the workload around submissions whose packets are not to be mutated
 
@@ -181,7 +182,7 @@ class Workload:
                   ("ih ring wrap", self.ih_wrap), ("old addresses after warm boot", self.old_addresses),
                   ("warm kernel", self.one_kernel),
                   ("exit without fini", self.unclean), ("mode1 boot", self.mode1_boot),
-                  ("mode1 kernel", self.one_kernel), ("thermal alert", self.thermal_alert),
+                  ("mode1 kernel", self.one_kernel), ("thermal alert", self.thermal_alert), ("gfxoff", self.gfxoff),
                   ("final fini", self.fini), ("death in the bootloader", self.death_in_bootloader),
                   ("pci reset boot", self.pci_reset_boot), ("pci reset kernel", self.one_kernel),
                   ("pci reset fini", self.fini), ("firmware stopped boot", self.firmware_stopped_boot),
@@ -562,6 +563,25 @@ class Workload:
             thm.observe(hotspot_c)
             seen += [w for w in map(gpu.smu.thermal_iv, gpu.ih.poll()) if w]
         self.note(phase, f"thermal interrupts: {' '.join(seen) or 'none'}")
+
+    def gfxoff(self, phase: str) -> None:
+        """GFX powers off while idle once the driver allows it (AllowGfxOff after the hcq device lets its boot
+        request go, amdgpu_gfx_off_ctrl; the delay played at once here, with no timer thread), the next
+        submission wakes it (the doorbell, no message), and an alloc's GC-hub TLB flush holds it on first
+        (DisallowGfxOff); the simulated SMU counts GC accesses that reach an unpowered GC (tests/amdrv/test_smi.py
+        does the same on the wall clock). GFX is held on again after, as the rest of the workload expects."""
+        sim = self.dev.gpu.dev.pci.dev
+        g, model = self.dev.gfxoff, sim.blocks["SMU"]
+        g.delay_s = 3600                 # no AllowGfxOff from a timer thread: settle() sends it, deterministically
+        g.release()
+        sim.step(IDLE_STEPS)             # the host idles: the averaged activity decays on the simulated clock
+        g.settle()
+        self.note(phase, f"idle: GFX {model.gfx_power()}")
+        exits = model.gfxoff_exits
+        self.one_kernel(phase)
+        self.dev.alloc(1 << 16)
+        g.hold()
+        self.note(phase, f"GFXOFF exits {model.gfxoff_exits - exits}, GC accesses while off {model.gc_off_accesses}")
 
     def death_in_bootloader(self, phase: str) -> None:
         """A fresh GPU whose cold boot dies while the PSP bootloader loads the KDB (no SMU firmware yet to reset
@@ -1232,6 +1252,10 @@ def _steps() -> list[Step]:
              lambda c: c.set_fields("GC", "GCVM_CONTEXT0_CNTL", **{
                  f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT": 0 for k in (
                      "RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")})),
+        Step("no-allow-gfxoff", "AllowGfxOff never sent (amdgpu_gfx_off_ctrl -> smu_v13_0_gfx_off_control)",
+             _step_smu_msg("AllowGfxOff")),
+        Step("no-disallow-gfxoff", "DisallowGfxOff never sent before GC accesses (amdgpu_gfx_off_ctrl)",
+             _step_smu_msg("DisallowGfxOff")),
         Step("no-thermal-alert", "THM interrupt programming skipped (smu_v13_0_set_irq_state: THM_THERMAL_INT_CTRL/ENA)",
              lambda c: c.skip(smu.SMU, "enable_thermal_alert")),
         Step("no-pci-reset", "no platform reset before booting a GPU whose previous run died before the firmware ran "

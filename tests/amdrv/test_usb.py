@@ -237,7 +237,7 @@ class FakeBridge(usb.backend.IBackend):
 
 @pytest.fixture(autouse=True)
 def _private_locks(tmp_path, monkeypatch):
-    """Bridge locks in a folder of this test's own (every fake bridge is 3-7, every simulated one 1-2)."""
+    """Bridge locks in a folder of this test's own (every fake bridge is 3-7, a simulated one 1-(2 + slot))."""
     from amdrv.usb import transport
     monkeypatch.setattr(transport, "DeviceLock", lambda address, directory=None: DeviceLock(address, tmp_path))
 

@@ -635,3 +635,22 @@ def test_default_slot_skips_a_gpu_behind_a_bridge():
     br = usb_bridge.open_bridge("navi31", fresh=True, slot=57)
     fn = provider.open_function("navi31")
     assert fn.dev is not br.dev and fn.dev.bus is provider.BUS and br.dev.bus is not provider.BUS
+
+
+def test_two_simulated_bridges_in_one_process_have_their_own_usb_paths_and_locks(tmp_path):
+    """Each simulated enclosure enumerates at its own USB address (2 + its GPU's slot), so the transport's
+    per-bridge locks (usb:BUS-ADDR) of two simulated USB GPUs do not collide (both were usb:1-2)."""
+    from amdrv.usb.transport import open_function
+    a = open_function(backend=usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=62),
+                      lock_dir=tmp_path)
+    try:
+        b = open_function(backend=usb_bridge.backend("navi33", fresh=True, small_bar=True, vram_size=1 << 30,
+                                                     slot=63), lock_dir=tmp_path)
+        try:
+            assert (a.address, b.address) == ("usb:1-64", "usb:1-65")
+            assert sorted(p.name for p in tmp_path.glob("*.lock")) == ["driverless-usb:1-64.lock",
+                                                                      "driverless-usb:1-65.lock"]
+        finally:
+            b.close()
+    finally:
+        a.close()
