@@ -50,8 +50,8 @@ Mutations:
   (all its bits inverted). SET_SH_REG values are keyed by the register they set, RELEASE_MEM by its
   DATA_SEL form, POLL_REGMEM by its HDP-flush form; NOP packets are left alone. Chosen over wrapping the
   builders in amdrv.pm4/sdma_packets because hcq copies prebuilt templates and patches them after the
-  builder ran: only the ring sees the final dwords. Indirect buffers (graphs) are not parsed; the
-  workload uses none.
+  builder ran: only the ring sees the final dwords. What indirect buffers hold is not parsed (it never
+  passes the ring): the workload's SDMA INDIRECT packets are mutated, the copies in their IBs are not.
 - Named steps (--kind steps): the STEPS table below, one small monkeypatch of the driver each (skip a
   flush, a wait, a message, a reset; rewrite one packet bit). Add an entry to extend it; an entry whose
   target the driver no longer has is reported "n/a" instead of failing the run.
@@ -638,6 +638,7 @@ class Workload:
         b = S.SDMABuilder()
         b.nop((2 - q.wptr) & 7)           # the INDIRECT packet ends on an 8-dword boundary (sdma_v6_0_ring_emit_ib)
         b.indirect(host.va + 64, len(ib))
+        b.write(host.va + 16, 0x5A5A0001, 0x5A5A0002)   # a store that lands, read back below
         b.write(BAD, 1)
         b.fence(done.va, 1)
         q.submit(b.buf)
@@ -648,7 +649,9 @@ class Workload:
         faults = [f for f in map(gpu.gmc.fault_from_iv, gpu.ih.poll()) if f is not None]
         latched = gpu.gmc.decode_fault("GC")          # fault_from_iv re-armed it for an IV's fault
         got = bytes(host.view[8192 + 4:8192 + 4 + len(data)])
-        self.note(phase, f"AM alone: fence {done.value}, copy {'right' if got == data else 'wrong'}, {len(faults)} "
+        words = struct.unpack_from("<2I", host.view, 16)
+        self.note(phase, f"AM alone: fence {done.value}, copy {'right' if got == data else 'wrong'}, words "
+                         f"{'right' if words == (0x5A5A0001, 0x5A5A0002) else 'wrong'}, {len(faults)} "
                          f"fault(s) on the IH ring, {'one more' if latched else 'none'} latched")
 
     def no_scpm(self, phase: str) -> None:
@@ -682,6 +685,7 @@ PM4_FIELDS = {
 }
 SDMA_FIELDS = {
     "COPY_LINEAR": ("COUNT", "PARAMETER", "SRC_LO", "SRC_HI", "DST_LO", "DST_HI"),
+    "INDIRECT": ("IB_BASE_LO", "IB_BASE_HI", "IB_SIZE", "CSA_ADDR_LO", "CSA_ADDR_HI"),
     "WRITE": ("DST_LO", "DST_HI", "COUNT"),
     "FENCE": ("ADDR_LO", "ADDR_HI", "DATA"),
     "TRAP": ("INT_CONTEXT",),
@@ -704,7 +708,7 @@ def _sdma_ops() -> dict[int, str]:
     from amdrv.autogen import sdma6 as S
     names = {"NOP": "NOP", "COPY": "COPY", "WRITE": "WRITE", "FENCE": "FENCE", "TRAP": "TRAP",
              "POLL_REGMEM": "POLL_REGMEM", "CONST_FILL": "CONST_FILL", "TIMESTAMP": "TIMESTAMP",
-             "GCR_REQ": "GCR_REQ"}
+             "GCR_REQ": "GCR_REQ", "INDIRECT": "INDIRECT"}
     return {getattr(S, f"SDMA_OP_{k}"): v for k, v in names.items() if hasattr(S, f"SDMA_OP_{k}")}
 
 
@@ -752,7 +756,7 @@ def parse_sdma(dw) -> list[Packet]:
         op, sub = h & 0xFF, (h >> 8) & 0xFF
         name = ops.get(op, f"op{op:#04x}")
         length = {"NOP": 1 + ((h >> 16) & 0x3FFF), "COPY": 7, "FENCE": 4, "TRAP": 2, "POLL_REGMEM": 6,
-                  "CONST_FILL": 5, "TIMESTAMP": 3, "GCR_REQ": 5}.get(name)
+                  "CONST_FILL": 5, "TIMESTAMP": 3, "GCR_REQ": 5, "INDIRECT": 6}.get(name)
         if name == "WRITE":
             length = 4 + (dw[i + 3] + 1 if i + 3 < len(dw) else 0)
         if name == "COPY":
@@ -1577,6 +1581,11 @@ EXPECTED = {
     "compute queue, which writes through no CB/DB, the dword selects nothing)",
     "pkt-zero:PM4.RELEASE_MEM/DATA_64.DATA_HI": "the driver writes 0 already: the workload's fence values stay "
     "below 2^32 (a flipped DATA_HI is caught)",
+    "pkt-zero:SDMA.INDIRECT.CSA_ADDR_*": "the driver writes 0 already, as upstream for VMID 0 or without mid-command-"
+    "buffer preemption (sdma_v6_0_ring_emit_ib, amdgpu_sdma_get_csa_mc_addr)",
+    "pkt-flip:SDMA.INDIRECT.CSA_ADDR_*": "the context save area is where the engine saves its state when it is "
+    "preempted inside the IB (sdma_v6_0_ring_preempt_ib, MCBP); nothing preempts the workload's IBs (assumption: "
+    "the engine reads or writes it at no other time)",
     "pkt-zero:SDMA.COPY_LINEAR.PARAMETER": "the driver writes 0 already (no endian swap, sdma_v6_0_emit_copy_"
     "buffer)",
     "step:no-gfx-fini": "the MEC left unhalted at fini has no queue to serve (ComputeQueue.fini dequeued every "

@@ -83,7 +83,7 @@ def test_baseline_is_deterministic_and_complete(rig):
     assert len(seen("sdma after recover")) == 4 and "in order, overflows 0" in out["ih ring wrap"]
     assert [w.split(":")[0] for w in seen("old addresses after warm boot")] == ["fault reported"] * 2
     assert out["board without scpm"] == "closed"
-    assert "AM alone: fence 1, copy right, 1 fault(s) on the IH ring, none latched" in seen("board without scpm")
+    assert "AM alone: fence 1, copy right, words right, 1 fault(s) on the IH ring, none latched" in seen("board without scpm")
     assert out["thermal alert"] == "thermal interrupts: above below"
     assert out["death in the bootloader"] == "died in the bootloader"
     assert seen("pci reset boot") == ["cold boot, SMU features 0x7ffffffffffff", "platform reset: bus"]
