@@ -11,8 +11,9 @@ BAR0 copies, four clang-built OpenCL kernels (add, saxpy, an LDS reverse, words 
 addresses: SH_MEM_CONFIG's alignment mode), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
 the second SDMA engine through the driver's own queue API with an indirect buffer, the timeline's value after
-the copies, a host page remapped at the same VA (the TLB flush must cover it), short launches until the
-compute ring has taken more than 1024 dwords (the power-on ring size), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
+the copies, a host page remapped at the same VA (the TLB flush must cover it), a second compute queue of the
+driver's own API taken down and set up again until the KIQ's ring has taken more than 1024 dwords (the
+power-on ring size), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
 mapped), both queues hung (an unknown PM4 opcode, an SDMA wait never satisfied), recover() with a kernel
 and SDMA copies after it, a kernel whose wave halts at an instruction gfx11 cannot decode (the hang report
 names it from the SQ's wave state) and recover() with that wave resident, fini, a warm boot, more than a ring's worth of interrupts through the IH ring,
@@ -175,7 +176,7 @@ class Workload:
         phases = [("cold boot", self.cold_boot), ("bar0 copies and kernels", self.kernels),
                   ("generic pointers", self.generic), ("sdma copies", self.sdma),
                   ("sdma1 with an indirect buffer", self.sdma1),
-                  ("remap at the same va", self.remap), ("past a ring's worth", self.ring_worth),
+                  ("remap at the same va", self.remap), ("a queue re-created many times", self.requeue),
                   ("fault", self.fault), ("cp fault", self.cp_fault), ("hang", self.hang), ("recover", self.recover),
                   ("sdma after recover", self.sdma), ("halted wave", self.halted_wave),
                   ("recover after halted wave", self.recover), ("fini", self.fini), ("warm boot", self.warm_boot),
@@ -449,22 +450,29 @@ class Workload:
         self._fault_or_timeout(phase, lambda: done.wait(1, timeout=0.05))
         self.note(phase, f"signals {done.value} {sdone.value}")
 
-    def ring_worth(self, phase: str) -> None:
-        """Short launches, each with its own submission, until the compute ring has taken more than 1024
-        dwords since its set-up: the CP wraps the ring where CP_HQD_PQ_CONTROL.QUEUE_SIZE says
-        (gfx_v11_0_compute_mqd_init sets it from the ring's size; the power-on 9 is 1024 dwords), so a queue
-        whose size was not programmed reads its first packets again (tests/amdrv/test_queue.py)."""
-        dev, q = self.dev, self.dev.compute
-        out = dev.alloc(4 * 64)
-        start, n = q.wptr, 0
-        while q.wptr - start <= 1024 + 64:
-            if n == 64:
-                raise RuntimeError(f"{n} launches took only {q.wptr - start} dwords")
-            self.poke(out.va + 4 * n, 100 + n, global_size=(1,), local_size=(1,), timeout=KERNEL_TIMEOUT)
+    def requeue(self, phase: str) -> None:
+        """A compute queue of the driver's own API (amdrv.queue.ComputeQueue, a second one beside hcq's) taken
+        down and set up again until the KIQ's ring has taken more than 1024 dwords since the boot (each time
+        UNMAP_QUEUES, then MAP_QUEUES, each with the SCRATCH_REG0 write the driver polls for; amdgpu_gfx_
+        enable_kcq/disable_kcq), then a fence through it: the CP wraps the KIQ's ring where its
+        CP_HQD_PQ_CONTROL.QUEUE_SIZE says (gfx_v11_0_kiq_init_register; the power-on 9 is 1024 dwords), so a
+        KIQ whose size was not programmed reads its first packets again (tests/amdrv/test_queue.py)."""
+        from amdrv import pm4
+        from amdrv.queue import ComputeQueue, Fence, HostBuffer, KIQ
+        gpu = self.dev.gpu
+        kiq = KIQ.of(gpu)
+        q, host = ComputeQueue(gpu, pipe=1, queue=0), HostBuffer(gpu, 4096)
+        self.kept += [q, host]    # alive until the run ends: recover() and fini act on it deterministically
+        n = 0
+        while kiq.wptr <= 1024 + 64:
+            q.fini()
+            q.init()
             n += 1
-        dev.synchronize(timeout=KERNEL_TIMEOUT)
-        words = struct.unpack(f"<{n}I", dev.copyout(out, 4 * n))
-        self.note(phase, f"{n} launches, {'each stored' if words == tuple(range(100, 100 + n)) else 'lost some'}")
+        done, b = Fence(host, 0), pm4.PM4()
+        b.release_mem(done.va, 5)
+        q.submit(b.buf)
+        q.wait(done, 5, timeout_s=0.5, min_reads=300)
+        self.note(phase, f"{n} re-creations, fence {done.value}")
 
     def halted_wave(self, phase: str) -> None:
         """A kernel whose wave halts at an instruction gfx11 cannot decode: the driver reports it at once,
@@ -1681,9 +1689,6 @@ CAUGHT_BY_TESTS = {
     "smu_v13_0_0_mode1_reset) after a mode1 reset and the PCI core waits after a platform reset, while "
     "psp_v13_0_wait_for_bootloader allows the bootloader 1 s)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
-    "reg-drop:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_kiq_without_its_pq_control_wraps_at_the_"
-    "power_on_ring_size (only the KIQ's HQD is written by MMIO; the power-on QUEUE_SIZE 9 is a 1024-dword ring, "
-    "and no boot of the workload sends the KIQ's 2048-dword ring 1024 dwords)",
     "step:vbios-reserved-ignored": "tests/amdrv/test_vbios.py::test_a_driver_that_ignores_the_vbios_fails_where_the_"
     "firmware_keeps_more (the workload's board keeps 8 MiB, which the boot region below a fixed 64 KiB does not "
     "reach with what it uses: right on such a card too)",

@@ -600,7 +600,8 @@ class AMHCQDevice(GraphBuilder, Device):
     def _code_at(self, pc: int) -> str:
         """kernel+offset: instruction, for a PC inside a loaded program."""
         from amdrv.isa import decode
-        for va, size, co in self._code_images:
+        # the newest first: an older entry may be a freed image whose addresses a newer program now uses
+        for va, size, co in reversed(self._code_images):
             if va <= pc < va + size:
                 off = pc - va
                 for k in co.kernels.values():

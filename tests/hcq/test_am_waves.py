@@ -80,6 +80,22 @@ def test_a_driver_that_never_writes_sq_ind_index_cannot_name_the_instruction(dev
     dev.recover()
 
 
+def test_a_halted_wave_is_named_from_the_program_loaded_last_where_a_freed_one_lay(dev):
+    # found by tools/mutate.py's halted-wave phase: a program loaded inside the range of a freed, larger one
+    # (at another start address) was reported as "code object at ...", the stale image being looked up first
+    big = _program(dev, "big", assemble("s_nop 0\n" * 2048 + "s_endpgm"))
+    dev.free(big.handle.image)
+    del big
+    pad = dev.alloc(4096)
+    prog = _program(dev, "illegal", bytes(4) + assemble("s_endpgm"))
+    old = [(va, size) for va, size, co in dev._code_images if "big" in co.kernels]
+    assert old and old[0][0] < prog.handle.image.va < old[0][0] + old[0][1]     # the case this test is about
+    with pytest.raises(hcq.HCQFault, match=r"wave 0 halted at PC 0x[0-9a-f]+ \(kernel illegal\+0x0: undecodable"):
+        prog(global_size=(1,), local_size=(32,), wait=True, timeout=30)
+    dev.recover()
+    dev.free(pad)
+
+
 def test_a_later_hang_does_not_report_the_waves_of_a_kernel_before_recover(dev):
     # found by tools/fuzz/packets.py: after a halted wave and recover(), a queue stopped at an unknown PM4
     # opcode was reported as "a shader wave halted" at the old kernel's instruction

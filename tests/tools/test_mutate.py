@@ -21,16 +21,16 @@ STEPS = ["step:setup-tmr-before-smu-fw", "step:pagetable-2m-at-1g-level"]
 # soft reset (the engine stays frozen). The thermal and PCI-reset phases' steps (no-thermal-alert,
 # no-pci-reset) are caught by the full run and by tests/amdrv/test_smi.py and test_boot_recovery.py. A warm
 # boot decided from the clean flag alone is caught where the SMU stopped between runs (issue 17). Since the
-# register-drop round of issue 11: a halted wave named from the SQ (SQ_IND_INDEX), SDMA1 running an indirect
-# buffer (IB_CNTL.IB_ENABLE), the timeline's value after SDMA copies (a fence written with the wrong value), an SDMA fault read from the IH
-# ring through the AM driver's own API before hcq moves the IH's write-pointer write-back (after a copy from an
-# SDMA0 indirect buffer: SDMA0_QUEUE0_IB_CNTL is caught there, by the full run). CP_HQD_PQ_CONTROL, caught
-# there by more than 1024 dwords through the compute ring before the KIQ, is now written by MMIO for the KIQ
-# alone (the compute queues' comes from their MQD): CAUGHT_BY_TESTS.
+# register-drop round of issue 11: a queue re-created until the KIQ's ring has taken more than 1024 dwords
+# (CP_HQD_PQ_CONTROL, written by MMIO for the KIQ alone: the power-on ring size), a halted wave named from the
+# SQ (SQ_IND_INDEX), SDMA1 running an indirect buffer (IB_CNTL.IB_ENABLE), the timeline's value after SDMA
+# copies (a fence written with the wrong value), an SDMA fault read from the IH ring through the AM driver's
+# own API before hcq moves the IH's write-pointer write-back (after a copy from an SDMA0 indirect buffer:
+# SDMA0_QUEUE0_IB_CNTL is caught there, by the full run).
 LATER_PHASES = ["reg-drop:GC.SH_MEM_BASES", "step:cp-halts-on-fault", "step:recover-no-grbm-soft-reset-cp",
                 "reg-drop:GC.SDMA0_QUEUE0_RB_WPTR", "reg-drop:OSSSYS.IH_DOORBELL_RPTR", "step:no-gmc-fini",
                 "step:no-set-allowed-features-mask", "step:recover-no-sdma-soft-reset",
-                "step:warm-boot-ignores-stopped-firmware",
+                "step:warm-boot-ignores-stopped-firmware", "reg-drop:GC.CP_HQD_PQ_CONTROL",
                 "reg-drop:GC.SQ_IND_INDEX", "reg-drop:GC.SDMA1_QUEUE0_IB_CNTL", "pkt-flip:SDMA.FENCE.DATA",
                 "reg-drop:OSSSYS.IH_RB_WPTR_ADDR_LO"]
 
@@ -75,7 +75,7 @@ def test_baseline_is_deterministic_and_complete(rig):
     assert seen("cp fault")[0].startswith("fault reported") and "write by CPC" in seen("cp fault")[0]
     assert seen("cp fault")[0].endswith("completed") and seen("cp fault")[1] == "signal after it 1"
     assert seen("hang")[0].startswith("timeout") and seen("hang")[1] == "signals 0 0"
-    assert seen("past a ring's worth")[0].endswith("launches, each stored")
+    assert seen("a queue re-created many times")[0].endswith("re-creations, fence 5")
     assert seen("sdma1 with an indirect buffer") == ["fence 7, data right"]
     assert seen("sdma copies")[-1] == "timeline at the last value signalled"
     assert "halted at PC # (kernel illegal+#: undecodable" in seen("halted wave")[0]
