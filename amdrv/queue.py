@@ -683,6 +683,22 @@ def _reset_compute(gpu) -> None:
     gc.CP_VMID_RESET.write(0xFFFFFFFE)
     for _ in range(3):  # "to get sufficient time for GFX_HQD_ACTIVE reach 0"
         gc.CP_VMID_RESET.read()
+    # "Failed to wait all pipes clean": upstream polls CP_HQD_ACTIVE for 0 before the GRBM reset (with whichever
+    # queue the loops above left selected); here every MEC queue is polled, since the model keeps a queue that
+    # was not dequeued active
+    with grbm_lock(dev):
+        try:
+            for pipe in range(MEC_PIPES):
+                for queue in range(MEC_QUEUES_PER_PIPE):
+                    gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=1, QUEUEID=queue)
+                    ok, _ = poll(gc.CP_HQD_ACTIVE.read, lambda v: not v & 1, USEC_TIMEOUT, 1000)
+                    if not ok:
+                        raise QueueError(f"{dev.name}: GFX soft reset: ME1 pipe {pipe} queue {queue} stays active "
+                                         "after CP_HQD_DEQUEUE_REQUEST (RESET_WAVES) and CP_VMID_RESET (\"Failed "
+                                         "to wait all pipes clean\", gfx_v11_0_soft_reset); boot cold "
+                                         "(DRIVERLESS_COLD_BOOT=1)")
+        finally:
+            gc.GRBM_GFX_CNTL.write(0)
     resets = dict(SOFT_RESET_CP=1, SOFT_RESET_GFX=1, SOFT_RESET_CPF=1, SOFT_RESET_CPC=1, SOFT_RESET_CPG=1)
     gc.GRBM_SOFT_RESET.update(**resets)
     gc.GRBM_SOFT_RESET.update(**{k: 0 for k in resets})

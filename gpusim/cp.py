@@ -103,6 +103,7 @@ CLIENT_CPC = 5
 # after CP_HQD_DEQUEUE_REQUEST: upstream polls CP_HQD_ACTIVE for it (gfx_v11_0_kiq_init_register,
 # amdgpu_amdkfd_gfx_v11 hqd_destroy); the number is an assumption.
 DEQUEUE_STEPS = 4
+RESET_WAVES_REQUEST = 2      # CP_HQD_DEQUEUE_REQUEST type (gfx_v11_0_soft_reset, amdkfd hqd_destroy wave reset)
 # One end-of-pipe entry per RELEASE_MEM in the HQD's EOP buffer, 8 dwords (amdkfd kfd_mqd_manager_v11.c
 # update_mqd: "0xFF EOP entries (= 0x7F8 dwords)"); the CP submits at most entries - 1 events and EOP_SIZE
 # above 0xA is not clamped correctly by the hardware (same comment). What an entry holds is the
@@ -146,6 +147,10 @@ class Queue:
 
 class CP(Block):
     name = "CP"
+    # state a saved device from before the KIQ model lacks (gpusim.persist pickles the blocks): reassigned,
+    # never changed in place
+    kiq_queue_mask = None
+    faulted_pipes: dict[int, str] = {}
 
     def attach(self) -> None:
         t = self.dev.table(GC)
@@ -184,6 +189,7 @@ class CP(Block):
         self._busy = False
         self._in_event = False
         self.kiq_queue_mask = None   # SET_RESOURCES' QUEUE_MASK, None before the first (the KIQ firmware's)
+        self.faulted_pipes = {}      # pipe -> why: a hung queue was reset off it; until a CP soft reset
 
     # -- the GPU clock --------------------------------------------------------------------------------
     def now_ns(self) -> int:
@@ -235,7 +241,7 @@ class CP(Block):
             else:
                 self._deactivate(q)
         elif name == "CP_HQD_DEQUEUE_REQUEST" and value & 0xF:
-            self._dequeue_request(q)
+            self._dequeue_request(q, value & 0xF)
         elif name == "CP_HQD_PQ_RPTR":
             q.rptr = value & (self._ring_dwords(q) - 1)
         elif name in ("CP_HQD_PQ_WPTR_LO", "CP_HQD_PQ_WPTR_HI"):
@@ -272,22 +278,37 @@ class CP(Block):
         q.generation += 1
         self._update_busy()
 
-    def _dequeue_request(self, q: Queue) -> None:
+    def _dequeue_request(self, q: Queue, request: int = 1) -> None:
         """CP_HQD_DEQUEUE_REQUEST: the firmware takes the queue off the pipe, saves its HQD state to
         the MQD at CP_MQD_BASE_ADDR/_HI (in CP_MQD_CONTROL.VMID's address space) and clears
         CP_HQD_ACTIVE, DEQUEUE_STEPS later (amdkfd kfd_mqd_manager_v11.c get_wave_state reads the
-        control-stack fields the CP saved there at preemption). A hung queue never answers: its
+        control-stack fields the CP saved there at preemption). A hung queue never answers a drain (1): its
         pipe's firmware is stuck in it (amdkfd kfd_device_queue_manager.c: a preemption that times out
-        leaves "the cp ... in an unrecoverable state" and a GPU reset follows; upstream
-        gfx_v11_0_soft_reset issues the dequeues and then resets the CP without waiting for them)."""
+        leaves "the cp ... in an unrecoverable state" and a GPU reset follows). A RESET_WAVES request (2)
+        takes even a hung queue off, its waves reset and nothing saved: gfx_v11_0_soft_reset issues it to
+        every queue and then polls CP_HQD_ACTIVE for 0 before the GRBM soft reset ("Failed to wait all
+        pipes clean" otherwise), so upstream relies on it. The pipe's firmware stays faulted (CP_STAT busy)
+        until that GRBM soft reset of the CP (assumption: what the reset is for)."""
+        if q.hung and request == RESET_WAVES_REQUEST:
+            if not q.dequeuing:
+                q.dequeuing = True
+                self.dev.schedule(DEQUEUE_STEPS, self._reset_waves_done, q, q.generation)
+            return
         if q.hung:
             self.error(f"CP_HQD_DEQUEUE_REQUEST to the {q.name}, which is hung ({q.hung}): the request is "
-                       f"never served and CP_HQD_ACTIVE stays 1 until a CP soft reset (GRBM_SOFT_RESET CP/CPC)")
+                       f"never served and CP_HQD_ACTIVE stays 1 until a RESET_WAVES request or a CP soft reset "
+                       f"(GRBM_SOFT_RESET CP/CPC)")
             return
         if not q.active or q.dequeuing:
             return
         q.dequeuing = True
         self.dev.schedule(DEQUEUE_STEPS, self._dequeue_done, q, q.generation)
+
+    def _reset_waves_done(self, q: Queue, generation: int) -> None:
+        if q.generation != generation or not q.hung:
+            return
+        self.faulted_pipes = {**self.faulted_pipes, q.pipe: f"the {q.name} hung ({q.hung}) and was reset off it"}
+        self._deactivate(q)
 
     def _dequeue_done(self, q: Queue, generation: int) -> None:
         if q.generation != generation or not q.dequeuing or q.hung:
@@ -325,6 +346,9 @@ class CP(Block):
         kiq = self.kiq()
         if kiq is not None and kiq[1] == pipe:
             self.kiq_queue_mask = None      # the KIQ's firmware restarts without its SET_RESOURCES
+        if pipe in self.faulted_pipes:
+            self.faulted_pipes = {p: why for p, why in self.faulted_pipes.items() if p != pipe}
+            self._update_busy()
 
     def hqd_state(self) -> list[tuple[str, str]]:
         """(queue name, "active"/"hung: why") of every HQD that is not idle-inactive."""
@@ -453,6 +477,9 @@ class CP(Block):
         for q in self.queues.values():
             if gfx is not None:
                 gfx.set_busy(q.name, bool(q.hung or self._pending(q)))
+        if gfx is not None:
+            gfx.set_busy("MEC pipe firmware fault", bool(self.faulted_pipes))
+        busy = busy or bool(self.faulted_pipes)
         smu = self.dev.blocks.get("SMU")
         if smu is not None and busy != self._busy:
             smu.set_activity("gfx", 1.0 if busy else 0.0)

@@ -500,6 +500,30 @@ def test_recover_needs_the_grbm_soft_reset_of_the_cp(gpu, monkeypatch):
     q.wait(done, 2, timeout_s=5)
 
 
+def test_recover_needs_the_hqd_dequeues(gpu, monkeypatch):
+    """gfx_v11_0_soft_reset dequeues every MEC queue (CP_HQD_DEQUEUE_REQUEST RESET_WAVES) and waits for
+    CP_HQD_ACTIVE 0 before the GRBM soft reset ("Failed to wait all pipes clean"): without the dequeues the
+    KIQ and the compute queue stay active and the reset is refused."""
+    import amdrv.queue as Q
+    q = ComputeQueue(gpu)
+    done, packets = _release(gpu)
+    real = Q._reset_compute
+    write = Register.write
+
+    def no_dequeue(g):
+        with monkeypatch.context() as m:
+            m.setattr(Register, "write", lambda self, *a, **k: None if self.name == "CP_HQD_DEQUEUE_REQUEST"
+                      else write(self, *a, **k))
+            real(g)
+    monkeypatch.setattr(Q, "_reset_compute", no_dequeue)
+    with pytest.raises(QueueError, match="stays active after CP_HQD_DEQUEUE_REQUEST"):
+        gpu.recover()
+    monkeypatch.setattr(Q, "_reset_compute", real)
+    gpu.recover()
+    q.submit(packets)
+    q.wait(done, 1, timeout_s=5)
+
+
 def test_cold_boot_needs_the_wait_for_the_rlc_autoload(monkeypatch):
     """Issue 17: the RLC autoload takes longer than the reads a boot makes before polling for it
     (gpusim.gfx AUTOLOAD_STEPS): a driver that does not wait (gfx_v11_0_wait_for_rlc_autoload_complete)

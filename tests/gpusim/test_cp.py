@@ -1182,3 +1182,23 @@ def test_unmap_of_a_hung_queue_waits_until_the_cp_soft_reset(gpu, sim, kiq):
     assert u32(gpu, out) == [1] and t.active() and busy(gpu)             # the KIQ waits at the unmap
     cp_soft_reset(gpu)
     assert not t.active()
+
+
+def test_a_reset_waves_dequeue_takes_a_hung_queue_off_the_pipe_stays_faulted_until_the_cp_soft_reset(gpu, sim, queue):
+    """gfx_v11_0_soft_reset writes CP_HQD_DEQUEUE_REQUEST 2 (RESET_WAVES) to every queue and polls
+    CP_HQD_ACTIVE for 0 before its GRBM soft reset: a hung queue goes off its HQD then (a drain request, 1,
+    is never served), but the CP stays busy until the GRBM soft reset of the CP."""
+    gc = gpu.dev.reg("GC")
+    queue.submit(pkt3(P.PACKET3_DRAW_INDEX_AUTO, 0, 0))
+    assert queue.active() and busy(gpu)
+    with queue.selected():
+        gc.CP_HQD_DEQUEUE_REQUEST.write(2)
+        for _ in range(20):
+            if not gc.CP_HQD_ACTIVE.read() & 1:
+                break
+        assert not gc.CP_HQD_ACTIVE.read() & 1
+        gc.CP_HQD_DEQUEUE_REQUEST.write(0)
+    assert busy(gpu)                                                   # the pipe's firmware is still faulted
+    cp_soft_reset(gpu)
+    wait_mec(gpu)
+    assert not busy(gpu)
