@@ -623,6 +623,15 @@ class Device:
         self._thread = threading.Thread(target=run, name=f"gpusim-{self.chip}", daemon=True)
         self._thread.start()
 
+    def driver_gone(self) -> None:
+        """The driver closed the function and its DMA memory is freed (gpusim.provider): engines that run on
+        their own meanwhile act on that now (a block's `driver_gone()`: SDMA's write-pointer polling)."""
+        with self.lock:
+            for b in list(self.blocks.values()):
+                hook = getattr(b, "driver_gone", None)
+                if hook is not None:
+                    hook()
+
     def stop_async(self) -> None:
         if self._thread:
             self._stop.set()

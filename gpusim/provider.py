@@ -302,6 +302,7 @@ class SimFunction(PCIFunction):
             buf.free()
         if self.async_clock or self.state is not None:
             self.dev.stop_async()   # the device keeps its state; its clock waits for the next user
+        self.dev.driver_gone()      # what keeps running without a driver meets its freed memory
         if self.state is not None and self._lock is not None and self._lock.held:
             persist.save(self.dev, self.state)
             if _STATE.get(self.slot) == self.state:

@@ -293,6 +293,23 @@ class SDMA(Block):
             return True
         return False
 
+    def driver_gone(self) -> None:
+        """The driver's process closed the GPU with an engine's ring still enabled and F32_WPTR_POLL_ENABLE set:
+        the firmware polls the write-pointer shadow on its own (the field's purpose, work without a
+        doorbell; its period is not public: assumption, at least once while the GPU waits for the next
+        driver), and the shadow is gone: through page tables the driver tore down (gmc fini) the read is a VM
+        fault, latched for the next driver (who must then boot cold, amdrv.am), through live ones it reaches
+        freed host memory and the queue hangs. sdma_v6_0_hw_fini stops the rings first (sdma_v6_0_gfx_stop)."""
+        for i in range(INSTANCES):
+            cntl = self._fields(i, "QUEUE0_RB_CNTL")
+            if self.running(i) and cntl["RB_ENABLE"] and cntl["F32_WPTR_POLL_ENABLE"] and not self.queues[i].hung:
+                addr = (self.get(GC, reg(i, "QUEUE0_RB_WPTR_POLL_ADDR_LO")) & ~3
+                        | self.get(GC, reg(i, "QUEUE0_RB_WPTR_POLL_ADDR_HI")) << 32)
+                try:
+                    self._read(i, cntl["RB_VMID"], addr, 8, "write pointer poll (RB_WPTR_POLL_ADDR) with no driver")
+                except Hang as e:
+                    self._hang(i, str(e))
+
     # -- the ring ---------------------------------------------------------------------------------------
     def _poll_wptr(self, i: int, cntl: dict) -> None:
         """F32_WPTR_POLL_ENABLE: the write pointer from its 64-bit shadow at RB_WPTR_POLL_ADDR."""
