@@ -1596,10 +1596,10 @@ EXPECTED = {
     "the engine reads or writes it at no other time)",
     "pkt-zero:SDMA.COPY_LINEAR.PARAMETER": "the driver writes 0 already (no endian swap, sdma_v6_0_emit_copy_"
     "buffer)",
-    "step:no-gfx-fini": "the MEC left unhalted at fini has no queue to serve (ComputeQueue.fini dequeued every "
-    "HQD first, as gfx_v11_0_hw_fini unmaps the KCQs before halting) and the next boot resets its pipes before "
-    "unhalting them (config_mec_rs64, as gfx_v11_0_config_gfx_rs64); assumption: an idle running MEC changes "
-    "nothing a later driver sees (amdgpu resets a GPU whose firmware runs anyway: soc21_need_reset_on_init)",
+    "step:no-gfx-fini": "the MEC left unhalted at fini has no queue to serve (fini unmapped every compute queue "
+    "through the KIQ, as gfx_v11_0_hw_fini unmaps the KCQs before halting, and dequeued the KIQ) and the next "
+    "boot resets its pipes before unhalting them (config_mec_rs64, as gfx_v11_0_config_gfx_rs64); assumption: "
+    "an idle running MEC changes nothing a later driver sees (amdgpu resets a GPU whose firmware runs anyway: soc21_need_reset_on_init)",
     "step:release-mem-wrong-event": "BOTTOM_OF_PIPE_TS is an end-of-pipe TS event too; what CACHE_FLUSH_AND_INV_TS_EVENT "
     "adds is the CB/DB flush, which compute does not use (assumption; GL2 comes from the GCR bits)",
     # GMC hubs (docs/fidelity.md "GMC, faults and IH"). MMHUB power-on values: mmhub_2_3_0_default.h, the
