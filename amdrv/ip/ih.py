@@ -204,6 +204,11 @@ class IH:
         wptr = self._wptr()
         if wptr == self.rptr:
             return []
+        if wptr % IV_SIZE:   # the IH writes whole IVs: another engine's write-back landed on the slot
+            raise IHError(f"{self.dev.name}: IH: the write pointer {wptr:#x} read back is not on a {IV_SIZE}-byte "
+                          "IV boundary, so something other than the IH wrote its write-back slot (another "
+                          "engine's write-back address?); the interrupts since the last poll are lost: check "
+                          "the engines' write-back addresses, then close and reopen the GPU")
         base = self.block.addr
         if wptr > self.rptr:
             raw = self.dev.vram.read(base + self.rptr, wptr - self.rptr)

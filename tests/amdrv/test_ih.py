@@ -148,6 +148,16 @@ def test_wrapping_reads_and_errors():
         early.poll()
 
 
+def test_a_write_pointer_off_an_iv_boundary_is_an_error_not_a_crash():
+    """The IH advances its write pointer by whole 32-byte IVs (ih_v6_0_get_wptr masks it, amdgpu_ih_process
+    bounds its loop); a value off that grid means another writer hit the slot: a clear IHError, not a
+    struct.error from decoding a partial entry."""
+    dev, gmc, ih, s = boot()
+    dev.vram.write32(ih.wptr_offset, 0x24)
+    with pytest.raises(IHError, match="not on a 32-byte IV boundary"):
+        ih.poll()
+
+
 @pytest.mark.parametrize("names", [("IH_RB_BASE",), ("IH_RB_CNTL",), ("IH_RB_WPTR_ADDR_LO",), ("IH_RB_WPTR_ADDR_HI",)])
 def test_a_dropped_ring_register_loses_the_fault(monkeypatch, dropping_registers, names):
     """ih_v6_0_irq_init's ring base, control (RB_ENABLE, MC_SPACE, RB_SIZE, write-back) and write-back
