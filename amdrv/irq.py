@@ -32,7 +32,7 @@ import select
 from amdrv.autogen import ih as IHIDS
 
 FALLBACK_S = 0.5     # AMDGPU_FENCE_JIFFIES_TIMEOUT
-LATE_IRQ_S = 0.02    # after a wait that timed out and found the fence done: how long an interrupt may trail it
+LATE_IRQ_S = 0.1     # after a wait that timed out and found the fence done: how long its interrupt may trail it
 
 
 class InterruptLost(RuntimeWarning):

@@ -178,7 +178,8 @@ class AMHCQDevice(GraphBuilder, Device):
         self.thermal = monitor.ThermalState()
         # Waits block on the GPU's interrupts where the transport delivers them (VFIO's MSI eventfd; the
         # simulator on its own clock), else poll; `wait_mode` says which and why (amdrv.irq)
-        self.irq, self.wait_mode = irq.Interrupts.enable(gpu, self.compute, self.sdma)
+        self.irq, self.wait_mode = None, ""
+        self.enable_interrupts()
         lock = monitor.lock_path_of(gpu.dev.pci)
         self.publisher = None
         if lock is not None and self.coherent:
@@ -186,6 +187,15 @@ class AMHCQDevice(GraphBuilder, Device):
             self.publisher = monitor.Publisher(gpu, monitor.metrics_path(lock), extra=self._published)
         elif lock is not None:        # USB: published from this process's waits, no thread (amdrv.monitor)
             self.publisher = monitor.Publisher(gpu, monitor.metrics_path(lock), extra=self._published, inline=True)
+
+    def enable_interrupts(self) -> str:
+        """Asks the transport for the GPU's interrupts (amdrv.irq); where it has them, waits sleep on them from
+        now on. Returns `wait_mode`. Opening asks once; a simulated GPU whose own clock starts later
+        (gpusim's start_async) can ask again."""
+        if self.irq is None:
+            with self.gfxoff.awake():       # the sources are GC registers
+                self.irq, self.wait_mode = irq.Interrupts.enable(self.gpu, self.compute, self.sdma)
+        return self.wait_mode
 
     def _published(self) -> dict:
         with self._ih_lock:
@@ -501,17 +511,11 @@ class AMHCQDevice(GraphBuilder, Device):
         wait checks them. A fence found done with no interrupt since the last check is amdgpu's fence
         fallback: said once per wait (InterruptLost), and counted."""
         mem, waits = signal.mem, self.irq
-        t_waves = time.perf_counter() + WAVE_CHECK_AFTER
+        t_waves, woke, since = time.perf_counter() + WAVE_CHECK_AFTER, True, time.perf_counter()
         while mem[0] < value:
             now = time.perf_counter()
             woke = waits.wait(min(t_end, t_waves) - now)
             if mem[0] >= value:
-                if not woke and not waits.wait(irq.LATE_IRQ_S):
-                    waits.fallbacks += 1
-                    warnings.warn(f"{self.name}: {signal.name} reached {value} with no interrupt in "
-                                  f"{time.perf_counter() - now:.2f} s (found by the fallback check): the "
-                                  "interrupt was lost or its source is off; waits take that long until it "
-                                  "comes back", irq.InterruptLost, stacklevel=3)
                 break
             self._check_faults()
             now = time.perf_counter()
@@ -521,6 +525,14 @@ class AMHCQDevice(GraphBuilder, Device):
                     raise HCQFault(self._hang_report(signal, value, timeout, "a shader wave halted"))
             if now > t_end:
                 raise HCQTimeout(self._hang_report(signal, value, timeout))
+            if woke:
+                since = now
+        if not woke and not waits.wait(irq.LATE_IRQ_S):   # found done by a periodic check, and no interrupt
+            waits.fallbacks += 1
+            warnings.warn(f"{self.name}: {signal.name} reached {value} with no interrupt in "
+                          f"{time.perf_counter() - since:.2f} s (found by the fallback check): the interrupt "
+                          "was lost or its source is off; waits take that long until it comes back",
+                          irq.InterruptLost, stacklevel=3)
         self._check_faults(done=True)
 
     def _check_faults(self, done: bool = False) -> None:
