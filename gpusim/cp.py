@@ -35,8 +35,9 @@ Strictness: a queue runs only while its MEC pipe runs its firmware (gpusim.gfx);
 CP_MEC_DOORBELL_RANGE does not reach the MEC. An unknown opcode, a packet of the wrong length, a
 non-type-3 header, a fault on the ring, an IB or a packet's address, or a kernel that faults or does
 not finish HANGS the queue: the read pointer stops at the packet, CP_STAT/GRBM_STATUS read busy, the
-reason is in dev.errors; a hung queue ignores dequeue requests, and only the GRBM soft reset of the CP or a
-mode1 reset clears it. HQD state survives a MEC halt or pipe reset; a dequeue takes DEQUEUE_STEPS and saves
+reason is in dev.errors; a hung queue ignores drain dequeue requests; a RESET_WAVES one takes it off its HQD
+but leaves its pipe's firmware faulted (CP_STAT busy), and only the GRBM soft reset of the CP or a mode1 reset
+clears that. HQD state survives a MEC halt or pipe reset; a dequeue takes DEQUEUE_STEPS and saves
 the HQD registers to the MQD (CP_MQD_BASE_ADDR, v11_compute_mqd). RELEASE_MEM writes an end-of-pipe record
 at CP_HQD_EOP_BASE_ADDR << 8. SH_MEM_CONFIG/SH_MEM_BASES are banked per GRBM_GFX_CNTL.VMID and give a
 dispatch its flat LDS/private apertures and its alignment mode (gpusim.dispatch ALIGN_*).
