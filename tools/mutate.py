@@ -1490,6 +1490,10 @@ EXPECTED = {
     "boundary; the ring is disabled and the F32 halted by then, and the reset clears FREEZE (assumption: an "
     "engine reset without the freeze, or with other FREEZE bits, comes up the same)",
     "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
+    "reg-drop:GC.CP_HQD_EOP_BASE_ADDR*": "written by MMIO for the KIQ alone (the compute queues' EOP base comes "
+    "from their MQD: step:eop-base-not-shifted is caught), and the KIQ signals no end of pipe: its batches end "
+    "with a WRITE_DATA to SCRATCH_REG0 (gfx_v11_0_ring_test_ring for the KIQ), so its EOP buffer is never "
+    "written (assumption: the KIQ's firmware uses it for nothing else)",
     "reg-drop:GC.SCRATCH_REG0": "the 'not done' value written before each KIQ batch (gfx_v11_0_ring_test_ring's "
     "0xCAFEDEAD); the batch's own number, counted up per batch, differs from what the register holds in the "
     "workload, so the poll is not fooled without it (it would be only by a previous run's last number equal "
@@ -1689,6 +1693,9 @@ CAUGHT_BY_TESTS = {
     "smu_v13_0_0_mode1_reset) after a mode1 reset and the PCI core waits after a platform reset, while "
     "psp_v13_0_wait_for_bootloader allows the bootloader 1 s)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
+    "reg-drop:GC.CP_HQD_PQ_RPTR_REPORT_ADDR": "tests/amdrv/test_queue.py::test_a_kiq_without_its_rptr_report_"
+    "address_stalls_once_its_ring_fills (only the KIQ's HQD is written by MMIO; the driver reads its rptr only "
+    "when its 2048-dword ring may be full, which no run of the workload reaches)",
     "step:vbios-reserved-ignored": "tests/amdrv/test_vbios.py::test_a_driver_that_ignores_the_vbios_fails_where_the_"
     "firmware_keeps_more (the workload's board keeps 8 MiB, which the boot region below a fixed 64 KiB does not "
     "reach with what it uses: right on such a card too)",

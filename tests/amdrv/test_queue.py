@@ -684,3 +684,18 @@ def test_fini_without_stopping_sdma_leaves_a_hung_engine_to_the_next_boot(monkey
         assert any("with no driver" in e.message for e in fn.dev.errors)
     finally:
         fn.close()
+
+
+def test_a_kiq_without_its_rptr_report_address_stalls_once_its_ring_fills(gpu, monkeypatch, dropping_registers):
+    """The driver learns where the KIQ reads only from its rptr report (gfx_v11_0_kiq_init_register writes
+    CP_HQD_PQ_RPTR_REPORT_ADDR/_HI): without the address (power-on 0) the CP reports nothing, and once the
+    driver has written a ring's worth it waits for room that never shows."""
+    reg = gpu.dev.reg
+    monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
+        "CP_HQD_PQ_RPTR_REPORT_ADDR", "CP_HQD_PQ_RPTR_REPORT_ADDR_HI"}) if block == "GC" else reg(block, *a))
+    q = ComputeQueue(gpu)
+    monkeypatch.undo()
+    with pytest.raises(QueueError, match="ring stays full"):
+        for _ in range(200):             # ~28 dwords per set-up: the 2048-dword ring is full after ~73
+            q.init()
+    assert gpu.kiq.wptr >= 2048 - 32
