@@ -1,5 +1,9 @@
 """The simulated PCIe bus: the GPUs plugged into it and the host memory they may reach by DMA.
 
+`HostBus` is the host's bus with its slots: whoever creates one (a test, a benchmark) owns the GPUs in its
+slots, and they go when it goes. The device strings (`am:sim...`) use the process's default one
+(gpusim.provider.default_bus()).
+
 Host DMA memory is mapped in 2 MiB segments at bus addresses that are not contiguous with each other
 (a gap follows every segment), as hugepage-backed memory is on a real host: a driver that assumes a
 buffer's bus addresses are contiguous beyond a 2 MiB page reaches unmapped space, which faults.
@@ -7,6 +11,7 @@ buffer's bus addresses are contiguous beyond a 2 MiB page reaches unmapped space
 from __future__ import annotations
 
 import mmap
+import weakref
 
 from gpusim.device import DMAError
 
@@ -71,6 +76,42 @@ class Bus:
             k = min(len(data), avail)
             view[at:at + k] = data[:k]
             addr, data = addr + k, data[k:]
+
+
+class HostBus(Bus):
+    """The host's PCIe bus: numbered slots, each holding at most one simulated GPU, and the host memory
+    those GPUs reach by DMA. A GPU outlives the functions opened on it (as a real one stays powered between
+    driver runs): opening its slot again finds it as it was left. `held` is the open function of each slot
+    (one driver per GPU); weak, so a function dropped without close() frees its slot. A GPU behind a
+    simulated USB bridge stays in its slot but leaves this bus's DMA (gpusim.usb_bridge); `enclosures`
+    keeps that bridge by slot, so reopening the slot finds the enclosure as it was left."""
+
+    def __init__(self):
+        super().__init__()
+        self.slots: dict[int, object] = {}       # slot -> gpusim.device.Device
+        self.state_files: dict = {}              # slot -> the state file it was opened with (gpusim.provider)
+        self.held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # slot -> open function
+        self.enclosures: dict[int, object] = {}  # slot -> the USB bridge in front of its GPU
+        LIVE.add(self)
+
+    def pick_slot(self, chip: str) -> int:
+        """The slot already holding `chip` on this bus (not behind a USB bridge), else the first free one."""
+        return next((s for s, d in sorted(self.slots.items()) if d.chip == chip and d.bus is self),
+                    next(i for i in range(len(self.slots) + 1) if i not in self.slots))
+
+    def close(self) -> None:
+        """Unplugs every GPU (their asynchronous clocks stop): what an owner does when done with them."""
+        for dev in self.slots.values():
+            dev.stop_async()
+            if dev.bus is self:
+                self.unplug(dev)
+        self.slots.clear()
+        self.state_files.clear()
+        self.held.clear()
+        self.enclosures.clear()
+
+
+LIVE: weakref.WeakSet = weakref.WeakSet()   # every HostBus not yet collected (the provider saves their state files at exit)
 
 
 def host_memory(size: int) -> mmap.mmap:

@@ -1,16 +1,17 @@
 """The simulator as a pcie provider: `pcie.open_function("sim", "navi31", ...)` lands here.
 
-    open_function(spec="navi31", *, chip=None, vram_size=None, small_bar=False, state=None, slot=None,
-                  fresh=False, async_clock=False, harvest=()) -> SimFunction
+    open_function(spec="navi31", *, chip=None, vram_size=None, small_bar=False, state=None, bus=None,
+                  slot=None, fresh=False, async_clock=False, harvest=()) -> SimFunction
 
-spec or chip is "navi31" or "navi33". Devices live on one simulated bus per process, one per slot (by
-default the slot already holding that chip, else the first free one), and
-outlive the functions opened on them: opening a slot again gives a new driver instance the same device,
-as it left it (fresh=True powers a new one on instead). With `state`, a file path, the device is loaded
-from that file when it exists (the file wins over the device in memory) and saved to it on close, so a new
-process finds it as the last left it. vram_size, small_bar, harvest ((hw_id, instance) pairs for the
-discovery harvest table), scpm, driver_scratch_survives_reset, fw_reserved_kb and vbios_rom_offset (gpusim.board.build) apply when a device
-is powered on.
+spec or chip is "navi31" or "navi33". Devices sit in the slots of a simulated host bus (gpusim.bus.HostBus):
+`bus`, one its caller owns (a test, a benchmark), or else the process's default bus (default_bus(), the
+one the device strings am:sim... use); one device per slot (by default the slot already holding that chip,
+else the first free one). Devices outlive the functions opened on them: opening a slot again gives a new
+driver instance the same device, as it left it (fresh=True powers a new one on instead). With `state`, a
+file path, the device is loaded from that file when it exists (the file wins over the device in memory)
+and saved to it on close, so a new process finds it as the last left it. vram_size, small_bar, harvest
+((hw_id, instance) pairs for the discovery harvest table), scpm, driver_scratch_survives_reset,
+fw_reserved_kb and vbios_rom_offset (gpusim.board.build) apply when a device is powered on.
 """
 from __future__ import annotations
 
@@ -21,34 +22,38 @@ from pathlib import Path
 
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
-from gpusim import board, pci, persist
-from gpusim.bus import SEGMENT, Bus, host_memory
+from gpusim import board, bus as sim_bus, pci, persist
+from gpusim.bus import SEGMENT, HostBus, host_memory
 from gpusim.device import Device
 
 PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_FLR = 0x04, 1 << 28   # include/uapi/linux/pci_regs.h
-BUS = Bus()
-_SLOTS: dict[int, Device] = {}
-_STATE: dict[int, Path] = {}     # slots opened with a state file
-# The open function of each slot in this process: one driver per GPU, as a state file's lock (or a real
-# device's, pcie.lock) says across processes. Weak: a function dropped without close() frees its slot, as
-# pcie.lock's file descriptor closes with its DeviceLock.
-_HELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+BUS = HostBus()     # the process's default bus: the device strings' GPUs (am:sim...), and any open without bus=
+# The default bus's slot table under its old name, for tools/mutate.py (to move onto BUS.slots with it).
+_SLOTS = BUS.slots
+
+
+def default_bus() -> HostBus:
+    """The bus an open without `bus=` uses: the GPUs the device strings (am:sim...) name in this process."""
+    return BUS
 
 
 @atexit.register
 def _save_on_exit() -> None:
     """A driver that dies without close() (an exception, sys.exit) leaves the GPU as it was, as hardware
     would: the state file gets it. Only SIGKILL loses what happened since the last save."""
-    for slot, path in list(_STATE.items()):
-        dev = _SLOTS.get(slot)
-        if dev is not None and path.parent.is_dir():
-            dev.stop_async()
-            persist.save(dev, path)
+    for host in list(sim_bus.LIVE):
+        for slot, path in list(host.state_files.items()):
+            dev = host.slots.get(slot)
+            if dev is not None and path.parent.is_dir():
+                dev.stop_async()
+                persist.save(dev, path)
 
 
 class _SimBAR(BAR):
     def __init__(self, fn: SimFunction, index: int):
-        self.fn, self.dev, self.index = fn, fn.dev, index
+        # A weak reference: a function dropped without close() is freed (and its slot with it) at once, not
+        # when the cyclic garbage collector next runs.
+        self.fn, self.dev, self.index = weakref.proxy(fn), fn.dev, index
 
     @property
     def size(self) -> int:
@@ -177,8 +182,9 @@ class SimDMABuffer(DMABuffer):
         self.size = size
         self._mem = host_memory(size)
         self._view = memoryview(self._mem)[:size]
-        self._bases = BUS.map_host(self._view)
-        self._fn = fn
+        self._host = fn.host_bus
+        self._bases = self._host.map_host(self._view)
+        self._owner = fn._dma      # not the function itself: no reference cycle keeps a dropped function
 
     @property
     def view(self) -> memoryview:
@@ -191,15 +197,16 @@ class SimDMABuffer(DMABuffer):
 
     def free(self) -> None:
         if self._bases:
-            BUS.unmap_host(self._bases)
+            self._host.unmap_host(self._bases)
             self._bases = []
-            self._fn._dma.discard(self)
+            self._owner.discard(self)
 
 
 class SimFunction(PCIFunction):
-    def __init__(self, dev: Device, slot: int, state: Path | None, lock: DeviceLock | None = None):
+    def __init__(self, dev: Device, host_bus: HostBus, slot: int, state: Path | None,
+                 lock: DeviceLock | None = None):
         super().__init__(f"0000:{0x03 + slot:02x}:00.0")
-        self.dev, self.slot, self.state, self._lock = dev, slot, state, lock
+        self.dev, self.host_bus, self.slot, self.state, self._lock = dev, host_bus, slot, state, lock
         self._bars = {0: VRAMBAR(self, 0), 2: DoorbellBAR(self, 2), 5: RegisterBAR(self, 5)}
         self._dma: set[SimDMABuffer] = set()
         self.async_clock = False
@@ -294,8 +301,9 @@ class SimFunction(PCIFunction):
             cfg.space[:], cfg.sizes, cfg.addrs = saved[0], saved[1], saved[2]
 
     def close(self) -> None:
-        if _HELD.get(self.slot) is self:
-            del _HELD[self.slot]
+        held = self.host_bus.held
+        if held.get(self.slot) is self:
+            del held[self.slot]
         self.closed = True
         self.disable_msi()
         for buf in list(self._dma):
@@ -305,25 +313,29 @@ class SimFunction(PCIFunction):
         self.dev.driver_gone()      # what keeps running without a driver meets its freed memory
         if self.state is not None and self._lock is not None and self._lock.held:
             persist.save(self.dev, self.state)
-            if _STATE.get(self.slot) == self.state:
-                del _STATE[self.slot]
+            if self.host_bus.state_files.get(self.slot) == self.state:
+                del self.host_bus.state_files[self.slot]
             self._lock.release()
 
 
 def open_function(spec: str = "navi31", *, chip: str | None = None, vram_size: int | None = None,
-                  small_bar: bool = False, state=None, slot: int | None = None, fresh: bool = False,
-                  async_clock: bool = False, harvest: tuple = (), scpm: bool = True,
+                  small_bar: bool = False, state=None, bus: HostBus | None = None, slot: int | None = None,
+                  fresh: bool = False, async_clock: bool = False, harvest: tuple = (), scpm: bool = True,
                   driver_scratch_survives_reset: bool = False, fw_reserved_kb: int | None = None,
                   vbios_rom_offset: int = 0) -> SimFunction:
     chip = chip or spec or "navi31"
     if chip not in board.VRAM_SIZE:
         raise PCIError(f"sim: unknown chip {chip!r}; the simulator models {', '.join(board.VRAM_SIZE)}")
+    if bus is None:
+        bus = BUS
+    elif not isinstance(bus, HostBus):
+        raise PCIError(f"sim: bus={bus!r} is not a simulated host bus; pass a gpusim.bus.HostBus() or leave it out")
     state = Path(state) if state else None
     if state is not None:
         _check_state_path(state)
     lock = _lock_state(state) if state is not None else None
     try:
-        return _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, harvest, scpm,
+        return _open(chip, vram_size, small_bar, state, lock, bus, slot, fresh, async_clock, harvest, scpm,
                      driver_scratch_survives_reset, fw_reserved_kb, vbios_rom_offset)
     except BaseException:
         if lock is not None:
@@ -354,16 +366,15 @@ def _lock_state(state: Path) -> DeviceLock:
         raise PCIError(f"sim: {e}; close that process or use another state file") from None
 
 
-def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, harvest, scpm,
+def _open(chip, vram_size, small_bar, state, lock, host: HostBus, slot, fresh, async_clock, harvest, scpm,
           driver_scratch_survives_reset, fw_reserved_kb=None, vbios_rom_offset=0) -> SimFunction:
-    if slot is None:  # the slot already holding this chip on the host's bus (not behind a USB bridge), else
-        slot = next((s for s, d in sorted(_SLOTS.items()) if d.chip == chip and d.bus is BUS),  # the first free
-                    next(i for i in range(len(_SLOTS) + 1) if i not in _SLOTS))
-    held = _HELD.get(slot)
+    if slot is None:
+        slot = host.pick_slot(chip)
+    held = host.held.get(slot)
     if held is not None and not held.closed and not fresh:   # fresh: a new GPU in the slot, the old one unplugged
         raise PCIError(f"sim: the simulated GPU in slot {slot} ({held.dev.chip}, {held.address}) is busy, held by "
                        f"pid {os.getpid()} (this process: close the device opened on it first, or open another slot)")
-    dev = None if fresh else _SLOTS.get(slot)
+    dev = None if fresh else host.slots.get(slot)
     if state is not None and state.exists() and not fresh:
         dev = persist.load(state)    # the file is what the last user (maybe another process) left
     if dev is not None and dev.chip != chip:
@@ -371,21 +382,22 @@ def _open(chip, vram_size, small_bar, state, lock, slot, fresh, async_clock, har
     if dev is None:
         dev = board.build(chip, vram_size, small_bar, slot, harvest, scpm, driver_scratch_survives_reset,
                           fw_reserved_kb, vbios_rom_offset)
-    old = _SLOTS.get(slot)
+    old = host.slots.get(slot)
     if old is not None and old is not dev:
         old.stop_async()
-        BUS.unplug(old)
-    BUS.plug(dev)
-    _SLOTS[slot] = dev
+        if old.bus is not None:
+            old.bus.unplug(old)
+    host.plug(dev)
+    host.slots[slot] = dev
     if state is not None:
-        _STATE[slot] = state
+        host.state_files[slot] = state
     else:
-        _STATE.pop(slot, None)
+        host.state_files.pop(slot, None)
     # A GPU kept in a state file is the one an operator watches (driverless-smi): its power model runs
     # on the wall clock, so temperatures and averages move in real time between and across processes.
     dev.wall_clock = state is not None
-    fn = SimFunction(dev, slot, state, lock)
-    _HELD[slot] = fn
+    fn = SimFunction(dev, host, slot, state, lock)
+    host.held[slot] = fn
     if async_clock:
         dev.start_async()
         fn.async_clock = True

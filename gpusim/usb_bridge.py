@@ -248,7 +248,7 @@ class ASM24Bridge:
         for off in (0x10, 0x14, 0x18, 0x1C, 0x20, 0x24):
             fn.config_write(off, 4, 0)
         fn.config_write(0x04, 2, 0)
-        provider.BUS.unplug(self.dev)       # the GPU's DMA now reaches only the bridge's SRAM
+        fn.host_bus.unplug(self.dev)        # the GPU's DMA now reaches only the bridge's SRAM
         BridgeBus(self).plug(self.dev)
 
     # -- failures -------------------------------------------------------------------------------
@@ -917,12 +917,9 @@ class BridgeBackend(usb.backend.IBackend):
             self.tasks.popleft()
 
 
-_BRIDGES: dict[int, ASM24Bridge] = {}     # provider slot -> the bridge in front of its GPU
-
-
 def usb_address(bridge: ASM24Bridge, address: int | None) -> int:
-    """The enclosure's USB device address: given, or 2 + the simulated GPU's slot, so two simulated bridges
-    in one process have distinct USB paths and the transport's per-bridge locks (usb:BUS-ADDR, pcie.lock) are
+    """The enclosure's USB device address: given, or 2 + the simulated GPU's slot on its bus, so two simulated
+    bridges on one bus have distinct USB paths and the transport's per-bridge locks (usb:BUS-ADDR, pcie.lock) are
     distinct too (the open firmware's enumerate on bus 2). USB addresses are 1..127 (USB 2.0 9.4.6)."""
     if address is None:
         address = 2 + bridge.fn.slot
@@ -936,14 +933,15 @@ def open_bridge(chip: str = "navi31", *, gpu_bus: int = 4, **sim) -> ASM24Bridge
     Reopening the same device finds its enclosure as it was left (bus numbers, BARs, XDATA, SRAM); a new
     device (fresh=True) comes with a new enclosure, just powered on."""
     fn = provider.open_function(chip, **sim)
-    provider._HELD.pop(fn.slot, None)  # the enclosure reaches the GPU, not a driver: the USB transport's lock says who drives it
-    br = _BRIDGES.get(fn.slot)
+    host = fn.host_bus
+    host.held.pop(fn.slot, None)  # the enclosure reaches the GPU, not a driver: the USB transport's lock says who drives it
+    br = host.enclosures.get(fn.slot)
     if br is not None and br.dev is fn.dev and br.gpu_bus == gpu_bus:
-        provider.BUS.unplug(fn.dev)
+        host.unplug(fn.dev)
         BridgeBus(br).plug(fn.dev)
         br.fn, br.gone, br.wedged = fn, False, False
         return br
-    br = _BRIDGES[fn.slot] = ASM24Bridge(fn, gpu_bus=gpu_bus)
+    br = host.enclosures[fn.slot] = ASM24Bridge(fn, gpu_bus=gpu_bus)
     return br
 
 

@@ -24,6 +24,17 @@ def _isolated_firmware_env(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("DRIVERLESS_FIRMWARE_URL", raising=False)
 
 
+@pytest.fixture
+def sim_bus():
+    """A simulated host bus of this test's own (gpusim.bus.HostBus): the GPUs it opens there
+    (`pcie.open_function("sim", ..., bus=sim_bus)`, `hcq.open("am:sim", bus=sim_bus)`) are its alone, in
+    slots from 0, and are unplugged (their clocks stopped) when it ends; no test picks slot numbers."""
+    from gpusim.bus import HostBus
+    bus = HostBus()
+    yield bus
+    bus.close()
+
+
 @pytest.fixture(scope="session")
 def debian_firmware() -> Path:
     """Debian's firmware-amd-graphics (linux-firmware 20230210); `make test` installs it."""

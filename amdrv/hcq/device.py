@@ -66,16 +66,18 @@ def device_facts(spec: str) -> dict:
 
 def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
     """Boots the GPU a device string names and wraps it. A simulated GPU (am:sim...) is kept in its state
-    file (amdrv.device_spec.sim_state_path) across processes, as a real GPU stays powered. slot=N and
-    fresh=True pick and power on a particular one in this process only (two GPUs in one process are two
-    slots), and state=PATH keeps it in that file instead; other kwargs go to AMGPU.open."""
-    slot, fresh, state = kwargs.pop("slot", None), kwargs.pop("fresh", False), kwargs.pop("state", None)
+    file (amdrv.device_spec.sim_state_path) across processes, as a real GPU stays powered. bus=, slot=N
+    and fresh=True pick and power on a particular one in this process only (a simulated host bus the caller
+    owns, gpusim.bus.HostBus; two GPUs on one bus are two slots), and state=PATH keeps it in that file
+    instead; other kwargs go to AMGPU.open."""
+    sim = {k: kwargs.pop(k) for k in ("bus", "slot", "fresh", "state") if kwargs.get(k) not in (None, False)}
+    slot = sim.get("slot")
     device = spec
-    if slot is not None or fresh or state:
+    if sim:
         parsed = device_spec.parse(spec)
         if parsed.provider != "sim":
-            raise HCQError(f"{spec}: slot=, fresh= and state= choose simulated GPUs only")
-        device = open_function("sim", *parsed.args, slot=slot, fresh=fresh, state=state)
+            raise HCQError(f"{spec}: bus=, slot=, fresh= and state= choose simulated GPUs only")
+        device = open_function("sim", *parsed.args, **sim)
     gpu = AMGPU.open(device, **kwargs)
     try:
         return AMHCQDevice(gpu, spec if slot is None else f"{spec}#{slot}")

@@ -221,3 +221,49 @@ def test_two_gpus_on_one_bus():
 def test_board_rejects_bad_sizes():
     with pytest.raises(ValueError, match="VRAM size"):
         board.build("navi31", vram_size=100 << 20)
+
+
+def test_each_bus_has_its_own_slots(sim_bus):
+    """A bus its owner holds: slot 0 there is not slot 0 of the default bus (the device strings') nor of
+    another owner's bus; opening it again finds the same GPU, busy while held."""
+    from gpusim.bus import HostBus
+    a = pcie.open_function("sim", "navi31", vram_size=1 << 30, bus=sim_bus)
+    other = HostBus()
+    b = pcie.open_function("sim", "navi31", vram_size=1 << 30, bus=other)
+    assert a.slot == b.slot == 0 and a.dev is not b.dev
+    assert a.dev not in provider.default_bus().slots.values()
+    with pytest.raises(provider.PCIError, match="slot 0 .* busy"):
+        pcie.open_function("sim", "navi31", bus=sim_bus)
+    a.close()
+    again = pcie.open_function("sim", "navi31", bus=sim_bus)
+    assert again.dev is a.dev
+    buf = again.alloc_dma(4096)       # host memory is mapped on the function's own bus
+    assert sim_bus.read(buf.bus_address(0), 4) == bytes(4)
+    with pytest.raises(DMAError):
+        other.read(buf.bus_address(0), 4)
+    again.close()
+    other.close()
+    assert not other.slots and b.dev.bus is None
+
+
+def test_a_dropped_function_frees_its_slot_without_the_garbage_collector(sim_bus):
+    """No reference cycle keeps an unclosed function (its BARs, its DMA buffers) alive: dropping the last
+    reference frees its slot at once (a docs example failed depending on when the cyclic GC ran)."""
+    import gc
+    fn = pcie.open_function("sim", "navi31", vram_size=1 << 30, bus=sim_bus)
+    fn.bar(5).read32(0)
+    fn.alloc_dma(4096)
+    dev = fn.dev
+    gc.disable()
+    try:
+        del fn
+        again = pcie.open_function("sim", "navi31", bus=sim_bus)
+    finally:
+        gc.enable()
+    assert again.dev is dev
+    again.close()
+
+
+def test_bus_must_be_a_simulated_host_bus():
+    with pytest.raises(provider.PCIError, match="not a simulated host bus"):
+        pcie.open_function("sim", "navi31", bus="pci0")

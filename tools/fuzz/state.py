@@ -200,20 +200,16 @@ def _die_with_gpu_saved(fd: int, phase: str, switch: KillSwitch) -> None:
     """SIGKILL at this access, the simulated GPU saved as it stands (a real one keeps its state)."""
     from gpusim import provider
     _send(fd, event="killed", phase=phase, access=switch.count)
-    for slot, path in list(provider._STATE.items()):
-        dev = provider._SLOTS.get(slot)
-        if dev is not None:
-            dev.stop_async()
-            from gpusim import persist
-            persist.save(dev, path)
+    provider._save_on_exit()     # every bus's GPUs kept in state files, as at a clean exit
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _drop_link(fd: int, phase: str, switch: KillSwitch) -> None:
-    from gpusim import usb_bridge
+    from gpusim import bus
     _send(fd, event="killed", phase=phase, access=switch.count)
-    for bridge in usb_bridge._BRIDGES.values():
-        bridge.inject("drop")
+    for host in list(bus.LIVE):          # every simulated bus's USB enclosures (gpusim.bus.HostBus)
+        for bridge in host.enclosures.values():
+            bridge.inject("drop")
 
 
 def victim(fd: int, spec: str, plan: Plan, code: bytes, rng, usb: bool) -> None:
