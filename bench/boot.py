@@ -21,21 +21,22 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import pcie  # noqa: E402
+from gpusim.bus import HostBus  # noqa: E402
 from amdrv.am import AMGPU  # noqa: E402
 from amdrv.firmware import FirmwareError  # noqa: E402
 
-SLOT = 7  # out of the way of the default slots
+BUS = HostBus()  # the benchmark's own simulated bus (gpusim.bus), apart from the device strings' GPUs
 
 
 def one_round(chip: str, small_bar: bool) -> dict[str, dict]:
     out = {}
-    gpu = AMGPU.open(pcie.open_function("sim", chip, small_bar=small_bar, fresh=True, slot=SLOT))
+    gpu = AMGPU.open(pcie.open_function("sim", chip, small_bar=small_bar, fresh=True, bus=BUS))
     out["cold"] = gpu.boot_report
     gpu.fini()
-    gpu = AMGPU.open(pcie.open_function("sim", chip, slot=SLOT))
+    gpu = AMGPU.open(pcie.open_function("sim", chip, bus=BUS))
     out["warm"] = gpu.boot_report
     gpu.dev.close()  # dropped without fini, as a crash leaves it
-    gpu = AMGPU.open(pcie.open_function("sim", chip, slot=SLOT))
+    gpu = AMGPU.open(pcie.open_function("sim", chip, bus=BUS))
     out["cold-reset"] = gpu.boot_report
     gpu.fini()
     expect = {"cold": ("cold", False), "warm": ("warm", False), "cold-reset": ("cold", True)}

@@ -28,12 +28,13 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import hcq  # noqa: E402
+from gpusim.bus import HostBus  # noqa: E402
 from bench.hcq_cases import launch_cases  # noqa: E402
 from amdrv.isa import assemble  # noqa: E402
 from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object  # noqa: E402
 from amdrv.firmware import FirmwareError  # noqa: E402
 
-SLOT = 6  # out of the way of the default slots
+BUS = HostBus()  # the benchmark's own simulated bus (gpusim.bus), apart from the device strings' GPUs
 TARGETS_US = {"fresh_queue": 10.0, "graph_replay": 1.0}
 
 
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    dev = hcq.open("am:sim", slot=SLOT, fresh=True)
+    dev = hcq.open("am:sim", bus=BUS, fresh=True)
     try:
         doorbells = [NoOpDoorbell(q, dev) for q in (dev.compute, dev.sdma)]
         for q, d in zip((dev.compute, dev.sdma), doorbells):

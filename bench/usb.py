@@ -43,8 +43,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from amdrv.usb.transport import open_function  # noqa: E402
+from gpusim.bus import HostBus  # noqa: E402
 
-BOOT_SLOT = 2
 LINKS = ("uas", "bot")
 
 
@@ -121,11 +121,12 @@ def gpu_costs(sizes: list[int], rtt: float, launches: int = 9, firmware: str = "
     from amdrv.firmware import FirmwareError
     from amdrv.hcq import AMHCQDevice
     from gpusim import usb_bridge
+    bus = HostBus()   # a simulated bus of this run's own (gpusim.bus): one GPU, first over PCIe, then in the enclosure
     try:
-        AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=BOOT_SLOT)).fini()
+        AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, bus=bus)).fini()
     except FirmwareError as e:
         return {"skipped": f"no firmware: {e}"}
-    fn = open_function(backend=usb_bridge.backend("navi31", slot=BOOT_SLOT, firmware=firmware))
+    fn = open_function(backend=usb_bridge.backend("navi31", bus=bus, firmware=firmware))
     before = fn.counters.snapshot()
     gpu = AMGPU.open(fn)
     spent = fn.counters - before

@@ -94,10 +94,13 @@ class HostBus(Bus):
         self.enclosures: dict[int, object] = {}  # slot -> the USB bridge in front of its GPU
         LIVE.add(self)
 
-    def pick_slot(self, chip: str) -> int:
-        """The slot already holding `chip` on this bus (not behind a USB bridge), else the first free one."""
-        return next((s for s, d in sorted(self.slots.items()) if d.chip == chip and d.bus is self),
-                    next(i for i in range(len(self.slots) + 1) if i not in self.slots))
+    def pick_slot(self, chip: str, enclosed: bool = False) -> int:
+        """The slot already holding `chip` on this bus (not behind a USB bridge), else the first free one.
+        enclosed (a bridge's open): the slot of an enclosure holding `chip` comes first."""
+        mine = sorted(s for s, d in self.slots.items() if d.chip == chip)
+        return next((s for s in mine if enclosed and s in self.enclosures),
+                    next((s for s in mine if self.slots[s].bus is self),
+                         next(i for i in range(len(self.slots) + 1) if i not in self.slots)))
 
     def close(self) -> None:
         """Unplugs every GPU (their asynchronous clocks stop): what an owner does when done with them."""

@@ -932,6 +932,9 @@ def open_bridge(chip: str = "navi31", *, gpu_bus: int = 4, **sim) -> ASM24Bridge
     """The bridge in front of the simulated GPU of `chip` (sim keywords go to gpusim.provider.open_function).
     Reopening the same device finds its enclosure as it was left (bus numbers, BARs, XDATA, SRAM); a new
     device (fresh=True) comes with a new enclosure, just powered on."""
+    host = sim.get("bus") or provider.default_bus()
+    if sim.get("slot") is None and hasattr(host, "pick_slot"):   # the enclosure already holding that chip first
+        sim["slot"] = host.pick_slot(chip, enclosed=True)
     fn = provider.open_function(chip, **sim)
     host = fn.host_bus
     host.held.pop(fn.slot, None)  # the enclosure reaches the GPU, not a driver: the USB transport's lock says who drives it

@@ -23,8 +23,8 @@ def firmware(debian_firmware, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
 
 
-def sim(chip="navi31", slot=20, **kw):
-    return pcie.open_function("sim", chip, slot=slot, **kw)
+def sim(chip="navi31", **kw):
+    return pcie.open_function("sim", chip, **kw)
 
 
 def check_running(gpu):
@@ -32,9 +32,9 @@ def check_running(gpu):
     assert gpu.sdma.ready()
 
 
-@pytest.mark.parametrize("chip,slot", [("navi31", 20), ("navi33", 21)])
-def test_cold_boot_then_warm_boot_after_fini(chip, slot):
-    gpu = AMGPU.open(sim(chip, slot, fresh=True))
+@pytest.mark.parametrize("chip", ["navi31", "navi33"])
+def test_cold_boot_then_warm_boot_after_fini(sim_bus, chip):
+    gpu = AMGPU.open(sim(chip, bus=sim_bus, fresh=True))
     cold = gpu.boot_report
     assert (cold.kind, cold.mode1_reset) == ("cold", False), cold
     assert "no AM boot state" in cold.reason
@@ -45,7 +45,7 @@ def test_cold_boot_then_warm_boot_after_fini(chip, slot):
     gpu.fini()
     gpu.fini()  # idempotent
 
-    gpu = AMGPU.open(sim(chip, slot))
+    gpu = AMGPU.open(sim(chip, bus=sim_bus))
     warm = gpu.boot_report
     assert warm.kind == "warm", warm
     assert "psp" not in [s.name for s in warm.steps]
@@ -56,10 +56,10 @@ def test_cold_boot_then_warm_boot_after_fini(chip, slot):
     gpu.fini()
 
 
-def test_unclean_exit_leads_to_cold_boot_behind_mode1_reset():
-    gpu = AMGPU.open(sim(slot=22, fresh=True))
+def test_unclean_exit_leads_to_cold_boot_behind_mode1_reset(sim_bus):
+    gpu = AMGPU.open(sim(bus=sim_bus, fresh=True))
     gpu.dev.close()  # dropped without fini: the clean-exit flag stays clear
-    gpu = AMGPU.open(sim(slot=22))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     rep = gpu.boot_report
     assert (rep.kind, rep.mode1_reset) == ("cold", True), rep
     assert "did not finish" in rep.reason
@@ -68,21 +68,21 @@ def test_unclean_exit_leads_to_cold_boot_behind_mode1_reset():
     gpu.fini()
 
 
-def test_forced_cold_boot_resets_live_firmware(monkeypatch):
-    AMGPU.open(sim(slot=23, fresh=True)).fini()
+def test_forced_cold_boot_resets_live_firmware(sim_bus, monkeypatch):
+    AMGPU.open(sim(bus=sim_bus, fresh=True)).fini()
     monkeypatch.setenv("DRIVERLESS_COLD_BOOT", "1")
-    gpu = AMGPU.open(sim(slot=23))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert (gpu.boot_report.kind, gpu.boot_report.mode1_reset) == ("cold", True)
     assert "forced" in gpu.boot_report.reason
     gpu.fini()
 
 
-def test_unclean_exit_of_another_process(tmp_path):
+def test_unclean_exit_of_another_process(sim_bus, tmp_path):
     state = tmp_path / "gpu.state"
     script = textwrap.dedent(f"""
         import pcie
         from amdrv.am import AMGPU
-        gpu = AMGPU.open(pcie.open_function("sim", "navi31", state={str(state)!r}, fresh=True, slot=24,
+        gpu = AMGPU.open(pcie.open_function("sim", "navi31", state={str(state)!r}, fresh=True,
                                             vram_size=1 << 30))
         assert gpu.boot_report.kind == "cold"
         print("booted", flush=True)
@@ -91,18 +91,18 @@ def test_unclean_exit_of_another_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "booted" in out.stdout, out.stderr
-    gpu = AMGPU.open(sim(slot=25, state=state))
+    gpu = AMGPU.open(sim(bus=sim_bus, state=state))
     rep = gpu.boot_report
     assert (rep.kind, rep.mode1_reset) == ("cold", True), rep
     check_running(gpu)
     gpu.fini()  # saved clean: the next process finds it warm
-    gpu = AMGPU.open(sim(slot=26, state=state))
+    gpu = AMGPU.open(sim(bus=sim_bus, state=state))
     assert gpu.boot_report.kind == "warm", gpu.boot_report
     gpu.fini()
 
 
-def test_small_bar_cold_boot():
-    gpu = AMGPU.open(sim(slot=27, small_bar=True, fresh=True))
+def test_small_bar_cold_boot(sim_bus):
+    gpu = AMGPU.open(sim(bus=sim_bus, small_bar=True, fresh=True))
     assert gpu.boot_report.kind == "cold"
     assert gpu.dev.vram.visible == 256 << 20 < gpu.dev.vram.size
     # the boot region sits inside the CPU-visible window: filling it costs no MM_INDEX/MM_DATA writes
@@ -112,13 +112,13 @@ def test_small_bar_cold_boot():
     gpu.fini()
 
 
-def test_boot_state_version_mismatch_boots_cold():
-    gpu = AMGPU.open(sim(slot=28, fresh=True))
+def test_boot_state_version_mismatch_boots_cold(sim_bus):
+    gpu = AMGPU.open(sim(bus=sim_bus, fresh=True))
     gpu.fini()
-    gpu = AMGPU.open(sim(slot=28))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     gpu.nbio.write_state(BOOT_STATE_VERSION + 1, clean=True)  # an older or newer driver's run
     gpu.dev.close()
-    gpu = AMGPU.open(sim(slot=28))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert gpu.boot_report.kind == "cold" and "version" in gpu.boot_report.reason
     gpu.fini()
 
@@ -183,7 +183,7 @@ def test_info_command_errors_in_one_line(capsys):
     assert capsys.readouterr().err.startswith("error: 'am:sim:navi99': no simulated chip 'navi99'")
 
 
-def test_died_after_the_sos_started_carries_on_from_it(monkeypatch):
+def test_died_after_the_sos_started_carries_on_from_it(sim_bus, monkeypatch):
     from amdrv.ip.psp import PSP
 
     def die(self, load):
@@ -192,8 +192,8 @@ def test_died_after_the_sos_started_carries_on_from_it(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(PSP, "load_ip_fw", die)  # the first LOAD_IP_FW is the SMU's
         with pytest.raises(AMError, match="cold boot failed in psp: killed before LOAD_IP_FW of smu_13_0_0.bin"):
-            AMGPU.open(sim(slot=29, fresh=True))
-    gpu = AMGPU.open(sim(slot=29))  # the sOS runs, no SMU firmware: no reset possible, none needed
+            AMGPU.open(sim(bus=sim_bus, fresh=True))
+    gpu = AMGPU.open(sim(bus=sim_bus))  # the sOS runs, no SMU firmware: no reset possible, none needed
     rep = gpu.boot_report
     assert (rep.kind, rep.mode1_reset) == ("cold", False), rep
     assert "did not finish" in rep.reason and "the sOS runs without SMU firmware" in rep.reason
@@ -207,10 +207,9 @@ def test_died_after_the_sos_started_carries_on_from_it(monkeypatch):
     ("cold", "amdrv.ip.sdma.SDMA", "init", True),       # everything up but SDMA
     ("warm", "amdrv.ip.gfx.GFX", "init", True),         # a warm boot that dies half way
 ])
-def test_dying_in_any_boot_step_leads_to_a_good_next_boot(monkeypatch, boot, block, method, reset):
-    slot = 40
+def test_dying_in_any_boot_step_leads_to_a_good_next_boot(sim_bus, monkeypatch, boot, block, method, reset):
     if boot == "warm":
-        AMGPU.open(sim(slot=slot, fresh=True)).fini()
+        AMGPU.open(sim(bus=sim_bus, fresh=True)).fini()
 
     def killed(*args, **kwargs):
         raise RuntimeError("killed")
@@ -218,20 +217,20 @@ def test_dying_in_any_boot_step_leads_to_a_good_next_boot(monkeypatch, boot, blo
     with monkeypatch.context() as m:
         m.setattr(f"{block}.{method}", killed)
         with pytest.raises(AMError, match=f"{boot} boot failed in .*: killed"):
-            AMGPU.open(sim(slot=slot, fresh=boot == "cold"))
-    gpu = AMGPU.open(sim(slot=slot))
+            AMGPU.open(sim(bus=sim_bus, fresh=boot == "cold"))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert (gpu.boot_report.kind, gpu.boot_report.mode1_reset) == ("cold", reset), gpu.boot_report
     check_running(gpu)
     gpu.fini()
 
 
-def test_cold_and_warm_boot_on_a_board_without_scpm():
+def test_cold_and_warm_boot_on_a_board_without_scpm(sim_bus):
     """Without SCPM (the PSP runtime database says SCPM_DISABLE) the driver sends the allowed feature mask
     (smu_smc_hw_setup) and DPM comes up; with SCPM (the default board) it does not send it."""
-    gpu = AMGPU.open(sim(slot=23, fresh=True, scpm=False))
+    gpu = AMGPU.open(sim(bus=sim_bus, fresh=True, scpm=False))
     assert gpu.smu.scpm is False and gpu.smu.enabled_features() >> 1 & 1     # FEATURE_DPM_GFXCLK_BIT
     gpu.fini()
-    gpu = AMGPU.open(sim(slot=23))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert gpu.boot_report.kind == "warm"
     gpu.fini()
 
@@ -262,13 +261,12 @@ def amdgpu_run(gpu_dev) -> None:
 
 
 @pytest.mark.parametrize("survives", [False, True])
-def test_am_fini_then_amdgpu_then_am_boots_cold(survives):
-    from gpusim import provider
-    gpu = AMGPU.open(sim(slot=24, fresh=True, driver_scratch_survives_reset=survives))
+def test_am_fini_then_amdgpu_then_am_boots_cold(sim_bus, survives):
+    gpu = AMGPU.open(sim(bus=sim_bus, fresh=True, driver_scratch_survives_reset=survives))
     gpu.fini()
-    dev = provider._SLOTS[24]
+    dev = sim_bus.slots[0]
     amdgpu_run(dev)
-    gpu = AMGPU.open(sim(slot=24))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     report = gpu.boot_report
     assert (report.kind, report.mode1_reset) == ("cold", True), report
     want = "GC SCRATCH_REG7 reads 0x0" if survives else "no AM boot state"
@@ -277,16 +275,15 @@ def test_am_fini_then_amdgpu_then_am_boots_cold(survives):
     gpu.fini()
 
 
-def test_without_the_gc_token_a_surviving_boot_state_would_boot_warm_over_amdgpu(monkeypatch):
+def test_without_the_gc_token_a_surviving_boot_state_would_boot_warm_over_amdgpu(sim_bus, monkeypatch):
     """The GC token is what tells: with DRIVER_SCRATCH surviving the reset, the NBIO state alone says clean."""
     import amdrv.am as am
-    from gpusim import provider
-    gpu = AMGPU.open(sim(slot=24, fresh=True, driver_scratch_survives_reset=True))
+    gpu = AMGPU.open(sim(bus=sim_bus, fresh=True, driver_scratch_survives_reset=True))
     gpu.fini()
-    amdgpu_run(provider._SLOTS[24])
+    amdgpu_run(sim_bus.slots[0])
     monkeypatch.setattr(am, "GC_TOKEN", 0)              # a driver that does not check GC
     try:
-        gpu = AMGPU.open(sim(slot=24))
+        gpu = AMGPU.open(sim(bus=sim_bus))
     except AMError:
         return                                          # it went warm and tripped over amdgpu's state
     assert gpu.boot_report.kind == "warm", gpu.boot_report   # or warm: over another driver's firmware and state
@@ -294,35 +291,33 @@ def test_without_the_gc_token_a_surviving_boot_state_would_boot_warm_over_amdgpu
 
 
 @pytest.mark.parametrize("survives", [False, True])
-def test_firmware_stopped_while_the_boot_state_survives_boots_cold(survives):
+def test_firmware_stopped_while_the_boot_state_survives_boots_cold(sim_bus, survives):
     """Issue 17: the scratch flags say clean, but the firmware no longer runs: the next boot is cold."""
-    from gpusim import provider
-    gpu = AMGPU.open(sim(slot=24, fresh=True, driver_scratch_survives_reset=survives))
+    gpu = AMGPU.open(sim(bus=sim_bus, fresh=True, driver_scratch_survives_reset=survives))
     gpu.fini()
-    dev = provider._SLOTS[24]
+    dev = sim_bus.slots[0]
     dev.blocks["SMU"].running = False                   # the PMFW stopped (hung, or unloaded)
     dev.set("MP1", "MP1_SMN_C2PMSG_90", 0)
-    gpu = AMGPU.open(sim(slot=24))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert gpu.boot_report.kind == "cold" and "the SMU no longer runs" in gpu.boot_report.reason
     check_running(gpu)
     gpu.fini()
 
 
-def test_a_latched_vm_fault_makes_the_next_boot_cold():
-    from gpusim import provider
-    gpu = AMGPU.open(sim(slot=24, fresh=True))
+def test_a_latched_vm_fault_makes_the_next_boot_cold(sim_bus):
+    gpu = AMGPU.open(sim(bus=sim_bus, fresh=True))
     gpu.fini()
-    provider._SLOTS[24].set("GC", "GCVM_L2_PROTECTION_FAULT_STATUS", 0x1)
-    gpu = AMGPU.open(sim(slot=24))
+    sim_bus.slots[0].set("GC", "GCVM_L2_PROTECTION_FAULT_STATUS", 0x1)
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert gpu.boot_report.kind == "cold" and "VM fault is latched" in gpu.boot_report.reason
     gpu.fini()
-    gpu = AMGPU.open(sim(slot=24))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert gpu.boot_report.kind == "warm"
     gpu.fini()
 
 
 @pytest.mark.parametrize("present", ["gc_11_0_0_pfp.bin", "gc_11_0_0_mec.bin"])  # GFX reads the MEC's at build
-def test_missing_firmware_is_one_error_listing_every_file(debian_firmware, tmp_path, present):
+def test_missing_firmware_is_one_error_listing_every_file(sim_bus, debian_firmware, tmp_path, present):
     # docs/firmware.md: offline with files missing, one FirmwareError lists them all (not the first the
     # PSP happens to load), raised before the boot touches the GPU.
     from amdrv.firmware import FirmwareError, FirmwareStore, files_for
@@ -333,11 +328,11 @@ def test_missing_firmware_is_one_error_listing_every_file(debian_firmware, tmp_p
     (have / present).write_bytes((debian_firmware / present).read_bytes())
     store = FirmwareStore(override=have, offline=True)
     with pytest.raises(FirmwareError) as e:
-        AMGPU.open(sim(slot=31, fresh=True), firmware=store)
+        AMGPU.open(sim(bus=sim_bus, fresh=True), firmware=store)
     first = str(e.value).splitlines()[0]
     assert f"{len(names) - 1} pinned file(s) not found and offline" in first
     assert all(n in first for n in names if n != present) and present not in first
     # Nothing was written: the GPU's boot state is as before (none), so the next boot with firmware is cold.
-    gpu = AMGPU.open(sim(slot=31))
+    gpu = AMGPU.open(sim(bus=sim_bus))
     assert gpu.boot_report.kind == "cold" and "no AM boot state" in gpu.boot_report.reason
     gpu.fini()

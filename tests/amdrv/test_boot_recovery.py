@@ -21,8 +21,8 @@ class Killed(BaseException):
     """The driver's process ends here (a BaseException, so no except clause of the driver handles it)."""
 
 
-def sim(slot, **kw):
-    return pcie.open_function("sim", "navi31", slot=slot, vram_size=1 << 30, **kw)
+def sim(bus, **kw):
+    return pcie.open_function("sim", "navi31", bus=bus, vram_size=1 << 30, **kw)
 
 
 def die_in_bootloader(m):
@@ -46,17 +46,17 @@ def die_holding_the_semaphore(m):
 DEATHS = {"bootloader": die_in_bootloader, "semaphore": die_holding_the_semaphore}
 
 
-def killed_cold_boot(monkeypatch, slot, death):
+def killed_cold_boot(monkeypatch, bus, death):
     with monkeypatch.context() as m:
         DEATHS[death](m)
         with pytest.raises(Killed):
-            AMGPU.open(sim(slot, fresh=True))
+            AMGPU.open(sim(bus, fresh=True))
 
 
 @pytest.mark.parametrize("death", DEATHS)
-def test_next_boot_resets_through_the_platform(monkeypatch, death):
-    killed_cold_boot(monkeypatch, 71, death)
-    gpu = AMGPU.open(sim(71))
+def test_next_boot_resets_through_the_platform(sim_bus, monkeypatch, death):
+    killed_cold_boot(monkeypatch, sim_bus, death)
+    gpu = AMGPU.open(sim(sim_bus))
     rep = gpu.boot_report
     assert (rep.kind, rep.mode1_reset, rep.pci_reset) == ("cold", False, "bus"), rep
     assert rep.steps[0].name == "pci reset (bus)" and "after a PCI reset (bus)" in str(rep)
@@ -65,64 +65,64 @@ def test_next_boot_resets_through_the_platform(monkeypatch, death):
 
 
 @pytest.mark.parametrize("death", DEATHS)
-def test_without_the_reset_the_gpu_stays_unbootable(monkeypatch, death):
-    killed_cold_boot(monkeypatch, 72, death)
+def test_without_the_reset_the_gpu_stays_unbootable(sim_bus, monkeypatch, death):
+    killed_cold_boot(monkeypatch, sim_bus, death)
     monkeypatch.setattr(AMGPU, "_pci_reset", lambda self: None)   # the driver omits the reset
     for _ in range(2):
         with pytest.raises(AMError, match="cold boot failed in (psp|gmc)"):
-            AMGPU.open(sim(72))
+            AMGPU.open(sim(sim_bus))
 
 
-def test_no_pci_reset_on_the_platform_says_power_cycle(monkeypatch):
-    killed_cold_boot(monkeypatch, 73, "bootloader")
+def test_no_pci_reset_on_the_platform_says_power_cycle(sim_bus, monkeypatch):
+    killed_cold_boot(monkeypatch, sim_bus, "bootloader")
     monkeypatch.setattr(provider.SimFunction, "reset_methods", lambda self: ())
     with pytest.raises(AMError, match=r"cold boot failed in psp: .*offers no PCI reset \(FLR or secondary bus "
                                       r"reset; pcie reset_methods\(\) is empty\): if this boot fails, power-cycle"):
-        AMGPU.open(sim(73))
+        AMGPU.open(sim(sim_bus))
 
 
-def test_a_clean_gpu_is_not_reset(monkeypatch):
-    gpu = AMGPU.open(sim(74, fresh=True))   # from power-on: no boot state, nothing to reset
+def test_a_clean_gpu_is_not_reset(sim_bus, monkeypatch):
+    gpu = AMGPU.open(sim(sim_bus, fresh=True))   # from power-on: no boot state, nothing to reset
     assert gpu.boot_report.pci_reset == "" and not gpu.boot_report.mode1_reset
     gpu.fini()
-    gpu = AMGPU.open(sim(74), cold=True)    # firmware running: the SMU's mode1 reset, as before
+    gpu = AMGPU.open(sim(sim_bus), cold=True)    # firmware running: the SMU's mode1 reset, as before
     assert gpu.boot_report.mode1_reset and gpu.boot_report.pci_reset == ""
     gpu.fini()
 
 
-def test_died_inside_a_mode1_reset_before_the_config_restore(monkeypatch):
+def test_died_inside_a_mode1_reset_before_the_config_restore(sim_bus, monkeypatch):
     """The mode1 reset clears the config space (BARs, memory decode); the driver restores what it saved. A
     process killed in between leaves a GPU that answers no register read, and nothing in the kernel
     restores it on the sysfs path: the saved state kept on disk (amdrv.pci_state.keep) is restored by the
     next open, which then boots cold behind a new mode1 reset."""
     from amdrv import pci_state
-    AMGPU.open(sim(78, fresh=True)).fini()
+    AMGPU.open(sim(sim_bus, fresh=True)).fini()
 
     def killed(pci, state):
         raise Killed("before the config space restore")
     with monkeypatch.context() as m:
         m.setattr(pci_state, "restore", killed)
         with pytest.raises(Killed):
-            AMGPU.open(sim(78), cold=True)
-    gpu = AMGPU.open(sim(78))
+            AMGPU.open(sim(sim_bus), cold=True)
+    gpu = AMGPU.open(sim(sim_bus))
     assert gpu.boot_report.kind == "cold" and gpu.gfx.mec_ready(), gpu.boot_report
     gpu.fini()
     with monkeypatch.context() as m:       # without the kept state the GPU stays off the bus
         m.setattr(pci_state, "restore", killed)
         with pytest.raises(Killed):
-            AMGPU.open(sim(78), cold=True)
+            AMGPU.open(sim(sim_bus), cold=True)
     monkeypatch.setattr(pci_state, "kept", lambda pci: None)
     with pytest.raises(Exception, match="RCC_CONFIG_MEMSIZE reads 0xffffffff"):
-        AMGPU.open(sim(78))
+        AMGPU.open(sim(sim_bus))
 
 
-def test_died_with_a_mode1_reset_in_flight(monkeypatch):
+def test_died_with_a_mode1_reset_in_flight(sim_bus, monkeypatch):
     """Killed right after sending Mode1Reset: the reset lands while the next process opens the GPU (after it
     restored the kept config space); discovery reads all ones, restores again and goes on (found by
     tools/fuzz/state.py, seed 2 cases 148 and 187)."""
     from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_Mode1Reset
     from amdrv.ip.smu import SMU
-    AMGPU.open(sim(79, fresh=True)).fini()
+    AMGPU.open(sim(sim_bus, fresh=True)).fini()
     real = SMU.send
 
     def send(self, msg, *args, **kw):
@@ -134,8 +134,8 @@ def test_died_with_a_mode1_reset_in_flight(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(SMU, "send", send)
         with pytest.raises(Killed):
-            AMGPU.open(sim(79), cold=True)
-    gpu = AMGPU.open(sim(79))
+            AMGPU.open(sim(sim_bus), cold=True)
+    gpu = AMGPU.open(sim(sim_bus))
     assert gpu.boot_report.kind == "cold" and gpu.gfx.mec_ready() and gpu.sdma.ready(), gpu.boot_report
     gpu.fini()
 
@@ -147,19 +147,19 @@ def die_with_the_smu_mailbox_cleared(m):
     m.setattr(SMU, "_send", send)
 
 
-def killed_in_fini_with_the_mailbox_cleared(monkeypatch, slot):
-    gpu = AMGPU.open(sim(slot, fresh=True))
+def killed_in_fini_with_the_mailbox_cleared(monkeypatch, bus):
+    gpu = AMGPU.open(sim(bus, fresh=True))
     with monkeypatch.context() as m:
         die_with_the_smu_mailbox_cleared(m)
         with pytest.raises(Killed):
             gpu.fini()
 
 
-def test_died_with_the_smu_mailbox_cleared(monkeypatch):
+def test_died_with_the_smu_mailbox_cleared(sim_bus, monkeypatch):
     # the SMU runs (MP1_FIRMWARE_FLAGS) but takes no message (smu_cmn_send_smc_msg_with_param refuses on a
     # cleared response): no mode1 reset through it, and the PSP will not load it again: a PCI reset
-    killed_in_fini_with_the_mailbox_cleared(monkeypatch, 74)
-    gpu = AMGPU.open(sim(74))
+    killed_in_fini_with_the_mailbox_cleared(monkeypatch, sim_bus)
+    gpu = AMGPU.open(sim(sim_bus))
     rep = gpu.boot_report
     assert (rep.kind, rep.mode1_reset, rep.pci_reset) == ("cold", False, "bus"), rep
     assert "mailbox was cleared" in rep.reason and "reset through the platform (bus)" in rep.reason
@@ -167,20 +167,20 @@ def test_died_with_the_smu_mailbox_cleared(monkeypatch):
     gpu.fini()
 
 
-def test_a_boot_that_trusts_the_cleared_response_register_fails(monkeypatch):
+def test_a_boot_that_trusts_the_cleared_response_register_fails(sim_bus, monkeypatch):
     # the old decision: response 0 read as "no SMU firmware", so the PSP was asked to load it over the running one
-    killed_in_fini_with_the_mailbox_cleared(monkeypatch, 75)
+    killed_in_fini_with_the_mailbox_cleared(monkeypatch, sim_bus)
     monkeypatch.setattr(SMU, "mailbox_cleared", lambda self: False)
     with pytest.raises(AMError, match="cold boot failed in psp"):
-        AMGPU.open(sim(75))
+        AMGPU.open(sim(sim_bus))
 
 
-def test_with_the_mailbox_cleared_and_no_pci_reset_the_mode1_reset_is_posted_on_it(monkeypatch):
+def test_with_the_mailbox_cleared_and_no_pci_reset_the_mode1_reset_is_posted_on_it(sim_bus, monkeypatch):
     # behind a USB bridge no platform reset exists (found by tools/fuzz/state --device am:sim:usb --seed 4,
     # cases 49 and 85): the mailbox stayed cleared through the wait, so the Mode1Reset is posted on it
-    killed_in_fini_with_the_mailbox_cleared(monkeypatch, 76)
+    killed_in_fini_with_the_mailbox_cleared(monkeypatch, sim_bus)
     monkeypatch.setattr(provider.SimFunction, "reset_methods", lambda self: ())
-    gpu = AMGPU.open(sim(76))
+    gpu = AMGPU.open(sim(sim_bus))
     rep = gpu.boot_report
     assert (rep.kind, rep.mode1_reset, rep.pci_reset) == ("cold", True, ""), rep
     assert "mode1 reset is posted on the cleared mailbox" in rep.reason

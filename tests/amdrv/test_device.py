@@ -3,7 +3,6 @@ import pytest
 
 import pcie
 from amdrv.device import AMDevice
-from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
 
 
 def test_attach_navi31_and_navi33():
@@ -18,16 +17,16 @@ def test_attach_navi31_and_navi33():
 
 
 @pytest.mark.parametrize("offset,size", [(0x10000000 - 6, 13), (0x10000000, 8), (0x5FFF0001, 7), (100 << 20, 4096)])
-def test_small_bar_reaches_all_vram(offset, size):
-    fn = pcie.open_function("sim", "navi31", small_bar=True, fresh=True, slot=7)
+def test_small_bar_reaches_all_vram(sim_bus, offset, size):
+    fn = pcie.open_function("sim", "navi31", small_bar=True, fresh=True, bus=sim_bus)
     d = AMDevice("am:sim(small-bar)", fn)
     assert d.vram.visible == 256 << 20 < d.vram.size
     data = bytes(range(1, size + 1)) if size < 256 else bytes(size)
     before = fn.counters.snapshot()
     d.vram.write(offset, data)
     assert d.vram.read(offset, size) == data
-    sim._SLOTS[7].blocks["HDP"].flush("test")              # past the HDP (gpusim.hdp)
-    assert sim._SLOTS[7].vram.read(offset, size) == data  # it really landed in VRAM
+    fn.dev.blocks["HDP"].flush("test")              # past the HDP (gpusim.hdp)
+    assert fn.dev.vram.read(offset, size) == data  # it really landed in VRAM
     if offset >= d.vram.visible:
         assert (fn.counters - before).mmio_writes > 0  # went through MM_INDEX/MM_DATA
     d.close()

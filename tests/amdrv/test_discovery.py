@@ -316,11 +316,11 @@ def indirect_reader(mmio):
 
 
 @pytest.mark.parametrize("chip,small_bar", [("navi31", False), ("navi33", False), ("navi31", True)])
-def test_simulated_gpu_binary(chip, small_bar):
+def test_simulated_gpu_binary(sim_bus, chip, small_bar):
     import pcie
     from gpusim import discovery as simdisc
 
-    with pcie.open_function("sim", chip, fresh=True, small_bar=small_bar, slot=45) as fn:
+    with pcie.open_function("sim", chip, fresh=True, small_bar=small_bar, bus=sim_bus) as fn:
         regs = fn.bar(5)
         size = discovery.vram_size(regs)
         assert small_bar == (fn.bar(0).size < size)
@@ -485,16 +485,16 @@ def test_cache_without_a_harvest_table(tmp_path):
     assert vram.reads == [(vram.at, BH.size)] and disc.from_cache and disc.harvested == []
 
 
-def test_amdevice_caches_only_where_reading_is_costly(monkeypatch, tmp_path):
+def test_amdevice_caches_only_where_reading_is_costly(sim_bus, monkeypatch, tmp_path):
     from amdrv.device import AMDevice
     monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
     import pcie
-    with AMDevice("am:sim", pcie.open_function("sim", "navi31", fresh=True, slot=44)) as d:
+    with AMDevice("am:sim", pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus)) as d:
         assert d.vram.visible == d.vram.size and not d.disc.from_cache   # large BAR: through BAR0, as before
     assert not (tmp_path / "discovery").exists()
     costs = []
     for _ in range(2):
-        fn = pcie.open_function("sim", "navi31", small_bar=True, slot=44, fresh=not costs)
+        fn = pcie.open_function("sim", "navi31", small_bar=True, bus=sim_bus, fresh=not costs)
         with AMDevice("am:sim", fn) as d:                           # small BAR: MM_INDEX/MM_DATA
             costs.append((d.disc.from_cache, fn.counters.mmio_reads))
             assert d.chip.name == "navi31" and d.disc.version_of("MP1") == (13, 0, 0)
@@ -516,7 +516,7 @@ WARM_BOOT = {"bot": (4_171, 2_021), "uas": (346, 189)}
 
 
 @pytest.mark.parametrize("link", ["bot", "uas"])
-def test_amdevice_through_the_bridge_reads_the_binary_once(link, monkeypatch, tmp_path):
+def test_amdevice_through_the_bridge_reads_the_binary_once(sim_bus, link, monkeypatch, tmp_path):
     """Through the simulated USB bridge: the first open reads the binary (filling the cache), a second
     open of the same GPU reads its binary header and harvest list only."""
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
@@ -525,7 +525,7 @@ def test_amdevice_through_the_bridge_reads_the_binary_once(link, monkeypatch, tm
     monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
     spent = []
     for fresh in (True, False):
-        f = open_function(backend=usb_bridge.backend("navi31", fresh=fresh, slot=44), lock_dir=tmp_path)
+        f = open_function(backend=usb_bridge.backend("navi31", fresh=fresh, bus=sim_bus), lock_dir=tmp_path)
         before = f.counters.snapshot()
         with AMDevice("am:usb", f) as d:
             spent.append((d.disc.from_cache, (f.counters - before).round_trips))
@@ -538,7 +538,7 @@ def test_amdevice_through_the_bridge_reads_the_binary_once(link, monkeypatch, tm
 
 
 @pytest.mark.parametrize("link", ["bot", "uas"])
-def test_warm_boot_through_the_bridge_fills_then_uses_the_cache(link, debian_firmware, monkeypatch, tmp_path):
+def test_warm_boot_through_the_bridge_fills_then_uses_the_cache(sim_bus, link, debian_firmware, monkeypatch, tmp_path):
     """A GPU left by a clean AM run boots warm through the bridge twice. The cold boot over simulated
     PCIe (small BAR: the binary read through MM_INDEX too) would fill the cache; it is emptied, so the
     first warm boot reads the binary (over BOT 4 062 round trips, 4 048 with no cache: the binary comes in
@@ -550,12 +550,12 @@ def test_warm_boot_through_the_bridge_fills_then_uses_the_cache(link, debian_fir
     monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path / "cache"))
-    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=44)).fini()
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, bus=sim_bus)).fini()
     (copy,) = (tmp_path / "cache" / "discovery").iterdir()
     copy.unlink()
     spent = []
     for _ in range(2):
-        f = open_function(backend=usb_bridge.backend("navi31", slot=44), lock_dir=tmp_path)
+        f = open_function(backend=usb_bridge.backend("navi31", bus=sim_bus), lock_dir=tmp_path)
         before = f.counters.snapshot()
         gpu = AMGPU.open(f)
         try:

@@ -13,8 +13,9 @@ from amdrv.ip.ih import IH
 from amdrv.ip.nbio import NBIO
 from amdrv.queue import ComputeQueue, Fence, HostBuffer, QueueError, SDMAQueue, recover
 from gpusim.device import IVEntry
+from gpusim.bus import HostBus
 
-SLOT = 120
+BUS = HostBus()  # this module's own simulated bus (slots of its own, not the device strings')
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +24,7 @@ def firmware(debian_firmware, monkeypatch):
 
 
 def open_gpu(fresh=False):
-    return AMGPU.open(pcie.open_function("sim", "navi31", fresh=fresh, slot=SLOT, vram_size=512 << 20))
+    return AMGPU.open(pcie.open_function("sim", "navi31", fresh=fresh, bus=BUS, vram_size=512 << 20))
 
 
 def dropped(gpu) -> list[str]:

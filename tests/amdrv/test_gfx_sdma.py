@@ -19,12 +19,12 @@ def firmware(debian_firmware, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
 
 
-def fresh(slot):
-    return pcie.open_function("sim", "navi31", fresh=True, slot=slot)
+def fresh(bus):
+    return pcie.open_function("sim", "navi31", fresh=True, bus=bus)
 
 
-def test_engines_run_fini_halts_them_at_low_clocks_warm_restarts_them():
-    gpu = AMGPU.open(fresh(30))
+def test_engines_run_fini_halts_them_at_low_clocks_warm_restarts_them(sim_bus):
+    gpu = AMGPU.open(fresh(sim_bus))
     sim = gpu.dev.pci.dev  # the simulated board behind the function (tests may look)
     gfx, sdma, smu = sim.blocks["GFX"], sim.blocks["SDMA"], sim.blocks["SMU"]
     assert gfx.mec_pipes == {0, 1, 2, 3}  # started at the firmware's entry point, none hung
@@ -38,7 +38,7 @@ def test_engines_run_fini_halts_them_at_low_clocks_warm_restarts_them():
     assert not gfx.mec_running and not any(sdma.running(i) for i in (0, 1))
     assert smu.soft[PPCLK_GFXCLK] == [levels[0], levels[0]]  # idle at the lowest level
 
-    gpu = AMGPU.open(pcie.open_function("sim", "navi31", slot=30))
+    gpu = AMGPU.open(pcie.open_function("sim", "navi31", bus=sim_bus))
     assert gpu.boot_report.kind == "warm"
     assert gfx.mec_pipes == {0, 1, 2, 3} and all(sdma.running(i) for i in (0, 1))
     assert smu.soft[PPCLK_GFXCLK] == [levels[0], levels[-1]]  # clocks free again
@@ -46,8 +46,8 @@ def test_engines_run_fini_halts_them_at_low_clocks_warm_restarts_them():
     gpu.fini()
 
 
-def test_gfx_waits_for_the_rlc_autoload():
-    dev = AMDevice("am:sim", fresh(31))
+def test_gfx_waits_for_the_rlc_autoload(sim_bus):
+    dev = AMDevice("am:sim", fresh(sim_bus))
     try:
         nbio, gmc = NBIO(dev), GMC(dev)
         nbio.init()
@@ -59,8 +59,8 @@ def test_gfx_waits_for_the_rlc_autoload():
         dev.close()
 
 
-def test_sdma_unhalt_refused_without_firmware_is_an_error():
-    dev = AMDevice("am:sim", fresh(32))
+def test_sdma_unhalt_refused_without_firmware_is_an_error(sim_bus):
+    dev = AMDevice("am:sim", fresh(sim_bus))
     try:
         with pytest.raises(SDMAError, match=r"SDMA0 \(SDMA 6.0.0\): still halted after unhalting it: "
                                             r"SDMA0_F32_CNTL reads 0x08084001"):
@@ -70,7 +70,7 @@ def test_sdma_unhalt_refused_without_firmware_is_an_error():
         dev.close()
 
 
-def test_a_wrong_mec_start_address_hangs_the_mec_and_the_boot_says_so(monkeypatch):
+def test_a_wrong_mec_start_address_hangs_the_mec_and_the_boot_says_so(sim_bus, monkeypatch):
     real_init = GFX.__init__
 
     def off_by_one_instruction(self, *args):
@@ -78,7 +78,7 @@ def test_a_wrong_mec_start_address_hangs_the_mec_and_the_boot_says_so(monkeypatc
         self.mec_start = (self.mec_start[0] + 4, self.mec_start[1])
 
     monkeypatch.setattr(GFX, "__init__", off_by_one_instruction)
-    fn = fresh(33)
+    fn = fresh(sim_bus)
     with pytest.raises(AMError, match="cold boot failed in gfx: .*(GFX did not go idle: GRBM_STATUS .* GUI_ACTIVE|"
                                         "the MEC did not come up after unhalting it: CP_STAT reads 0x8)"):
         AMGPU.open(fn)

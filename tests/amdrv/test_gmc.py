@@ -10,10 +10,8 @@ from amdrv import pagetable
 from amdrv.device import AMDevice
 from amdrv.ip.gmc import GMC, SYSTEM_VA, VRAM_VA, GMCError
 from amdrv.ip.nbio import NBIO
-from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
 from gpusim.gmc import HubRefused
 
-SLOT = 12
 
 def sim_fault(g, *args, **kw):
     """The simulator's answer to a faulting access on hubs the driver programmed: the default page, the
@@ -26,15 +24,15 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 
-def boot(chip="navi31", gfxhub=True, **kw):
-    fn = pcie.open_function("sim", chip, fresh=True, slot=SLOT, **kw)
+def boot(bus, chip="navi31", gfxhub=True, **kw):
+    fn = pcie.open_function("sim", chip, fresh=True, bus=bus, **kw)
     dev = AMDevice(f"am:sim:{chip}", fn)
     nbio, gmc = NBIO(dev), GMC(dev)
     nbio.init()
     gmc.init()
     if gfxhub:
         gmc.init_gfxhub()
-    return dev, gmc, sim._SLOTS[SLOT]
+    return dev, gmc, fn.dev
 
 
 def check_same(gmc, s, va, hubs=("GC", "MM")):
@@ -45,8 +43,8 @@ def check_same(gmc, s, va, hubs=("GC", "MM")):
 
 
 @pytest.mark.parametrize("chip", ["navi31", "navi33"])
-def test_vram_and_system_mappings_translate_as_mapped(chip):
-    dev, gmc, s = boot(chip)
+def test_vram_and_system_mappings_translate_as_mapped(sim_bus, chip):
+    dev, gmc, s = boot(sim_bus, chip)
     assert dev.fb_base == 0x80_0000_0000 and dev.mc_address(0x1000) == 0x80_0000_1000
     assert not s.errors
     rng = random.Random(3)
@@ -81,8 +79,8 @@ def test_vram_and_system_mappings_translate_as_mapped(chip):
     assert again.va == sysm.va
 
 
-def test_a_change_without_invalidation_stays_stale_until_the_flush():
-    dev, gmc, s = boot()
+def test_a_change_without_invalidation_stays_stale_until_the_flush(sim_bus):
+    dev, gmc, s = boot(sim_bus)
     g = s.blocks["GMC"]
     a, b = dev.mm.alloc(4096), dev.mm.alloc(4096)
     va = VRAM_VA + (1 << 40)
@@ -99,8 +97,8 @@ def test_a_change_without_invalidation_stays_stale_until_the_flush():
     assert g.translate(0, va, hub="GC").addr == b.addr and g.translate(0, va, hub="MM").addr == b.addr
 
 
-def test_gc_hub_comes_up_with_init_gfxhub_and_is_flushed_only_then():
-    dev, gmc, s = boot(gfxhub=False)
+def test_gc_hub_comes_up_with_init_gfxhub_and_is_flushed_only_then(sim_bus):
+    dev, gmc, s = boot(sim_bus, gfxhub=False)
     g = s.blocks["GMC"]
     m = gmc.map_vram(4096)
     # GCVM_INVALIDATE_ENG17_REQ still holds its power-on value (gc_11_0_0_default.h 0x02f80000)
@@ -114,8 +112,8 @@ def test_gc_hub_comes_up_with_init_gfxhub_and_is_flushed_only_then():
     assert g.translate(0, m.va, hub="GC").addr == m.vram.addr
 
 
-def test_hub_registers_follow_upstream():
-    dev, gmc, s = boot()
+def test_hub_registers_follow_upstream(sim_bus):
+    dev, gmc, s = boot(sim_bus)
     root = gmc.pt.page_table_base
     for ip, vm, mc in (("GC", "GCVM_", "GCMC_VM_"), ("MMHUB", "MMVM_", "MMMC_VM_")):
         get = lambda name: s.get(ip, name)  # noqa: E731
@@ -135,8 +133,8 @@ def test_hub_registers_follow_upstream():
 
 
 @pytest.mark.parametrize("chip", ["navi31", "navi33"])
-def test_fault_registers_decoded_in_words(chip):
-    dev, gmc, s = boot(chip)
+def test_fault_registers_decoded_in_words(sim_bus, chip):
+    dev, gmc, s = boot(sim_bus, chip)
     g = s.blocks["GMC"]
     assert gmc.decode_fault("GC") is None
     ro = dev.mm.alloc(4096)
@@ -155,8 +153,8 @@ def test_fault_registers_decoded_in_words(chip):
         gmc.decode_fault("XX")
 
 
-def test_small_bar_boot_region_visible_and_vram_above_the_window_mapped():
-    dev, gmc, s = boot(small_bar=True)
+def test_small_bar_boot_region_visible_and_vram_above_the_window_mapped(sim_bus):
+    dev, gmc, s = boot(sim_bus, small_bar=True)
     assert gmc.root.addr + 4096 <= dev.vram.visible       # the boot region sits inside the 256 MiB BAR
     m = gmc.map_vram(2 * GiB)                              # only fits above the window: heap up there
     assert m.vram.addr >= dev.vram.visible
@@ -170,8 +168,8 @@ def test_small_bar_boot_region_visible_and_vram_above_the_window_mapped():
     assert s.blocks["GMC"].read(0, m.va + 4096, 8) == b"indirect"
 
 
-def test_map_before_init_is_an_error():
-    fn = pcie.open_function("sim", "navi31", fresh=True, slot=SLOT)
+def test_map_before_init_is_an_error(sim_bus):
+    fn = pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus)
     gmc = GMC(AMDevice("am:sim", fn))
     with pytest.raises(GMCError, match="before GMC.init"):
         gmc.map_vram(4096)
@@ -179,17 +177,16 @@ def test_map_before_init_is_an_error():
 
 # ---------------------------------------------------------------- over the USB bridge: tables in its window
 
-BRIDGE_SLOT = 13
 
 
 @pytest.fixture
-def bridged(monkeypatch, tmp_path):
+def bridged(sim_bus, monkeypatch, tmp_path):
     """NBIO + GMC up on a simulated Navi31 behind the simulated ASM24xx bridge (UAS): DMA memory is the
     bridge's SRAM window, not coherent."""
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     from amdrv.usb.transport import open_function
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "uas")
-    br = usb_bridge.open_bridge("navi31", slot=BRIDGE_SLOT, fresh=True)
+    br = usb_bridge.open_bridge("navi31", bus=sim_bus, fresh=True)
     fn = open_function(backend=usb_bridge.backend(bridge=br), lock_dir=tmp_path)
     dev = AMDevice(f"am:{fn.address}", fn)
     nbio, gmc = NBIO(dev), GMC(dev)
@@ -200,8 +197,8 @@ def bridged(monkeypatch, tmp_path):
     fn.close()
 
 
-def test_plain_simulator_keeps_page_tables_in_vram():
-    dev, gmc, s = boot()
+def test_plain_simulator_keeps_page_tables_in_vram(sim_bus):
+    dev, gmc, s = boot(sim_bus)
     gmc.map_vram(4096)
     assert gmc.pt._dma is None and gmc.pt.tables(system=True) == 0 and gmc.pt.tables() == 4
 
@@ -294,13 +291,14 @@ def engine_reads(s, hub, va, n=8):
     (("VM_L2_CNTL",), "ENABLE_L2_CACHE is 0"),                              # power-on: L2 off
     (("VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32"), "range"),
 ])
-def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, dropped_register, hub, names, why):
+def test_a_dropped_hub_write_leaves_engines_without_their_memory(sim_bus, monkeypatch, dropped_register, hub, names,
+                                                                 why):
     """gfxhub/mmhub_v3_0 gart_enable: the L1 TLB (ENABLE_L1_TLB, SYSTEM_ACCESS_MODE 3), the L2
     (ENABLE_L2_CACHE) and the context's END address must each be written for a mapped page to be reached."""
     prefix = {"GC": "GC", "MM": "MM"}[hub]
     full = tuple((prefix + "MC_VM_" + n[len("MC_VM_"):]) if n.startswith("MC_VM_") else (prefix + n) for n in names)
     drop_writes(monkeypatch, dropped_register, *full)
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     m = gmc.map_vram(4096)
     dev.vram.write(m.vram.addr, b"mapped!!")
     gmc.nbio.hdp_flush()     # past the HDP
@@ -312,7 +310,7 @@ def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, dr
     else:
         assert why in str(got)
     monkeypatch.undo()
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     m = gmc.map_vram(4096)
     dev.vram.write(m.vram.addr, b"mapped!!")
     gmc.nbio.hdp_flush()     # past the HDP
@@ -320,19 +318,19 @@ def test_a_dropped_hub_write_leaves_engines_without_their_memory(monkeypatch, dr
 
 
 @pytest.mark.parametrize("hub", ["GC", "MM"])
-def test_without_the_system_aperture_the_fb_is_not_reached_physically(monkeypatch, dropped_register, hub):
+def test_without_the_system_aperture_the_fb_is_not_reached_physically(sim_bus, monkeypatch, dropped_register, hub):
     """SYSTEM_APERTURE_LOW/HIGH (power-on 0): VMID 0's MC addresses of VRAM (the IH ring, the PSP's
     buffers) are then looked up in the page table, where nothing maps them: the access faults to the
     default page."""
     p = "GCMC_VM_" if hub == "GC" else "MMMC_VM_"
     drop_writes(monkeypatch, dropped_register, p + "SYSTEM_APERTURE_LOW_ADDR", p + "SYSTEM_APERTURE_HIGH_ADDR")
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     dev.vram.write(0x10000, b"physical")
     gmc.nbio.hdp_flush()     # past the HDP
     assert s.blocks["GMC"].read(0, dev.mc_address(0x10000), 8, hub=hub, client=6) != b"physical"
     assert gmc.decode_fault(hub).address == dev.mc_address(0x10000)
     monkeypatch.undo()
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     dev.vram.write(0x10000, b"physical")
     gmc.nbio.hdp_flush()     # past the HDP
     assert s.blocks["GMC"].read(0, dev.mc_address(0x10000), 8, hub=hub, client=6) == b"physical"
@@ -340,7 +338,7 @@ def test_without_the_system_aperture_the_fb_is_not_reached_physically(monkeypatc
         assert s.blocks["GMC"].mc_read(dev.mc_address(0x10000), 8) == b"physical"
 
 
-def test_mmhub_flush_without_the_semaphore_is_never_acknowledged(monkeypatch):
+def test_mmhub_flush_without_the_semaphore_is_never_acknowledged(sim_bus, monkeypatch):
     """gmc_v11_0_flush_vm_hub takes engine 17's semaphore on the MMHUB (gmc_v11_0_use_invalidate_semaphore):
     without it the ACK is lost (the power-gating case upstream's comment names) and the flush times out."""
     from amdrv.ip import gmc as gmc_mod
@@ -352,21 +350,21 @@ def test_mmhub_flush_without_the_semaphore_is_never_acknowledged(monkeypatch):
         self.semaphore = False
     monkeypatch.setattr(gmc_mod._Hub, "__init__", no_sem)
     with pytest.raises(NBIOError, match="MM hub TLB invalidation ack"):
-        boot()
+        boot(sim_bus)
 
 
 @pytest.mark.parametrize("hub", ["GC", "MM"])
-def test_without_the_fault_default_address_a_fault_reaches_no_memory(monkeypatch, dropped_register, hub):
+def test_without_the_fault_default_address_a_fault_reaches_no_memory(sim_bus, monkeypatch, dropped_register, hub):
     """gfxhub/mmhub_v3_0_init_system_aperture_regs point VM_L2_PROTECTION_FAULT_DEFAULT_ADDR at the dummy
     page; left at its power-on 0, a faulting access (here an MMHUB client such as the PSP reading, or an
     SDMA read on the GC hub) goes to bus address 0, where nothing answers."""
     vm = "GCVM_" if hub == "GC" else "MMVM_"
     drop_writes(monkeypatch, dropped_register, vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", vm + "L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32")
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     got = engine_reads(s, hub, 0x7000_0000_0000)
     assert not isinstance(got, bytes) and "bus address 0x0" in str(got)
     monkeypatch.undo()
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     gmc.dummy_page.view[:8] = b"dummy!!!"
     assert engine_reads(s, hub, 0x7000_0000_0000) == b"dummy!!!"
     assert gmc.decode_fault(hub).address == 0x7000_0000_0000
@@ -374,7 +372,7 @@ def test_without_the_fault_default_address_a_fault_reaches_no_memory(monkeypatch
 
 @pytest.mark.parametrize("hub", ["GC", "MM"])
 @pytest.mark.parametrize("half", ["LO32", "HI32"])
-def test_without_the_engine_range_a_remapped_page_reads_stale(monkeypatch, dropped_register, hub, half):
+def test_without_the_engine_range_a_remapped_page_reads_stale(sim_bus, monkeypatch, dropped_register, hub, half):
     """gfxhub/mmhub_v3_0_program_invalidation give every engine the whole address range (LO32 all ones, HI32
     0x1F). Either half left at its power-on 0 (gc_11_0_0_default.h) and engine 17's flushes miss the host
     window at SYSTEM_VA (one page at 0xF800_0000_0000, or the VAs below 16 TiB): a page unmapped and
@@ -382,7 +380,7 @@ def test_without_the_engine_range_a_remapped_page_reads_stale(monkeypatch, dropp
     drop_writes(monkeypatch, dropped_register, f"{hub}VM_INVALIDATE_ENG17_ADDR_RANGE_{half}")
 
     def remapped_reads():
-        dev, gmc, s = boot()
+        dev, gmc, s = boot(sim_bus)
         old, new = dev.pci.alloc_dma(4096), dev.pci.alloc_dma(4096)
         old.view[:8], new.view[:8] = b"old page", b"new page"
         m = gmc.map_system(old)
@@ -420,15 +418,15 @@ class InvertedRegister:
     ("MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", "bus address"),   # a default page where nothing answers
     ("MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", "bus address"),
 ])
-def test_an_inverted_mmhub_fault_setting_loses_the_default_page(monkeypatch, name, why):
+def test_an_inverted_mmhub_fault_setting_loses_the_default_page(sim_bus, monkeypatch, name, why):
     """mmhub_v3_0_set_fault_enable_default(true) and init_system_aperture_regs: an MMHUB client's fault (the
     PSP reading where nothing is mapped) is answered with the dummy page. Either written inverted and the
     access fails instead."""
     drop_writes(monkeypatch, InvertedRegister, name)
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     got = engine_reads(s, "MM", 0x7000_0000_0000)
     assert not isinstance(got, bytes) and why in str(got)
     monkeypatch.undo()
-    dev, gmc, s = boot()
+    dev, gmc, s = boot(sim_bus)
     gmc.dummy_page.view[:8] = b"dummy!!!"
     assert engine_reads(s, "MM", 0x7000_0000_0000) == b"dummy!!!"

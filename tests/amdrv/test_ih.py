@@ -11,10 +11,8 @@ from amdrv.device import AMDevice
 from amdrv.ip.gmc import GMC, VRAM_VA
 from amdrv.ip.ih import IH, IHError, IVEntry
 from amdrv.ip.nbio import DOORBELL_IH, NBIO
-from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
 from gpusim.device import IVEntry as SimIV
 
-SLOT = 13
 
 def sim_fault(g, *args, **kw):
     """The simulator's answer to a faulting access on hubs the driver programmed: the default page, the
@@ -25,8 +23,8 @@ def sim_fault(g, *args, **kw):
 
 
 
-def boot(chip="navi31", ring_size=None):
-    fn = pcie.open_function("sim", chip, fresh=True, slot=SLOT)
+def boot(bus, chip="navi31", ring_size=None):
+    fn = pcie.open_function("sim", chip, fresh=True, bus=bus)
     dev = AMDevice(f"am:sim:{chip}", fn)
     nbio, gmc = NBIO(dev), GMC(dev)
     ih = IH(dev) if ring_size is None else IH(dev, ring_size)
@@ -34,7 +32,7 @@ def boot(chip="navi31", ring_size=None):
     gmc.init()
     ih.init()
     gmc.init_gfxhub()
-    return dev, gmc, ih, sim._SLOTS[SLOT]
+    return dev, gmc, ih, fn.dev
 
 
 def test_decode_follows_amdgpu_ih_decode_iv_helper():
@@ -49,8 +47,8 @@ def test_decode_follows_amdgpu_ih_decode_iv_helper():
     assert IVEntry.decode(struct.pack("<8I", 0x1234, 0, 0, 0, 0, 0, 0, 0)).source == "source 18"  # BIF, unnamed
 
 
-def test_ring_registers_as_ih_v6_0_programs_them():
-    dev, gmc, ih, s = boot()
+def test_ring_registers_as_ih_v6_0_programs_them(sim_bus):
+    dev, gmc, ih, s = boot(sim_bus)
     o = dev.reg("OSSSYS")
     ring = dev.mc_address(ih.block.addr)
     assert s.get("OSSSYS", "IH_RB_BASE") == (ring >> 8) & 0xFFFFFFFF
@@ -64,8 +62,8 @@ def test_ring_registers_as_ih_v6_0_programs_them():
     assert ih.poll() == []
 
 
-def test_an_unmapped_access_is_reported_in_words():
-    dev, gmc, ih, s = boot()
+def test_an_unmapped_access_is_reported_in_words(sim_bus):
+    dev, gmc, ih, s = boot(sim_bus)
     g = s.blocks["GMC"]
     va = 0x5000_1234_5000
     sim_fault(g, 0, va + 0x10, write=True, client=8)    # TCP writes where nothing is mapped
@@ -86,8 +84,8 @@ def test_an_unmapped_access_is_reported_in_words():
     assert ih.poll() == []
 
 
-def test_a_second_fault_before_the_poll_is_described_by_its_iv():
-    dev, gmc, ih, s = boot()
+def test_a_second_fault_before_the_poll_is_described_by_its_iv(sim_bus):
+    dev, gmc, ih, s = boot(sim_bus)
     g = s.blocks["GMC"]
     ro = dev.mm.alloc(4096)
     va_ro = VRAM_VA + ro.addr
@@ -102,8 +100,8 @@ def test_a_second_fault_before_the_poll_is_described_by_its_iv():
     assert first.iv_protection == 0x08 and second.iv_protection == 0x20
 
 
-def test_a_mapped_access_raises_nothing_and_other_ivs_are_not_faults():
-    dev, gmc, ih, s = boot("navi33")
+def test_a_mapped_access_raises_nothing_and_other_ivs_are_not_faults(sim_bus):
+    dev, gmc, ih, s = boot(sim_bus, "navi33")
     m = gmc.map_vram(4096)
     s.blocks["GMC"].translate(0, m.va, hub="GC")
     s.post_interrupt(SimIV(client_id=IHIDS.SOC21_IH_CLIENTID_GRBM_CP,
@@ -113,8 +111,8 @@ def test_a_mapped_access_raises_nothing_and_other_ivs_are_not_faults():
     assert m.va == VRAM_VA + m.vram.addr
 
 
-def test_overflow_resumes_at_the_oldest_entry_not_overwritten():
-    dev, gmc, ih, s = boot(ring_size=1024)                 # 32 entries
+def test_overflow_resumes_at_the_oldest_entry_not_overwritten(sim_bus):
+    dev, gmc, ih, s = boot(sim_bus, ring_size=1024)                 # 32 entries
     g = s.blocks["GMC"]
     pages = [0x4000_0000_0000 + (k << 12) for k in range(40)]
     for va in pages:
@@ -128,8 +126,8 @@ def test_overflow_resumes_at_the_oldest_entry_not_overwritten():
     assert gmc.fault_from_iv(iv).address == 0x4100_0000_0000 and ih.overflows == 1
 
 
-def test_wrapping_reads_and_errors():
-    dev, gmc, ih, s = boot(ring_size=256)                  # 8 entries
+def test_wrapping_reads_and_errors(sim_bus):
+    dev, gmc, ih, s = boot(sim_bus, ring_size=256)                  # 8 entries
     g = s.blocks["GMC"]
     seen = []
     for k in range(20):                                    # read every 3 entries: the ring wraps
@@ -140,7 +138,7 @@ def test_wrapping_reads_and_errors():
     assert seen == list(range(20)) and ih.overflows == 0
     with pytest.raises(IHError, match="power of two"):
         IH(dev, 3000)
-    fn = pcie.open_function("sim", "navi31", fresh=True, slot=SLOT)
+    fn = pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus)
     early = IH(AMDevice("am:sim", fn))
     with pytest.raises(IHError, match="call GMC.init first"):
         early.init()
@@ -159,29 +157,29 @@ def test_a_write_pointer_off_an_iv_boundary_is_an_error_not_a_crash():
 
 
 @pytest.mark.parametrize("names", [("IH_RB_BASE",), ("IH_RB_CNTL",), ("IH_RB_WPTR_ADDR_LO",), ("IH_RB_WPTR_ADDR_HI",)])
-def test_a_dropped_ring_register_loses_the_fault(monkeypatch, dropping_registers, names):
+def test_a_dropped_ring_register_loses_the_fault(sim_bus, monkeypatch, dropping_registers, names):
     """ih_v6_0_irq_init's ring base, control (RB_ENABLE, MC_SPACE, RB_SIZE, write-back) and write-back
     address each left at their power-on 0: the fault's IV never reaches the driver (the ring is off, or
     the entry or the write pointer land where nothing maps them and go to the default page)."""
     monkeypatch.setattr(IH, "regs", property(lambda self: dropping_registers(self.dev.reg("OSSSYS"), names)))
-    dev, gmc, ih, s = boot()
+    dev, gmc, ih, s = boot(sim_bus)
     sim_fault(s.blocks["GMC"], 0, 0x5000_1234_5000, write=True, client=8)
     assert [iv for iv in ih.poll() if gmc.fault_from_iv(iv)] == []
     monkeypatch.undo()
-    dev, gmc, ih, s = boot()
+    dev, gmc, ih, s = boot(sim_bus)
     sim_fault(s.blocks["GMC"], 0, 0x5000_1234_5000, write=True, client=8)
     assert [gmc.fault_from_iv(iv).address for iv in ih.poll()] == [0x5000_1234_5000]
 
 
 @pytest.mark.parametrize("cntl_only", [True, False])
-def test_without_the_dummy_read_page_no_fault_is_announced(monkeypatch, cntl_only):
+def test_without_the_dummy_read_page_no_fault_is_announced(sim_bus, monkeypatch, cntl_only):
     """nbio_v4_3_ih_control: the dummy-read page in BIF_BX0_INTERRUPT_CNTL2 (that write alone left out, or
     the whole call): the BIF's read after each ring write fails, so the IH never announces the fault's IV."""
     def without_cntl2(self, page, ring_in_vram):
         if cntl_only:
             self.regs.BIF_BX0_INTERRUPT_CNTL.update(IH_DUMMY_RD_OVERRIDE=0, IH_REQ_NONSNOOP_EN=int(ring_in_vram))
     monkeypatch.setattr(NBIO, "ih_control", without_cntl2)
-    dev, gmc, ih, s = boot()
+    dev, gmc, ih, s = boot(sim_bus)
     sim_fault(s.blocks["GMC"], 0, 0x5000_1234_5000, write=True, client=8)
     assert ih.poll() == []
     assert any("dummy read" in str(e) for e in s.errors)

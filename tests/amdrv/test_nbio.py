@@ -6,19 +6,17 @@ import pcie
 from amdrv.device import AMDevice
 from amdrv.ip.nbio import NBIO, NBIOError
 from gpusim import board
-from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
-
-SLOT = 11
 
 
-def fresh(chip="navi31", **kw):
-    fn = pcie.open_function("sim", chip, fresh=True, slot=SLOT, **kw)
+
+def fresh(bus, chip="navi31", **kw):
+    fn = pcie.open_function("sim", chip, fresh=True, bus=bus, **kw)
     dev = AMDevice(f"am:sim:{chip}", fn)
-    return dev, NBIO(dev), sim._SLOTS[SLOT]
+    return dev, NBIO(dev), fn.dev
 
 
-def test_init_enables_bus_mastering_doorbells_and_the_remap_page():
-    dev, nbio, s = fresh()
+def test_init_enables_bus_mastering_doorbells_and_the_remap_page(sim_bus):
+    dev, nbio, s = fresh(sim_bus)
     assert not s.pci.command & 0x4                      # bus mastering is off at power-on
     dev.pci.bar(2).write32(0x100, 1)
     assert any("doorbell aperture disabled" in e for e in map(str, s.errors))  # dropped before init
@@ -43,8 +41,8 @@ def test_init_enables_bus_mastering_doorbells_and_the_remap_page():
     assert "doorbell aperture disabled" in str(s.errors[-1])
 
 
-def test_registers_past_the_bar_go_through_rsmu():
-    dev, nbio, s = fresh()
+def test_registers_past_the_bar_go_through_rsmu(sim_bus):
+    dev, nbio, s = fresh(sim_bus)
     s.set("NBIO", "RCC_DEV0_EPF2_STRAP2", 0xFFFFFFFF)   # STRAP_NO_SOFT_RESET_DEV0_F2 set by "firmware"
     nbio.init()
     entry1 = nbio.regs.S2A_DOORBELL_ENTRY_1_CTRL
@@ -62,8 +60,8 @@ def test_registers_past_the_bar_go_through_rsmu():
     assert s.get("NBIO", "S2A_DOORBELL_ENTRY_3_CTRL") == 0x3000000D
 
 
-def test_hdp_flush_through_the_remap_page_and_the_request_path():
-    dev, nbio, s = fresh()
+def test_hdp_flush_through_the_remap_page_and_the_request_path(sim_bus):
+    dev, nbio, s = fresh(sim_bus)
     nbio.init()
     hdp = s.blocks["HDP"]
     dev.pci.bar(0).write32(0x1000, 0xDEADBEEF)
@@ -80,15 +78,15 @@ def test_hdp_flush_through_the_remap_page_and_the_request_path():
         nbio.hdp_flush("CP10")
 
 
-def test_hdp_flush_without_the_remap_does_not_flush():
-    dev, nbio, s = fresh()
+def test_hdp_flush_without_the_remap_does_not_flush(sim_bus):
+    dev, nbio, s = fresh(sim_bus)
     dev.pci.bar(0).write32(0x1000, 1)
     nbio.hdp_flush()   # before init: the remap page is not programmed, so nothing is flushed
     assert s.blocks["HDP"].flushes == 0
 
 
-def test_boot_state_survives_a_reopen_and_is_cleared_by_mode1_reset():
-    dev, nbio, s = fresh()
+def test_boot_state_survives_a_reopen_and_is_cleared_by_mode1_reset(sim_bus):
+    dev, nbio, s = fresh(sim_bus)
     assert nbio.read_state() is None                    # power-on: no AM state
     dev.mm.alloc_boot(3 << 20, tag="something")
     written = nbio.write_state(7, clean=False)
@@ -97,11 +95,11 @@ def test_boot_state_survives_a_reopen_and_is_cleared_by_mode1_reset():
     nbio.write_state(7, clean=True)
     dev.close()
     # a new driver instance on the same GPU (not fresh) finds it
-    dev2 = AMDevice("am:sim", pcie.open_function("sim", "navi31", slot=SLOT))
+    dev2 = AMDevice("am:sim", pcie.open_function("sim", "navi31", bus=sim_bus))
     state = NBIO(dev2).read_state()
     assert state.version == 7 and state.clean and state.boot_base == dev2.mm.boot_base
     assert state.boot_size == dev2.mm.boot_end - dev2.mm.boot_base and state.boot_used == 3 << 20
-    board.mode1_reset(sim._SLOTS[SLOT])
+    board.mode1_reset(dev.pci.dev)
     assert NBIO(dev2).read_state() is None
     with pytest.raises(NBIOError, match="does not fit 16 bits"):
         NBIO(dev2).write_state(1 << 16, clean=True)

@@ -9,9 +9,9 @@ from amdrv.autogen import psp as P
 from amdrv.device import AMDevice
 from amdrv.ip.nbio import NBIO
 from amdrv.ip.psp import PSP, PSPError, PSPTimeout
-from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
+from gpusim.bus import HostBus
 
-SLOT = 30
+BUS = HostBus()  # this module's own simulated bus (slots of its own, not the device strings')
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +20,7 @@ def _firmware(monkeypatch, debian_firmware):
 
 
 def open_dev(chip="navi31", fresh=True, **kw) -> AMDevice:
-    dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=fresh, slot=SLOT, **kw))
+    dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=fresh, bus=BUS, **kw))
     # Stand-in for the GMC block: the FB location the VBIOS left (mmhub_v3_0_get_fb_location).
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
     # soc21_common_hw_init comes first upstream: it points the HDP flush page the PSP's flushes write
@@ -46,7 +46,7 @@ def test_full_load_reaches_rlc_autoload_complete(chip):
     psp.init()
     reads = (dev.pci.counters - before).mmio_reads
     assert wait_autoload(dev)
-    gpu = sim._SLOTS[SLOT]
+    gpu = dev.pci.dev
     assert gpu.errors == []
     assert gpu.blocks["SMU"].running
     assert set(gpu.blocks["PSP"].loaded) >= gpu.blocks["PSP"].autoload_required()
@@ -71,7 +71,7 @@ def test_load_with_the_secure_os_already_running():
     first = open_dev()
     PSP(first).init()
     first.close()
-    gpu = sim._SLOTS[SLOT]
+    gpu = first.pci.dev
     bootloader_cmds = list(gpu.blocks["PSP"].bl_done)
     # as when the previous driver died after the sOS started and before it loaded the SMU firmware (the
     # only time the driver loads over a running sOS: a running SMU is reset first, and the PSP does not
@@ -92,7 +92,7 @@ def test_small_bar_load():
     assert dev.vram.visible < dev.vram.size
     psp = PSP(dev)
     psp.init()
-    assert sim._SLOTS[SLOT].errors == [] and wait_autoload(dev)
+    assert dev.pci.dev.errors == [] and wait_autoload(dev)
     dev.close()
 
 
@@ -148,7 +148,7 @@ def test_the_error_for_the_briefs_example():
         psp.init()
     # the loads before it went through; the stacks after it were never sent
     assert ("LOAD_IP_FW", "gc_11_0_0_mec.bin RS64_MEC", 0) in psp.log
-    assert not sim._SLOTS[SLOT].blocks["PSP"].is_loaded(P.GFX_FW_TYPE_RS64_MEC_P1_STACK)
+    assert not dev.pci.dev.blocks["PSP"].is_loaded(P.GFX_FW_TYPE_RS64_MEC_P1_STACK)
     assert dev.mm.in_use() == 0
     dev.close()
 
@@ -176,7 +176,7 @@ def open_dev_gmc(**kw):
     """A device with NBIO (bus mastering: the PSP reads DMA memory) and the GMC up (the VMID 0 page table
     and the MMHUB), as the boot has them before the PSP."""
     from amdrv.ip.gmc import GMC
-    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, **kw))
+    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, bus=BUS, **kw))
     gmc = GMC(dev)
     gmc.nbio.init()
     gmc.init()
@@ -195,7 +195,7 @@ def test_dma_staging_loads_through_the_gart_at_a_1mib_aligned_mc_address():
     psp._stage = lambda data: staged.append(real_stage(data)) or staged[-1]
     psp.init()
     assert psp.staging == "dma" and wait_autoload(dev)
-    gpu = sim._SLOTS[SLOT]
+    gpu = dev.pci.dev
     assert gpu.errors == []
     assert len(set(staged)) == 1 and len(staged) == 4 + len(psp.log) - 2   # bootloader 4, TOC, every LOAD_IP_FW
     mc = staged[0]
@@ -221,7 +221,7 @@ def test_a_corrupt_payload_staged_through_dma_is_refused_naming_the_firmware(fil
         assert "bootloader" in msg and "C2PMSG_35 = 0x8000000" in msg, msg
     else:
         assert "status 0xffff000f (TEE_ERROR_SECURITY" in msg, msg
-    assert any(f"{file} {name}" in str(err) or name in str(err) for err in sim._SLOTS[SLOT].errors)
+    assert any(f"{file} {name}" in str(err) or name in str(err) for err in dev.pci.dev.errors)
     assert gmc.pt.mappings() == [] and dev.mm.in_use() == 0    # the staging buffer was given back
     dev.close()
 
@@ -241,7 +241,7 @@ def test_the_tmr_stays_vram_the_psp_refuses_a_gart_address():
         psp.submit(P.GFX_CMD_ID_SETUP_TMR, "at the staging buffer",
                    cmd_setup_tmr=dict(buf_phy_addr_lo=mc & 0xFFFFFFFF, buf_phy_addr_hi=mc >> 32,
                                       buf_size=psp.tmr_size))
-    assert "is not VRAM" in str(sim._SLOTS[SLOT].errors[-1])
+    assert "is not VRAM" in str(dev.pci.dev.errors[-1])
     psp._free_stage()
     dev.close()
 
@@ -316,7 +316,7 @@ def test_tos_spl_table_staging_the_spl_component_is_refused(monkeypatch):
     dev = open_dev()
     with pytest.raises(PSPError, match=r"bootloader LOAD_TOS_SPL_TABLE of psp_13_0_0_sos.bin SPL failed"):
         PSP(dev, timeout_s=0.5).init()
-    assert "KDB component this command takes" in str(sim._SLOTS[SLOT].errors[-1])
+    assert "KDB component this command takes" in str(dev.pci.dev.errors[-1])
     dev.close()
 
 
@@ -332,7 +332,7 @@ def test_a_driver_that_does_not_wait_for_the_bootloader_fails(monkeypatch):
     dev = open_dev()
     with pytest.raises(PSPError, match=r"bootloader LOAD_TOS_SPL_TABLE .* failed|KEY_DATABASE"):
         PSP(dev, timeout_s=0.5).init()
-    assert any("before the bootloader was ready" in str(e) for e in sim._SLOTS[SLOT].errors)
+    assert any("before the bootloader was ready" in str(e) for e in dev.pci.dev.errors)
     dev.close()
 
 
@@ -342,7 +342,7 @@ def test_a_driver_that_does_not_poll_for_ring_creation_fails(monkeypatch):
     dev = open_dev()
     with pytest.raises(PSPTimeout, match=r"waiting for LOAD_TOC"):
         PSP(dev, timeout_s=0.2).init()
-    assert any("no ring created" in str(e) for e in sim._SLOTS[SLOT].errors)
+    assert any("no ring created" in str(e) for e in dev.pci.dev.errors)
     dev.close()
 
 

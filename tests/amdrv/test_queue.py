@@ -28,8 +28,8 @@ def firmware(debian_firmware, monkeypatch):
 
 
 @pytest.fixture
-def gpu():
-    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=70, vram_size=512 << 20))
+def gpu(sim_bus):
+    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, vram_size=512 << 20))
     yield g
     g.dev.close()
 
@@ -453,12 +453,12 @@ def test_a_kiq_without_its_pq_control_wraps_at_the_power_on_ring_size(gpu, monke
     assert gpu.kiq.ring_dw == 2048
 
 
-def test_fini_dequeues_the_compute_queues(monkeypatch):
+def test_fini_dequeues_the_compute_queues(sim_bus, monkeypatch):
     """Upstream hw_fini unmaps its compute queues through the KIQ (amdgpu_gfx_disable_kcq: UNMAP_QUEUES); a
     fini that only halts the MEC leaves the HQDs active (pipe halts keep HQD state, issue 11 point 9), their
     rings in freed memory. (The KIQ itself is dequeued by MMIO.)"""
     def run(dequeue: bool):
-        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=71, vram_size=512 << 20))
+        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, vram_size=512 << 20))
         sim = g.dev.pci.dev
         queues = [ComputeQueue(g), ComputeQueue(g, pipe=2, queue=3)]  # noqa: F841 (the driver holds them)
         with monkeypatch.context() as m:
@@ -524,7 +524,7 @@ def test_recover_needs_the_hqd_dequeues(gpu, monkeypatch):
     q.wait(done, 1, timeout_s=5)
 
 
-def test_cold_boot_needs_the_wait_for_the_rlc_autoload(monkeypatch):
+def test_cold_boot_needs_the_wait_for_the_rlc_autoload(sim_bus, monkeypatch):
     """Issue 17: the RLC autoload takes longer than the reads a boot makes before polling for it
     (gpusim.gfx AUTOLOAD_STEPS): a driver that does not wait (gfx_v11_0_wait_for_rlc_autoload_complete)
     unhalts the MEC too early and the boot fails."""
@@ -532,7 +532,7 @@ def test_cold_boot_needs_the_wait_for_the_rlc_autoload(monkeypatch):
     from amdrv.ip.gfx import GFX
     monkeypatch.setattr(GFX, "wait_for_rlc_autoload", lambda self, *a, **k: None)
     with pytest.raises(AMError, match="cold boot failed in gfx"):
-        AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=72, vram_size=512 << 20))
+        AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, vram_size=512 << 20))
 
 
 def test_queues_need_the_wait_after_the_mec_unhalt(gpu, monkeypatch):

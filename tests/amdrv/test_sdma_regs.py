@@ -9,8 +9,9 @@ from amdrv import sdma_packets as S
 from amdrv.am import AMError, AMGPU
 from amdrv.ip.sdma import SDMA
 from amdrv.queue import Fence, HostBuffer, QueueError, SDMAQueue, recover
+from gpusim.bus import HostBus
 
-SLOT = 124
+BUS = HostBus()  # this module's own simulated bus (slots of its own, not the device strings')
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +20,7 @@ def firmware(debian_firmware, monkeypatch):
 
 
 def open_gpu(fresh=False):
-    return AMGPU.open(pcie.open_function("sim", "navi31", fresh=fresh, slot=SLOT, vram_size=512 << 20))
+    return AMGPU.open(pcie.open_function("sim", "navi31", fresh=fresh, bus=BUS, vram_size=512 << 20))
 
 
 def drop(monkeypatch, name, when=lambda value: True):

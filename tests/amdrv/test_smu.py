@@ -8,9 +8,7 @@ from amdrv.ip.nbio import NBIO
 from amdrv.ip.psp import PSP
 from amdrv.ip import smu as smu_ip
 from amdrv.ip.smu import SMU, SMUError, SMUTimeout
-from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
 
-SLOT = 31
 
 
 @pytest.fixture(autouse=True)
@@ -18,8 +16,8 @@ def _firmware(monkeypatch, debian_firmware):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
 
 
-def open_dev(chip="navi31") -> AMDevice:
-    dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=True, slot=SLOT))
+def open_dev(bus, chip="navi31") -> AMDevice:
+    dev = AMDevice(f"am:sim:{chip}", pcie.open_function("sim", chip, fresh=True, bus=bus))
     # Stand-in for the GMC block: the FB location the VBIOS left (mmhub_v3_0_get_fb_location).
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
     NBIO(dev).init()    # soc21_common_hw_init before the PSP: the HDP flush page its flushes write
@@ -27,17 +25,17 @@ def open_dev(chip="navi31") -> AMDevice:
 
 
 @pytest.fixture
-def booted():
-    dev = open_dev()
+def booted(sim_bus):
+    dev = open_dev(sim_bus)
     psp = PSP(dev)
     psp.init()
     smu = SMU(dev, timeout_s=0.2, reset_wait_s=0)
-    yield dev, psp, smu, sim._SLOTS[SLOT].blocks["SMU"]
+    yield dev, psp, smu, dev.pci.dev.blocks["SMU"]
     dev.close()
 
 
-def test_message_before_the_firmware_times_out():
-    dev = open_dev()
+def test_message_before_the_firmware_times_out(sim_bus):
+    dev = open_dev(sim_bus)
     smu = SMU(dev, timeout_s=0.05)
     with pytest.raises(SMUTimeout) as e:
         smu.query(S.PPSMC_MSG_GetSmuVersion)
@@ -49,8 +47,8 @@ def test_message_before_the_firmware_times_out():
 
 
 @pytest.mark.parametrize("chip,version", [("navi31", 0x004E4B00), ("navi33", 0x00523C00)])
-def test_init_reads_versions_and_enables_features(chip, version):
-    dev = open_dev(chip)
+def test_init_reads_versions_and_enables_features(sim_bus, chip, version):
+    dev = open_dev(sim_bus, chip)
     psp = PSP(dev)
     psp.init()
     smu = SMU(dev)
@@ -59,7 +57,7 @@ def test_init_reads_versions_and_enables_features(chip, version):
     assert (smu.version, smu.if_version) == (version, 0x37)
     assert smu.version == psp.image(psp.files["smu"]).ucode_version   # what the PSP loaded is what runs
     assert smu.version_str().startswith(f"{version >> 16 & 0xFF}.{version >> 8 & 0xFF}.0")
-    model = sim._SLOTS[SLOT].blocks["SMU"]
+    model = dev.pci.dev.blocks["SMU"]
     assert model.driver_table == dev.mc_address(smu.table.addr)
     assert smu.enabled_features() == model.features != 0
     assert (dev.pci.counters - before).mmio_reads < 40
@@ -138,7 +136,7 @@ def test_mode1_reset_then_boot_again(booted):
     dev.pci.set_bus_master(True)
     smu.mode1_reset()
     # reads that raced the reset (the response poll) hit a function with decode off: master aborts, nothing else
-    gpu = sim._SLOTS[SLOT]
+    gpu = dev.pci.dev
     assert all("master abort" in e.message for e in gpu.errors), gpu.errors
     gpu.errors.clear()
     assert not psp.sos_alive()
@@ -148,11 +146,11 @@ def test_mode1_reset_then_boot_again(booted):
     NBIO(dev).init()                                     # common hw_init again, as amdgpu after a reset
     psp.init()
     smu.init()
-    assert smu.version == 0x004E4B00 and sim._SLOTS[SLOT].errors == []
+    assert smu.version == 0x004E4B00 and dev.pci.dev.errors == []
 
 
-def test_alive_fini_and_warm_attach():
-    dev = open_dev()
+def test_alive_fini_and_warm_attach(sim_bus):
+    dev = open_dev(sim_bus)
     smu = SMU(dev)
     before = dev.pci.counters.snapshot()
     assert not smu.alive()                               # nothing loaded: one register read, no timeout
@@ -160,12 +158,12 @@ def test_alive_fini_and_warm_attach():
     PSP(dev).init()
     assert smu.alive()
     smu.init()
-    model = sim._SLOTS[SLOT].blocks["SMU"]
+    model = dev.pci.dev.blocks["SMU"]
     model.set_activity("gfx", 1.0)
     smu.fini()                                           # idle and cool: lowest levels even under load
     low, lowest = smu.metrics(), smu.dpm_levels("gfxclk").mhz[0]
     dev.close()
-    again = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", slot=SLOT))   # a new driver instance
+    again = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", bus=sim_bus))   # a new driver instance
     again.fb_base = dev.fb_base
     smu2 = SMU(again)
     assert smu2.table.addr == smu.table.addr             # boot memory: the same driver table
@@ -173,7 +171,7 @@ def test_alive_fini_and_warm_attach():
     smu2.attach()
     high = smu2.metrics()
     assert low.gfxclk_mhz == lowest < high.gfxclk_mhz
-    assert sim._SLOTS[SLOT].errors == []
+    assert dev.pci.dev.errors == []
     again.close()
 
 
@@ -185,9 +183,9 @@ def test_driver_interface_mismatch_is_a_warning(booted, monkeypatch, caplog):
     assert "driver interface 0x37, this driver 0x36" in caplog.text and "78.75.0" in caplog.text
 
 
-def test_boot_and_mode1_reset_with_an_asynchronous_clock():
+def test_boot_and_mode1_reset_with_an_asynchronous_clock(sim_bus):
     # the simulator steps from a thread, as a real device runs on its own: waits must not rely on steps
-    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, async_clock=True))
+    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, async_clock=True))
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
     NBIO(dev).init()
     psp, smu = PSP(dev), SMU(dev, reset_wait_s=0.2)   # the reset must land in the wait on a loaded host
@@ -200,7 +198,7 @@ def test_boot_and_mode1_reset_with_an_asynchronous_clock():
     smu.init()
     # only reads that raced the reset (decode off until the config space is restored) may have aborted
     assert smu.metrics().counter == 1
-    assert all("master abort" in e.message for e in sim._SLOTS[SLOT].errors), sim._SLOTS[SLOT].errors
+    assert all("master abort" in e.message for e in dev.pci.dev.errors), dev.pci.dev.errors
     dev.close()
 
 
@@ -222,15 +220,15 @@ class SlowLink:
 def test_mode1_reset_whose_answer_is_wiped_before_it_is_read(booted):
     dev, psp, smu, model = booted
     smu.init()
-    smu.resp_reg = SlowLink(smu.resp_reg, sim._SLOTS[SLOT])
+    smu.resp_reg = SlowLink(smu.resp_reg, dev.pci.dev)
     smu.mode1_reset()                  # the answer came and was reset away: the sOS sign of life tells
     assert not psp.sos_alive() and not model.running
 
 
 # -- SCPM (amdgpu_smu.c smu_smc_hw_setup; amdgpu_psp.c psp_sw_init) ------------------------------------------
 
-def open_board(scpm: bool) -> AMDevice:
-    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, scpm=scpm))
+def open_board(bus, scpm: bool) -> AMDevice:
+    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, bus=bus, scpm=scpm))
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
     NBIO(dev).init()    # the HDP flush page before the PSP (soc21_common_hw_init)
     PSP(dev).init()
@@ -238,22 +236,22 @@ def open_board(scpm: bool) -> AMDevice:
 
 
 @pytest.mark.parametrize("scpm", [True, False])
-def test_scpm_is_read_from_the_psp_runtime_database_and_features_come_up(scpm):
+def test_scpm_is_read_from_the_psp_runtime_database_and_features_come_up(sim_bus, scpm):
     from amdrv.ip.psp import runtime_scpm
-    dev = open_board(scpm)
+    dev = open_board(sim_bus, scpm)
     assert runtime_scpm(dev) is scpm
     smu = SMU(dev)
     smu.init()
     assert smu.scpm is scpm
     features = smu.enabled_features()
     assert features >> S.FEATURE_DPM_GFXCLK_BIT & 1 and features >> S.FEATURE_DPM_UCLK_BIT & 1
-    assert sim._SLOTS[SLOT].errors == []
+    assert dev.pci.dev.errors == []
     dev.close()
 
 
-def test_sending_the_allowed_mask_with_scpm_fails():
+def test_sending_the_allowed_mask_with_scpm_fails(sim_bus):
     """With SCPM the PMFW refuses SetAllowedFeaturesMask: a driver that does not skip it stops the boot."""
-    dev = open_board(True)
+    dev = open_board(sim_bus, True)
     smu = SMU(dev)
     smu.scpm = False                     # the driver ignores the runtime database
     with pytest.raises(SMUError, match=r"SetAllowedFeaturesMaskHigh\(0x[0-9a-f]+\) failed: Failed"):
@@ -261,15 +259,15 @@ def test_sending_the_allowed_mask_with_scpm_fails():
     dev.close()
 
 
-def test_skipping_the_allowed_mask_without_scpm_leaves_every_feature_off():
+def test_skipping_the_allowed_mask_without_scpm_leaves_every_feature_off(sim_bus):
     """Without SCPM the PMFW enables what the driver allowed: nothing, if the mask is not sent; DPM stays off
     and GFXCLK stays at its boot level under load."""
-    dev = open_board(False)
+    dev = open_board(sim_bus, False)
     smu = SMU(dev)
     smu.scpm = True                      # the driver wrongly believes SCPM is on and skips the mask
     smu.init()
     assert smu.enabled_features() == 0
-    model = sim._SLOTS[SLOT].blocks["SMU"]
+    model = dev.pci.dev.blocks["SMU"]
     model.set_activity("gfx", 1.0)
     assert smu.metrics().gfxclk_mhz == smu.dpm_levels("gfxclk").mhz[0]
     dev.close()
@@ -288,9 +286,9 @@ def test_mode1_reset_without_restoring_the_config_space_never_comes_back(booted,
     assert dev.pci.config_read(0x14, 4) == 0 and dev.pci.config_read(0x24, 4) == 0    # BARs still unassigned
 
 
-def test_mode1_reset_restores_bars_decode_and_resizable_bar_sizes():
+def test_mode1_reset_restores_bars_decode_and_resizable_bar_sizes(sim_bus):
     """pci_restore_state: the resizable BAR sizes (reset to 256 MiB / 2 MiB) come back with the header."""
-    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT))
+    dev = AMDevice("am:sim:navi31", pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus))
     dev.fb_base = (dev.reg("MMHUB").MMMC_VM_FB_LOCATION_BASE.read() & 0xFFFFFF) << 24
     assert dev.pci.bar(0).size == 32 << 30            # large BAR: the BIOS resized it
     NBIO(dev).init()    # the HDP flush page before the PSP (soc21_common_hw_init)

@@ -22,7 +22,6 @@ from pcie.interface import PCIError
 from pcie.lock import DeviceLock
 
 OUT_EP, IN_EP = 0x02, 0x81
-SIM_SLOT = 5     # a simulated-bus slot of its own, out of the way of other tests' GPUs
 
 
 def _desc(**kw):
@@ -398,12 +397,12 @@ def test_device_strings():
 # -- against the simulated bridge (gpusim.usb_bridge, written independently from the same facts)
 
 @pytest.fixture
-def sim(monkeypatch):
+def sim(sim_bus, monkeypatch):
     """The simulated bridge over Bulk-Only Transport, whose counts these tests spell out command by command
     (tests/amdrv/test_usb_uas.py covers the pipelining link)."""
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "bot")
-    return usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
+    return usb_bridge.backend("navi31", fresh=True, bus=sim_bus)
 
 
 def test_sim_bridge_enumeration_and_counts_agree(sim):
@@ -449,22 +448,22 @@ def test_sim_bridge_registers_batching_and_awkward_copies(sim):
     f.close()
 
 
-def test_sim_bridge_failures(sim):
+def test_sim_bridge_failures(sim_bus, sim):
     f = open_function(backend=sim)
     sim.bridge.inject("stall", after=2)
     with pytest.raises(TransferStalled):
         f.bar(5).read32(0)
     f.close()
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-    down = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
+    down = usb_bridge.backend("navi31", fresh=True, bus=sim_bus)
     down.bridge.inject("link_down")
     with pytest.raises(LinkDown):
         open_function(backend=down)
-    silent = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
+    silent = usb_bridge.backend("navi31", fresh=True, bus=sim_bus)
     silent.bridge.inject("gpu_silent")
     with pytest.raises(GPUNotAnswering):
         open_function(backend=silent)
-    unplugged = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT)
+    unplugged = usb_bridge.backend("navi31", fresh=True, bus=sim_bus)
     g = open_function(backend=unplugged)
     unplugged.bridge.inject("drop")
     with pytest.raises(BridgeError, match="gone"):
@@ -503,7 +502,7 @@ def test_bench_usb_json(debian_firmware, monkeypatch):
     assert vendor["warm_boot"]["kind"] == "warm" and vendor["hcq"]["launch_round_trips"] <= 3
 
 
-def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
+def test_warm_boot_through_the_bridge(sim_bus, debian_firmware, monkeypatch):
     """A GPU left by a clean AM run (cold-booted here over simulated PCIe, small BAR) boots warm through the
     bridge. Its round trips (183 measured over UAS, 1 864 over BOT: no 4 KiB root directory rewritten, the
     discovery binary's header and harvest list read, the rest taken from the host cache the cold boot
@@ -513,8 +512,8 @@ def test_warm_boot_through_the_bridge(debian_firmware, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     import pcie
     from amdrv.am import AMGPU
-    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
-    f = open_function(backend=usb_bridge.backend("navi31", slot=SIM_SLOT))
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, bus=sim_bus)).fini()
+    f = open_function(backend=usb_bridge.backend("navi31", bus=sim_bus))
     before = f.counters.snapshot()
     gpu = AMGPU.open(f)
     try:

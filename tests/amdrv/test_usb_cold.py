@@ -12,19 +12,18 @@ import dataclasses
 
 import pytest
 
-SIM_SLOT = 8     # a simulated-bus slot of its own
 BOUNDS = {"uas": (3_500, 2_850), "bot": (52_500, 43_000)}   # (whole boot, PSP step)
 
 
 @pytest.fixture
-def bridge(debian_firmware, monkeypatch, tmp_path):
+def bridge(sim_bus, debian_firmware, monkeypatch, tmp_path):
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     from amdrv.usb.transport import open_function
 
     def open_fresh(link: str):
         monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
-        return open_function(backend=usb_bridge.backend("navi31", slot=SIM_SLOT, fresh=True), lock_dir=tmp_path)
+        return open_function(backend=usb_bridge.backend("navi31", bus=sim_bus, fresh=True), lock_dir=tmp_path)
     return open_fresh
 
 

@@ -16,20 +16,19 @@ from amdrv.usb import protocol as p  # noqa: E402
 from amdrv.usb.link import BridgeError, VendorLink, detect_firmware  # noqa: E402
 from amdrv.usb.transport import OpenUSBFunction, USBFunction, open_function  # noqa: E402
 
-SIM_SLOT = 81                    # slots 81..85: of their own
 RNG = np.random.default_rng(5)
 
 
 @pytest.fixture
-def fn():
-    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT + 1, firmware="open"))
+def fn(sim_bus):
+    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, bus=sim_bus, firmware="open"))
     f.bridge = f.link.dev._ctx.backend.bridge
     yield f
     f.close()
 
 
-def test_the_firmware_is_told_by_ids_and_interface_class():
-    stock = open_function(backend=usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT + 2))
+def test_the_firmware_is_told_by_ids_and_interface_class(sim_bus):
+    stock = open_function(backend=usb_bridge.backend("navi31", fresh=True, bus=sim_bus))
     assert type(stock) is USBFunction and stock.firmware == "stock" and type(stock.link).__name__ == "UASLink"
     stock.close()
 
@@ -119,12 +118,12 @@ def test_a_control_request_after_bulk_data_waits_for_it(fn, monkeypatch):
     assert bytes(rb.view[:512]) == b"\x5A" * 512                     # stale: the read ran first
 
 
-def test_without_asynchronous_transfers_each_is_a_round_trip(monkeypatch):
+def test_without_asynchronous_transfers_each_is_a_round_trip(sim_bus, monkeypatch):
     """A pyusb backend with no submit_async (pyusb's libusb1 backend): the same requests one by one, each
     waited for; the bytes land the same."""
     from gpusim import usb_open_firmware
     monkeypatch.setattr(usb_open_firmware.OpenFirmwareBackend, "submit_async", None)
-    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT + 3, firmware="open"))
+    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, bus=sim_bus, firmware="open"))
     try:
         regs = f.bar(5)
         t = f.counters.round_trips
@@ -141,12 +140,12 @@ def test_without_asynchronous_transfers_each_is_a_round_trip(monkeypatch):
         f.close()
 
 
-def test_cold_boot_through_the_open_firmware(debian_firmware, monkeypatch):
+def test_cold_boot_through_the_open_firmware(sim_bus, debian_firmware, monkeypatch):
     """A cold boot (PSP, SMU, firmware staged in SRAM slots) through the open firmware: 829 round trips
     measured with the discovery cache filled, ~980 without (UAS on the stock firmware: ~3 200)."""
     from amdrv.am import AMGPU
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT + 4, small_bar=True,
+    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, bus=sim_bus, small_bar=True,
                                                  firmware="open"))
     t = f.counters.round_trips
     gpu = AMGPU.open(f, cold=True)
@@ -168,12 +167,12 @@ def test_sram_dma_requests_stay_within_what_0xf2_names(fn):
 # -- bulk copies (amdrv.bridge_copy) through hcq, and what breaks them ------------------------------
 
 @pytest.fixture
-def dev(debian_firmware, monkeypatch):
+def dev(sim_bus, debian_firmware, monkeypatch):
     from amdrv.am import AMGPU
     from amdrv.hcq import AMHCQDevice
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
-    d = AMHCQDevice(AMGPU.open(open_function(backend=usb_bridge.backend("navi31", slot=SIM_SLOT, firmware="open"))),
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, bus=sim_bus)).fini()
+    d = AMHCQDevice(AMGPU.open(open_function(backend=usb_bridge.backend("navi31", bus=sim_bus, firmware="open"))),
                     "am:sim:usb")
     d.default_timeout = 1.0
     yield d

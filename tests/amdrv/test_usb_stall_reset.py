@@ -8,7 +8,6 @@ from amdrv.usb.link import TransferStalled
 from amdrv.usb.transport import open_function
 from pcie.lock import DeviceLock
 
-SLOT = 77
 
 
 @pytest.fixture(autouse=True)
@@ -18,10 +17,10 @@ def _private_locks(tmp_path, monkeypatch):
 
 
 @pytest.fixture(params=["bot", "uas"])
-def sim(request, monkeypatch):
+def sim(sim_bus, request, monkeypatch):
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     monkeypatch.setenv("DRIVERLESS_USB_LINK", request.param)
-    return usb_bridge.backend("navi31", fresh=True, slot=SLOT, vram_size=1 << 30)
+    return usb_bridge.backend("navi31", fresh=True, bus=sim_bus, vram_size=1 << 30)
 
 
 def stall(sim):

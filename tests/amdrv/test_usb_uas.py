@@ -21,7 +21,6 @@ from amdrv.usb import streams
 from amdrv.usb.link import BOTLink, BridgeError, Command, TransferStalled, UASLink
 from pcie.lock import DeviceLock
 
-SIM_SLOT = 6     # a simulated-bus slot of its own
 
 
 # -- libusb through ctypes ------------------------------------------------------------------------------
@@ -120,9 +119,9 @@ def _private_locks(tmp_path, monkeypatch):
     monkeypatch.delenv("DRIVERLESS_USB_LINK", raising=False)
 
 
-def _sim(**kw):
+def _sim(bus, **kw):
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-    return usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT, **kw)
+    return usb_bridge.backend("navi31", fresh=True, bus=bus, **kw)
 
 
 def _open(backend, **kw):
@@ -130,8 +129,8 @@ def _open(backend, **kw):
     return open_function("", backend=backend, **kw)
 
 
-def test_sim_picks_uas_with_ordered_commands(monkeypatch):
-    b = _sim()
+def test_sim_picks_uas_with_ordered_commands(sim_bus, monkeypatch):
+    b = _sim(sim_bus)
     ius, submits = [], []
     real = b.submit_streams
 
@@ -178,8 +177,8 @@ def _register_costs(f):
     return write, read, burst, push
 
 
-def test_sim_uas_costs_fewer_round_trips_than_bot(monkeypatch):
-    uas = _open(_sim())
+def test_sim_uas_costs_fewer_round_trips_than_bot(sim_bus, monkeypatch):
+    uas = _open(_sim(sim_bus))
     try:
         assert isinstance(uas.link, UASLink)
         opened_uas = uas.counters.round_trips
@@ -187,7 +186,7 @@ def test_sim_uas_costs_fewer_round_trips_than_bot(monkeypatch):
     finally:
         uas.close()
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "bot")
-    bot = _open(_sim())
+    bot = _open(_sim(sim_bus))
     try:
         assert isinstance(bot.link, BOTLink)
         opened_bot = bot.counters.round_trips
@@ -209,8 +208,8 @@ def test_sim_uas_costs_fewer_round_trips_than_bot(monkeypatch):
     assert opened_uas * 5 < opened_bot                     # 68 vs 459 measured
 
 
-def test_sim_uas_registers_and_window_both_ways():
-    b = _sim()
+def test_sim_uas_registers_and_window_both_ways(sim_bus):
+    b = _sim(sim_bus)
     f = _open(b)
     try:
         assert isinstance(f.link, UASLink)
@@ -238,8 +237,8 @@ def test_sim_uas_registers_and_window_both_ways():
         f.close()
 
 
-def test_sim_uas_stall_is_an_error_not_a_hang():
-    b = _sim()
+def test_sim_uas_stall_is_an_error_not_a_hang(sim_bus):
+    b = _sim(sim_bus)
     f = _open(b)
     assert isinstance(f.link, UASLink)
     b.bridge.inject("stall", after=2)
@@ -249,8 +248,8 @@ def test_sim_uas_stall_is_an_error_not_a_hang():
     f._lock.release()
 
 
-def test_sim_uas_check_condition_names_cdb_and_sense():
-    f = _open(_sim())
+def test_sim_uas_check_condition_names_cdb_and_sense(sim_bus):
+    f = _open(_sim(sim_bus))
     try:
         with pytest.raises(BridgeError, match=r"(?s)CDB 12.*ILLEGAL REQUEST.*0x20"):
             f.link.execute([Command(bytes([0x12, 0, 0, 0, 36, 0]), read=36)])   # INQUIRY: not modeled
@@ -258,9 +257,9 @@ def test_sim_uas_check_condition_names_cdb_and_sense():
         f.close()
 
 
-def test_bot_forced_by_env_or_argument(monkeypatch):
+def test_bot_forced_by_env_or_argument(sim_bus, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "bot")
-    f = _open(_sim())
+    f = _open(_sim(sim_bus))
     try:
         assert isinstance(f.link, BOTLink)
         assert f.bar(5).read32(4 * 0xC040) is not None
@@ -269,20 +268,20 @@ def test_bot_forced_by_env_or_argument(monkeypatch):
     from pcie.interface import AccessCounters
     for env, arg, kind in (("uas", "bot", BOTLink), ("bot", "uas", UASLink), ("", None, UASLink)):
         monkeypatch.setenv("DRIVERLESS_USB_LINK", env)
-        b = _sim()
+        b = _sim(sim_bus)
         dev = L.find_bridges(b)[0]
         link = L.make_link(dev, AccessCounters(), link=arg)
         assert isinstance(link, kind)
         link.close()
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "scsi")
     with pytest.raises(BridgeError, match="unknown link"):
-        L.make_link(L.find_bridges(_sim())[0], AccessCounters())
+        L.make_link(L.find_bridges(_sim(sim_bus))[0], AccessCounters())
 
 
-def test_falls_back_to_bot_without_streams(monkeypatch):
+def test_falls_back_to_bot_without_streams(sim_bus, monkeypatch):
     """No UAS on the ROM (174c:2463); a backend without streams; streams refused: BOT on alt 0, working."""
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-    rom = usb_bridge.backend("navi31", fresh=True, slot=SIM_SLOT, pid=0x2463)
+    rom = usb_bridge.backend("navi31", fresh=True, bus=sim_bus, pid=0x2463)
     f = _open(rom)
     try:
         assert isinstance(f.link, BOTLink)
@@ -292,7 +291,7 @@ def test_falls_back_to_bot_without_streams(monkeypatch):
     class NoStreams(usb_bridge.BridgeBackend):
         alloc_streams = submit_streams = free_streams = None
 
-    plain = NoStreams(usb_bridge.open_bridge("navi31", fresh=True, slot=SIM_SLOT))
+    plain = NoStreams(usb_bridge.open_bridge("navi31", fresh=True, bus=sim_bus))
     f = _open(plain)
     try:
         assert isinstance(f.link, BOTLink) and plain.alt == 0
@@ -300,7 +299,7 @@ def test_falls_back_to_bot_without_streams(monkeypatch):
     finally:
         f.close()
 
-    refusing = _sim()
+    refusing = _sim(sim_bus)
     monkeypatch.setattr(type(refusing), "alloc_streams", lambda self, h, n, eps: 0)
     f = _open(refusing)
     try:

@@ -10,10 +10,8 @@ from amdrv.autogen import atomfirmware as A
 from amdrv.device import AMDevice
 from amdrv.discovery import DISCOVERY_TMR_OFFSET
 from amdrv.vbios import VBIOSError
-from gpusim import provider as sim  # tests may look inside the simulator; amdrv code never does
 from gpusim.vbios import DATA_TABLE_AT, FIRMWARE_INFO_AT, ROM_HEADER_AT, build_image
 
-SLOT = 87    # a simulated-bus slot of its own
 BIG = 66 << 10   # KiB: over the whole boot region of a driver that reserves 64 KiB (66..2 MiB below the top)
 
 
@@ -22,13 +20,13 @@ def firmware(monkeypatch, debian_firmware):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
 
 
-def device(**board):
-    return AMDevice("am:sim", pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, **board))
+def device(bus, **board):
+    return AMDevice("am:sim", pcie.open_function("sim", "navi31", fresh=True, bus=bus, **board))
 
 
 @pytest.mark.parametrize("kb, rom_offset", [(8 << 10, 0), (BIG, 5)])
-def test_the_boot_region_goes_below_the_reserved_size_the_rom_declares(kb, rom_offset):
-    dev = device(fw_reserved_kb=kb, vbios_rom_offset=rom_offset)
+def test_the_boot_region_goes_below_the_reserved_size_the_rom_declares(sim_bus, kb, rom_offset):
+    dev = device(sim_bus, fw_reserved_kb=kb, vbios_rom_offset=rom_offset)
     try:
         assert dev.fw_reserved.size == kb << 10 and "fw_reserved_size_in_kb" in dev.fw_reserved.why
         assert dev.mm.boot_end <= dev.vram.size - (kb << 10) and dev.mm.boot_end % (2 << 20) == 0
@@ -60,10 +58,10 @@ FW_KB_AT = FWI + structs.get(A, "atom_firmware_info_v3_4").offset("fw_reserved_s
     ({f"x{FWI + 2:x}": 2}, "format revision 2"),
     ({f"x{FWI:x}": 8, f"x{FWI + 1:x}": 0}, "structuresize"),
 ])
-def test_a_damaged_rom_is_refused_naming_the_field(change, error):
-    fn = pcie.open_function("sim", "navi31", fresh=True, slot=SLOT)
+def test_a_damaged_rom_is_refused_naming_the_field(sim_bus, change, error):
+    fn = pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus)
     try:
-        sim._SLOTS[SLOT].blocks["VBIOS"].image = damaged(**change)
+        fn.dev.blocks["VBIOS"].image = damaged(**change)
         with pytest.raises(VBIOSError, match=error) as e:
             AMDevice("am:sim", fn)
         assert "am:sim" in str(e.value) and "VBIOS" in str(e.value)
@@ -76,19 +74,19 @@ def test_a_damaged_rom_is_refused_naming_the_field(change, error):
     ({f"x{FW_KB_AT + i:x}": 0 for i in range(4)}, "is 0"),                       # no size
     ({f"x{DATA_TABLE_AT + A.ATOM_DATA_FWI_PTR + i:x}": 0 for i in range(2)}, "no firmwareinfo"),
 ])
-def test_upstreams_fallback_is_64_kib(change, why):
+def test_upstreams_fallback_is_64_kib(sim_bus, change, why):
     """amdgpu_atomfirmware_get_fw_reserved_fb_size returns 0 (no table, content revision not 4, a size of 0):
     amdgpu_ttm_reserve_tmr reserves DISCOVERY_TMR_OFFSET."""
-    fn = pcie.open_function("sim", "navi31", fresh=True, slot=SLOT)
+    fn = pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus)
     try:
-        sim._SLOTS[SLOT].blocks["VBIOS"].image = damaged(**change)
+        fn.dev.blocks["VBIOS"].image = damaged(**change)
         dev = AMDevice("am:sim", fn)
         assert dev.fw_reserved.size == DISCOVERY_TMR_OFFSET and why in dev.fw_reserved.why
     finally:
         fn.close()
 
 
-def test_a_driver_that_ignores_the_vbios_fails_where_the_firmware_keeps_more(firmware):
+def test_a_driver_that_ignores_the_vbios_fails_where_the_firmware_keeps_more(sim_bus, firmware):
     """A driver placing its boot region below a fixed 64 KiB (the old behaviour) on a board whose firmware keeps
     66 MiB puts its page tables, rings and TMR in the reserved region: its writes there never land,
     so the boot fails. Reading the VBIOS, the same board boots."""
@@ -96,9 +94,9 @@ def test_a_driver_that_ignores_the_vbios_fails_where_the_firmware_keeps_more(fir
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(vbios, "read_fw_reserved", lambda dev: fixed)
         with pytest.raises(AMError):
-            AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, fw_reserved_kb=BIG))
-    assert any("firmware-reserved" in str(e) for e in sim._SLOTS[SLOT].errors)
-    gpu = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, fw_reserved_kb=BIG))
+            AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, fw_reserved_kb=BIG))
+    assert any("firmware-reserved" in str(e) for e in sim_bus.slots[0].errors)
+    gpu = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, fw_reserved_kb=BIG))
     try:
         assert gpu.boot_report.kind == "cold"
     finally:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import pcie
+from gpusim.bus import HostBus
 from amdrv.am import AMGPU
 from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import pm4 as P
@@ -154,7 +155,7 @@ def cp_soft_reset(gpu) -> None:
 def gpu(debian_firmware):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=90, vram_size=1 << 30))
+        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=HostBus(), vram_size=1 << 30))
         g.sim = g.dev.pci.dev
         yield g
         g.fini()
@@ -862,7 +863,7 @@ def test_flat_lds_and_private_follow_the_vmids_sh_mem_bases(gpu, sim, queue, ker
 
 
 
-def test_a_driver_that_leaves_vmid_0_sh_mem_bases_unprogrammed_gets_wrong_data(debian_firmware, kernels,
+def test_a_driver_that_leaves_vmid_0_sh_mem_bases_unprogrammed_gets_wrong_data(sim_bus, debian_firmware, kernels,
                                                                                monkeypatch):
     """Upstream gfx_v11_0_constants_init skips SH_MEM_BASES for VMID 0 (amdgpu runs no shaders there);
     this driver dispatches in VMID 0, so doing as upstream does breaks generic pointers."""
@@ -876,7 +877,7 @@ def test_a_driver_that_leaves_vmid_0_sh_mem_bases_unprogrammed_gets_wrong_data(d
         self.gc.SH_MEM_BASES.write(0)          # as if never written (its reset value)
         self.grbm_select()
     monkeypatch.setattr(GFX, "constants_init", upstream_vmid0)
-    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=91, vram_size=512 << 20))
+    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, vram_size=512 << 20))
     try:
         got, want = generic_lds_private(g, Queue(g, 0, 0, 6), kernels["generic_lds_private"])
         assert not np.array_equal(got, want)

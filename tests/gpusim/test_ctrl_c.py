@@ -12,12 +12,12 @@ from gpusim.psp import READY
 
 
 @pytest.fixture
-def fn(debian_firmware, monkeypatch):
+def fn(sim_bus, debian_firmware, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     # Python's own SIGINT handler, as in a program started from a terminal: a process started as a
     # background job of a non-interactive shell inherits SIGINT ignored, and then Ctrl-C raises nothing
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    f = provider.open_function("navi31", fresh=True, slot=75, vram_size=1 << 30)
+    f = provider.open_function("navi31", fresh=True, bus=sim_bus, vram_size=1 << 30)
     yield f
     f.close()
     signal.signal(signal.SIGINT, old)

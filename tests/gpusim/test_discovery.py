@@ -70,8 +70,8 @@ def read_discovery(fn):
     ("navi31", (11, 0, 0), (13, 0, 0), (6, 0, 0), (3, 0, 0), 6),
     ("navi33", (11, 0, 2), (13, 0, 7), (6, 0, 2), (3, 0, 2), 2),
 ])
-def test_discovery_binary(chip, gc, mp1, sdma, mmhub, se):
-    f = provider.open_function(chip, small_bar=True, vram_size=2 << 30, fresh=True, slot=9)
+def test_discovery_binary(sim_bus, chip, gc, mp1, sdma, mmhub, se):
+    f = provider.open_function(chip, small_bar=True, vram_size=2 << 30, fresh=True, bus=sim_bus)
     ips, gcinfo, harvested = parse(read_discovery(f))
     by = {(ip["hw_id"], ip["inst"]): ip for ip in ips}
     assert by[(11, 0)]["version"] == gc and by[(11, 0)]["bases"] == (0x1260, 0xA000, 0x1C000, 0x2402C00)
@@ -90,8 +90,8 @@ def test_discovery_binary(chip, gc, mp1, sdma, mmhub, se):
     f.close()
 
 
-def test_registers_resolve_through_the_discovered_bases():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=9)
+def test_registers_resolve_through_the_discovered_bases(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     dev = f.dev
     assert dev.reg_addr("NBIO", "RCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE") == 0xDE3
     assert dev.reg_addr("NBIO", "BIF_BX_PF0_MM_INDEX") == 0 and dev.reg_addr("NBIO", "BIF_BX_PF0_MM_DATA") == 1
@@ -101,8 +101,8 @@ def test_registers_resolve_through_the_discovered_bases():
     f.close()
 
 
-def test_corrupt_checksum_is_detectable():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=9)
+def test_corrupt_checksum_is_detectable(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     at = f.dev.vram.size - (64 << 10) + 100
     f.dev.vram.write(at, bytes([f.dev.vram.read(at, 1)[0] ^ 1]))
     with pytest.raises(AssertionError):
@@ -110,8 +110,8 @@ def test_corrupt_checksum_is_detectable():
     f.close()
 
 
-def test_harvest_table_lists_fused_off_blocks():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=9, harvest=((12, 1), (150, 3)))
+def test_harvest_table_lists_fused_off_blocks(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus, harvest=((12, 1), (150, 3)))
     _, _, harvested = parse(read_discovery(f))
     assert harvested == [(12, 1), (150, 3)]          # VCN instance 1, UMC instance 3
     f.close()

@@ -12,9 +12,9 @@ SECOND = 1_000_000   # clock steps
 
 
 @pytest.fixture
-def off():
+def off(sim_bus):
     """A Navi31 whose SMU runs, GFXOFF allowed and GFX powered off (idle)."""
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=9)
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     smu = f.dev.blocks["SMU"]
     smu.firmware_loaded()
     send(f, S.PPSMC_MSG_EnableAllSmuFeatures)
@@ -23,8 +23,6 @@ def off():
     assert smu.gfx_power() == "off"
     yield f, smu
     f.close()
-    provider.BUS.unplug(f.dev)
-    provider._SLOTS.pop(9, None)
 
 
 def _reg(f, ip, name):
@@ -69,9 +67,9 @@ def test_disallow_is_answered_after_the_exit_latency(off):
     assert f.dev.steps - t0 < lo
 
 
-def test_exit_latency_is_seeded_per_chip():
+def test_exit_latency_is_seeded_per_chip(sim_bus):
     def exits():
-        f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=9)
+        f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
         try:
             smu = f.dev.blocks["SMU"]
             smu.firmware_loaded()
@@ -85,8 +83,6 @@ def test_exit_latency_is_seeded_per_chip():
             return out
         finally:
             f.close()
-            provider.BUS.unplug(f.dev)
-            provider._SLOTS.pop(9, None)
     first = exits()
     assert first == exits() and len(set(first)) > 1
     assert all(smu_model.GFXOFF_EXIT_STEPS[0] <= n <= smu_model.GFXOFF_EXIT_STEPS[1] for n in first)

@@ -8,8 +8,8 @@ from gpusim import provider
 NC, UC = 0, G.MTYPE_UC << G.MTYPE_SHIFT
 
 
-def open_dev(slot=41):
-    return provider.open_function("navi31", fresh=True, slot=slot, vram_size=1 << 30).dev
+def open_dev(bus):
+    return provider.open_function("navi31", fresh=True, bus=bus, vram_size=1 << 30).dev
 
 
 def load(c, dev, kind, page, lo, n, pte=NC):
@@ -20,8 +20,8 @@ def load(c, dev, kind, page, lo, n, pte=NC):
     return buf[lo:lo + n].tobytes()
 
 
-def test_lines_stay_until_their_level_is_invalidated():
-    dev = open_dev()
+def test_lines_stay_until_their_level_is_invalidated(sim_bus):
+    dev = open_dev(sim_bus)
     c = dev.blocks["GL2"]
     dev.vram.write(0x10000, b"old!" * 64)
     assert load(c, dev, "k", 0x10000, 0, 4) == b"old!"
@@ -38,8 +38,8 @@ def test_lines_stay_until_their_level_is_invalidated():
     assert load(c, dev, "v", 0x10000, 0, 4) == b"new!"
 
 
-def test_uc_memory_is_not_kept_in_gl2():
-    dev = open_dev()
+def test_uc_memory_is_not_kept_in_gl2(sim_bus):
+    dev = open_dev(sim_bus)
     c = dev.blocks["GL2"]
     assert load(c, dev, "v", 0x20000, 0, 4, pte=UC) == bytes(4)
     dev.vram.write(0x20000, b"host")
@@ -49,8 +49,8 @@ def test_uc_memory_is_not_kept_in_gl2():
     assert dev.vram.read(0x20008, 4) == b"thru" and c.dirty_bytes == 0
 
 
-def test_dirty_bytes_write_back_invalidate_discard_and_coherent_engines():
-    dev = open_dev()
+def test_dirty_bytes_write_back_invalidate_discard_and_coherent_engines(sim_bus):
+    dev = open_dev(sim_bus)
     c = dev.blocks["GL2"]
     dev.vram.write(0x30000, b"AAAAAAAA")
     c.store((False, 0x30000), NC, 2, b"bb")                     # bytes 2..3 dirty in GL2
@@ -70,8 +70,8 @@ def test_dirty_bytes_write_back_invalidate_discard_and_coherent_engines():
     assert dev.vram.read(0x30000, 2) == b"xx"
 
 
-def test_release_mem_bits_and_eviction():
-    dev = open_dev()
+def test_release_mem_bits_and_eviction(sim_bus):
+    dev = open_dev(sim_bus)
     c = dev.blocks["GL2"]
     c.store((False, 0x40000), NC, 0, b"dirty")
     c.release(G.REL_GL2_INV, "test")

@@ -5,12 +5,12 @@ from gpusim import persist, provider
 MMIO_REG_HOLE_OFFSET = 0x7F000      # soc21.c rmmio_remap.reg_offset; + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL (0)
 
 
-def open_fn(slot=40):
-    return provider.open_function("navi31", fresh=True, slot=slot, vram_size=1 << 30)
+def open_fn(bus):
+    return provider.open_function("navi31", fresh=True, bus=bus, vram_size=1 << 30)
 
 
-def test_bar0_writes_wait_for_the_remap_page_flush():
-    f = open_fn()
+def test_bar0_writes_wait_for_the_remap_page_flush(sim_bus):
+    f = open_fn(sim_bus)
     dev, bar0, regs = f.dev, f.bar(0), f.bar(5)
     bar0.write(0x10000, b"host data")
     bar0.write32(0x10010, 0x12345678)
@@ -25,8 +25,8 @@ def test_bar0_writes_wait_for_the_remap_page_flush():
     f.close()
 
 
-def test_direct_mapping_writes_wait_for_the_flush_request():
-    f = open_fn()
+def test_direct_mapping_writes_wait_for_the_flush_request(sim_bus):
+    f = open_fn(sim_bus)
     dev, view, regs = f.dev, f.bar(0).direct(), f.bar(5)
     view[0x2000:0x2004] = b"\x01\x02\x03\x04"                       # a memcpy the simulator never sees
     assert dev.vram.read(0x2000, 4) == bytes(4)
@@ -39,8 +39,8 @@ def test_direct_mapping_writes_wait_for_the_flush_request():
     f.close()
 
 
-def test_engine_writes_into_a_page_with_pending_host_bytes_are_kept():
-    f = open_fn()
+def test_engine_writes_into_a_page_with_pending_host_bytes_are_kept(sim_bus):
+    f = open_fn(sim_bus)
     dev, bar0 = f.dev, f.bar(0)
     bar0.write(0x3000, b"HH")                                       # pending in the HDP
     dev.vram.write(0x3002, b"GG")                                   # an engine writes the same page
@@ -53,8 +53,8 @@ def test_engine_writes_into_a_page_with_pending_host_bytes_are_kept():
     f.close()
 
 
-def test_saving_drains_the_hdp(tmp_path):
-    f = open_fn()
+def test_saving_drains_the_hdp(sim_bus, tmp_path):
+    f = open_fn(sim_bus)
     f.bar(0).write(0x5000, b"saved")
     persist.save(f.dev, tmp_path / "gpu.state")
     assert persist.load(tmp_path / "gpu.state").vram.read(0x5000, 5) == b"saved"

@@ -9,8 +9,8 @@ from gpusim import board, provider
 from gpusim.device import DMAError
 
 
-def _open(slot=13, **kw):
-    return provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=slot, **kw)
+def _open(bus, **kw):
+    return provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=bus, **kw)
 
 
 def _s2a(dev, n, **fields):
@@ -26,8 +26,8 @@ def _listen(nbio, client):
     return rung
 
 
-def test_doorbells_need_the_aperture_enabled():
-    f = _open()
+def test_doorbells_need_the_aperture_enabled(sim_bus):
+    f = _open(sim_bus)
     dev, nbio = f.dev, f.dev.blocks["NBIO"]
     rung = _listen(nbio, "SDMA")
     _s2a(dev, 2, ENABLE=1, AWID=0xE, RANGE_OFFSET=0x10, RANGE_SIZE=16, AWADDR_31_28_VALUE=3)
@@ -45,8 +45,8 @@ def test_doorbells_need_the_aperture_enabled():
     f.close()
 
 
-def test_s2a_entries_route_each_doorbell_to_one_client():
-    f = _open()
+def test_s2a_entries_route_each_doorbell_to_one_client(sim_bus):
+    f = _open(sim_bus)
     dev, nbio = f.dev, f.dev.blocks["NBIO"]
     dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
     sdma, ih, cp = _listen(nbio, "SDMA"), _listen(nbio, "IH"), _listen(nbio, "CP")
@@ -87,8 +87,8 @@ def test_s2a_entries_route_each_doorbell_to_one_client():
     f.close()
 
 
-def test_hdp_flush_through_the_remap_page_and_the_request_register():
-    f = _open()
+def test_hdp_flush_through_the_remap_page_and_the_request_register(sim_bus):
+    f = _open(sim_bus)
     dev, hdp, bar = f.dev, f.dev.blocks["HDP"], f.bar(5)
     f.bar(0).write32(0x2000, 1)
     assert hdp.unflushed_writes == 1
@@ -105,8 +105,8 @@ def test_hdp_flush_through_the_remap_page_and_the_request_register():
     f.close()
 
 
-def test_counters_count_every_access():
-    f = _open()
+def test_counters_count_every_access(sim_bus):
+    f = _open(sim_bus)
     before = f.counters.snapshot()
     f.bar(5).read32(0)
     f.bar(5).write32(0x100, 1)
@@ -119,8 +119,8 @@ def test_counters_count_every_access():
     f.close()
 
 
-def test_async_clock_answers_without_polling():
-    f = _open(async_clock=True)
+def test_async_clock_answers_without_polling(sim_bus):
+    f = _open(sim_bus, async_clock=True)
     f.dev.blocks["SMU"].firmware_loaded()
     bar = f.bar(5)
     bar.write32(0x1629A * 4, 0)
@@ -133,10 +133,10 @@ def test_async_clock_answers_without_polling():
     assert f.dev._thread is None
 
 
-def test_a_gpu_write_to_the_doorbell_bar_rings_only_through_the_self_ring_aperture():
+def test_a_gpu_write_to_the_doorbell_bar_rings_only_through_the_self_ring_aperture(sim_bus):
     """nbio_v4_3_enable_doorbell_selfring_aperture: with it, an engine's write to the doorbell BAR's bus
     address rings the doorbell inside the chip; without it the write goes out to the bus (nothing there)."""
-    f = _open()
+    f = _open(sim_bus)
     dev, nbio = f.dev, f.dev.blocks["NBIO"]
     dev.pci.write(0x04, 2, dev.pci.command | 0x6)
     dev.set("NBIO", "RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
@@ -160,10 +160,10 @@ def test_a_gpu_write_to_the_doorbell_bar_rings_only_through_the_self_ring_apertu
     f.close()
 
 
-def test_the_hdp_flush_happens_only_where_the_remap_register_points():
+def test_the_hdp_flush_happens_only_where_the_remap_register_points(sim_bus):
     """nbio_v4_3_remap_hdp_registers: BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL.ADDRESS is the BAR5 byte offset
     where the flush page appears; moved, the old offset is plain storage again."""
-    f = _open()
+    f = _open(sim_bus)
     dev, hdp, bar = f.dev, f.dev.blocks["HDP"], f.bar(5)
     remap = dev.reg_addr("NBIO", "BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL") * 4
     first, second = 0x80000 - 4096, 0x80000 - 8192

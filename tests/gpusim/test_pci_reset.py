@@ -11,9 +11,9 @@ from gpusim.psp import READY
 
 
 @pytest.fixture
-def fn(debian_firmware, monkeypatch):
+def fn(sim_bus, debian_firmware, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    f = provider.open_function("navi31", fresh=True, slot=70, vram_size=1 << 30)
+    f = provider.open_function("navi31", fresh=True, bus=sim_bus, vram_size=1 << 30)
     yield f
     f.close()
 
@@ -68,11 +68,11 @@ def test_bus_reset_frees_a_semaphore_a_dead_driver_held(fn):
     assert reg(dev, "MMHUB", "MMVM_INVALIDATE_ENG17_SEM") == 1
 
 
-def test_a_closed_sim_function_frees_its_slot_an_open_one_does_not(fn):
-    with pytest.raises(provider.PCIError, match=r"slot 70 .* busy, held by pid \d+ \(this process: close the "
+def test_a_closed_sim_function_frees_its_slot_an_open_one_does_not(sim_bus, fn):
+    with pytest.raises(provider.PCIError, match=r"slot 0 .* busy, held by pid \d+ \(this process: close the "
                                                 r"device opened on it first"):
-        provider.open_function("navi31", slot=70)
+        provider.open_function("navi31", bus=sim_bus)
     fn.close()
-    again = provider.open_function("navi31", slot=70)
+    again = provider.open_function("navi31", bus=sim_bus)
     assert again.dev is fn.dev
     again.close()

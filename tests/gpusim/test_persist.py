@@ -9,7 +9,7 @@ from gpusim import provider
 CHILD = textwrap.dedent("""
     import sys
     from gpusim import provider
-    f = provider.open_function("navi31", state=sys.argv[1], slot=11)
+    f = provider.open_function("navi31", state=sys.argv[1])
     dev, bar = f.dev, f.bar(5)
     scratch = dev.reg_addr("NBIO", "BIF_BX0_BIOS_SCRATCH_3") * 4
     assert bar.read32(scratch) == 0xA11CE, hex(bar.read32(scratch))
@@ -21,22 +21,22 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_reopen_in_process_keeps_the_device():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=10)
+def test_reopen_in_process_keeps_the_device(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     scratch = f.dev.reg_addr("GC", "SCRATCH_REG5") * 4
     f.bar(5).write32(scratch, 0x5EED)
     f.bar(0).write32(0x1000, 0xFEED)
     f.close()                                        # the driver goes away, the GPU stays powered
-    g = provider.open_function("navi31", slot=10)
+    g = provider.open_function("navi31", bus=sim_bus)
     assert g.dev is f.dev and g.bar(5).read32(scratch) == 0x5EED and g.bar(0).read32(0x1000) == 0xFEED
-    h = provider.open_function("navi31", vram_size=1 << 30, slot=10, fresh=True)
+    h = provider.open_function("navi31", vram_size=1 << 30, bus=sim_bus, fresh=True)
     assert h.bar(5).read32(scratch) == 0                # a new power-on
     h.close()
 
 
-def test_save_and_restore_across_processes(tmp_path):
+def test_save_and_restore_across_processes(sim_bus, tmp_path):
     state = tmp_path / "gpu.state"
-    f = provider.open_function("navi31", state=state, fresh=True, slot=11)   # full 24 GiB, sparse
+    f = provider.open_function("navi31", state=state, fresh=True, bus=sim_bus)   # full 24 GiB, sparse
     dev = f.dev
     f.bar(5).write32(dev.reg_addr("NBIO", "BIF_BX0_BIOS_SCRATCH_3") * 4, 0xA11CE)
     f.bar(0).write(123 << 20, b"hello")
@@ -49,31 +49,31 @@ def test_save_and_restore_across_processes(tmp_path):
     assert state.stat().st_size < 8 << 20             # touched chunks only
     r = subprocess.run([sys.executable, "-c", CHILD, str(state)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    g = provider.open_function("navi31", state=state, slot=11)
+    g = provider.open_function("navi31", state=state, bus=sim_bus)
     assert g.bar(5).read32(g.dev.reg_addr("NBIO", "BIF_BX0_BIOS_SCRATCH_3") * 4) == 0xB0B
     assert g.bar(0).read(123 << 20, 5) == b"world"
     g.close()
 
 
-def test_state_file_of_another_kind_is_refused(tmp_path):
+def test_state_file_of_another_kind_is_refused(sim_bus, tmp_path):
     bad = tmp_path / "x.state"
     bad.write_bytes(b"not a state")
     import pytest
     with pytest.raises(ValueError, match="not a gpusim device state"):
-        provider.open_function("navi31", state=bad, slot=12)
+        provider.open_function("navi31", state=bad, bus=sim_bus)
 
 
-def test_a_driver_dying_without_close_still_leaves_its_state(tmp_path):
+def test_a_driver_dying_without_close_still_leaves_its_state(sim_bus, tmp_path):
     state = tmp_path / "crash.state"
     code = textwrap.dedent("""
         import sys
         from gpusim import provider
-        f = provider.open_function("navi33", vram_size=1 << 30, state=sys.argv[1], fresh=True, slot=0)
+        f = provider.open_function("navi33", vram_size=1 << 30, state=sys.argv[1], fresh=True)
         f.bar(5).write32(f.dev.reg_addr("GC", "SCRATCH_REG1") * 4, 0xDEAD)
         raise SystemExit(3)          # no close()
     """)
     r = subprocess.run([sys.executable, "-c", code, str(state)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3, r.stderr
-    f = provider.open_function("navi33", state=state, slot=12)
+    f = provider.open_function("navi33", state=state, bus=sim_bus)
     assert f.bar(5).read32(f.dev.reg_addr("GC", "SCRATCH_REG1") * 4) == 0xDEAD
     f.close()

@@ -13,14 +13,14 @@ RCC_CONFIG_MEMSIZE = 0xde3
 
 
 @pytest.fixture
-def fn():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=7)
+def fn(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     yield f
     f.close()
 
 
-def test_entry_point_reaches_the_simulator():
-    f = pcie.open_function("sim", "navi33", vram_size=1 << 30, fresh=True, slot=6)
+def test_entry_point_reaches_the_simulator(sim_bus):
+    f = pcie.open_function("sim", "navi33", vram_size=1 << 30, fresh=True, bus=sim_bus)
     assert (f.vendor_id, f.device_id) == (0x1002, 0x7480)
     f.close()
 
@@ -55,8 +55,8 @@ def _find_ext_cap(fn, cap_id):
     return None
 
 
-def test_resizable_bar_capability():
-    f = provider.open_function("navi31", small_bar=True, fresh=True, slot=5)   # 24 GiB VRAM, 256 MiB BAR
+def test_resizable_bar_capability(sim_bus):
+    f = provider.open_function("navi31", small_bar=True, fresh=True, bus=sim_bus)   # 24 GiB VRAM, 256 MiB BAR
     at = _find_ext_cap(f, 0x15)
     assert at == 0x200
     sizes = f.config_read(at + 4, 4) >> 4
@@ -80,8 +80,8 @@ def test_resizable_bar_capability():
     f.close()
 
 
-def test_small_bar_reaches_vram_through_mm_index():
-    f = provider.open_function("navi31", small_bar=True, fresh=True, slot=5)
+def test_small_bar_reaches_vram_through_mm_index(sim_bus):
+    f = provider.open_function("navi31", small_bar=True, fresh=True, bus=sim_bus)
     bar0, regs = f.bar(0), f.bar(5)
     assert bar0.size == 256 << 20 and len(bar0.direct()) == 256 << 20
     size = regs.read32(RCC_CONFIG_MEMSIZE * 4) << 20
@@ -120,8 +120,8 @@ def test_indirect_register_access_through_rsmu_index(fn):
     assert regs.read32(MM_DATA * 4) == 1024
 
 
-def test_sparse_vram_costs_what_is_touched():
-    f = provider.open_function("navi31", fresh=True, slot=4)      # a full 24 GiB device
+def test_sparse_vram_costs_what_is_touched(sim_bus):
+    f = provider.open_function("navi31", fresh=True, bus=sim_bus)      # a full 24 GiB device
     assert f.dev.vram.size == 24 << 30 and f.bar(0).size == 32 << 30
     before = f.dev.vram.resident_bytes()
     assert before <= 64 << 10
@@ -205,9 +205,9 @@ def test_memory_decode_off_master_aborts(fn):
     assert "memory decode off" in str(fn.dev.errors[-1])
 
 
-def test_two_gpus_on_one_bus():
-    a = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=2)
-    b = provider.open_function("navi33", vram_size=1 << 30, fresh=True, slot=3)
+def test_two_gpus_on_one_bus(sim_bus):
+    a = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
+    b = provider.open_function("navi33", vram_size=1 << 30, fresh=True, bus=sim_bus)
     assert a.address != b.address and a.dev.bus is b.dev.bus
     assert a.config_read(0x14, 4) != b.config_read(0x14, 4)      # BAR0 high dwords differ
     buf = a.alloc_dma(4096)

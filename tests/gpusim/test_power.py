@@ -14,15 +14,13 @@ SECOND = 1_000_000   # clock steps
 
 
 @pytest.fixture(params=["navi31", "navi33"])
-def board(request):
-    f = provider.open_function(request.param, vram_size=1 << 30, fresh=True, slot=9)
+def board(sim_bus, request):
+    f = provider.open_function(request.param, vram_size=1 << 30, fresh=True, bus=sim_bus)
     smu = f.dev.blocks["SMU"]
     smu.firmware_loaded()
     send(f, S.PPSMC_MSG_EnableAllSmuFeatures)
     yield f, smu
-    f.close()   # and off this process's bus: a later am:sim:navi33 must not find this 1 GiB board in a slot
-    provider.BUS.unplug(f.dev)
-    provider._SLOTS.pop(9, None)
+    f.close()   # and off the test's bus (sim_bus): no later am:sim:navi33 finds this 1 GiB board
 
 
 def metrics(smu):

@@ -11,7 +11,6 @@ from amdrv.am import AMGPU
 from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import sdma6 as S
 
-SLOT = 40
 SDMA_ENGINE = (0x100, 0x10A)   # AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0/1 (amdgpu_doorbell.h); soc21 uses them
 MiB = 1 << 20
 
@@ -22,8 +21,8 @@ def firmware(debian_firmware, monkeypatch):
 
 
 @pytest.fixture
-def gpu():
-    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=SLOT, vram_size=1 << 30))
+def gpu(sim_bus):
+    g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, vram_size=1 << 30))
     yield g
     g.dev.close()
 

@@ -34,15 +34,15 @@ def send(fn, msg, arg=0, polls=50):
 
 
 @pytest.fixture
-def fn():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8)
+def fn(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     f.dev.blocks["SMU"].firmware_loaded()
     yield f
     f.close()
 
 
-def test_message_before_firmware_times_out():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8)
+def test_message_before_firmware_times_out(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     bar = f.bar(5)
     bar.write32(ARG, 0)
     bar.write32(MSG, S.PPSMC_MSG_GetSmuVersion)
@@ -71,9 +71,9 @@ def test_response_waits_for_the_clock(fn):
     assert fn.dev.regs.peek(RESP // 4) == S.PPSMC_Result_OK
 
 
-def test_features(fn):
+def test_features(sim_bus, fn):
     """A board without SCPM: the driver's allowed mask decides what EnableAllSmuFeatures enables."""
-    fn = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8, scpm=False)
+    fn = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus, scpm=False)
     fn.dev.blocks["SMU"].firmware_loaded()
     assert send(fn, S.PPSMC_MSG_GetRunningSmuFeaturesLow)[1] == 0
     send(fn, S.PPSMC_MSG_SetAllowedFeaturesMaskLow, 0x0000000F)
@@ -209,10 +209,10 @@ def test_debug_mailbox_mode1_reset(fn):
     assert not fn.dev.blocks["SMU"].running
 
 
-def test_without_scpm_nothing_is_allowed_before_set_allowed_features_mask():
+def test_without_scpm_nothing_is_allowed_before_set_allowed_features_mask(sim_bus):
     """smu_smc_hw_setup sends SetAllowedFeaturesMask before EnableAllSmuFeatures when SCPM is off; a PMFW
     told nothing enables nothing (the model's default allowed mask is empty: assumption)."""
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8, scpm=False)
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus, scpm=False)
     f.dev.blocks["SMU"].firmware_loaded()
     assert send(f, S.PPSMC_MSG_EnableAllSmuFeatures)[0] == S.PPSMC_Result_OK
     assert send(f, S.PPSMC_MSG_GetRunningSmuFeaturesLow)[1] == 0
@@ -241,13 +241,13 @@ def test_scpm_refuses_the_drivers_feature_configuration(fn):
 
 
 @pytest.mark.parametrize("scpm", [True, False])
-def test_the_psp_runtime_database_reports_scpm(scpm):
+def test_the_psp_runtime_database_reports_scpm(sim_bus, scpm):
     """amdgpu_psp.h PSP_RUNTIME_DB_*: at VRAM size - 1 MiB the header, the directory and the SCPM entry
     psp_sw_init reads; written again at a mode1 reset."""
     from amdrv import structs
     from amdrv.autogen import psp as P
     from gpusim import board
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8, scpm=scpm)
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus, scpm=scpm)
     dev = f.dev
     pos = dev.vram.size - P.PSP_RUNTIME_DB_OFFSET
 
@@ -265,11 +265,11 @@ def test_the_psp_runtime_database_reports_scpm(scpm):
     f.close()
 
 
-def test_firmware_flags_say_whether_the_firmware_runs():
+def test_firmware_flags_say_whether_the_firmware_runs(sim_bus):
     """smu_v13_0_check_fw_status: MP1_FIRMWARE_FLAGS.INTERRUPTS_ENABLED at SMN MP1_Public | smnMP1_FIRMWARE_FLAGS,
     read through the RSMU index/data pair (nbio_v4_3 get_pcie_index/data_offset): 1 only while it runs,
     whatever the response register holds."""
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=8)
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     bar, dev = f.bar(5), f.dev
     index, data = (dev.reg_addr("NBIO", n) * 4 for n in ("BIF_BX_PF0_RSMU_INDEX", "BIF_BX_PF0_RSMU_DATA"))
 

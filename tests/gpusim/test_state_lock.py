@@ -11,14 +11,14 @@ from pcie import PCIError
 HOLD = """
 import sys, time
 from gpusim import provider
-f = provider.open_function("navi31", state=sys.argv[1], slot=13)
+f = provider.open_function("navi31", state=sys.argv[1])
 print("held", flush=True)
 sys.stdin.readline()
 f.close()
 """
 
 
-def test_a_second_process_is_refused_with_the_file_and_the_holder(tmp_path, debian_firmware, monkeypatch):
+def test_a_second_process_is_refused_with_the_file_and_the_holder(sim_bus, tmp_path, debian_firmware, monkeypatch):
     from amdrv.am import AMGPU
     monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))
     state = tmp_path / "sim" / "navi31.state"
@@ -34,17 +34,17 @@ def test_a_second_process_is_refused_with_the_file_and_the_holder(tmp_path, debi
         child.communicate("\n", timeout=60)
     assert child.returncode == 0
     from gpusim import provider
-    provider.open_function("navi31", state=state, slot=13).close()   # free again once the holder closed
+    provider.open_function("navi31", state=state, bus=sim_bus).close()   # free again once the holder closed
 
 
-def test_one_process_cannot_open_the_same_file_twice(tmp_path):
+def test_one_process_cannot_open_the_same_file_twice(sim_bus, tmp_path):
     from gpusim import provider
     state = tmp_path / "gpu.state"
-    f = provider.open_function("navi31", state=state, slot=14, fresh=True)
+    f = provider.open_function("navi31", state=state, bus=sim_bus, fresh=True)
     with pytest.raises(PCIError, match=r"busy, held by pid %d \(this process" % os.getpid()):
-        provider.open_function("navi31", state=state, slot=14)
+        provider.open_function("navi31", state=state, bus=sim_bus)
     f.close()
-    g = provider.open_function("navi31", state=state, slot=14)
+    g = provider.open_function("navi31", state=state, bus=sim_bus)
     assert state.is_file()
     g.close()
     g.close()   # a second close saves nothing and releases nothing twice

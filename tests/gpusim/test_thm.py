@@ -15,8 +15,8 @@ THM = regs.load("thm_13_0_2")
 
 
 @pytest.fixture
-def hot():
-    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, slot=10)
+def hot(sim_bus):
+    f = provider.open_function("navi31", vram_size=1 << 30, fresh=True, bus=sim_bus)
     smu = f.dev.blocks["SMU"]
     smu.firmware_loaded()
     send(f, S.PPSMC_MSG_EnableAllSmuFeatures)
@@ -24,8 +24,6 @@ def hot():
     f.dev.ih_sink = ivs.append        # what reaches the IH (its ring is gpusim.ih's business)
     yield f, smu, ivs
     f.close()
-    provider.BUS.unplug(f.dev)
-    provider._SLOTS.pop(10, None)
 
 
 def reg(f, name, value=None):

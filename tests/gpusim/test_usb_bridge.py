@@ -115,8 +115,8 @@ class Host:
 
 
 @pytest.fixture
-def rig():
-    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=60)
+def rig(sim_bus):
+    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, bus=sim_bus)
     dev = usb.core.find(idVendor=VID, backend=b)
     return b.bridge, dev
 
@@ -286,16 +286,16 @@ def test_silent_gpu_and_link_down(rig):
     assert h.cfg(GPU_BUS, 0)[2] == 0x744C1002
 
 
-def test_reopening_finds_the_enclosure_as_left():
-    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=61)
+def test_reopening_finds_the_enclosure_as_left(sim_bus):
+    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, bus=sim_bus)
     h = Host(usb.core.find(idVendor=VID, backend=b))
     h.assign()
     h.xw(0x0100, b"\x5a")
-    again = usb_bridge.backend("navi31", small_bar=True, slot=61)
+    again = usb_bridge.backend("navi31", small_bar=True, bus=sim_bus)
     assert again.bridge is b.bridge
     h = Host(usb.core.find(idVendor=VID, backend=again))
     assert h.cfg(GPU_BUS, 0x24)[2] == BAR5 and h.xr(0x0100, 1) == b"\x5a"
-    fresh = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=61)
+    fresh = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, bus=sim_bus)
     assert fresh.bridge is not b.bridge and Host(usb.core.find(idVendor=VID, backend=fresh)).cfg(GPU_BUS, 0)[0] == 1
 
 
@@ -628,28 +628,30 @@ def test_streams_stall_wedges_until_reset_and_drop(srig):
     assert e.value.errno == errno.ENODEV
 
 
-def test_default_slot_skips_a_gpu_behind_a_bridge():
+def test_default_slot_skips_a_gpu_behind_a_bridge(sim_bus):
     """A plain open_function("navi31") (what "am:sim" does) takes the GPU already on the host's bus, never
     one a bridge holds (its BAR0 shrunk, its DMA reaching only the bridge's SRAM)."""
     from gpusim import provider
-    br = usb_bridge.open_bridge("navi31", fresh=True, slot=57)
-    fn = provider.open_function("navi31")
-    assert fn.dev is not br.dev and fn.dev.bus is provider.BUS and br.dev.bus is not provider.BUS
+    br = usb_bridge.open_bridge("navi31", fresh=True, bus=sim_bus)
+    fn = provider.open_function("navi31", bus=sim_bus)
+    assert fn.dev is not br.dev and fn.dev.bus is sim_bus and br.dev.bus is not sim_bus
+    assert (br.fn.slot, fn.slot) == (0, 1)
+    fn.close()
 
 
-def test_two_simulated_bridges_in_one_process_have_their_own_usb_paths_and_locks(tmp_path):
-    """Each simulated enclosure enumerates at its own USB address (2 + its GPU's slot), so the transport's
-    per-bridge locks (usb:BUS-ADDR) of two simulated USB GPUs do not collide (both were usb:1-2)."""
+def test_two_simulated_bridges_on_one_bus_have_their_own_usb_paths_and_locks(sim_bus, tmp_path):
+    """Each simulated enclosure enumerates at its own USB address (2 + its GPU's slot on the bus), so the
+    transport's per-bridge locks (usb:BUS-ADDR) of two simulated USB GPUs do not collide (both were usb:1-2)."""
     from amdrv.usb.transport import open_function
-    a = open_function(backend=usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=62),
-                      lock_dir=tmp_path)
+    a = open_function(backend=usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30,
+                                                 bus=sim_bus), lock_dir=tmp_path)
     try:
         b = open_function(backend=usb_bridge.backend("navi33", fresh=True, small_bar=True, vram_size=1 << 30,
-                                                     slot=63), lock_dir=tmp_path)
+                                                     bus=sim_bus), lock_dir=tmp_path)
         try:
-            assert (a.address, b.address) == ("usb:1-64", "usb:1-65")
-            assert sorted(p.name for p in tmp_path.glob("*.lock")) == ["driverless-usb:1-64.lock",
-                                                                      "driverless-usb:1-65.lock"]
+            assert (a.address, b.address) == ("usb:1-2", "usb:1-3")
+            assert sorted(p.name for p in tmp_path.glob("*.lock")) == ["driverless-usb:1-2.lock",
+                                                                      "driverless-usb:1-3.lock"]
         finally:
             b.close()
     finally:

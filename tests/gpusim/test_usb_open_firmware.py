@@ -63,8 +63,8 @@ class Host:
 
 
 @pytest.fixture
-def rig():
-    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, slot=80, firmware="open")
+def rig(sim_bus):
+    b = usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30, bus=sim_bus, firmware="open")
     dev = usb.core.find(idVendor=0xADD1, idProduct=0x0001, backend=b)
     return b.bridge, dev
 

@@ -18,8 +18,8 @@ def kernel_corpus(build_cl) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def dev(debian_firmware, monkeypatch):
+def dev(sim_bus, debian_firmware, monkeypatch):
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    d = hcq.open("am:sim", fresh=True)
+    d = hcq.open("am:sim", bus=sim_bus)       # slot 0 of the test's own bus (tests/conftest.py)
     yield d
     d.close()

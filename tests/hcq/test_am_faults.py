@@ -124,11 +124,11 @@ def test_with_the_ih_ring_off_the_driver_sees_nothing(dev, kernel_corpus):
     assert sim(dev).blocks["IH"].dropped >= 1
 
 
-def test_a_previous_runs_address_faults_after_a_warm_boot(debian_firmware, kernel_corpus, monkeypatch):
+def test_a_previous_runs_address_faults_after_a_warm_boot(sim_bus, debian_firmware, kernel_corpus, monkeypatch):
     """Issue 17: after a clean exit the next open boots warm over a cleared root directory (gmc fini), so a
     virtual address of the previous run is mapped by nothing and a store there faults."""
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    d = hcq.open("am:sim", slot=47, fresh=True)
+    d = hcq.open("am:sim", bus=sim_bus, fresh=True)
     old = d.alloc(64 << 20)
     va = old.va + (64 << 20) - 4096
     # host memory mapped under a root directory entry of its own (512 GiB apart), which the next run
@@ -138,7 +138,7 @@ def test_a_previous_runs_address_faults_after_a_warm_boot(debian_firmware, kerne
     for where in (va, far.va):
         poke(where, 1, global_size=(1,), local_size=(1,), wait=True)   # mapped in this run
     d.close()
-    d = hcq.open("am:sim", slot=47)
+    d = hcq.open("am:sim", bus=sim_bus)
     try:
         assert d.gpu.boot_report.kind == "warm"
         poke = d.program(kernel_corpus["faults"], "poke")
@@ -150,8 +150,8 @@ def test_a_previous_runs_address_faults_after_a_warm_boot(debian_firmware, kerne
         d.close()
 
 
-def test_without_the_ih_pointer_reset_a_warm_boot_reports_the_previous_runs_fault(debian_firmware, kernel_corpus,
-                                                                                   dropping_registers,
+def test_without_the_ih_pointer_reset_a_warm_boot_reports_the_previous_runs_fault(sim_bus, debian_firmware,
+                                                                                   kernel_corpus, dropping_registers,
                                                                                    monkeypatch):
     """ih_v6_0_irq_init writes IH_RB_WPTR (and RPTR) 0 on every init: the IH keeps its write pointer across
     a warm boot (no reset in between), so without that write the new run reads the previous run's IVs again
@@ -160,7 +160,7 @@ def test_without_the_ih_pointer_reset_a_warm_boot_reports_the_previous_runs_faul
 
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     for drop in (False, True):
-        d = hcq.open("am:sim", slot=48, fresh=True)
+        d = hcq.open("am:sim", bus=sim_bus, fresh=True)
         poke = d.program(kernel_corpus["faults"], "poke")
         with pytest.raises(hcq.HCQFault):
             poke(BAD, 1, global_size=(1,), local_size=(1,), wait=True, timeout=5)
@@ -168,7 +168,7 @@ def test_without_the_ih_pointer_reset_a_warm_boot_reports_the_previous_runs_faul
         d.close()
         if drop:
             monkeypatch.setattr(IH, "regs", property(lambda self: dropping_registers(self.dev.reg("OSSSYS"), ("IH_RB_WPTR",))))
-        d = hcq.open("am:sim", slot=48)
+        d = hcq.open("am:sim", bus=sim_bus)
         try:
             assert d.gpu.boot_report.kind == "warm"
 

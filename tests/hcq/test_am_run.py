@@ -193,8 +193,8 @@ def test_fault_is_decoded_then_recover(dev, kernel_corpus):
     assert struct.unpack("<I", dev.copyout(ok))[0] == 77
 
 
-def test_two_gpus_copy_between(dev, debian_firmware):
-    other = hcq.open("am:sim", slot=1, fresh=True)
+def test_two_gpus_copy_between(sim_bus, dev, debian_firmware):
+    other = hcq.open("am:sim", bus=sim_bus, slot=1)     # a second GPU on the same bus: one host memory
     try:
         assert other.gpu.dev.pci is not dev.gpu.dev.pci
         data = RNG.integers(0, 256, 300001, dtype=np.uint8).tobytes()

@@ -16,7 +16,6 @@ from amdrv.hcq import SIGNAL_AREA, SIGNAL_BYTES, AMHCQDevice
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
 from amdrv.usb.transport import open_function  # noqa: E402
 
-SIM_SLOT = 6      # a simulated-bus slot of its own
 RNG = np.random.default_rng(11)
 
 # test_am_run's tests, collected here again with this module's `dev`: the same contract over USB.
@@ -42,12 +41,12 @@ test_the_queue_runs_on_past_a_fault = _faults.test_the_queue_runs_on_past_a_faul
 
 
 @pytest.fixture
-def dev(debian_firmware, monkeypatch):
+def dev(sim_bus, debian_firmware, monkeypatch):
     """A GPU left warm by a clean AM run over simulated PCIe, then opened through the simulated bridge."""
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     monkeypatch.setenv("DRIVERLESS_PUBLISH_S", "0")   # round-trip counts are the driver's own (amdrv.monitor)
-    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
-    backend = usb_bridge.backend("navi31", slot=SIM_SLOT)
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, bus=sim_bus)).fini()
+    backend = usb_bridge.backend("navi31", bus=sim_bus)
     d = AMHCQDevice(AMGPU.open(open_function(backend=backend)), "am:sim:usb")
     d.bridge = backend.bridge
     assert not d.coherent
@@ -133,8 +132,8 @@ def test_signals_live_in_the_read_back_page(dev):
         dev.new_signal()
 
 
-def test_gpus_behind_bridges_do_not_share_host_memory(dev, debian_firmware):
-    other = hcq.open("am:sim", slot=1, fresh=True)
+def test_gpus_behind_bridges_do_not_share_host_memory(sim_bus, dev, debian_firmware):
+    other = hcq.open("am:sim", bus=sim_bus, fresh=True)
     try:
         a, b = dev.alloc(64), other.alloc(64)
         with pytest.raises(hcq.HCQError, match="USB bridge.*copyout"):

@@ -16,7 +16,6 @@ from amdrv.hcq import AMHCQDevice
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
 from amdrv.usb.transport import OpenUSBFunction, open_function  # noqa: E402
 
-SIM_SLOT = 86                    # a simulated-bus slot of its own
 RNG = np.random.default_rng(16)
 
 _spec = importlib.util.spec_from_file_location("hcq_am_run_contract_open", Path(__file__).with_name("test_am_run.py"))
@@ -30,12 +29,12 @@ test_host_and_uncached_buffers = _run.test_host_and_uncached_buffers
 
 
 @pytest.fixture
-def dev(debian_firmware, monkeypatch):
+def dev(sim_bus, debian_firmware, monkeypatch):
     """A GPU left warm by a clean AM run over simulated PCIe, then opened through the open firmware."""
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     monkeypatch.setenv("DRIVERLESS_PUBLISH_S", "0")   # round-trip counts are the driver's own (amdrv.monitor)
-    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, slot=SIM_SLOT)).fini()
-    backend = usb_bridge.backend("navi31", slot=SIM_SLOT, firmware="open")
+    AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, small_bar=True, bus=sim_bus)).fini()
+    backend = usb_bridge.backend("navi31", bus=sim_bus, firmware="open")
     fn = open_function(backend=backend)
     assert isinstance(fn, OpenUSBFunction) and type(fn.link).__name__ == "VendorLink"
     d = AMHCQDevice(AMGPU.open(fn), "am:sim:usb")

@@ -31,6 +31,18 @@ def sim_chip(device: str) -> str | None:
     return parts[2] if len(parts) > 2 and parts[2] not in ("", "usb") else "navi31"
 
 
+_BUS = []
+
+
+def sim_bus():
+    """The fuzzers' own simulated host bus (gpusim.bus.HostBus, made on first use): the GPUs they power on
+    stay apart from the device strings' (am:sim...) GPUs of the same process."""
+    if not _BUS:
+        from gpusim.bus import HostBus
+        _BUS.append(HostBus())
+    return _BUS[0]
+
+
 @dataclass
 class Finding:
     """An unexpected outcome: what to rerun it with and what happened."""

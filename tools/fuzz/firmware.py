@@ -57,7 +57,7 @@ from amdrv.autogen import ucode
 from amdrv.chips import SUPPORTED, by_name
 from amdrv.firmware import PINS, FirmwareError, FirmwareStore, files_for, parse
 from amdrv.firmware.headers import _LAYOUTS, kind_of
-from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_chip
+from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_bus, sim_chip
 
 MUTATIONS = ("bitflip", "bytes", "truncate", "extend", "field", "overflow", "version", "swap", "swapcomp", "zero",
              "random", "otherchip", "otherkind")
@@ -288,7 +288,7 @@ def boot_outcome(case: Case, files: dict[str, bytes], reference: dict, device: s
     try:
         with time_limit(timeout), mock.patch.object(PSP, "_stage", recording_stage):
             if chip is not None:
-                pci = pcie.open_function("sim", chip, fresh=True, slot=11)
+                pci = pcie.open_function("sim", chip, fresh=True, bus=sim_bus())
                 pci.dev.blocks["PSP"].firmware = _sim_reference(chip, files)
                 errors_before = len(pci.dev.errors)
                 gpu = AMGPU.open(pci, cold=True, firmware=store)

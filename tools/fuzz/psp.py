@@ -41,7 +41,7 @@ import traceback
 from amdrv import structs
 from amdrv.autogen import psp as P
 from amdrv.ip.psp import FRAME, RING_SIZE, STATUS, PSPError, PSPTimeout
-from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_chip
+from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_bus, sim_chip
 from tools.fuzz.firmware import Hang, time_limit
 
 CMD = structs.get(P, "psp_gfx_cmd_resp")
@@ -224,7 +224,7 @@ def run(seed: int, budget: int, device: str = "am:sim", timeout: float = 0.2, ca
         if state["gpu"] is not None:
             state["gpu"].dev.close()
         if chip is not None:   # reset: the same simulated GPU, booted cold (the driver resets it first)
-            pci = pcie.open_function("sim", chip, fresh=not reset, slot=13)
+            pci = pcie.open_function("sim", chip, fresh=not reset, bus=sim_bus())
             state["gpu"] = AMGPU.open(pci, cold=True)
         else:
             state["gpu"] = AMGPU.open(device, cold=True)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.ip.smu import MSG_NAMES, RESULTS, SMUError, SMUTimeout
-from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_chip
+from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_bus, sim_chip
 
 SAFE = {S.PPSMC_MSG_TestMessage, S.PPSMC_MSG_GetSmuVersion, S.PPSMC_MSG_GetDriverIfVersion,
         S.PPSMC_MSG_GetRunningSmuFeaturesLow, S.PPSMC_MSG_GetRunningSmuFeaturesHigh, S.PPSMC_MSG_GetMinDpmFreq,
@@ -99,7 +99,7 @@ class Target:
         from amdrv.am import AMGPU
         self.close()
         if self.chip is not None:
-            self.gpu = AMGPU.open(pcie.open_function("sim", self.chip, fresh=True, slot=12), cold=True)
+            self.gpu = AMGPU.open(pcie.open_function("sim", self.chip, fresh=True, bus=sim_bus()), cold=True)
         else:
             self.gpu = AMGPU.open(self.device)
         self.gpu.smu.timeout_s = self.timeout
