@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 from gpusim import discovery
-from gpusim.device import Block, Device
+from gpusim.device import Block, SimGPU
 from gpusim.vbios import DEFAULT_FW_RESERVED_KB, VBIOS
 from gpusim.pci import DOORBELL_BAR_MAX, DOORBELL_BAR_SIZE, REBAR_MIN, ConfigSpace, pow2_at_least
 
@@ -46,7 +46,7 @@ class DiscoveryTMR(Block):
 def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = False,
           slot: int = 0, harvest: tuple = (), scpm: bool = True,
           driver_scratch_survives_reset: bool = False, fw_reserved_kb: int | None = None,
-          vbios_rom_offset: int = 0) -> Device:
+          vbios_rom_offset: int = 0) -> SimGPU:
     """harvest: (hw_id, instance) pairs the discovery harvest table lists as fused off (a cut-down
     product, e.g. one VCN instance). scpm: the board's PMFW runs with secure power management (retail
     Navi31 boards do; gpusim.smu), which the PSP runtime database reports. driver_scratch_survives_reset:
@@ -60,7 +60,7 @@ def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = 
                          f"{2 * SMALL_BAR >> 20} MiB")
     # A host with resizable BAR grows both (the BIOS's choice); without, the reset sizes stay.
     bar0, bar2 = (SMALL_BAR, DOORBELL_BAR_SIZE) if small_bar else (pow2_at_least(vram_size), DOORBELL_BAR_MAX)
-    dev = Device(chip, vram_size, tuple(harvest))
+    dev = SimGPU(chip, vram_size, tuple(harvest))
     dev.scpm = bool(scpm)
     dev.driver_scratch_survives_reset = bool(driver_scratch_survives_reset)
     dev.pci = ConfigSpace(chip, vram_size, bar0, slot, bar2)
@@ -77,7 +77,7 @@ def build(chip: str = "navi31", vram_size: int | None = None, small_bar: bool = 
     return dev
 
 
-def mode1_reset(dev: Device) -> None:
+def mode1_reset(dev: SimGPU) -> None:
     """The whole ASIC back to power-on, as the SMU's Mode1Reset does: every block's registers and state,
     and the bus interface's config space (gpusim.pci.ConfigSpace.reset: no memory decode, no bus mastering,
     BARs unassigned, resizable BARs at their default sizes; amdgpu_device_mode1_reset restores the saved

@@ -88,7 +88,7 @@ class HostBus(Bus):
 
     def __init__(self):
         super().__init__()
-        self.slots: dict[int, object] = {}       # slot -> gpusim.device.Device
+        self.slots: dict[int, object] = {}       # slot -> gpusim.device.SimGPU
         self.state_files: dict = {}              # slot -> the state file it was opened with (gpusim.provider)
         self.held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # slot -> open function
         self.enclosures: dict[int, object] = {}  # slot -> the USB bridge in front of its GPU

@@ -1,6 +1,6 @@
 """The simulated GPU's core: VRAM, the register space, DMA over the bus, interrupts and the clock.
 
-Every hardware block model (NBIO, HDP, SMU, PSP, GMC, IH, ...) is a `Block` attached to one `Device`.
+Every hardware block model (NBIO, HDP, SMU, PSP, GMC, IH, ...) is a `Block` attached to one `SimGPU`.
 The framework API for block authors:
 
     class PSP(Block):
@@ -18,7 +18,7 @@ The framework API for block authors:
             return 0
 
 Registers are named as in the generated tables (`amdrv.regs.load`), resolved through the bases the IP
-discovery table declares for that IP instance (`Device.reg_addr`), so a block and the driver can only
+discovery table declares for that IP instance (`SimGPU.reg_addr`), so a block and the driver can only
 agree on an address if both follow the same upstream facts. Handlers must be bound methods (or
 functools.partial of them) so a device pickles (gpusim.persist). Registers nobody handles are plain
 storage: a read returns the last write; after power-on, the register's power-on value where upstream
@@ -357,7 +357,7 @@ class RegisterSpace:
 
     def __init__(self):
         self.store: dict[int, int] = {}
-        self.defaults: dict[int, int] = {}     # power-on values that are not 0 (Device._power_on_values)
+        self.defaults: dict[int, int] = {}     # power-on values that are not 0 (SimGPU._power_on_values)
         self.read_handlers: dict[int, object] = {}
         self.write_handlers: dict[int, object] = {}
 
@@ -382,7 +382,7 @@ class RegisterSpace:
         return self.defaults.get(addr, 0) if v is None else v
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "defaults"}   # the owning Device restores them
+        return {k: v for k, v in self.__dict__.items() if k != "defaults"}   # the owning SimGPU restores them
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -396,7 +396,7 @@ class Block:
     """A hardware block model. Subclasses set `name` and override attach/reset/step as needed."""
     name = "block"
 
-    def __init__(self, dev: Device):
+    def __init__(self, dev: SimGPU):
         self.dev = dev
 
     def attach(self) -> None:
@@ -423,7 +423,7 @@ class Block:
         self.dev.error(self.name, message)
 
 
-class Device:
+class SimGPU:
     """One simulated GPU. Assembled with its blocks by gpusim.board.build; reached by drivers only
     through gpusim.provider's PCIFunction."""
 

@@ -1,7 +1,7 @@
 """The IP discovery table: which IP blocks a chip has, their versions and register bases, and the binary
 the firmware leaves at the end of VRAM for the driver to read.
 
-The same `Layout` resolves the simulator's own register addresses (gpusim.device.Device.reg_addr), so the
+The same `Layout` resolves the simulator's own register addresses (gpusim.device.SimGPU.reg_addr), so the
 driver and the simulator can only meet on a register if the driver parsed this binary correctly.
 
 Facts and their sources:

@@ -1,7 +1,7 @@
 """Saving a simulated device to a file and loading it back, so a new process finds the GPU as the last
 one left it (a driver restart on real hardware keeps the GPU powered).
 
-The file is a pickle of the Device: registers, block state, pending clock events, and VRAM as its touched,
+The file is a pickle of the SimGPU: registers, block state, pending clock events, and VRAM as its touched,
 non-zero 2 MiB chunks (gpusim.device.VRAM). Host DMA memory belongs to the process and is not saved; a
 loaded device is on no bus until the provider plugs it in.
 """
@@ -22,6 +22,14 @@ def _proxy(d: dict) -> MappingProxyType:
 
 copyreg.pickle(MappingProxyType, lambda m: (_proxy, (dict(m),)))
 
+# Classes renamed since files were saved: (module, old name) -> new name, so an older file still loads.
+RENAMED = {("gpusim.device", "Device"): "SimGPU"}
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        return super().find_class(module, RENAMED.get((module, name), name))
+
 
 def save(dev, path) -> None:
     path = Path(path)
@@ -41,7 +49,7 @@ def load(path):
             raise ValueError(f"{path} is not a gpusim device state file (or one of another version); "
                              f"delete it to power on a fresh device")
         try:
-            return pickle.load(f)
+            return _Unpickler(f).load()
         except Exception as e:  # noqa: BLE001 - whatever a cut-short or damaged pickle raises
             raise ValueError(f"{path}: the simulated GPU saved there cannot be read ({type(e).__name__}: {e}); "
                              "the file was cut short or damaged: delete it to power on a fresh device") from None

@@ -24,7 +24,7 @@ from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
 from gpusim import board, bus as sim_bus, pci, persist
 from gpusim.bus import SEGMENT, HostBus, host_memory
-from gpusim.device import Device
+from gpusim.device import SimGPU
 
 PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_FLR = 0x04, 1 << 28   # include/uapi/linux/pci_regs.h
 BUS = HostBus()     # the process's default bus: the device strings' GPUs (am:sim...), and any open without bus=
@@ -203,7 +203,7 @@ class SimDMABuffer(DMABuffer):
 
 
 class SimFunction(PCIFunction):
-    def __init__(self, dev: Device, host_bus: HostBus, slot: int, state: Path | None,
+    def __init__(self, dev: SimGPU, host_bus: HostBus, slot: int, state: Path | None,
                  lock: DeviceLock | None = None):
         super().__init__(f"0000:{0x03 + slot:02x}:00.0")
         self.dev, self.host_bus, self.slot, self.state, self._lock = dev, host_bus, slot, state, lock

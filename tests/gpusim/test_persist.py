@@ -77,3 +77,17 @@ def test_a_driver_dying_without_close_still_leaves_its_state(sim_bus, tmp_path):
     f = provider.open_function("navi33", state=state, bus=sim_bus)
     assert f.bar(5).read32(f.dev.reg_addr("GC", "SCRATCH_REG1") * 4) == 0xDEAD
     f.close()
+
+
+def test_a_file_saved_before_the_rename_of_device_to_simgpu_still_loads(tmp_path):
+    """gpusim.device.Device became SimGPU (issue 12): a state file naming the old class still loads."""
+    import pickle
+    from gpusim import persist
+    from gpusim.device import SimGPU
+    dev = SimGPU("navi31", vram_size=64 << 20)
+    raw = pickle.dumps(dev, protocol=pickle.HIGHEST_PROTOCOL)
+    old = raw.replace(b"\x8c\x06SimGPU", b"\x8c\x06Device")     # SHORT_BINUNICODE of the class name
+    assert old != raw
+    path = tmp_path / "old.state"
+    path.write_bytes(persist.MAGIC + old)
+    assert type(persist.load(path)) is SimGPU

@@ -415,7 +415,7 @@ def _warm_up(chip: str, usb: bool) -> None:
     from gpusim import board, device
     if usb:
         import gpusim.usb_bridge  # noqa: F401
-    device.Device(chip, vram_size=board.VRAM_SIZE[chip])
+    device.SimGPU(chip, vram_size=board.VRAM_SIZE[chip])
 
 
 def _import_what_children_import(msgs: list[dict]) -> None:
