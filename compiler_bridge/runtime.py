@@ -34,7 +34,7 @@ _CODEGENS: dict[str, object] = {}
 _CODEGEN_MODULES = ("compiler_bridge.codegen.rdna3", "compiler_bridge.codegen.llvm", "compiler_bridge.codegen.cuda")
 # The generators a device runs, by the backend its string names (hcq's prefix), first registered wins.
 _DEFAULT_CODEGENS = {"am": ("rdna3", "llvm"), "nv": ("cuda",)}
-_DEVICES: dict[str, "Device"] = {}
+_DEVICES: dict[str, "TensorDevice"] = {}
 _NP = {"float32": np.float32, "int32": np.int32}
 
 
@@ -103,14 +103,15 @@ class KernelsNotExecuted(RuntimeError):
 class DeviceBuffer:
     """`n` elements of dtype ("float32" or "int32") on a device; freed when garbage collected."""
 
-    def __init__(self, device: "Device", handle, n: int, dtype: str):
+    def __init__(self, device: "TensorDevice", handle, n: int, dtype: str):
         self.device, self.handle, self.n, self.dtype = device, handle, n, dtype
 
     def numpy(self) -> np.ndarray:
         return self.device.download(self)
 
 
-class Device:
+class TensorDevice:
+    """Where the tensor runtime keeps buffers and runs kernels: the host (C) or an hcq device."""
     name: str
 
     def upload(self, arr: np.ndarray) -> DeviceBuffer: ...
@@ -119,7 +120,7 @@ class Device:
     def run(self, kernel: ir.Kernel, bufs: list[DeviceBuffer]) -> None: ...
 
 
-class CDevice(Device):
+class CTensorDevice(TensorDevice):
     """The host: buffers are numpy arrays, kernels are C (codegen/c.py)."""
     name = "c"
 
@@ -145,7 +146,7 @@ class CDevice(Device):
         launches.append(Launch(kernel.name, self.name, None))
 
 
-class HCQDevice(Device):
+class HCQTensorDevice(TensorDevice):
     """An hcq device; kernels through a registered codegen; programs cached by kernel name."""
 
     def __init__(self, spec: str, codegen: str | None = None, **open_kwargs):
@@ -226,7 +227,7 @@ def _free(dev, handle):
         pass
 
 
-def get_device(name: str | None = None) -> Device:
+def get_device(name: str | None = None) -> TensorDevice:
     """The device named (or the default), opened once per process."""
     name = name or default_device()
     if name not in _DEVICES:
@@ -234,16 +235,16 @@ def get_device(name: str | None = None) -> Device:
     return _DEVICES[name]
 
 
-def open_device(name: str, codegen: str | None = None, **open_kwargs) -> Device:
+def open_device(name: str, codegen: str | None = None, **open_kwargs) -> TensorDevice:
     """Opens (or reopens) the device that tensors naming `name` use; open_kwargs go to hcq.open
     (e.g. fresh=True for a newly powered simulated GPU)."""
     close_device(name)
-    _DEVICES[name] = CDevice() if name.lower() == "c" else HCQDevice(name, codegen, **open_kwargs)
+    _DEVICES[name] = CTensorDevice() if name.lower() == "c" else HCQTensorDevice(name, codegen, **open_kwargs)
     return _DEVICES[name]
 
 
 def close_device(name: str) -> None:
     """Closes the device opened for `name` (hcq fini); tensors still on it can no longer be read."""
     dev = _DEVICES.pop(name, None)
-    if isinstance(dev, HCQDevice):
+    if isinstance(dev, HCQTensorDevice):
         dev.close()

@@ -6,7 +6,7 @@
     seconds = prog(out, a, b, 1024, global_size=(4, 1, 1), local_size=(256, 1, 1), wait=True)
     dev.copyout(out)                                   # bytes
 
-Backends (amdrv.hcq for AMD, nvdrv for NVIDIA) subclass Device and HWQueue; Buffer, Signal, Program,
+Backends (amdrv.hcq for AMD, nvdrv for NVIDIA) subclass HCQDevice and HWQueue; Buffer, Signal, Program,
 ArgLayout and Graph are shared. Nothing here knows a code-object format or a GPU clock: each backend
 turns its own kernel metadata into KernelArg entries (offset, size, kind) and declares timestamp_hz. Hot paths are written for CPU cost per launch: argument layouts are compiled once into one
 struct.Struct per kernel, queues are built once and patched in place (the update_* methods), and a
@@ -220,7 +220,7 @@ class Buffer:
 
     __slots__ = ("device", "va", "size", "offset", "base", "mem", "gone", "views", "finalizer", "__weakref__")
 
-    def __init__(self, device: Device, va: int, size: int, mem=None, base: Buffer | None = None, offset: int = 0):
+    def __init__(self, device: HCQDevice, va: int, size: int, mem=None, base: Buffer | None = None, offset: int = 0):
         self.device, self.va, self.size, self.mem = device, va, size, mem
         self.base, self.offset = base, offset
         self.gone: str | None = None
@@ -272,7 +272,7 @@ class Signal:
 
     __slots__ = ("device", "va", "mem", "name")
 
-    def __init__(self, device: Device, va: int, mem: memoryview, name: str = "signal"):
+    def __init__(self, device: HCQDevice, va: int, mem: memoryview, name: str = "signal"):
         self.device, self.va, self.mem, self.name = device, va, mem, name
 
     @property
@@ -289,7 +289,7 @@ class Signal:
 
     @property
     def timestamp(self) -> float:
-        """The last timestamp written, in seconds of the GPU clock (the backend's Device.timestamp_hz)."""
+        """The last timestamp written, in seconds of the GPU clock (the backend's HCQDevice.timestamp_hz)."""
         return self.mem[1] / self.device.timestamp_hz
 
     def wait(self, value: int, timeout: float | None = None) -> None:
@@ -351,7 +351,7 @@ class Program:
 
     __slots__ = ("device", "name", "layout", "handle", "group_segment_size", "max_local")
 
-    def __init__(self, device: Device, name: str, layout: ArgLayout, handle=None, group_segment_size: int = 0,
+    def __init__(self, device: HCQDevice, name: str, layout: ArgLayout, handle=None, group_segment_size: int = 0,
                  max_local: int = 1024):
         self.device, self.name, self.layout, self.handle = device, name, layout, handle
         self.group_segment_size, self.max_local = group_segment_size, max_local
@@ -430,7 +430,7 @@ class Graph:
     whole graph. Arguments not given keep the value of the last replay (or the capture). Kernel
     launches and copies run in capture order; a replay waits for the previous one first."""
 
-    def __init__(self, device: Device):
+    def __init__(self, device: HCQDevice):
         self.device = device
         self.steps: list[tuple] = []       # ("exec", prog, args, g, l) | ("copy", dst, src, n)
         self.vars: dict[str, Var] = {}
@@ -462,7 +462,7 @@ class Graph:
             raise HCQError(f"{self.device.name}: graph already built; capture a new one")
 
     def build(self, **initial) -> None:
-        """Builds the backend's command lists (Device._build_graph) with vars bound to `initial`."""
+        """Builds the backend's command lists (HCQDevice._build_graph) with vars bound to `initial`."""
         missing = [n for n in self.vars if n not in initial]
         if missing:
             raise HCQError(f"{self.device.name}: graph variables {missing} need values on the first replay")
@@ -490,7 +490,7 @@ class Graph:
 
 
 # ----------------------------------------------------------------------------------------- device
-class Device(abc.ABC):
+class HCQDevice(abc.ABC):
     """One GPU. Subclasses provide memory, queues and the launch path; `timeline` is the device's
     signal every submission through the convenience calls (program calls, copies, graphs) bumps."""
 

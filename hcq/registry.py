@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from importlib import metadata
 
-from hcq.api import Device, HCQError
+from hcq.api import HCQDevice, HCQError
 
 ENTRY_POINT_GROUP = "driverless.hcq"
 
@@ -26,7 +26,7 @@ def backends() -> dict[str, metadata.EntryPoint]:
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def open(spec: str, **kwargs) -> Device:  # noqa: A001 - hcq.open is the contract's name
+def open(spec: str, **kwargs) -> HCQDevice:  # noqa: A001 - hcq.open is the contract's name
     """Opens a device: the text before the first ':' names the backend ("am:sim" -> "am")."""
     prefix = spec.partition(":")[0].strip().lower()
     eps = backends()
@@ -34,9 +34,9 @@ def open(spec: str, **kwargs) -> Device:  # noqa: A001 - hcq.open is the contrac
         raise HCQError(f"hcq: no backend {prefix!r} for device {spec!r}; installed: "
                        f"{', '.join(sorted(eps)) or 'none'} (is the package installed with `pip install -e .`?)")
     dev = eps[prefix].load()(spec, **kwargs)
-    if not isinstance(dev, Device):
+    if not isinstance(dev, HCQDevice):
         raise HCQError(f"hcq: backend {prefix!r} ({eps[prefix].value}) returned {type(dev).__name__}, "
-                       "not an hcq.Device")
+                       "not an hcq.HCQDevice")
     return dev
 
 

@@ -34,7 +34,7 @@ import struct
 import time
 import weakref
 
-from hcq.api import (ArgLayout, Buffer, Device, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, KernelArg, Program,
+from hcq.api import (ArgLayout, Buffer, HCQDevice, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, KernelArg, Program,
                      Signal, Var)
 from nvdrv import classes as C
 from nvdrv import ioctl, pushbuf
@@ -61,7 +61,7 @@ def _pages(n: int, align: int = PAGE) -> int:
     return max(align, (n + align - 1) // align * align)
 
 
-class NVHCQDevice(Device):
+class NVHCQDevice(HCQDevice):
     """One NVIDIA GPU serving hcq."""
 
     timestamp_hz = TIMESTAMP_HZ

@@ -21,7 +21,7 @@ from amdrv.kernargs import kernel_args
 from amdrv.hcq.graph import GraphBuilder
 from amdrv.hcq.launch import PACKET_BYTES, _Kernel, write_dispatch
 from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
-from hcq.api import ArgLayout, Buffer, Device, HCQError, HCQFault, HCQTimeout, Program, Signal
+from hcq.api import ArgLayout, Buffer, HCQDevice, HCQError, HCQFault, HCQTimeout, Program, Signal
 
 # SQ wave state a driver reads when a queue stops (gfx_v11_0_read_wave_data; gc_11_0_0_offset.h ixSQ_WAVE_*,
 # gc_11_0_0_sh_mask.h SQ_WAVE_STATUS/TRAPSTS fields); waits longer than WAVE_CHECK_AFTER look for a halted wave
@@ -126,7 +126,7 @@ class _BridgeSignal(Signal):
         self.mem[0] = v
         self.dma.push(self.offset, 8)
 
-class AMHCQDevice(GraphBuilder, Device):
+class AMHCQDevice(GraphBuilder, HCQDevice):
     """An AMGPU serving hcq. `gpu` is the amdrv.am.AMGPU underneath."""
 
     timestamp_hz = XCLK_HZ

@@ -37,7 +37,7 @@ def test_simulated_device_names():
 
 def test_collected_buffers_are_freed_at_the_next_alloc_not_in_the_collector():
     import gc
-    from compiler_bridge.runtime import HCQDevice
+    from compiler_bridge.runtime import HCQTensorDevice
 
     class Stub:  # an hcq device that records frees
         def __init__(self):
@@ -50,7 +50,7 @@ def test_collected_buffers_are_freed_at_the_next_alloc_not_in_the_collector():
         def free(self, handle):
             self.freed.append(handle)
 
-    d = object.__new__(HCQDevice)
+    d = object.__new__(HCQTensorDevice)
     d.dev, d._dead, d._progs = Stub(), [], {}
     b = d.alloc(4, "float32")
     h = b.handle

@@ -60,12 +60,12 @@ def test_codegen_choice(monkeypatch):
     monkeypatch.setattr(runtime, "_CODEGENS", {"llvm": None, "rdna3": None})
     monkeypatch.setattr(runtime, "_CODEGEN_MODULES", ())
     monkeypatch.delenv("CODEGEN", raising=False)
-    assert runtime.HCQDevice("am:sim").codegen == "rdna3"
+    assert runtime.HCQTensorDevice("am:sim").codegen == "rdna3"
     monkeypatch.setenv("CODEGEN", "llvm")
-    assert runtime.HCQDevice("am:sim").codegen == "llvm"
+    assert runtime.HCQTensorDevice("am:sim").codegen == "llvm"
     monkeypatch.setattr(runtime, "_CODEGENS", {})
     with pytest.raises(RuntimeError, match="no code generator for am:sim.*registered: none.*DEVICE=c"):
-        runtime.HCQDevice("am:sim")
+        runtime.HCQTensorDevice("am:sim")
 
 
 def test_a_device_that_does_not_execute_kernels_says_so_after_the_launch(monkeypatch):
@@ -80,7 +80,7 @@ def test_a_device_that_does_not_execute_kernels_says_so_after_the_launch(monkeyp
     monkeypatch.setattr(hcq, "open", lambda spec, **kw: model)
     monkeypatch.setattr(runtime, "_CODEGENS", {"cuda": lambda k: (b"cubin", k.name, ir.launch_dims(k))})
     monkeypatch.setattr(runtime, "_CODEGEN_MODULES", ())
-    dev = runtime.HCQDevice("nv:sim")
+    dev = runtime.HCQTensorDevice("nv:sim")
     assert dev.codegen == "cuda" and not dev.executes_kernels
     b = ir.Builder()
     b.store(0, b.gid(), b.const(1.0, "float32"))
@@ -90,7 +90,7 @@ def test_a_device_that_does_not_execute_kernels_says_so_after_the_launch(monkeyp
         dev.run(k, [])
     assert launched == [(b"cubin", "ones", {"global_size": (1, 1, 1), "local_size": (32, 1, 1), "wait": True})]
     monkeypatch.setattr(hcq, "open", lambda spec, **kw: object())    # devices that say nothing execute
-    assert runtime.HCQDevice("am:sim", codegen="cuda").executes_kernels
+    assert runtime.HCQTensorDevice("am:sim", codegen="cuda").executes_kernels
 
 
 def test_op_battery_matches_the_c_reference(sim):

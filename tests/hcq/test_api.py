@@ -8,7 +8,7 @@ import pytest
 
 import hcq
 from amdrv.kernargs import kernel_args
-from hcq.api import ArgLayout, ArgumentError, Buffer, Device, HCQError, KernelArg, scalar_code
+from hcq.api import ArgLayout, ArgumentError, Buffer, HCQDevice, HCQError, KernelArg, scalar_code
 
 SAXPY = [  # what clang-15 writes for tests/amdrv/isa/kernels/saxpy.cl
     {".address_space": "global", ".offset": 0, ".size": 8, ".type_name": "float*", ".value_kind": "global_buffer"},
@@ -140,11 +140,11 @@ def test_scalar_code_from_c_type_names(type_name, size, code):
 
 
 def test_backends_declare_their_timestamp_clock():
-    """hcq assumes no GPU clock: a Device subclass that does not say timestamp_hz cannot be created."""
-    names = [n for n in dir(Device) if getattr(getattr(Device, n), "__isabstractmethod__", False)]
+    """hcq assumes no GPU clock: a HCQDevice subclass that does not say timestamp_hz cannot be created."""
+    names = [n for n in dir(HCQDevice) if getattr(getattr(HCQDevice, n), "__isabstractmethod__", False)]
     assert "timestamp_hz" in names
 
-    no_clock = type("NoClock", (Device,), {n: (lambda *a, **k: None) for n in names if n != "timestamp_hz"})
+    no_clock = type("NoClock", (HCQDevice,), {n: (lambda *a, **k: None) for n in names if n != "timestamp_hz"})
     with pytest.raises(TypeError, match="timestamp_hz"):
         no_clock()
     from amdrv.hcq import AMHCQDevice
@@ -172,3 +172,13 @@ def test_compiler_bridge_does_not_import_the_driver_beyond_the_isa():
     bad = [f"{f.name}: {m}" for f in root.rglob("*.py")
            for m in re.findall(r"^\s*(?:from|import) (amdrv(?!\.isa)\S*)", f.read_text(), re.M)]
     assert not bad, bad
+
+
+def test_the_old_name_hcq_device_still_works_with_a_warning():
+    """hcq.Device became hcq.HCQDevice (issue 12: five classes were called Device); the documented old name
+    stays as an alias that says so."""
+    import hcq
+    with pytest.warns(DeprecationWarning, match="hcq.HCQDevice"):
+        assert hcq.Device is HCQDevice
+    with pytest.raises(AttributeError, match="no attribute 'Devices'"):
+        hcq.Devices  # noqa: B018

@@ -56,7 +56,7 @@ def test_a_raw_exception_is_a_finding(target, monkeypatch):
 
 
 def test_a_recover_that_does_not_recover_is_a_finding(target, monkeypatch):
-    monkeypatch.setattr(hcq.Device, "recover", lambda self: [])
+    monkeypatch.setattr(hcq.HCQDevice, "recover", lambda self: [])
     monkeypatch.setattr(type(target.dev), "recover", lambda self: [])
     monkeypatch.setattr(fz, "sdma_random", lambda t, r: [107])     # an unknown SDMA opcode: the ring stops
     reopened = []
