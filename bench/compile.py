@@ -5,13 +5,13 @@
 For each kernel of compiler_bridge.codegen.samples (elementwise chains, unary math, reductions, a
 softmax, a matmul, int32 index arithmetic, uniform arithmetic, register pressure), medians over RUNS
 fresh compiles of the IR to a code object, in milliseconds:
-  rdna3      codegen_rdna3: IR -> assembly text -> amdrv.isa.assemble -> codeobj.write_code_object
+  rdna3      codegen_rdna3: IR -> assembly text -> rdna3.assemble -> codeobj.write_code_object
              (the per-process memo bypassed)
   llvm       codegen_llvm: IR -> OpenCL C -> clang-15 -O2 -> ld.lld-15 (the cache bypassed: two
              processes per compile); absent when clang-15 is not installed
   ratio      llvm / rdna3 (how many times faster our generator is), measured in the same run
 Also reported: machine code bytes of each (the kernel's code, s_endpgm and padding included) and the
-wave instructions each executes for the sample's inputs on amdrv.isa's wave executor (all waves summed);
+wave instructions each executes for the sample's inputs on rdna3's wave executor (all waves summed);
 and the demo's MLP + softmax end to end on am:sim per generator (Tensor to numpy: scheduling, launches,
 the simulated GPU's execution, read-back), first run (compiling included) and the median of the rest.
 """
@@ -27,9 +27,9 @@ from pathlib import Path
 # run as a script, bench/ is sys.path[0]: replace it by the repo root, or bench/usb.py would shadow pyusb
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from amdrv.isa import asm  # noqa: E402
-from amdrv.isa.codeobj import CodeObject, write_code_object  # noqa: E402
-from amdrv.isa import opencl as codegen_clang  # noqa: E402
+from rdna3 import asm  # noqa: E402
+from rdna3.codeobj import CodeObject, write_code_object  # noqa: E402
+from rdna3 import opencl as codegen_clang  # noqa: E402
 from compiler_bridge.codegen import llvm as codegen_llvm, rdna3 as codegen_rdna3  # noqa: E402
 from compiler_bridge.codegen.samples import run_wave, samples  # noqa: E402
 

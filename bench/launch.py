@@ -30,8 +30,8 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 import hcq  # noqa: E402
 from gpusim.bus import HostBus  # noqa: E402
 from bench.hcq_cases import launch_cases  # noqa: E402
-from amdrv.isa import assemble  # noqa: E402
-from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object  # noqa: E402
+from rdna3 import assemble  # noqa: E402
+from rdna3.codeobj import KernelArg, KernelSpec, write_code_object  # noqa: E402
 from amdrv.firmware import FirmwareError  # noqa: E402
 
 BUS = HostBus()  # the benchmark's own simulated bus (gpusim.bus), apart from the device strings' GPUs

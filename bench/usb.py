@@ -107,8 +107,8 @@ def transport(kib: int, rtt: float, firmware: str = "stock") -> dict:
 
 
 def _code_object() -> bytes:
-    from amdrv.isa import assemble
-    from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+    from rdna3 import assemble
+    from rdna3.codeobj import KernelArg, KernelSpec, write_code_object
     args = [KernelArg(0, 8, "global_buffer", "global", "out"), KernelArg(8, 4, "by_value", None, "n")]
     return write_code_object([KernelSpec("nop", assemble("s_endpgm"), args=args,
                                          user_sgprs=("dispatch_ptr", "kernarg_segment_ptr"))])

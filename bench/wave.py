@@ -3,7 +3,7 @@
     python bench/wave.py [-n RUNS] [--json]
 
 Compiles two kernels of the test corpus with clang-15 (elementwise add over 256K floats; an 8x8-tiled
-LDS matmul, 128x128x128), runs each on amdrv.isa.wave RUNS times and reports medians. Needs clang-15
+LDS matmul, 128x128x128), runs each on rdna3.wave RUNS times and reports medians. Needs clang-15
 and ld.lld-15 (Debian packages; `make test` installs them).
 """
 import argparse
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from amdrv.isa.codeobj import CodeObject
-from amdrv.isa.wave import dispatch, pack_kernargs
-from amdrv.isa.wave_memory import FlatMemory
+from rdna3.codeobj import CodeObject
+from rdna3.wave import dispatch, pack_kernargs
+from rdna3.wave_memory import FlatMemory
 
-KERNELS = Path(__file__).resolve().parents[1] / "tests" / "amdrv" / "isa" / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "tests" / "rdna3" / "kernels"
 CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
          "-nogpulib", "-O2", "-c"]
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from amdrv.isa.wave import ExecError, launch_regs_steps
-from amdrv.isa.wave_memory import ByteSpace, MemoryFault
+from rdna3.wave import ExecError, launch_regs_steps
+from rdna3.wave_memory import ByteSpace, MemoryFault
 from gpusim.device import DMAError
 from gpusim.gmc import VMFault
 
@@ -48,7 +48,7 @@ WAVE_INSTRUCTION_NS = 0.05       # ~4 cycles at 2.5 GHz over the 192 SIMDs of Na
 
 
 class VMMemory:
-    """The wave executor's memory interface (amdrv.isa.wave_memory) over one VMID of the GC hub: every
+    """The wave executor's memory interface (rdna3.wave_memory) over one VMID of the GC hub: every
     access translates its pages through gmc.translate, so unmapped or protected pages fault the way the
     hardware reports it (fault registers, IH entry). The VMFault is kept in `fault`."""
 

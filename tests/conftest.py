@@ -76,7 +76,7 @@ def kernel_tree():
     return None
 
 
-KERNELS = Path(__file__).parent / "amdrv" / "isa" / "kernels"  # the OpenCL C corpus (and its common.h)
+KERNELS = Path(__file__).parent / "rdna3" / "kernels"  # the OpenCL C corpus (and its common.h)
 CLANG_CL = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
             "-nogpulib", os.environ.get("DRIVERLESS_CL_OPT", "-O2"), "-c", "-I", str(KERNELS)]
 # DRIVERLESS_CL_OPT=-O0 (or -O1, -O3) runs every test that builds OpenCL C at that level instead

@@ -1,4 +1,4 @@
-"""Generator of amdrv/isa/opcodes_gfx11.py and tests/amdrv/isa/corpus_gfx11.txt from LLVM's own
+"""Generator of rdna3/opcodes_gfx11.py and tests/rdna3/corpus_gfx11.txt from LLVM's own
 assembler and disassembler (llvm-mc-15, the oracle named in docs/isa.md).
 
     python -m tools.gen_isa            # rewrite the opcode tables and the test corpus
@@ -29,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from amdrv.isa.encoding import FORMATS, format_of, put_field  # noqa: E402
+from rdna3.encoding import FORMATS, format_of, put_field  # noqa: E402
 
 LLVM_MC = "llvm-mc-15"
-OUT_TABLES = ROOT / "amdrv" / "isa" / "opcodes_gfx11.py"
-OUT_CORPUS = ROOT / "tests" / "amdrv" / "isa" / "corpus_gfx11.txt"
+OUT_TABLES = ROOT / "rdna3" / "opcodes_gfx11.py"
+OUT_CORPUS = ROOT / "tests" / "rdna3" / "corpus_gfx11.txt"
 MCPU = "gfx1100"
 
 V = 256  # VGPR offset in 9-bit source fields

@@ -2,12 +2,12 @@
 
     python -m tools.isa_coverage [O0 O3 ...] [--jobs N] [--list] [--no-objdump]
 
-The corpus: the OpenCL C kernels of the ISA tests (tests/amdrv/isa/kernels) and of the hcq tests
+The corpus: the OpenCL C kernels of the ISA tests (tests/rdna3/kernels) and of the hcq tests
 (tests/hcq/kernels), and the kernels the compiler's LLVM path generates (compiler_bridge.codegen.llvm) for
 its samples (codegen_samples) and for a set of tensor programs (movement, matmul, reductions, casts,
 integer division). Each is compiled with clang-15 at every level asked (default -O0 -O1 -O2 -O3; compiles
-go through amdrv.isa.opencl's cache, in parallel), every instruction of every code object's
-.text is decoded with amdrv.isa and compiled by the executor (amdrv.isa.wave_compile.compile_instruction),
+go through rdna3.opencl's cache, in parallel), every instruction of every code object's
+.text is decoded with rdna3 and compiled by the executor (rdna3.wave_compile.compile_instruction),
 which refuses what it does not model. llvm-objdump-15's mnemonics are compared with the decoder's as a
 cross-check. Exit status 1 when an instruction is not executable or the two disassemblers disagree.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CL_DIRS = (ROOT / "tests" / "amdrv" / "isa" / "kernels", ROOT / "tests" / "hcq" / "kernels")
+CL_DIRS = (ROOT / "tests" / "rdna3" / "kernels", ROOT / "tests" / "hcq" / "kernels")
 LEVELS = ("-O0", "-O1", "-O2", "-O3")
 
 
@@ -86,7 +86,7 @@ def corpus() -> dict[str, str]:
 
 def compile_corpus(levels=LEVELS, jobs: int = 8, sources: dict | None = None) -> dict[tuple[str, str], bytes]:
     """{(name, level): code object} for every corpus source at every level, through the compile cache."""
-    from amdrv.isa.opencl import compile_opencl
+    from rdna3.opencl import compile_opencl
     sources = corpus() if sources is None else sources
     todo = [(n, lv) for lv in levels for n in sources]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -122,8 +122,8 @@ class _Prog:
 
 def executor_gaps(co: bytes, source: str = "", level: str = "") -> tuple[dict, dict]:
     """({mnemonic: Finding} of instructions the executor refuses, {mnemonic: count} of all)."""
-    from amdrv.isa import decode
-    from amdrv.isa.wave_compile import Unsupported, compile_instruction
+    from rdna3 import decode
+    from rdna3.wave_compile import Unsupported, compile_instruction
     gaps, seen = {}, defaultdict(int)
     prog = _Prog()
     for fname, va, code in text_functions(co):
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     if theirs and ours != theirs:
         rc = 1
         print(f"disassemblers disagree: only llvm-objdump-15: {sorted(theirs - ours)}; "
-              f"only amdrv.isa: {sorted(ours - theirs)}")
+              f"only rdna3: {sorted(ours - theirs)}")
     if rc == 0:
         print("every instruction is executable")
     return rc

@@ -89,7 +89,7 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_DIR = ROOT / "tests" / "amdrv" / "isa" / "kernels"     # the project's OpenCL corpus (and common.h)
+KERNEL_DIR = ROOT / "tests" / "rdna3" / "kernels"     # the project's OpenCL corpus (and common.h)
 FAULT_KERNELS = ROOT / "tests" / "hcq" / "kernels" / "faults.cl"
 UNALIGNED_KERNELS = ROOT / "tests" / "hcq" / "kernels" / "unaligned.cl"    # SH_MEM_CONFIG.ALIGNMENT_MODE
 KERNELS = ("add_f32", "saxpy", "local_reverse", "generic_lds_private")
@@ -265,7 +265,7 @@ class Workload:
         memory is the executor's own)."""
         np, dev = self.np, self.dev
         from amdrv import pm4
-        from amdrv.isa.codeobj import CodeObject
+        from rdna3.codeobj import CodeObject
         from amdrv.kernargs import kernel_args
         from hcq.api import ArgLayout
         from amdrv import hcq as amhcq
@@ -480,8 +480,8 @@ class Workload:
         gfx_v11_0_read_wave_data; tests/hcq/test_am_waves.py), and recover() must clear a queue with waves
         resident (gfx_v11_0_soft_reset)."""
         import hcq
-        from amdrv.isa import assemble
-        from amdrv.isa.codeobj import KernelSpec, write_code_object
+        from rdna3 import assemble
+        from rdna3.codeobj import KernelSpec, write_code_object
         dev = self.dev
         co = write_code_object([KernelSpec("illegal", bytes(4) + assemble("s_endpgm"), vgpr_count=8, sgpr_count=8)])
         prog = dev.program(co, "illegal")

@@ -14,8 +14,8 @@ from amdrv.am import AMGPU
 from amdrv.memory import VRAMExhausted, fmt_size
 from amdrv.pagetable import MTYPE_UC
 from amdrv.queue import ComputeQueue, SDMAQueue
-from amdrv.isa import opencl
-from amdrv.isa.codeobj import CodeObject, CodeObjectError
+from rdna3 import opencl
+from rdna3.codeobj import CodeObject, CodeObjectError
 from pcie import open_function
 from amdrv.kernargs import kernel_args
 from amdrv.hcq.graph import GraphBuilder
@@ -613,7 +613,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
 
     def _code_at(self, pc: int) -> str:
         """kernel+offset: instruction, for a PC inside a loaded program."""
-        from amdrv.isa import decode
+        from rdna3 import decode
         # the newest first: an older entry may be a freed image whose addresses a newer program now uses
         for va, size, co in reversed(self._code_images):
             if va <= pc < va + size:
@@ -646,7 +646,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
     # ------------------------------------------------------------------ programs
     def compile_opencl(self, source: str, opt: str = "-O2") -> bytes:
         """OpenCL C -> a code object for this GPU's gfx target, for program(code, kernel_name): clang-15
-        with the shipped work-item header, cached under the cache root (amdrv.isa.opencl)."""
+        with the shipped work-item header, cached under the cache root (rdna3.opencl)."""
         return opencl.compile_opencl(source, mcpu=self.gpu.dev.chip.gfx_target, opt=opt)
 
     def program(self, code_object, name: str) -> Program:

@@ -6,7 +6,7 @@ import struct
 from array import array
 
 from amdrv import pm4
-from amdrv.isa.codeobj import RSRC2
+from rdna3.codeobj import RSRC2
 from hcq.api import ArgLayout, Buffer, HCQError
 
 PACKET_BYTES = 64

@@ -14,13 +14,13 @@ statement), sqrt is `__builtin_sqrtf`, exp/log are `__builtin_expf`/`__builtin_l
 backend expands to v_exp_f32/v_log_f32 with a base change (relative error about 1e-6 plus the rounding
 of the scaled argument), sigmoid is 1/(1+exp(-x)) and tanh is 1 - 2/(exp(2x)+1) (absolute error about
 1e-7). max is `__builtin_fmaxf` (a NaN operand yields the other one). Compiling goes through
-amdrv.isa.opencl (cached by source hash; ClangMissing when clang-15/ld.lld-15 are not installed).
+rdna3.opencl (cached by source hash; ClangMissing when clang-15/ld.lld-15 are not installed).
 """
 from __future__ import annotations
 
 from compiler_bridge import ir
 from compiler_bridge.codegen import c_dialect
-from amdrv.isa.opencl import compile_opencl
+from rdna3.opencl import compile_opencl
 from compiler_bridge.runtime import register_codegen
 
 

@@ -1,9 +1,9 @@
 """The RDNA3 code generator: kernel IR (compiler_bridge.ir) -> gfx1100 wave32 machine code of our own.
 
-    assembly(kernel) -> str          the program in LLVM syntax (what amdrv.isa.assemble takes)
+    assembly(kernel) -> str          the program in LLVM syntax (what rdna3.assemble takes)
     generate(kernel) -> (code_object_bytes, kernel_name, (global_size, local_size))   registered "rdna3"
 
-No LLVM is involved: the text goes through amdrv.isa.assemble and codeobj.write_code_object.
+No LLVM is involved: the text goes through rdna3.assemble and codeobj.write_code_object.
 
 Kernel shape. User SGPRs: the kernarg segment pointer in s[0:1]; the workgroup id x follows in s2;
 v0 holds the work-item id x. The prologue loads every buffer pointer (s_load_b64 into an even SGPR
@@ -62,8 +62,8 @@ from __future__ import annotations
 import math
 import struct
 
-from amdrv.isa import asm
-from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+from rdna3 import asm
+from rdna3.codeobj import KernelArg, KernelSpec, write_code_object
 from compiler_bridge import ir
 from compiler_bridge.runtime import register_codegen
 

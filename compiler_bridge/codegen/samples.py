@@ -208,17 +208,17 @@ def run_reference(s: Sample) -> list[np.ndarray]:
 
 
 def scalar_values(s: Sample) -> list:
-    """Scalar arguments as raw 32-bit patterns (what amdrv.isa.wave.pack_kernargs takes)."""
+    """Scalar arguments as raw 32-bit patterns (what rdna3.wave.pack_kernargs takes)."""
     return [int(np.float32(v).view(np.uint32)) if p.dtype == F else int(np.int32(v).view(np.uint32))
             for p, v in zip(s.kernel.scalars, s.scalars)]
 
 
 def run_wave(s: Sample, code_object: bytes, name: str, launch, stats: dict | None = None) -> list[np.ndarray]:
-    """The written buffers after the kernel ran on amdrv.isa's wave executor (no device boot);
+    """The written buffers after the kernel ran on rdna3's wave executor (no device boot);
     `stats` (a dict) receives the executed wave instructions and the wave count."""
-    from amdrv.isa.codeobj import CodeObject
-    from amdrv.isa.wave import dispatch, pack_kernargs
-    from amdrv.isa.wave_memory import FlatMemory
+    from rdna3.codeobj import CodeObject
+    from rdna3.wave import dispatch, pack_kernargs
+    from rdna3.wave_memory import FlatMemory
     co = CodeObject(code_object)
     mem = FlatMemory()
     bufs = _buffers(s)

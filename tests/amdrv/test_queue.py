@@ -11,14 +11,14 @@ import pcie
 from amdrv import pm4
 from amdrv import sdma_packets as S
 from amdrv.am import AMGPU
-from amdrv.isa import assemble
-from amdrv.isa.codeobj import CodeObject, KernelSpec, write_code_object
+from rdna3 import assemble
+from rdna3.codeobj import CodeObject, KernelSpec, write_code_object
 from amdrv.ip.gfx import GFXError
 from amdrv.regs import Register
 from amdrv.queue import (COMPUTE_MQD, KIQ, MQD_HEADER, ComputeQueue, Fence,
                          HostBuffer, QueueError, SDMAQueue)
 
-KERNELS = Path(__file__).parent / "isa" / "kernels"
+KERNELS = Path(__file__).parents[1] / "rdna3" / "kernels"
 UNMAPPED_VA = 0x7F00_0000_0000  # inside the 48-bit space, never mapped by the GMC
 
 

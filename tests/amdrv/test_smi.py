@@ -23,7 +23,7 @@ from amdrv.autogen import smu_13_0_0 as S
 from gpusim import power
 
 ROOT = Path(__file__).resolve().parents[2]
-KERNELS = ROOT / "tests" / "amdrv" / "isa" / "kernels"
+KERNELS = ROOT / "tests" / "rdna3" / "kernels"
 RECORD_KEYS = {"device", "chip", "name", "address", "transport", "state", "boot", "holder_pid", "source", "age_s",
                "gfxoff_allowed", "thermal_alert", "message", "temperature_c", "power_w", "fan", "clocks_mhz", "dpm_level",
                "dpm_levels_mhz", "activity_pct", "vram_bytes", "throttle", "energy_j"}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hcq
-from amdrv.isa import opencl as codegen_clang
+from rdna3 import opencl as codegen_clang
 from compiler_bridge.codegen import llvm as L
 from compiler_bridge.codegen import samples as S
 from compiler_bridge import ir, runtime

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import hcq
-from amdrv.isa import disassemble
-from amdrv.isa.codeobj import CodeObject
+from rdna3 import disassemble
+from rdna3.codeobj import CodeObject
 from compiler_bridge.codegen import rdna3 as R
 from compiler_bridge.codegen import samples as S
 from compiler_bridge import ir, runtime
@@ -291,8 +291,8 @@ def test_uniform_values_move_to_vgprs_when_sgprs_run_out():
 
 
 def test_items_past_n_touch_nothing():
-    from amdrv.isa.wave import dispatch, pack_kernargs
-    from amdrv.isa.wave_memory import FlatMemory
+    from rdna3.wave import dispatch, pack_kernargs
+    from rdna3.wave_memory import FlatMemory
     n = 70                                   # two workgroups of 64: 58 idle items in the second
     b = ir.Builder()
     i = b.gid()

@@ -15,10 +15,10 @@ from gpusim.bus import HostBus
 from amdrv.am import AMGPU
 from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import pm4 as P
-from amdrv.isa.codeobj import CodeObject
-from amdrv.isa.wave import dispatch_packet, pack_kernargs
+from rdna3.codeobj import CodeObject
+from rdna3.wave import dispatch_packet, pack_kernargs
 
-KERNELS = __import__("pathlib").Path(__file__).parents[1] / "amdrv" / "isa" / "kernels"
+KERNELS = __import__("pathlib").Path(__file__).parents[1] / "rdna3" / "kernels"
 DOORBELL_RANGE_UPPER = 0x450          # (AMDGPU_NAVI10_DOORBELL_USERQUEUE_END (0x8a) * 2) << 2
 RING_BYTES = 4096
 

@@ -2,7 +2,7 @@
 leaves resident, as each kind of stop shows it, and gone once the queue's hang is cleared."""
 import pytest
 
-from amdrv.isa.wave import ExecError
+from rdna3.wave import ExecError
 from gpusim import board
 from gpusim.dispatch import stopped_waves
 from gpusim.sq import IX_EXEC_LO, IX_PC_HI, IX_PC_LO, IX_STATUS, IX_TRAPSTS

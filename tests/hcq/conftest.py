@@ -1,4 +1,4 @@
-"""Fixtures: kernels of tests/amdrv/isa/kernels compiled once per session (tests/conftest.py's build_cl),
+"""Fixtures: kernels of tests/rdna3/kernels compiled once per session (tests/conftest.py's build_cl),
 and a freshly powered simulated GPU opened through hcq."""
 from pathlib import Path
 
@@ -6,7 +6,7 @@ import pytest
 
 import hcq
 
-KERNELS = Path(__file__).resolve().parents[1] / "amdrv" / "isa" / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "rdna3" / "kernels"
 USED = ("add_f32", "saxpy", "matmul_tiled", "reduce_sum", "atomics", "local_reverse", "grid3d", "private_array")
 
 

@@ -9,7 +9,7 @@ import pytest
 import hcq
 from amdrv import pm4, sdma_packets
 from amdrv.hcq import PACKET_BYTES, AMCopyQueue
-from amdrv.isa.codeobj import CodeObject
+from rdna3.codeobj import CodeObject
 
 
 class CountingRing:
@@ -160,8 +160,8 @@ def test_scratch_kernels_are_refused_by_name(dev, kernel_corpus):
 
 def test_hidden_arguments_of_code_object_v5(offline):
     """Block counts, group sizes and grid dims get the launch's values; other hidden arguments 0."""
-    from amdrv.isa import assemble
-    from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+    from rdna3 import assemble
+    from rdna3.codeobj import KernelArg, KernelSpec, write_code_object
     hidden = ["hidden_block_count_x", "hidden_block_count_y", "hidden_block_count_z", "hidden_group_size_x",
               "hidden_group_size_y", "hidden_group_size_z", "hidden_remainder_x", "hidden_global_offset_x",
               "hidden_grid_dims"]

@@ -7,8 +7,8 @@ import time
 import pytest
 
 import hcq
-from amdrv.isa import assemble
-from amdrv.isa.codeobj import KernelSpec, write_code_object
+from rdna3 import assemble
+from rdna3.codeobj import KernelSpec, write_code_object
 
 
 def _program(dev, name, code):

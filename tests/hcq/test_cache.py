@@ -7,7 +7,7 @@ from hcq import cache
 def test_every_cache_is_a_subfolder_of_the_one_root(tmp_path, monkeypatch):
     from amdrv import device_spec, discovery
     from amdrv.firmware import store
-    from amdrv.isa import opencl
+    from rdna3 import opencl
     from compiler_bridge.codegen import c as backend_c
     from nvdrv import nvrtc
     monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import hcq
-from amdrv.isa import assemble
-from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+from rdna3 import assemble
+from rdna3.codeobj import KernelArg, KernelSpec, write_code_object
 
 # fill(dst, value): dst[work-item] = value, for one workgroup
 FILL = write_code_object([KernelSpec(

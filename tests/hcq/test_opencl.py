@@ -1,12 +1,12 @@
 """Plain OpenCL C runs unchanged (issue 12, docs/hcq.md): dev.compile_opencl builds it with the shipped
-work-item header (amdrv/isa/include/driverless_cl.h) for the device's gfx target, and it runs on am:sim."""
+work-item header (rdna3/include/driverless_cl.h) for the device's gfx target, and it runs on am:sim."""
 import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from amdrv.isa import opencl
+from rdna3 import opencl
 
 pytestmark = pytest.mark.skipif(not opencl.available(), reason="clang-15 and ld.lld-15 are not installed")
 
@@ -65,7 +65,7 @@ def test_work_item_functions_follow_the_dispatch_on_a_2d_grid(dev):
 
 
 def test_code_object_is_for_the_device_and_holds_only_the_kernel(dev, tmp_path):
-    from amdrv.isa.codeobj import CodeObject
+    from rdna3.codeobj import CodeObject
     co = CodeObject(dev.compile_opencl(SCALE_ADD))
     assert co.kernel("scale_add")                          # the kernel is there, the header's functions are not
     llvm_nm = shutil.which("llvm-nm-15")

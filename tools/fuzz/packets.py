@@ -43,8 +43,8 @@ from array import array
 import hcq
 from amdrv import pm4, sdma_packets
 from amdrv.autogen import pm4 as P
-from amdrv.isa import assemble
-from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+from rdna3 import assemble
+from rdna3.codeobj import KernelArg, KernelSpec, write_code_object
 from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_chip
 
 KINDS = ("pm4-mutated", "pm4-random", "sdma-mutated", "sdma-random", "wave")
@@ -255,8 +255,8 @@ _WAVE_TEMPLATES = (
 
 def wave_code(rng) -> bytes:
     """A prologue (s[2:3] = the scratch buffer, v1 = 4 * work-item id), random words and instructions, s_endpgm."""
-    from amdrv.isa.encoding import FORMATS
-    from amdrv.isa.opcodes_gfx11 import OPCODES
+    from rdna3.encoding import FORMATS
+    from rdna3.opcodes_gfx11 import OPCODES
     from tools.gen_isa import encode
     body = []
     for _ in range(rng.randint(1, 24)):

@@ -84,8 +84,8 @@ def make_plan(rng, usb: bool) -> Plan:
 # ------------------------------------------------------------------------------------ the check kernel
 def check_kernel() -> bytes:
     """out[i] = a[i] * k + i over work-groups of 64: built with our assembler, so no LLVM is needed."""
-    from amdrv.isa import assemble
-    from amdrv.isa.codeobj import KernelArg, KernelSpec, write_code_object
+    from rdna3 import assemble
+    from rdna3.codeobj import KernelArg, KernelSpec, write_code_object
     code = assemble("""
         s_load_b128 s[4:7], s[0:1], 0x0
         s_load_b32 s8, s[0:1], 0x10

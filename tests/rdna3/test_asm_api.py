@@ -1,10 +1,10 @@
 """The decoded-instruction API, the builder's typing, and the errors for bad input."""
 import pytest
 
-from amdrv.isa import assemble, decode, decode_all, disassemble
-from amdrv.isa import instruction as I
-from amdrv.isa.builder import Program, exec_lo, null, s, v, vcc_lo
-from amdrv.isa.errors import AsmError, DecodeError, IsaError
+from rdna3 import assemble, decode, decode_all, disassemble
+from rdna3 import instruction as I
+from rdna3.builder import Program, exec_lo, null, s, v, vcc_lo
+from rdna3.errors import AsmError, DecodeError, IsaError
 
 
 def test_decode_vop3_operands_and_modifiers():

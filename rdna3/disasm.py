@@ -4,15 +4,15 @@ from __future__ import annotations
 import struct
 from dataclasses import replace
 
-from amdrv.isa import instruction as I
-from amdrv.isa.encoding import (DEPCTR_FIELDS, DEPCTR_RESERVED, FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, INV_2PI_BITS, LITERAL, NULL,
+from rdna3 import instruction as I
+from rdna3.encoding import (DEPCTR_FIELDS, DEPCTR_RESERVED, FLAT_SEGMENTS, FLOAT_CODES, FORMATS, INV_2PI, INV_2PI_BITS, LITERAL, NULL,
                                 SPECIAL_REG, SPECIAL_REG64, SPECIAL_SRC, TTMP_BASE, TTMP_COUNT, VGPR_BASE,
                                 format_of, get_field)
-from amdrv.isa.errors import DecodeError
-from amdrv.isa.instruction import Instruction, Operand
-from amdrv.isa.opcodes_gfx11 import HWREG as HWREG_NAMES
-from amdrv.isa.opcodes_gfx11 import DPP_NAMES, MUST_BE_ZERO, OPCODES
-from amdrv.isa.opcodes_gfx11 import SENDMSG as SENDMSG_NAMES
+from rdna3.errors import DecodeError
+from rdna3.instruction import Instruction, Operand
+from rdna3.opcodes_gfx11 import HWREG as HWREG_NAMES
+from rdna3.opcodes_gfx11 import DPP_NAMES, MUST_BE_ZERO, OPCODES
+from rdna3.opcodes_gfx11 import SENDMSG as SENDMSG_NAMES
 
 DPP_CODES = {233: "DPP8", 234: "DPP8 with fetch-inactive", 250: "DPP16"}
 SRC_FIELDS = ("src0", "src1", "src2", "ssrc0", "ssrc1", "srcx0", "srcy0")

@@ -1,6 +1,6 @@
-/* Short names the corpus kernels use, over the shipped OpenCL header (amdrv/isa/include/driverless_cl.h:
+/* Short names the corpus kernels use, over the shipped OpenCL header (rdna3/include/driverless_cl.h:
    get_global_id & co. for clang-15 -nogpulib), so the corpus builds exactly as a user's kernel does. */
-#include "../../../../amdrv/isa/include/driverless_cl.h"   /* relative to this file: no -I needed */
+#include "../../../rdna3/include/driverless_cl.h"   /* relative to this file: no -I needed */
 
 static inline uint lid(int d) { return (uint)get_local_id(d); }
 static inline uint group_id(int d) { return (uint)get_group_id(d); }

@@ -6,7 +6,7 @@ and a typed program builder.
     disassemble(code, arch="gfx1100") -> list[str]   LLVM syntax
     assemble(text, arch="gfx1100") -> bytes           LLVM syntax
 """
-from amdrv.isa.instruction import Instruction, Operand
+from rdna3.instruction import Instruction, Operand
 
 __all__ = ["Instruction", "Operand", "decode", "decode_all", "disassemble", "assemble", "IsaError"]
 
@@ -14,12 +14,12 @@ __all__ = ["Instruction", "Operand", "decode", "decode_all", "disassemble", "ass
 def __getattr__(name):
     # Lazy so that importing the data model does not load the tables.
     if name in ("decode", "decode_all", "disassemble", "DecodeError"):
-        from amdrv.isa import disasm
+        from rdna3 import disasm
         return getattr(disasm, name)
     if name in ("assemble", "AsmError"):
-        from amdrv.isa import asm
+        from rdna3 import asm
         return getattr(asm, name)
     if name == "IsaError":
-        from amdrv.isa.errors import IsaError
+        from rdna3.errors import IsaError
         return IsaError
     raise AttributeError(name)

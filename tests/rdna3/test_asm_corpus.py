@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from amdrv.isa import assemble, decode, disassemble
-from amdrv.isa import instruction as I
-from amdrv.isa.disasm import mubuf_kind
-from amdrv.isa.encoding import NULL
-from amdrv.isa.opcodes_gfx11 import DPP_NAMES, OPCODES
+from rdna3 import assemble, decode, disassemble
+from rdna3 import instruction as I
+from rdna3.disasm import mubuf_kind
+from rdna3.encoding import NULL
+from rdna3.opcodes_gfx11 import DPP_NAMES, OPCODES
 
 CORPUS = Path(__file__).with_name("corpus_gfx11.txt")
 LLVM_MC = shutil.which("llvm-mc-15")
@@ -136,7 +136,7 @@ def test_corpus_bytes_are_llvm_mc_output(mcpu):
 
 @pytest.mark.skipif(LLVM_MC is None, reason="llvm-mc-15 not installed (Debian llvm-15)")
 def test_generated_files_are_fresh():
-    """amdrv/isa/opcodes_gfx11.py and the corpus are exactly what tools/gen_isa.py makes."""
+    """rdna3/opcodes_gfx11.py and the corpus are exactly what tools/gen_isa.py makes."""
     from tools import gen_isa
     tables, corpus = gen_isa.build()
     assert tables == gen_isa.OUT_TABLES.read_text(), "opcode tables are stale: run python -m tools.gen_isa"
@@ -146,7 +146,7 @@ def test_generated_files_are_fresh():
 def test_every_alias_has_corpus_lines_checked_against_llvm():
     """Each alias llvm-mc-15 accepts (found by tools/gen_isa.py's probes) has a corpus line, so it is held to
     llvm-mc's bytes above; the brief's example among them."""
-    from amdrv.isa.opcodes_gfx11 import ALIASES
+    from rdna3.opcodes_gfx11 import ALIASES
     used = {text.split(" ", 1)[0] for text, _, _ in ROWS}
     assert len(ALIASES) > 150 and ALIASES["s_ff1_i32_b32"] == "s_ctz_i32_b32"
     assert ALIASES["ds_write2_b32"] == "ds_store_2addr_b32" and ALIASES["v_ffbh_u32"] == "v_clz_i32_u32"

@@ -1,6 +1,6 @@
 """A Python builder for gfx11 programs with typed operands.
 
-    from amdrv.isa.builder import Program, s, v, vcc_lo, exec_lo, null, off
+    from rdna3.builder import Program, s, v, vcc_lo, exec_lo, null, off
     p = Program()
     p.s_load_b64(s[2:3], s[0:1], 0x10)          # ranges are inclusive, as in LLVM's s[2:3]
     p.s_waitcnt(lgkmcnt=0)
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from amdrv.isa import asm
-from amdrv.isa.asm import Arg, Encoded
-from amdrv.isa.errors import AsmError
+from rdna3 import asm
+from rdna3.asm import Arg, Encoded
+from rdna3.errors import AsmError
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class Program:
         raise AttributeError(name)
 
     def disassemble(self) -> list[str]:
-        from amdrv.isa.disasm import disassemble
+        from rdna3.disasm import disassemble
         return disassemble(self.assemble())
 
     def assemble(self) -> bytes:

@@ -5,7 +5,7 @@
 Operand text is parsed into `Arg`s (registers, numbers, labels, symbolic immediates) and matched
 against the operand specs of every table entry with that mnemonic; like llvm-mc, an unsuffixed VOP1,
 VOP2 or VOPC mnemonic takes the 32-bit encoding when its operands allow and the VOP3 one otherwise.
-The builder (amdrv/isa/builder.py) feeds the same `encode_args` with typed Args.
+The builder (rdna3/builder.py) feeds the same `encode_args` with typed Args.
 """
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import re
 import struct
 from dataclasses import dataclass, replace
 
-from amdrv.isa.disasm import ARCHS, DELAY_INSTID, DELAY_SKIP, HWREG_NAMES, SENDMSG_NAMES, SRC_FIELDS
-from amdrv.isa.encoding import (DEPCTR_FIELDS, EXEC_LO, FLOAT_CODES, FORMATS, INV_2PI_BITS, LITERAL, NULL, SPECIAL_SRC, TTMP_BASE,
+from rdna3.disasm import ARCHS, DELAY_INSTID, DELAY_SKIP, HWREG_NAMES, SENDMSG_NAMES, SRC_FIELDS
+from rdna3.encoding import (DEPCTR_FIELDS, EXEC_LO, FLOAT_CODES, FORMATS, INV_2PI_BITS, LITERAL, NULL, SPECIAL_SRC, TTMP_BASE,
                                 VGPR_BASE, put_field)
-from amdrv.isa.errors import AsmError
-from amdrv.isa.opcodes_gfx11 import ALIASES, DPP_NAMES, OPCODES
+from rdna3.errors import AsmError
+from rdna3.opcodes_gfx11 import ALIASES, DPP_NAMES, OPCODES
 
 SCALAR_NAMES = {"vcc_lo": (106, 1), "vcc_hi": (107, 1), "vcc": (106, 2), "exec_lo": (126, 1),
                 "exec_hi": (127, 1), "exec": (126, 2), "m0": (125, 1), "null": (NULL, 0)}

@@ -540,8 +540,8 @@ def write_code_object(kernels: list[KernelSpec], arch: str = "gfx1100") -> bytes
 def register_usage(code: bytes) -> tuple[int, int]:
     """(VGPRs, SGPRs) a kernel's code needs, counted as LLVM counts them for .vgpr_count and
     .sgpr_count: highest register used plus one, and two more SGPRs when the code touches VCC."""
-    from amdrv.isa import decode
-    from amdrv.isa import instruction as ins
+    from rdna3 import decode
+    from rdna3 import instruction as ins
 
     vgprs, sgprs, vcc, off = 0, 0, False, 0
     while off < len(code):

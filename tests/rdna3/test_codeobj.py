@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from amdrv.isa.codeobj import (CodeObject, CodeObjectError, KernelArg, KernelSpec, register_usage,
+from rdna3.codeobj import (CodeObject, CodeObjectError, KernelArg, KernelSpec, register_usage,
                                write_code_object)
-from amdrv.isa.wave import dispatch, pack_kernargs
-from amdrv.isa.wave_memory import FlatMemory
+from rdna3.wave import dispatch, pack_kernargs
+from rdna3.wave_memory import FlatMemory
 
 needs_llvm = pytest.mark.skipif(not shutil.which("llvm-readelf-15"), reason="llvm-15 tools not installed")
 

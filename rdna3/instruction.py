@@ -2,7 +2,7 @@
 builder and the wave executor.
 
 An `Instruction` keeps both views of the machine word: `fields`, the raw bit fields of its format
-(named as in the encoding tables of amdrv/isa/opcodes_gfx11.py), and `operands`, the operands in
+(named as in the encoding tables of rdna3/opcodes_gfx11.py), and `operands`, the operands in
 LLVM's assembly order (destinations first, then sources), each already classified. `mods` holds the
 modifiers that are not operands (clamp, omod, op_sel, offsets, cache bits, waitcnt counters...).
 """
@@ -100,5 +100,5 @@ class Instruction:
         return None
 
     def __str__(self) -> str:
-        from amdrv.isa.disasm import format_instruction
+        from rdna3.disasm import format_instruction
         return format_instruction(self)

@@ -4,10 +4,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from amdrv.isa.codeobj import CodeObject, KernelArg, KernelSpec, write_code_object
-from amdrv.isa.wave import ExecError, dispatch, pack_kernargs
-from amdrv.isa.wave_memory import FlatMemory, MemoryFault
-from amdrv.isa.wave_ops import fma_f32
+from rdna3.codeobj import CodeObject, KernelArg, KernelSpec, write_code_object
+from rdna3.wave import ExecError, dispatch, pack_kernargs
+from rdna3.wave_memory import FlatMemory, MemoryFault
+from rdna3.wave_ops import fma_f32
 
 f32, f64, i32, u32, u64 = np.float32, np.float64, np.int32, np.uint32, np.uint64
 
@@ -604,7 +604,7 @@ def test_user_sgprs_follow_the_descriptor(kernel_corpus):
 
 
 def test_register_beyond_allocation_is_reported():
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     code = assemble("v_mov_b32 v20, 1\ns_endpgm\n")
     co = CodeObject(write_code_object([KernelSpec("k", code, vgpr_count=8)]))
     with pytest.raises(ExecError, match=r"v_mov_b32_e32 v20, 1: unsupported: v20 is beyond the kernel's 8 VGPRs"):
@@ -612,7 +612,7 @@ def test_register_beyond_allocation_is_reported():
 
 
 def test_hang_is_reported():
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     co = CodeObject(write_code_object([KernelSpec("spin", assemble("top:\ns_branch top\ns_endpgm\n"))]))
     with pytest.raises(ExecError, match=r"\(spin\+0x0\): s_branch .*still running after 1000 instructions"):
         dispatch(co, None, FlatMemory(), (64,), (32,), b"", max_steps=1000)
@@ -637,7 +637,7 @@ def test_running_off_the_end_is_reported(tmp_path):
 def test_atomics_apply_in_lane_order(op, dtype, addresses):
     """Vectorized atomics (rounds of distinct addresses, or one accumulate per address) equal a
     lane-by-lane sequential application."""
-    from amdrv.isa.wave_memory import ByteSpace
+    from rdna3.wave_memory import ByteSpace
     r = np.random.default_rng(addresses)
     k = np.dtype(dtype).itemsize // 4
     init = r.integers(0, 2**32, 2048, dtype=u64).astype(u32)
@@ -674,13 +674,13 @@ def test_flat_memory_faults():
 
 
 # ------------------------------------------------------------------------------------------------
-# targeted semantics, in assembly (assembled by amdrv.isa.assemble, which is checked against llvm-mc)
+# targeted semantics, in assembly (assembled by rdna3.assemble, which is checked against llvm-mc)
 
 
 def run_asm(text, out_words=256, lanes=32, lds=0):
     """Run one workgroup of `lanes` work-items of an assembled kernel whose only argument is an
     output buffer (pointer at s[0:1] of the kernarg segment, loaded into s[4:5] by the prologue)."""
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     code = assemble("s_load_b64 s[4:5], s[0:1], 0x0\ns_waitcnt lgkmcnt(0)\n" + text + "\ns_endpgm\n")
     spec = KernelSpec("t", code, args=[KernelArg(0, 8, "global_buffer", "global")], group_segment_size=lds)
     co = CodeObject(write_code_object([spec]))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from amdrv.isa.wave_ops import ATOMICS
+from rdna3.wave_ops import ATOMICS
 
 U8, U32, U64 = np.uint8, np.uint32, np.uint64
 

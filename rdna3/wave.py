@@ -9,9 +9,9 @@ reconverges, and lets a group that keeps looping at the lowest PC yield to the o
 (a spin on a flag another workgroup sets). s_barrier parks waves until all live waves of their
 workgroup are parked.
 
-Each instruction is decoded once per code address (amdrv.isa.decode) and compiled into a closure
+Each instruction is decoded once per code address (rdna3.decode) and compiled into a closure
 specialized for its operands; the run loop only calls closures. Global memory goes through the
-interface described in amdrv/isa/wave_memory.py; LDS is one ByteSpace with a slot per workgroup,
+interface described in rdna3/wave_memory.py; LDS is one ByteSpace with a slot per workgroup,
 private memory one with a segment per work-item, and flat addresses are routed by aperture.
 
 Faults are exceptions: `ExecError` names the PC, the kernel and offset, the instruction and the
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amdrv.isa.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, N_SROWS, OP, PRIVATE_HI, SHARED_HI,
+from rdna3.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, N_SROWS, OP, PRIVATE_HI, SHARED_HI,
                                     Unsupported, compile_instruction, pack_lanes, unpack_lanes)
-from amdrv.isa.wave_memory import ByteSpace, FlatMemory, MemoryFault
+from rdna3.wave_memory import ByteSpace, FlatMemory, MemoryFault
 
 U32, U64 = np.uint32, np.uint64
-# encoding bits 31:26 of the RDNA3 formats amdrv.isa does not decode: MTBUF 111010, MIMG 111100, EXP 111110
+# encoding bits 31:26 of the RDNA3 formats rdna3 does not decode: MTBUF 111010, MIMG 111100, EXP 111110
 # (RDNA3 ISA, "Microcode Formats"); VINTERP and LDSDIR are bits 31:24 = 0xCD, 0xCE
 UNDECODED_FORMATS = (0x3A, 0x3C, 0x3E)
 
@@ -156,7 +156,7 @@ class Program:
         return out, pc - page
 
     def _compile(self, pc: int) -> Compiled:
-        from amdrv.isa import decode
+        from rdna3 import decode
         if self.fetch is not None:
             # the rest of this page; an instruction that runs past it needs the next one
             code, off = self._fetched(pc, pc - pc % self.PAGE + self.PAGE)
@@ -467,7 +467,7 @@ def launch_regs(*args, **kwargs) -> DispatchResult:
 def _setup(code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, lds_bytes, private_bytes, name,
            max_waves, max_steps, code, wg_offset, code_base, apertures):
     """launch_regs' checks and setup: (workgroups, workgroups per batch, waves per workgroup, context)."""
-    from amdrv.isa.codeobj import RSRC1, RSRC2, _fields
+    from rdna3.codeobj import RSRC1, RSRC2, _fields
     grid = tuple(grid) + (1,) * (3 - len(grid))
     block = tuple(block) + (1,) * (3 - len(block))
     if np.prod(block) > 1024:

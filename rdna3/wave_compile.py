@@ -1,7 +1,7 @@
 """Compilation of decoded gfx11 instructions into closures over lockstep wave groups.
 
 `compile_instruction(inst, pc, prog)` returns (kind, fn, branch target): kind OP runs fn(g, x)
-on a wave group g (the `Waves` of amdrv/isa/wave.py: SGPR rows s[row, wave], VGPRs v[reg, wave,
+on a wave group g (the `Waves` of rdna3/wave.py: SGPR rows s[row, wave], VGPRs v[reg, wave,
 lane], EXEC mask) with the executor x (memory, LDS, private memory); CBR's fn(g) says per wave
 whether the branch is taken. Operand access is specialized here once per instruction: register
 rows, constants, modifiers and types are resolved before anything runs. What the hardware would do
@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from amdrv.isa import instruction as ins
-from amdrv.isa import wave_ops as ops
-from amdrv.isa.wave_memory import MemoryFault
+from rdna3 import instruction as ins
+from rdna3 import wave_ops as ops
+from rdna3.wave_memory import MemoryFault
 
 U8, U16, U32, U64, I32 = np.uint8, np.uint16, np.uint32, np.uint64, np.int32
 

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from amdrv.isa import assemble, decode_all, disassemble
+from rdna3 import assemble, decode_all, disassemble
 
 TOOLS = {t: shutil.which(t) for t in ("clang-15", "ld.lld-15", "llvm-objdump-15")}
 pytestmark = pytest.mark.skipif(not all(TOOLS.values()), reason="needs clang-15, lld-15 and llvm-15")

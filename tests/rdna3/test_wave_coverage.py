@@ -7,10 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from amdrv.isa.codeobj import CodeObject, KernelArg, KernelSpec, write_code_object
-from amdrv.isa.wave import ExecError, dispatch, pack_kernargs
-from amdrv.isa.wave_memory import FlatMemory
-from amdrv.isa import opencl as codegen_clang
+from rdna3.codeobj import CodeObject, KernelArg, KernelSpec, write_code_object
+from rdna3.wave import ExecError, dispatch, pack_kernargs
+from rdna3.wave_memory import FlatMemory
+from rdna3 import opencl as codegen_clang
 
 u16, u32, i32, u64, f32 = np.uint16, np.uint32, np.int32, np.uint64, np.float32
 needs_clang = pytest.mark.skipif(not codegen_clang.available(), reason="clang-15/ld.lld-15 not installed")
@@ -43,7 +43,7 @@ def test_every_instruction_clang_emits_is_executable(corpus, level):
 
 def test_the_corpus_covers_its_sources(corpus):
     names = set(corpus)
-    assert {"isa/transpose", "hcq/faults", "llvm/matmul", "tensor/transpose.0"} <= names
+    assert {"rdna3/transpose", "hcq/faults", "llvm/matmul", "tensor/transpose.0"} <= names
     assert all('#include' not in src for src in corpus.values())     # headers inlined: the cache key sees them
 
 
@@ -54,7 +54,7 @@ def test_the_corpus_covers_its_sources(corpus):
 def run_valu(text, *inputs, lanes=256):
     """Runs `text` (an instruction writing v4 from v1, v2, v3) on `lanes` work-items whose v1..v3 are
     loaded from `inputs` (uint32 arrays of `lanes` values); returns v4 of every lane."""
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     loads = "\n".join(f"global_load_b32 v{k + 1}, v10, s[6:7] offset:{4 * lanes * k}" for k in range(len(inputs)))
     code = assemble(f"""
         s_load_b128 s[4:7], s[0:1], 0x0
@@ -184,7 +184,7 @@ def test_float_to_int_rounding_conversions():
 
 def run_scalar(text, regs):
     """Runs `text` and returns the SGPRs `regs` as stored by one lane."""
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     stores = "\n".join(f"v_mov_b32 v1, s{r}\nglobal_store_b32 v3, v1, s[4:5] offset:{4 * k}" for k, r in enumerate(regs))
     code = assemble(f"s_load_b64 s[4:5], s[0:1], 0x0\ns_waitcnt lgkmcnt(0)\n{text}\nv_mov_b32 v3, 0\n{stores}\ns_endpgm\n")
     co = CodeObject(write_code_object([KernelSpec("t", code, args=[KernelArg(0, 8, "global_buffer", "global")])]))
@@ -226,7 +226,7 @@ def test_scalar_ops_added_for_the_corpus():
 def test_calls_and_returns_through_sgpr_pairs():
     """s_getpc/s_swappc_b64 into a function, s_setpc_b64 back, s_call_b64; waves of one dispatch that
     jump to different addresses split and run both paths."""
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     head = """
         s_load_b64 s[4:5], s[0:1], 0x0
         s_waitcnt lgkmcnt(0)
@@ -271,7 +271,7 @@ def test_calls_and_returns_through_sgpr_pairs():
 
 
 def test_an_unimplemented_instruction_is_an_immediate_error_naming_it():
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     code = assemble("v_mov_b32 v1, 0\nv_sad_u8 v1, v1, v1, v1\ns_endpgm\n")
     co = CodeObject(write_code_object([KernelSpec("needs_sad", code)]))
     with pytest.raises(ExecError, match=r"PC 0x[0-9a-f]+ \(needs_sad\+0x4\): v_sad_u8 v1, v1, v1, v1: "
@@ -281,7 +281,7 @@ def test_an_unimplemented_instruction_is_an_immediate_error_naming_it():
 
 
 def test_a_valid_instruction_of_an_undecoded_format_is_a_model_gap_not_illegal(tmp_path):
-    from amdrv.isa import assemble
+    from rdna3 import assemble
     exp = bytes.fromhex("000000f8" "00000000")       # an EXP word (bits 31:26 = 111110): valid on hardware
     co = CodeObject(write_code_object([KernelSpec("exp", exp + assemble("s_endpgm"), vgpr_count=8, sgpr_count=8)]))
     with pytest.raises(ExecError, match=r"undecodable instruction") as e:
@@ -301,15 +301,15 @@ def test_a_valid_instruction_of_an_undecoded_format_is_a_model_gap_not_illegal(t
 @needs_clang
 @pytest.mark.parametrize("level", ["-O0", "-O3"])
 def test_kernels_at_other_levels_match_numpy(corpus, level):
-    from amdrv.isa.opencl import compile_opencl
-    co = CodeObject(compile_opencl(corpus["isa/transpose"], opt=level))
+    from rdna3.opencl import compile_opencl
+    co = CodeObject(compile_opencl(corpus["rdna3/transpose"], opt=level))
     w, h = 37, 11
     a = rng.integers(0, 2**31, (h, w)).astype(i32)
     mem = FlatMemory()
     out, src = mem.upload(np.zeros((w, h), i32)), mem.upload(a)
     dispatch(co, None, mem, (w, h), (16, 4), pack_kernargs(co.kernel(), [out, src, u32(w), u32(h)]))
     assert np.array_equal(mem.array(out, i32, w * h).reshape(w, h), a.T)
-    co = CodeObject(compile_opencl(corpus["isa/select_clamp"], opt=level))
+    co = CodeObject(compile_opencl(corpus["rdna3/select_clamp"], opt=level))
     n = 203
     x, f = rng.integers(-500, 500, n).astype(i32), rng.uniform(-2, 2, n).astype(f32)
     mem = FlatMemory()
@@ -326,7 +326,7 @@ def test_kernels_at_other_levels_match_numpy(corpus, level):
 def test_llvm_codegen_at_other_levels_matches_the_c_reference(level, name, tmp_path_factory, monkeypatch):
     from compiler_bridge.codegen import llvm as L
     from compiler_bridge.codegen import samples as S
-    from amdrv.isa.opencl import compile_opencl
+    from rdna3.opencl import compile_opencl
     monkeypatch.setattr("compiler_bridge.codegen.c._cache_dir", lambda: tmp_path_factory.getbasetemp() / "c_cache")
     samples = S.samples()
     s = samples[name]

@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from amdrv.isa import decode
-from amdrv.isa.encoding import FORMATS
-from amdrv.isa.errors import DecodeError
-from amdrv.isa.opcodes_gfx11 import OPCODES
+from rdna3 import decode
+from rdna3.encoding import FORMATS
+from rdna3.errors import DecodeError
+from rdna3.opcodes_gfx11 import OPCODES
 from tools.gen_isa import encode, mc_disassemble
 
 pytestmark = pytest.mark.skipif(shutil.which("llvm-mc-15") is None, reason="llvm-mc-15 not installed")

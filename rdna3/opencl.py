@@ -6,7 +6,7 @@
 The pipeline: `clang-15 -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=gfx1100 -nogpulib -O2
 -include HEADER -c` (`opt=` picks another level), then `ld.lld-15 -shared`. No device library is linked
 (-nogpulib), so the OpenCL work-item functions (`get_global_id` & co.) and `barrier` come from HEADER
-(amdrv/isa/include/driverless_cl.h), which reads them from the hardware and the dispatch packet; it is
+(rdna3/include/driverless_cl.h), which reads them from the hardware and the dispatch packet; it is
 force-included, so plain OpenCL C compiles unchanged. `dev.compile_opencl(source)` on an AM hcq device
 picks the device's `mcpu`.
 

@@ -2,7 +2,7 @@
    clang-15 -target amdgcn-amd-amdhsa -nogpulib, which links no device library: clang declares these
    (opencl-c-base.h) but nothing defines them. Here they read what the hardware hands each wave and the
    hsa_kernel_dispatch_packet behind the dispatch pointer (LLVM AMDGPUUsage, "Initial Kernel Execution
-   State"; hsa.h for the packet layout). amdrv.isa.opencl.compile_opencl force-includes this file, so
+   State"; hsa.h for the packet layout). rdna3.opencl.compile_opencl force-includes this file, so
    plain OpenCL C needs no include line.
 
    Each is `extern inline` with gnu_inline and always_inline: inlined at every -O level and never
