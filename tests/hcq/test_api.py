@@ -10,7 +10,7 @@ import hcq
 from amdrv.kernargs import kernel_args
 from hcq.api import ArgLayout, ArgumentError, Buffer, HCQDevice, HCQError, KernelArg, scalar_code
 
-SAXPY = [  # what clang-15 writes for tests/amdrv/isa/kernels/saxpy.cl
+SAXPY = [  # what clang-15 writes for tests/rdna3/kernels/saxpy.cl
     {".address_space": "global", ".offset": 0, ".size": 8, ".type_name": "float*", ".value_kind": "global_buffer"},
     {".address_space": "global", ".offset": 8, ".size": 8, ".type_name": "float*", ".value_kind": "global_buffer"},
     {".offset": 16, ".size": 4, ".type_name": "float", ".value_kind": "by_value"},
@@ -165,12 +165,30 @@ def test_device_choice_questions_go_through_the_backend(monkeypatch, tmp_path):
     assert hcq.device_facts("am:not-a-device")["persistent"] is False
 
 
-def test_compiler_bridge_does_not_import_the_driver_beyond_the_isa():
+def test_compiler_bridge_does_not_import_the_driver():
+    """compiler_bridge reaches devices through hcq and the ISA through rdna3, never amdrv."""
     import pathlib
     import re
     root = pathlib.Path(__file__).resolve().parents[2] / "compiler_bridge"
     bad = [f"{f.name}: {m}" for f in root.rglob("*.py")
-           for m in re.findall(r"^\s*(?:from|import) (amdrv(?!\.isa)\S*)", f.read_text(), re.M)]
+           for m in re.findall(r"^\s*(?:from|import) (amdrv\S*)", f.read_text(), re.M)]
+    assert not bad, bad
+
+
+def test_rdna3_imports_nothing_of_ours_but_the_cache():
+    """The ISA toolchain and wave executor (rdna3/) sit below every package that uses them: of ours they
+    import only hcq.cache (the OpenCL code-object cache's root)."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "rdna3"
+    ours = {"amdrv", "gpusim", "nvdrv", "pcie", "tools", "compiler_bridge", "driverless", "bench", "hcq"}
+    bad = []
+    for f in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            bad += [f"{f.name}: {n}" for n in names
+                    if n.split(".")[0] in ours and not n.startswith("hcq.cache")]
     assert not bad, bad
 
 
