@@ -649,7 +649,7 @@ class SimGPU:
         if self._thread:
             raise RuntimeError(f"{self.chip}: stop_async() before saving the device")
         s = dict(self.__dict__)
-        for k in ("lock", "_thread", "_tables", "_addr_cache", "_steppers", "bus", "msi_sink"):
+        for k in ("lock", "_thread", "_stop", "_tables", "_addr_cache", "_steppers", "bus", "msi_sink"):
             s.pop(k, None)
         return s
 

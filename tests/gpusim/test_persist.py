@@ -91,3 +91,15 @@ def test_a_file_saved_before_the_rename_of_device_to_simgpu_still_loads(tmp_path
     path = tmp_path / "old.state"
     path.write_bytes(persist.MAGIC + old)
     assert type(persist.load(path)) is SimGPU
+
+
+def test_a_device_that_ran_on_its_own_clock_can_be_saved(tmp_path):
+    """start_async leaves its stop event behind after stop_async: it is runtime state, not the GPU's, and
+    saving such a device failed (cannot pickle '_thread.lock')."""
+    from gpusim import persist
+    from gpusim.device import SimGPU
+    dev = SimGPU("navi31", vram_size=64 << 20)
+    dev.start_async()
+    dev.stop_async()
+    persist.save(dev, tmp_path / "ran.state")
+    assert persist.load(tmp_path / "ran.state").chip == "navi31"

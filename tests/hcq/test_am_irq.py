@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import hcq
+from gpusim.bus import HostBus
 from amdrv import irq, sdma_packets
 from amdrv.hcq import queues
 from amdrv.ip.ih import IVEntry
@@ -22,7 +23,7 @@ class _Async:
     after that would wait for TLB invalidations on the threaded clock, slow on a loaded machine."""
 
     def __init__(self, busy: bytes, faults: bytes):
-        self.d = d = hcq.open("am:sim", fresh=True)
+        self.d = d = hcq.open("am:sim", bus=HostBus())   # a bus of its own: no later test finds this GPU
         assert d.irq is None and "stepped clock" in d.wait_mode
         self.busy = d.program(busy, "busy")
         self.spin = d.program(faults, "spin")
