@@ -18,9 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rdna3.codeobj import CodeObject
-from rdna3.wave import dispatch, pack_kernargs
-from rdna3.wave_memory import FlatMemory
+# run as a script, bench/ is sys.path[0]: replace it by the repo root, or bench/usb.py would shadow pyusb
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from rdna3.codeobj import CodeObject  # noqa: E402
+from rdna3.wave import dispatch, pack_kernargs  # noqa: E402
+from rdna3.wave_memory import FlatMemory  # noqa: E402
 
 KERNELS = Path(__file__).resolve().parents[1] / "tests" / "rdna3" / "kernels"
 CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100",
