@@ -39,8 +39,7 @@ SAXPY = ("__kernel void saxpy(__global float *y, __global const float *x, float 
 
 
 def _sim_device(dev):
-    from gpusim import provider as sim
-    return next(d for d in sim._SLOTS.values() if d is dev.gpu.dev.pci.dev)
+    return dev.gpu.dev.pci.dev      # the simulated GPU behind the hcq device's function (gpusim.provider)
 
 
 def _until_off(dev, smu, timeout: float = 10.0) -> float:

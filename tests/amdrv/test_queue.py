@@ -658,7 +658,7 @@ def test_the_kiq_slot_is_not_a_compute_queue(gpu):
         ComputeQueue(gpu, pipe=3, queue=0)
 
 
-def test_fini_without_stopping_sdma_leaves_a_hung_engine_to_the_next_boot(monkeypatch):
+def test_fini_without_stopping_sdma_leaves_a_hung_engine_to_the_next_boot(sim_bus, monkeypatch):
     """sdma_v6_0_hw_fini stops the rings (sdma_v6_0_gfx_stop) and halts the engines. An engine left running
     with F32_WPTR_POLL_ENABLE polls its write-pointer shadow on its own once the driver is gone (gpusim.sdma
     driver_gone): the page-table walk still reaches the shadow's host page (fini's cleared root is not
@@ -667,19 +667,19 @@ def test_fini_without_stopping_sdma_leaves_a_hung_engine_to_the_next_boot(monkey
     from amdrv.ip.sdma import SDMA
 
     def run(stop: bool):
-        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, slot=73, vram_size=512 << 20))
+        g = AMGPU.open(pcie.open_function("sim", "navi31", fresh=True, bus=sim_bus, vram_size=512 << 20))
         SDMAQueue(g)
         with monkeypatch.context() as m:
             if not stop:
                 m.setattr(SDMA, "fini", lambda self: None)
             g.fini()
-        g = AMGPU.open(pcie.open_function("sim", "navi31", slot=73, vram_size=512 << 20))
+        g = AMGPU.open(pcie.open_function("sim", "navi31", bus=sim_bus, vram_size=512 << 20))
         g.fini()
         return g.boot_report
     assert run(True).kind == "warm"
     with pytest.raises(AMError, match="warm boot failed in sdma: .*not idle"):
         run(False)
-    fn = pcie.open_function("sim", "navi31", slot=73)
+    fn = pcie.open_function("sim", "navi31", bus=sim_bus)
     try:
         assert any("with no driver" in e.message for e in fn.dev.errors)
     finally:
