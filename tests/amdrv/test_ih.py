@@ -146,11 +146,11 @@ def test_wrapping_reads_and_errors(sim_bus):
         early.poll()
 
 
-def test_a_write_pointer_off_an_iv_boundary_is_an_error_not_a_crash():
+def test_a_write_pointer_off_an_iv_boundary_is_an_error_not_a_crash(sim_bus):
     """The IH advances its write pointer by whole 32-byte IVs (ih_v6_0_get_wptr masks it, amdgpu_ih_process
     bounds its loop); a value off that grid means another writer hit the slot: a clear IHError, not a
     struct.error from decoding a partial entry."""
-    dev, gmc, ih, s = boot()
+    dev, gmc, ih, s = boot(sim_bus)
     dev.vram.write32(ih.wptr_offset, 0x24)
     with pytest.raises(IHError, match="not on a 32-byte IV boundary"):
         ih.poll()
