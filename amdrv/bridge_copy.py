@@ -9,16 +9,21 @@ says in, run descriptor in-k; if it says out, run descriptor out-k" (COND_EXE, I
 byte (XDATA 0xF000, 0xE5 writes), so a chunk needs no ring push: the host writes the few descriptor bytes that
 changed (an address, a count, a sequence number), the direction word and the write pointer, and rings the
 doorbell, in the same round trip as the chunk's own transfer.
-- Copy-in: two 256 KiB windows of SRAM slots, used in turn. Descriptor in-k: wait until the sentinel dword
-  after window k holds the chunk's sequence number, copy the window to VRAM, write the sequence number to a
+- The windows: two runs of whole SRAM slots, one after the other, as large as the bridge's 512 KiB SRAM
+  leaves them (window_slots: at most 16 slots, 256 KiB, each; RESERVE_SLOTS kept for later buffers). Each
+  window's last 512-byte sector holds its sentinel; the rest is a chunk's payload.
+- Copy-in: the two windows used in turn. Descriptor in-k: wait until the sentinel dword of window k holds
+  the chunk's sequence number, copy the window to VRAM, write the sequence number to a
   fence in the read-back page. Per chunk one round trip: the descriptor bytes, the doorbell, an 0xE4 read of
   the fence, 0xF2 and bulk OUT of the chunk padded to the sentinel plus the sentinel sector. A window is
   refilled only after a fence read has shown the GPU done with the chunk that was in it; the copy ends with
   a wait for the last fence.
-- Copy-out: descriptor out-k: copy the chunk into window k, write to the bridge's completion window (PCIe
-  0x822000), which releases the armed SRAM-to-host DMA. Per chunk one round trip: 0xF2 (SRAM to host)
-  first, then the descriptor bytes and the doorbell, then bulk IN of the window: the arm precedes the
-  doorbell on EP0, so the GPU's release cannot come before the arm (the firmware takes EP0 requests in order).
+- Copy-out: both windows as one region (a chunk is read whole before the next is copied, so nothing needs
+  double buffering): descriptor out-k copies the chunk into window 0's payload and on into window 1's, past
+  window 0's sentinel sector (which the host skips: the sentinels keep their values), then writes to the
+  bridge's completion window (PCIe 0x822000), which releases the armed SRAM-to-host DMA. Per chunk one round
+  trip: the descriptor bytes and the doorbell, 0xF2 (SRAM to host), the go word the GPU waits for, then bulk
+  IN of the region: the go follows the arm on EP0, so the GPU's release cannot come before the arm.
 """
 from __future__ import annotations
 
@@ -31,24 +36,37 @@ from amdrv.usb import protocol as p
 from amdrv.usb.link import Bulk
 from amdrv.usb.transport import sram_dma_request, xdata_read
 
-CHUNK = 256 << 10             # each window's payload (issue 16's design)
+MAX_WINDOW_SLOTS = 16         # 256 KiB a window at most (issue 16's design: two 256 KiB windows)
+RESERVE_SLOTS = 2             # SRAM slots left for the copier's ring (8 KiB) and buffers after the windows (host buffers)
 WINDOWS = 2                   # used in turn: a window is refilled once the fence read at the start of a round
                               # trip shows the chunk before copied (the GPU copies 256 KiB in tens of us, less
                               # than a round trip's latency); if not yet, the host reads the fence again
-SENTINEL = CHUNK              # the sentinel sector follows the payload
 RING_BYTES = 4096             # the copier's ring: 32 entries of 32 dwords
 ENTRY_DW = 32
 DIR_IN, DIR_OUT = 1, 2
 # The copier's words in the read-back page (its first 3 KiB hold no signals; on the open firmware nothing
 # bounces through them): descriptors (IBs, 32-byte aligned), the direction words, the write-pointer shadow.
 IN_DESC = (0x000, 0x060)      # POLL_REGMEM 6 + COPY_LINEAR 7 + FENCE 4 dwords
-OUT_DESC = (0x0C0, 0x120)     # POLL_REGMEM 6 + COPY_LINEAR 7 + FENCE 4 dwords
-IN_DW = OUT_DW = 17
+OUT_DESC = (0x0C0, 0x120)     # POLL_REGMEM 6 + COPY_LINEAR 7 (window 0) + COPY_LINEAR 7 or NOP 7 (window 1) + FENCE 4
+IN_DW, OUT_DW = 17, 24
 DIR_WORD = (0x180, 0x184)
 WPTR_SHADOW = 0x188
 GO_WORD = 0x190               # copy-out: the chunk the GPU may copy (written after the DMA's arm)
 AREA = 0x1A0
 _M32 = 0xFFFFFFFF
+
+
+def window_slots(fn) -> int:
+    """SRAM slots per window: half of what is free, less RESERVE_SLOTS, at most MAX_WINDOW_SLOTS (the
+    SRAM is 512 KiB; hcq's rings, kernarg arena, page tables and the read-back page hold the rest)."""
+    free = fn.sram_free_slots()
+    slots = min(MAX_WINDOW_SLOTS, (free - RESERVE_SLOTS) // WINDOWS)
+    if slots < 1:
+        from hcq import HCQError
+        raise HCQError(f"{fn.address}: bulk copies through the USB bridge need two windows of at least one "
+                       f"{p.SRAM_SLOT >> 10} KiB SRAM slot and {RESERVE_SLOTS} slots to spare; {free} of the "
+                       f"{p.SRAM_SLOTS} slots are free (docs/usb.md, SRAM budget): free host buffers first")
+    return slots
 
 
 class _CopierQueue(SDMAQueue):
@@ -83,14 +101,21 @@ class _CopierQueue(SDMAQueue):
 
 
 class BridgeCopier:
-    """Per hcq device: the two SRAM windows, their GPU mappings, the copier's queue, its descriptors in the
-    read-back page, the fence, the completion window's mapping, and the sequence number (it only grows)."""
+    """Per hcq device: the two SRAM windows (one DMA buffer) and their GPU mapping, the copier's queue, its
+    descriptors in the read-back page, the fence, the completion window's mapping, and the sequence number
+    (it only grows)."""
 
     def __init__(self, dev):
         self.dev, self.fn = dev, dev.gpu.dev.pci
         gmc = dev.gpu.gmc
-        self.windows = [self.fn.alloc_dma(CHUNK + p.WINDOW_PAGE) for _ in range(WINDOWS)]   # the sentinel: next page
-        self.maps = [gmc.map_system(w) for w in self.windows]
+        slots = window_slots(self.fn)
+        self.window_bytes = slots * p.SRAM_SLOT
+        self.chunk = self.window_bytes - p.BLOCK          # a copy-in chunk's payload: the sentinel sector follows
+        self.sentinel = self.chunk
+        self.out_chunk = 2 * self.chunk                   # a copy-out chunk: both payloads
+        self.region = self.fn.alloc_dma(WINDOWS * self.window_bytes, device_written=True)
+        self.map = gmc.map_system(self.region)
+        self.window_va = [self.map.va + k * self.window_bytes for k in range(WINDOWS)]
         self.release = gmc.map_system(self.fn.completion_window())
         self.fence = dev.new_signal(0)
         self.page, m = dev._signal_pages[0]
@@ -128,8 +153,8 @@ class BridgeCopier:
 
     def _in_desc(self, k: int, dst: int, n: int, seq: int) -> bytes:
         s = sdma_packets.SDMABuilder()
-        s.poll_mem(self.maps[k].va + SENTINEL, seq & _M32, function=sdma_packets.POLL_GE, interval=1)
-        s.copy(dst, self.maps[k].va, n)
+        s.poll_mem(self.window_va[k] + self.sentinel, seq & _M32, function=sdma_packets.POLL_GE, interval=1)
+        s.copy(dst, self.window_va[k], n)
         s.fence(self.fence.va, seq & _M32)
         assert len(s) == IN_DW
         return s.buf.tobytes()
@@ -137,7 +162,12 @@ class BridgeCopier:
     def _out_desc(self, k: int, src: int, n: int, seq: int) -> bytes:
         s = sdma_packets.SDMABuilder()
         s.poll_mem(self.page_va + GO_WORD, seq & _M32, function=sdma_packets.POLL_GE)
-        s.copy(self.maps[k].va, src, n)
+        first = min(n, self.chunk)
+        s.copy(self.window_va[0], src, first)
+        if n > first:
+            s.copy(self.window_va[1], src + first, n - first)
+        else:
+            s.nop(7)
         s.fence(self.release.va, seq & _M32)     # the write that releases the armed DMA
         assert len(s) == OUT_DW
         return s.buf.tobytes()
@@ -186,17 +216,17 @@ class BridgeCopier:
     def copy_in(self, va: int, data: memoryview) -> None:
         n = len(data)
         done = self.fence.mem[0]
-        for at in range(0, n, CHUNK):
+        for at in range(0, n, self.chunk):
             k = self.queue.wptr // ENTRY_DW % WINDOWS
             done = self._window_free(k, done)
             self.seq += 1
-            size = min(CHUNK, n - at)
+            size = min(self.chunk, n - at)
             self._chunk(k, IN_DESC[k], self._in_desc(k, va + at, size, self.seq), DIR_IN)
             self.queue.bump()
-            payload = bytearray(CHUNK + p.BLOCK)
+            payload = bytearray(self.window_bytes)
             payload[:size] = data[at:at + size]
-            struct.pack_into("<I", payload, SENTINEL, self.seq & _M32)
-            got = self.fn.execute([self._fence_read(), sram_dma_request(self.windows[k], len(payload)),
+            struct.pack_into("<I", payload, self.sentinel, self.seq & _M32)
+            got = self.fn.execute([self._fence_read(), self._sram_dma(k * self.window_bytes, len(payload)),
                                    Bulk(p.OPEN_BULK_OUT, bytes(payload))])
             done = struct.unpack("<Q", got[0])[0]
             self.in_window[k] = self.seq
@@ -207,20 +237,28 @@ class BridgeCopier:
         self.unseen = self.seq if done < self.seq else 0
 
     def copy_out(self, va: int, n: int, out: memoryview) -> None:
-        for at in range(0, n, CHUNK):
+        for at in range(0, n, self.out_chunk):
             k = self.queue.wptr // ENTRY_DW % WINDOWS
             self.seq += 1
-            size = min(CHUNK, n - at)
-            sent = -(-size // p.BLOCK) * p.BLOCK
+            size = min(self.out_chunk, n - at)
+            sent = -(-(size if size <= self.chunk else size + p.BLOCK) // p.BLOCK) * p.BLOCK   # past the sentinel
             self._chunk(k, OUT_DESC[k], self._out_desc(k, va + at, size, self.seq), DIR_OUT)
             self.queue.bump()
             # a TLP request (the doorbell) drops an armed DMA, so the arm follows it; the GPU waits for the go
             # word, written after the arm, so its release cannot come before the arm
-            self.fn.queue(sram_dma_request(self.windows[k], sent, to_host=True))
+            self.fn.queue(self._sram_dma(0, sent, to_host=True))
             self.store(GO_WORD, struct.pack("<I", self.seq & _M32))
-            got = self.fn.execute([Bulk(p.OPEN_BULK_IN, length=sent)])
-            out[at:at + size] = got[-1][:size]
+            got = self.fn.execute([Bulk(p.OPEN_BULK_IN, length=sent)])[-1]
+            if size <= self.chunk:
+                out[at:at + size] = got[:size]
+            else:
+                out[at:at + self.chunk] = got[:self.chunk]
+                out[at + self.chunk:at + size] = got[self.window_bytes:self.window_bytes + size - self.chunk]
         self.in_window, self.unseen = [0] * WINDOWS, 0     # the data in hand: every entry before it ran
+
+    def _sram_dma(self, offset: int, nbytes: int, to_host: bool = False):
+        """0xF2 for nbytes of the region from offset (a window's start: a slot boundary)."""
+        return sram_dma_request(self.region, nbytes, to_host=to_host, offset=offset)
 
     def pending(self):
         """(fence, value) while the last copy-in's last chunk has not been seen copied, else None."""
@@ -239,7 +277,7 @@ class BridgeCopier:
 # seen, so a slow GPU can overwrite a piece before it is read: such a piece is fetched again at the end.
 PIECE = 12 * 255              # 12 reads of 255 bytes, with done, start and go: 15 commands
 DONE, START, GO = PIECE, PIECE + 4, PIECE + 8
-BOUNCE_ROUND = 256            # pieces per SDMA submission (~22 KiB of ring)
+BOUNCE_ROUND = 256            # pieces per SDMA submission (~22 KiB of the stock bridge's 32 KiB SDMA ring)
 
 
 def bounce_out(dev, va: int, n: int, dst: memoryview) -> None:

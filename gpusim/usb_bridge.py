@@ -69,9 +69,11 @@ SRAM_XDATA_WINDOW_SIZE = 0x1000
 
 # The SRAM data buffer on the PCIe side (where the GPU's DMA lands).
 SRAM_BUS_BASE = 0x200000
-SRAM_SIZE = 6 << 20                     # 0x200000 up to below the queue region at 0x820000, in whole MiB
-# (An assumption kept from before: tinygrad's asm2464pd-firmware measures 512 KiB of SRAM at 0x200000,
-# pcie/test_sram_verify.py "SRAM_EXPECTED = 0x80000 # 512KB, this is verified"; docs/usb.md, limits.)
+SRAM_SIZE = 512 << 10                   # 0x200000..0x27FFFF, both firmwares: the bridge's SRAM, measured
+# (issue 16's facts from the peer's bridge work: "a SCSI WRITE(16) at LBA 0 moves 64 KiB chunks into the
+# bridge's 512 KiB SRAM, which the GPU sees at PCIe 0x200000"; tinygrad asm2464pd-firmware
+# pcie/test_sram_verify.py "SRAM_EXPECTED = 0x80000 # 512KB, this is verified"). A GPU access, a WRITE(16) or
+# an SRAM DMA beyond it fails (SRAMOverflow / CHECK CONDITION / a stall): nothing is there to hold the bytes.
 # The NVMe queue windows the GPU also reaches (issue 16's facts from the peer's bridge work: XDATA 0xA000 at
 # PCIe 0x820000, XDATA 0xB800 at 0x822000; cyrozap's ASM2364 map has 0xA000-0xAFFF at 0x820000). (bus base,
 # XDATA base, bytes); their sizes beyond what the sources show are an assumption (4 KiB and 512 bytes).
@@ -167,6 +169,11 @@ class BridgeBus(Bus):
             raise DMAError(f"DMA {what} at bus address {addr:#x}: the PCIe link behind the USB bridge is down")
         if self.bridge.queue_window(addr, n) is not None:
             return -1
+        if SRAM_BUS_BASE <= addr < SRAM_BUS_BASE + SRAM_SIZE < addr + n:
+            raise DMAError(f"DMA {what} of {n} bytes at bus address {addr:#x}: runs past the end of the USB "
+                           f"bridge's {SRAM_SIZE >> 10} KiB SRAM ({SRAM_BUS_BASE:#x}..{SRAM_BUS_BASE + SRAM_SIZE:#x}) "
+                           f"by {addr + n - SRAM_BUS_BASE - SRAM_SIZE} bytes; only "
+                           f"{SRAM_BUS_BASE + SRAM_SIZE - addr} bytes are left from there: map less or lower")
         if not SRAM_BUS_BASE <= addr <= addr + n <= SRAM_BUS_BASE + SRAM_SIZE:
             raise DMAError(f"DMA {what} of {n} bytes at bus address {addr:#x}: behind the USB bridge only its "
                            f"SRAM ({SRAM_BUS_BASE:#x}..{SRAM_BUS_BASE + SRAM_SIZE:#x}) and its queue windows "

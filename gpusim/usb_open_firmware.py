@@ -158,7 +158,14 @@ class OpenFirmware:
 
     def _arm_sram(self, value: int, index: int) -> None:
         sectors, slot, slots = value & 0x7FFF, index & 0xFF, (index >> 8) or 1
-        end = min((slot + slots) * SLOT, ub.SRAM_SIZE)
+        end = (slot + slots) * SLOT
+        if end > ub.SRAM_SIZE:
+            # assumption: the firmware's slot arithmetic has nothing past the SRAM's 32 slots to put bytes in;
+            # the model stalls the request instead of wrapping or dropping data silently
+            raise ValueError(f"usb bridge (open firmware): 0xF2 SRAM DMA of {sectors * SECTOR} bytes from slot "
+                             f"{slot} ({slots} slots) runs past the {ub.SRAM_SIZE >> 10} KiB SRAM "
+                             f"({ub.SRAM_SIZE // SLOT} slots of {SLOT >> 10} KiB; "
+                             f"{max(0, ub.SRAM_SIZE - slot * SLOT)} bytes left from that slot): send less")
         self.dma = _DMA("sram_in" if value & 0x8000 else "sram_out", slot * SLOT, sectors * SECTOR, end=end)
 
     def _power(self, on: bool) -> None:

@@ -35,11 +35,16 @@ SIGNAL_BYTES = 16
 ARENA_BYTES = 4 << 20
 KERNARG_TAIL = 256         # compilers load kernargs in wide chunks that may run past the last one
 SDMA_STAGING = 4 << 20
-# Behind a USB bridge DMA memory is the bridge's 6 MiB SRAM window and only its first page reads back:
-# smaller arena and staging; copy-out bounced through the start of that page, the signals after it
-# (the last SIGNAL_AREA bytes), so one read fetches a bounced piece and the fence that says it is there.
-ARENA_BYTES_BRIDGE = 256 << 10
-SDMA_STAGING_BRIDGE = 1 << 20
+# Behind a USB bridge DMA memory is the bridge's 512 KiB SRAM and only its first page reads back (docs/usb.md,
+# SRAM budget): a 64 KiB arena (its tail included), 8 KiB rings (upstream's size: amdgpu_ring_init's 1024
+# dwords x 4 x amdgpu_sched_hw_submission 2) but a 32 KiB SDMA ring on the stock firmware (its copy-out program,
+# bridge_copy.bounce_out, is ~22 KiB a submission), a 256 KiB copy-in staging on the stock firmware; copy-out bounced
+# through the start of that page, the signals after it (the last SIGNAL_AREA bytes), so one read fetches a
+# bounced piece and the fence that says it is there.
+ARENA_BYTES_BRIDGE = (64 << 10) - PAGE
+SDMA_STAGING_BRIDGE = 256 << 10
+RING_BYTES_BRIDGE = 8 << 10
+SDMA_RING_BYTES_STOCK_BRIDGE = 32 << 10
 SIGNAL_AREA = 1024
 BOUNCE = PAGE - SIGNAL_AREA
 
@@ -150,7 +155,10 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         self.staging_bytes = SDMA_STAGING if self.coherent else SDMA_STAGING_BRIDGE
         self._staging = None
         self._bridge = None
-        self.compute, self.sdma = ComputeQueue(gpu), SDMAQueue(gpu)
+        ring = {} if self.coherent else {"ring_size": RING_BYTES_BRIDGE}
+        stock = not self.coherent and not getattr(gpu.dev.pci, "sram_dma", False)
+        self.compute = ComputeQueue(gpu, **ring)
+        self.sdma = SDMAQueue(gpu, **({"ring_size": SDMA_RING_BYTES_STOCK_BRIDGE} if stock else ring))
         self.timeline = self.new_signal(0)
         self.timeline.name = f"{name} timeline"
         self.timeline_value = 0
@@ -249,7 +257,8 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         if not host:
             return self.gpu.gmc.map_vram(nbytes, tag="hcq buffer", mtype=MTYPE_UC if uncached else None)
         try:  # system pages are mapped snooped and uncached (MTYPE UC) either way
-            dma = self.gpu.dev.pci.alloc_dma(_pages(nbytes))
+            # the GPU writes host buffers: behind a bridge they must not share an SRAM slot with pushed ones
+            dma = self.gpu.dev.pci.alloc_dma(_pages(nbytes), **({} if self.coherent else {"device_written": True}))
         except (MemoryError, OSError) as e:
             raise HCQError(f"{self.name}: no {fmt_size(nbytes)} of host memory for the GPU to reach ({e}); "
                            "allocate less, or VRAM (host=False)") from None

@@ -67,6 +67,11 @@ READY = 0x80000000
 TMR_RESERVE = 0x1300000              # LOAD_TOC's answer on a 7900 XTX ("reserve 0x1300000 ... for PSP TMR")
 RING_SIZE = 0x1000                   # psp_v13_0_ring_init: one 4 KiB page
 FRAME_SIZE = 64                      # sizeof(struct psp_gfx_rb_frame)
+# The staging buffer behind a USB bridge, whose host DMA memory is its 512 KiB SRAM (docs/usb.md, SRAM budget):
+# room for the largest image the AM chips stage (gc_11_0_0_mec.bin, 407 072 bytes in linux-firmware 20230210)
+# with the bridge's dummy pages and GART tables beside it. Upstream's 1 MiB (PSP_1_MEG) is what it allocates,
+# not what an image needs: each command names its image's size.
+STAGE_BYTES_BRIDGE = 448 << 10
 HDP_FLUSH_ADDR = 0x80000 - 0x1000    # soc21.c MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL (0)
 
 DB_HEADER = structs.get(P, "psp_runtime_data_header")
@@ -267,7 +272,9 @@ class PSP:
             return
         self._staged = None
         if self.stage_in == "dma":
-            buf = self.dev.pci.alloc_dma(P.PSP_1_MEG)
+            # behind a USB bridge host DMA memory is its 512 KiB SRAM (sram_left): a smaller buffer, which still
+            # holds the largest image (_stage checks each)
+            buf = self.dev.pci.alloc_dma(STAGE_BYTES_BRIDGE if hasattr(self.dev.pci, "sram_left") else P.PSP_1_MEG)
             try:
                 m = self.gmc.map_system(buf, align=P.PSP_1_MEG)
             except BaseException:
@@ -314,9 +321,10 @@ class PSP:
 
     def _stage(self, data: bytes) -> int:
         """psp_copy_fw: data at the start of the zeroed staging buffer; returns its MC address."""
-        if not data or len(data) > P.PSP_1_MEG:
+        room = self._stage_dma[0].size if self._stage_dma is not None else P.PSP_1_MEG
+        if not data or len(data) > room:
             raise PSPError(f"{self.dev.name}: PSP firmware stage of {len(data)} bytes does not fit the "
-                           f"1 MiB buffer")
+                           f"{room >> 10} KiB staging buffer")
         if self._stage_dma is not None:
             return self._stage_to_dma(data)
         addr = self._stage_block.addr
@@ -337,7 +345,7 @@ class PSP:
         view, page = buf.view, 0x1000
         if self._staged is None:
             view[:len(data)] = data
-            view[len(data):] = bytes(P.PSP_1_MEG - len(data))
+            view[len(data):] = bytes(len(view) - len(data))
             buf.push()
         elif self._staged != data:
             new = data + bytes(max(0, len(self._staged) - len(data)))   # the old stage's tail zeroed

@@ -121,10 +121,10 @@ def config_address(bus: int, dev: int, fn: int, offset: int) -> int:
 
 # The DMA window: the bridge's SRAM, which the GPU reaches at bus 0x200000 + offset. The host fills it with
 # WRITE(16) at LBA offset // 512 (geohot/asm2464pd-firmware USBGPU.md: data lands at 0x200000 + LBA * 512)
-# and reads back only its first 4 KiB, through XDATA 0xF000 (cyrozap's memory map). Its size: the SRAM up to
-# the NVMe queue region at 0x820000, in whole MiB (asm2464pd-firmware USBGPU.md: the firmware's transfer-size
-# table goes to 8 MiB; tinygrad's stock-firmware driver uses the first 0x80000 bytes).
-WINDOW_BUS, WINDOW_XDATA, WINDOW_SIZE, WINDOW_PAGE = 0x200000, 0xF000, 6 << 20, 0x1000
+# and reads back only its first 4 KiB, through XDATA 0xF000 (cyrozap's memory map). Its size: 512 KiB on
+# both firmwares (issue 16's facts from the peer's bridge work, "the bridge's 512 KiB SRAM"; tinygrad
+# asm2464pd-firmware pcie/test_sram_verify.py "SRAM_EXPECTED = 0x80000 # 512KB, this is verified").
+WINDOW_BUS, WINDOW_XDATA, WINDOW_SIZE, WINDOW_PAGE = 0x200000, 0xF000, 512 << 10, 0x1000
 
 
 # The open replacement firmware (tinygrad/asm2464pd-firmware, handmade/src/main.c and usb.h; its README): the
@@ -150,6 +150,7 @@ PCIE_RESULT = {0x00: "completed", 0x01: "error (no completion or a refused reque
 SRAM_SLOT = 0x4000                      # 16 KiB per SRAM DMA slot (pcie/test_sram_verify.py)
 SRAM_DMA_IN = 0x8000
 SRAM_SLOTS_MAX = 255                    # one byte each for the first slot and the count
+SRAM_SLOTS = WINDOW_SIZE // SRAM_SLOT    # 32: the slots the SRAM has (0xF2 could name more)
 SRAM_SECTORS_MAX = 0x7FFF
 OPEN_BULK_IN, OPEN_BULK_OUT = 0x81, 0x02
 COMPLETION_WINDOW = 0x822000            # a GPU write here releases an SRAM-to-host DMA (README)

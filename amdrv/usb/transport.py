@@ -465,9 +465,10 @@ class USBFunction(PCIFunction):
                            f"memory BARs: {', '.join(f'BAR{i}' for i in sorted(self._bars)) or 'none'}")
         return self._bars[index]
 
-    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
-        """Pages of the bridge's SRAM, first fit. The first page is the only one the host reads back, so it
-        goes to a readback=True buffer (4 KiB at most) and to nothing else."""
+    def alloc_dma(self, size: int, *, readback: bool = False, device_written: bool = False) -> DMABuffer:
+        """Pages of the bridge's SRAM (512 KiB), first fit. The first page is the only one the host reads back,
+        so it goes to a readback=True buffer (4 KiB at most) and to nothing else. device_written: a hint the
+        open firmware's slots need (OpenUSBFunction.alloc_dma); WRITE(16) pushes whole pages, so not here."""
         pages = -(-size // p.WINDOW_PAGE)
         if readback:
             if not 0 < size <= p.WINDOW_PAGE:
@@ -479,14 +480,25 @@ class USBFunction(PCIFunction):
             self._window[0] = True
             return WindowBuffer(self, 0, 1, size)
         if size <= 0 or pages >= len(self._window):
-            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's DMA window holds "
-                           f"{p.WINDOW_SIZE:#x} bytes, its first page kept for read-back (docs/usb.md, limits)")
+            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's SRAM holds "
+                           f"{p.WINDOW_SIZE >> 10} KiB, its first page kept for read-back, {self.sram_left() >> 10} "
+                           f"KiB free (docs/usb.md, SRAM budget); allocate less, or VRAM")
         for first in range(1, len(self._window) - pages + 1):
             if not any(self._window[first:first + pages]):
                 self._window[first:first + pages] = [True] * pages
                 return WindowBuffer(self, first, pages, size)
-        raise PCIError(f"{self.address}: no {pages} free pages left in the bridge's {p.WINDOW_SIZE >> 10} KiB DMA "
-                       f"window (bus {p.WINDOW_BUS:#x}); free a DMA buffer first")
+        raise self._sram_full(size, pages * p.WINDOW_PAGE)
+
+    def sram_left(self) -> int:
+        """Bytes of the bridge's SRAM no DMA buffer holds."""
+        return self._window.count(False) * p.WINDOW_PAGE
+
+    def _sram_full(self, size: int, need: int) -> PCIError:
+        return PCIError(f"{self.address}: no room for a DMA buffer of {size:#x} bytes ({need >> 10} KiB contiguous) "
+                        f"in the bridge's {p.WINDOW_SIZE >> 10} KiB SRAM (bus {p.WINDOW_BUS:#x}): "
+                        f"{self.sram_left() >> 10} KiB left, not in one piece that large. Everything the GPU reads "
+                        f"from the host lives there (docs/usb.md, SRAM budget): free DMA buffers (host buffers, "
+                        f"graphs) first, or put the data in VRAM")
 
     def _window_push(self, first: int, data: bytes) -> None:
         """Whole pages from page `first` on, one WRITE(16) per 64 KiB (p.WRITE16_MAX, tinygrad's chunk), each
@@ -516,16 +528,27 @@ class _CompletionError(BridgeError):
 
 
 class SlotBuffer(WindowBuffer):
-    """A DMA buffer on the open firmware: whole 16 KiB SRAM slots, because its DMA (0xF2) starts at a slot.
-    push() sends from the first slot the range touches to the sector that holds its end."""
+    """A DMA buffer on the open firmware: pages of the SRAM, pushed by its DMA (0xF2), which starts at a 16 KiB
+    slot: push() sends from the start of the slot the range touches to the sector that holds its end. The host
+    view is the function's one shadow of the whole SRAM, so the pages before the range in that slot (another
+    small buffer's) go out as the host last wrote them; buffers the device writes get whole slots of their own
+    (OpenUSBFunction.alloc_dma)."""
+
+    def __init__(self, fn: "OpenUSBFunction", first: int, pages: int, size: int):
+        self.fn, self.first, self.pages, self.size = fn, first, pages, size
+        at = first * p.WINDOW_PAGE
+        self._shadow = memoryview(fn._sram)[at:at + pages * p.WINDOW_PAGE]
+        self._shadow[:] = bytes(len(self._shadow))
+        self._view = self._shadow[:size]
 
     def push(self, offset: int = 0, size: int | None = None) -> None:
         offset, size = self._range(offset, size)
         if size and self.first == 0 and size <= XDATA_PUSH_MAX:
             self.fn._queue_write(p.WINDOW_XDATA + offset, bytes(self._shadow[offset:offset + size]), cached=False)
         elif size:
-            start = offset // p.SRAM_SLOT * p.SRAM_SLOT
-            end = -(-(offset + size) // p.BLOCK) * p.BLOCK
+            base = self.first * p.WINDOW_PAGE
+            start = (base + offset) // p.SRAM_SLOT * p.SRAM_SLOT
+            end = base + -(-(offset + size) // p.BLOCK) * p.BLOCK
             last = self.fn._last_push
             pending = self.fn._pending
             if last is not None and last[0] is self and len(pending) >= 2 and pending[-1] is last[3] and \
@@ -534,22 +557,31 @@ class SlotBuffer(WindowBuffer):
                 # write-pointer word): one 0xF2 request for both ranges
                 del pending[-2:]
                 start, end = min(start, last[1]), max(end, last[2])
-            self.fn._sram_push(self.first * p.WINDOW_PAGE + start, self._shadow[start:end])
+            self.fn._sram_push(start, self.fn._sram[start:end])
             self.fn._last_push = (self, start, end, self.fn._pending[-1])
+
+    def free(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._shadow.release()
+            self._view = None
+            self.fn._release(self.first, self.pages)
 
 
 class OpenUSBFunction(USBFunction):
     """The bridge running the open firmware (amdrv.usb.protocol; link.VendorLink): TLPs by 0xF0 requests (a
     read: the request and its 8-byte completion report in one round trip), XDATA by 0xE4 (512 bytes a read)
-    and 0xE5, DMA buffers in whole 16 KiB SRAM slots pushed by 0xF2 and bulk OUT. Slots 0..255 are what a
-    0xF2 request can name (one byte), so DMA buffers come from the first 4 MiB of the window."""
+    and 0xE5, DMA buffers in the SRAM's 32 slots of 16 KiB (alloc_dma), pushed by 0xF2 and bulk OUT."""
 
     firmware = "open"
-    SLOTS = p.SRAM_SLOTS_MAX + 1
-    _last_push = None            # (buffer, start, end, its queued bulk transfer): SlotBuffer.push merges
+    SLOTS = p.SRAM_SLOTS             # what the SRAM has (0xF2's one-byte slot number could name 256)
+    _last_push = None            # (buffer, start, end, its queued bulk transfer), SRAM offsets: SlotBuffer.push merges
 
     def _setup(self) -> None:
-        pass    # the stock controller's set-up bytes (tinygrad's) are for ASMedia's firmware
+        # the stock controller's set-up bytes (tinygrad's) are for ASMedia's firmware; the host's one view
+        # of the SRAM (SlotBuffer) and which slots hold whole buffers, shared small ones, or nothing
+        self._sram = bytearray(p.WINDOW_SIZE)
+        self._slot_kind: list[str | None] = [None] * self.SLOTS
 
     def _queue_write(self, address: int, data: bytes, cached: bool) -> None:
         for i, b in enumerate(data):
@@ -598,9 +630,13 @@ class OpenUSBFunction(USBFunction):
             return (struct.unpack_from("<I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
         return None
 
-    def alloc_dma(self, size: int, *, readback: bool = False) -> DMABuffer:
-        """Whole slots (16 KiB) of the SRAM, first fit among slots 1..255; slot 0's first page is the one the
-        host reads back (XDATA 0xF000), for a readback=True buffer of at most 4 KiB."""
+    def alloc_dma(self, size: int, *, readback: bool = False, device_written: bool = False) -> DMABuffer:
+        """Pages of the SRAM (its 32 slots of 16 KiB). Slot 0's first page is the one the host reads back (XDATA
+        0xF000), for a readback=True buffer of at most 4 KiB; the rest of slot 0 stays unused, since a push
+        into it would resend that page from the host's view over what the device wrote there. A buffer of a
+        slot or more, or one the device writes and the host reads (device_written=True: a push of a neighbour
+        would resend it from the host's view), takes whole slots; smaller ones share slots with each other
+        (page tables, dummy pages: the host is their only writer)."""
         per = p.SRAM_SLOT // p.WINDOW_PAGE
         if readback:
             if not 0 < size <= p.WINDOW_PAGE:
@@ -610,18 +646,47 @@ class OpenUSBFunction(USBFunction):
                 raise PCIError(f"{self.address}: the window's one read-back page (bus {p.WINDOW_BUS:#x}) is in use; "
                                f"free that DMA buffer first, or put signals the host polls in one page")
             self._window[0:per] = [True] * per
+            self._slot_kind[0] = "whole"
             return SlotBuffer(self, 0, per, size)
-        slots = -(-size // p.SRAM_SLOT)
-        if size <= 0 or slots >= self.SLOTS:
-            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the open firmware's DMA reaches "
-                           f"{self.SLOTS} slots of {p.SRAM_SLOT >> 10} KiB, slot 0 kept for read-back")
+        pages = -(-size // p.WINDOW_PAGE)
+        if size <= 0 or pages > (self.SLOTS - 1) * per:
+            raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's SRAM holds "
+                           f"{self.SLOTS} slots of {p.SRAM_SLOT >> 10} KiB, slot 0 kept for read-back, "
+                           f"{self.sram_left() >> 10} KiB free (docs/usb.md, SRAM budget); allocate less, or VRAM")
+        if pages < per and not device_written:
+            for slot in [k for k in range(1, self.SLOTS) if self._slot_kind[k] == "shared"] + \
+                        [k for k in range(1, self.SLOTS) if self._slot_kind[k] is None]:
+                for at in range(slot * per, (slot + 1) * per - pages + 1):
+                    if not any(self._window[at:at + pages]):
+                        self._window[at:at + pages] = [True] * pages
+                        self._slot_kind[slot] = "shared"
+                        return SlotBuffer(self, at, pages, size)
+            raise self._sram_full(size, pages * p.WINDOW_PAGE)
+        slots = -(-pages // per)
         for first in range(1, self.SLOTS - slots + 1):
-            at = first * per
-            if not any(self._window[at:at + slots * per]):
+            if all(k is None for k in self._slot_kind[first:first + slots]):
+                at = first * per
                 self._window[at:at + slots * per] = [True] * (slots * per)
+                self._slot_kind[first:first + slots] = ["whole"] * slots
                 return SlotBuffer(self, at, slots * per, size)
-        raise PCIError(f"{self.address}: no {slots} free slots of {p.SRAM_SLOT >> 10} KiB left in the bridge's SRAM "
-                       f"(bus {p.WINDOW_BUS:#x}); free a DMA buffer first")
+        raise self._sram_full(size, slots * p.SRAM_SLOT)
+
+    def sram_left(self) -> int:
+        """Bytes of the SRAM a new buffer could still get (slot 0's unused pages are not counted)."""
+        per = p.SRAM_SLOT // p.WINDOW_PAGE
+        return sum(self._window[k * per:(k + 1) * per].count(False) for k in range(1, self.SLOTS)
+                   if self._slot_kind[k] != "whole") * p.WINDOW_PAGE
+
+    def sram_free_slots(self) -> int:
+        """Slots no buffer holds any page of (what a buffer of whole slots can still get)."""
+        return self._slot_kind[1:].count(None)
+
+    def _release(self, first: int, pages: int) -> None:
+        per = p.SRAM_SLOT // p.WINDOW_PAGE
+        self._window[first:first + pages] = [False] * pages
+        for k in range(first // per, -(-(first + pages) // per)):
+            if not any(self._window[k * per:(k + 1) * per]):
+                self._slot_kind[k] = None
 
     def _sram_push(self, offset: int, data: bytes) -> None:
         """0xF2 (host to SRAM) from the slot at `offset` on, then the data on bulk OUT, queued like posted
@@ -673,14 +738,20 @@ class BusWindow:
         return self.base + offset
 
 
-def sram_dma_request(buf: WindowBuffer, nbytes: int, to_host: bool = False) -> Control:
-    """0xF2 for `nbytes` (whole sectors) from the first slot of `buf` (a SlotBuffer) on."""
-    first = buf.first * p.WINDOW_PAGE // p.SRAM_SLOT
+def sram_dma_request(buf: WindowBuffer, nbytes: int, to_host: bool = False, offset: int = 0) -> Control:
+    """0xF2 for `nbytes` (whole sectors) from `offset` of `buf` (a SlotBuffer; offset on a slot boundary of
+    the SRAM) on."""
+    at = buf.first * p.WINDOW_PAGE + offset
+    if at % p.SRAM_SLOT:
+        raise PCIError(f"{buf.fn.address}: an SRAM DMA from SRAM offset {at:#x}: 0xF2 starts at a "
+                       f"{p.SRAM_SLOT >> 10} KiB slot")
+    first = at // p.SRAM_SLOT
     sectors = -(-nbytes // p.BLOCK)
     slots = -(-nbytes // p.SRAM_SLOT)
-    if sectors > p.SRAM_SECTORS_MAX or slots > p.SRAM_SLOTS_MAX or first > p.SRAM_SLOTS_MAX:
-        raise PCIError(f"{buf.fn.address}: an SRAM DMA of {nbytes:#x} bytes from slot {first} is beyond what 0xF2 "
-                       f"names ({p.SRAM_SLOTS_MAX} slots, {p.SRAM_SECTORS_MAX} sectors)")
+    if sectors > p.SRAM_SECTORS_MAX or first + slots > p.SRAM_SLOTS or offset + nbytes > buf.size:
+        raise PCIError(f"{buf.fn.address}: an SRAM DMA (0xF2) of {nbytes:#x} bytes from slot {first} runs past the "
+                       f"{buf.size:#x}-byte buffer or the SRAM's {p.SRAM_SLOTS} slots of {p.SRAM_SLOT >> 10} KiB "
+                       f"({(p.SRAM_SLOTS - first) * p.SRAM_SLOT:#x} bytes left from that slot); send less")
     return Control(p.REQ_OUT, p.REQ_SRAM_DMA, sectors | (p.SRAM_DMA_IN if to_host else 0), first | (slots << 8))
 
 

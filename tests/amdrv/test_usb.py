@@ -340,10 +340,10 @@ def test_dma_window_pages_both_ways(fn, bridge):
         big.push(0x3000, 2)
     with pytest.raises(PCIError, match="first 4 KiB"):
         big.pull()
-    with pytest.raises(PCIError, match="holds"):
-        fn.alloc_dma((6 << 20) + 1)
-    with pytest.raises(PCIError, match="free pages"):
-        fn.alloc_dma((6 << 20) - 0x1000)
+    with pytest.raises(PCIError, match="SRAM holds 512 KiB.*492 KiB free"):       # the bridge's SRAM: 512 KiB
+        fn.alloc_dma((512 << 10) + 1)
+    with pytest.raises(PCIError, match=r"0x7f000 bytes \(508 KiB contiguous\).*492 KiB left.*free DMA buffers"):
+        fn.alloc_dma((512 << 10) - 0x1000)                            # fits the SRAM, not what is left
     buf.free()
     with pytest.raises(PCIError, match="after free"):
         buf.view
@@ -413,6 +413,23 @@ def test_sim_bridge_enumeration_and_counts_agree(sim):
         assert f.bar(0).size == 256 << 20                       # resizable BAR shrunk: 3-dword TLPs only
         assert f.counters.round_trips <= 600                    # the whole open, init writes included
         assert sim.bridge.counters.round_trips == f.counters.round_trips   # both sides count the same
+    finally:
+        f.close()
+
+
+def test_a_driver_that_takes_the_sram_for_larger_is_refused(sim, monkeypatch):
+    """The simulated bridge's SRAM is 512 KiB: a transport that believed the old 6 MiB (its page map, its
+    WRITE(16)s) places a buffer past it, and the push is refused by the bridge (CHECK CONDITION, LBA out of
+    range) instead of landing somewhere."""
+    from amdrv.usb import protocol
+    monkeypatch.setattr(protocol, "WINDOW_SIZE", 6 << 20)
+    f = open_function(backend=sim)
+    try:
+        buf = f.alloc_dma(1 << 20)
+        assert buf.bus_address(buf.size - 1) >= 0x200000 + (512 << 10)
+        buf.push()
+        with pytest.raises(BridgeError, match=r"SCSI 0x8a .* failed: CSW status 1"):
+            f.flush()
     finally:
         f.close()
 

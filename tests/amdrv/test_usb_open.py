@@ -75,8 +75,9 @@ def test_slot_buffers_pushed_by_sram_dma_and_read_back_through_xdata(fn):
     rb = fn.alloc_dma(4096, readback=True)
     assert rb.bus_address() == 0x200000
     buf = fn.alloc_dma(3 * 4096)
-    assert buf.bus_address() == 0x200000 + p.SRAM_SLOT                # whole slots: slot 0 keeps the read-back page
-    assert fn.alloc_dma(1).bus_address() == 0x200000 + 2 * p.SRAM_SLOT
+    assert buf.bus_address() == 0x200000 + p.SRAM_SLOT                # slot 0 keeps the read-back page
+    assert fn.alloc_dma(1).bus_address() == 0x200000 + p.SRAM_SLOT + 3 * 4096     # small ones share a slot
+    assert fn.alloc_dma(1, device_written=True).bus_address() == 0x200000 + 2 * p.SRAM_SLOT   # one of its own
     buf.view[:] = bytes(i & 0xFF for i in range(3 * 4096))
     t = fn.counters.round_trips
     buf.push(0x2000, 100)                                           # from the slot's start to the sector past it
@@ -101,6 +102,58 @@ def test_slot_buffers_pushed_by_sram_dma_and_read_back_through_xdata(fn):
     assert bytes(br.sram[:200]) == b"\x42" * 200
     with pytest.raises(PCIError, match="slots"):
         fn.alloc_dma(256 * p.SRAM_SLOT)
+
+
+def test_small_buffers_share_a_slot_and_a_push_resends_its_neighbours(fn):
+    """0xF2 starts at a 16 KiB slot, so a push of a small buffer sends its slot from the start: the host's one
+    view of the SRAM supplies the neighbours' bytes (a per-buffer view would zero them). What the device wrote
+    into a neighbour is lost that way, so device_written buffers get a slot of their own and keep it."""
+    br = fn.bridge
+    a, b = fn.alloc_dma(4096), fn.alloc_dma(4096)
+    assert b.bus_address() - a.bus_address() == 4096 and a.bus_address() % p.SRAM_SLOT == 0
+    at = a.bus_address() - 0x200000
+    a.view[:4] = b"AAAA"
+    a.push(0, 4)
+    b.view[:4] = b"BBBB"
+    b.push(0, 4)                                                    # from the slot's start: a's page again
+    fn.flush()
+    assert bytes(br.sram[at:at + 4]) == b"AAAA" and bytes(br.sram[at + 4096:at + 4100]) == b"BBBB"
+    br.sram[at:at + 4] = b"GPU!"                                    # the device writes a's page
+    b.push(0, 4)
+    fn.flush()
+    assert bytes(br.sram[at:at + 4]) == b"AAAA"                     # resent from the host's view
+    mine = fn.alloc_dma(4096, device_written=True)
+    assert mine.bus_address() % p.SRAM_SLOT == 0 and mine.bus_address() - 0x200000 >= at + p.SRAM_SLOT
+    m = mine.bus_address() - 0x200000
+    br.sram[m:m + 4] = b"GPU!"
+    c = fn.alloc_dma(4096)                                          # not in mine's slot
+    assert c.bus_address() // p.SRAM_SLOT != mine.bus_address() // p.SRAM_SLOT
+    c.push()
+    a.push()
+    fn.flush()
+    assert bytes(br.sram[m:m + 4]) == b"GPU!"
+    a.free()
+    b.free()
+    c.free()
+    assert fn.alloc_dma(p.SRAM_SLOT).bus_address() - 0x200000 == at    # the slot whole again once empty
+
+
+def test_the_sram_is_full_at_512_kib(fn):
+    """32 slots of 16 KiB, slot 0 the read-back page's: a buffer that does not fit is an error naming the
+    bridge, the size asked, what is left and what to do; freeing makes room again."""
+    with pytest.raises(PCIError, match=r"usb:.*DMA buffer of 0x80000 bytes: the bridge's SRAM holds 32 slots of "
+                                       r"16 KiB, slot 0 kept for read-back, 496 KiB free .*allocate less, or VRAM"):
+        fn.alloc_dma(32 * p.SRAM_SLOT)
+    big = fn.alloc_dma(30 * p.SRAM_SLOT)
+    small = fn.alloc_dma(4096)
+    with pytest.raises(PCIError, match=r"no room for a DMA buffer of 0x4000 bytes \(16 KiB contiguous\) in the "
+                                       r"bridge's 512 KiB SRAM .*: 12 KiB left.*free DMA buffers"):
+        fn.alloc_dma(p.SRAM_SLOT)
+    assert fn.sram_left() == 12 << 10 and fn.sram_free_slots() == 0
+    fn.alloc_dma(4096)                                              # a page still fits beside the small one
+    big.free()
+    assert fn.sram_free_slots() == 30
+    small.free()
 
 
 def test_a_control_request_after_bulk_data_waits_for_it(fn, monkeypatch):
@@ -191,8 +244,9 @@ def test_copies_need_the_sentinel(dev, monkeypatch):
     real = usb_link.Bulk
 
     def no_sentinel(endpoint, data=None, length=0):
-        if data is not None and len(data) == bridge_copy.CHUNK + p.BLOCK:
-            data = data[:bridge_copy.SENTINEL] + bytes(len(data) - bridge_copy.SENTINEL)
+        c = dev._bridge_copies()
+        if data is not None and len(data) == c.window_bytes:
+            data = data[:c.sentinel] + bytes(len(data) - c.sentinel)
         return real(endpoint, data, length)
     monkeypatch.setattr(bridge_copy, "Bulk", no_sentinel)
     with pytest.raises(HCQError):
@@ -207,7 +261,7 @@ def test_copy_out_needs_the_release_write(dev):
     dev.copyin(buf, data)
     assert dev.copyout(buf) == data
     c = dev._bridge_copies()
-    c.release = c.maps[1]                                            # a window page instead of 0x822000
+    c.release = c.map                                                # a window page instead of 0x822000
     with pytest.raises(BridgeError, match="stalled.*the bridge was reset"):   # and answers again
         dev.copyout(buf)
     assert dev.gpu.dev.pci.bar(5).read32(4 * 0xC040) is not None
@@ -284,7 +338,7 @@ def test_work_after_a_copy_in_waits_for_its_last_chunk_on_the_gpu(dev, monkeypat
     host). Without that wait the copy reads what the buffer held before."""
     from amdrv.hcq import AMHCQDevice
     from hcq import HCQTimeout
-    n = 2 * bridge_copy.CHUNK                                          # two chunks: no window refilled
+    n = 2 * dev._bridge_copies().chunk                                 # two chunks: no window refilled
     src, dst = dev.alloc(n), dev.alloc(n)
     old, new = _data(n), _data(n)
     dev.copyin(src, old)

@@ -656,3 +656,27 @@ def test_two_simulated_bridges_on_one_bus_have_their_own_usb_paths_and_locks(sim
             b.close()
     finally:
         a.close()
+
+
+def test_the_sram_is_512_kib(rig):
+    """The bridge's SRAM is 512 KiB at PCIe 0x200000 (issue 16's facts: "the bridge's 512 KiB SRAM"; tinygrad
+    asm2464pd-firmware pcie/test_sram_verify.py, "SRAM_EXPECTED = 0x80000 # 512KB, this is verified"): the
+    last dword is there, the next byte is not, for the GPU's DMA and for WRITE(16) alike."""
+    bridge, dev = rig
+    h = Host(dev)
+    h.assign(bridge_cmd=0x6)
+    gpu = bridge.dev
+    end = SRAM_PCI + (512 << 10)
+    gpu.dma_write(end - 4, b"last")
+    assert gpu.dma_read(end - 4, 4) == b"last" and bytes(bridge.sram[-4:]) == b"last"
+    with pytest.raises(usb_bridge.DMAError, match=r"past the end of the USB bridge's 512 KiB SRAM .* by 4 bytes; "
+                                                  r"only 4 bytes are left"):
+        gpu.dma_read(end - 4, 8)
+    with pytest.raises(usb_bridge.DMAError, match="only its SRAM"):
+        gpu.dma_write(end, b"\0" * 4)
+    last_block = (512 << 10) // 512 - 1
+    assert h.scsi(struct.pack(">BBQIBB", 0x8A, 0, last_block, 1, 0, 0), data_out=b"\x5A" * 512)[1] == 0
+    assert bytes(bridge.sram[-512:]) == b"\x5A" * 512
+    assert h.scsi(struct.pack(">BBQIBB", 0x8A, 0, last_block + 1, 1, 0, 0), data_out=bytes(512))[1] == 1
+    sense, status, _ = h.scsi(bytes([0x03, 0, 0, 0, 18, 0]), data_in=18)
+    assert status == 0 and (sense[2], sense[12]) == (0x05, 0x21)           # ILLEGAL REQUEST, LBA out of range

@@ -11,6 +11,7 @@ little-endian), wValue fmt/type | byte enables << 8, wIndex mode 0 single / 1 st
 """
 from __future__ import annotations
 
+import errno
 import struct
 
 import pytest
@@ -211,3 +212,19 @@ def test_link_timing_turns_round_trips_and_bytes_into_seconds():
     assert t == pytest.approx(wire / 151_515 * 125e-6 + 100e-6)
     assert 800 < g2.mb_per_s(256 << 10, wire, 1) < 1200                     # 256 KiB per round trip
     assert g2.mb_per_s(4080, usb_bridge.wire_bytes(4080), 1) < 50            # 16 E4s of 255 bytes per round trip
+
+
+def test_sram_dma_past_the_32nd_slot_stalls(rig):
+    """The SRAM is 512 KiB, 32 slots of 16 KiB (issue 16; pcie/test_sram_verify.py SRAM_EXPECTED): an 0xF2
+    into the last slot works, one whose slots run past it is refused (a stall: the model's assumption, since
+    nothing is there to take the bytes), also one the one-byte slot number could name but the SRAM lacks."""
+    bridge, dev = rig
+    h = Host(dev)
+    h.sram_dma(32, slot=31)
+    assert dev.write(0x02, b"\xC3" * SLOT) == SLOT and bytes(bridge.sram[-SLOT:]) == b"\xC3" * SLOT
+    for slot, slots in ((31, 2), (32, 1), (200, 1)):
+        with pytest.raises(usb.core.USBError) as e:
+            h.sram_dma(1, slot=slot, slots=slots)
+        assert e.value.errno == errno.EPIPE
+    h.sram_dma(1, slot=0)                                                  # the endpoint answers again
+    assert dev.write(0x02, bytes(512)) == 512

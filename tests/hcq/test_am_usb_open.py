@@ -10,7 +10,6 @@ import pytest
 
 import pcie
 from amdrv.am import AMGPU
-from amdrv.bridge_copy import CHUNK
 from amdrv.hcq import AMHCQDevice
 
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
@@ -45,6 +44,7 @@ def dev(sim_bus, debian_firmware, monkeypatch):
 
 
 def test_copies_awkward_sizes_both_ways(dev):
+    CHUNK = dev._bridge_copies().chunk                      # a copy-in chunk: one window's payload
     big = dev.alloc(2 * CHUNK + 40000)
     ref = bytearray(big.size)
     dev.copyin(big, ref)                                    # VRAM is not cleared by alloc
@@ -60,8 +60,11 @@ def test_copies_awkward_sizes_both_ways(dev):
 
 
 def test_copy_round_trips_per_mib(dev):
-    """One round trip per 256 KiB chunk each way (the copier's ring is built and pushed once per device; a
-    chunk carries its descriptor bytes and doorbell): 64 each way for 16 MiB, issue 16's 4 per MiB. Copy-in
+    """One round trip per chunk each way (the copier's ring is built and pushed once per device; a chunk carries
+    its descriptor bytes and doorbell). In the 512 KiB SRAM each window is 10 slots (160 KiB, its last sector
+    the sentinel) once hcq's own buffers are in (docs/usb.md, SRAM budget): copy-in moves one window's payload
+    a round trip, copy-out both (103 and 52 round trips for 16 MiB; issue 16 aimed at 64, which needs two
+    256 KiB windows: the whole SRAM). Copy-in
     returns once the last chunk is in the bridge's SRAM; the copy-out behind it runs on the same queue. The
     first copy also maps the windows (page tables) and sets up the copier's queue once per device: left out
     here."""
@@ -77,7 +80,9 @@ def test_copy_round_trips_per_mib(dev):
     assert dev.copyout(buf) == data
     rt_out = (f.counters - c0).round_trips
     print(f"16 MiB: copy-in {rt_in}, copy-out {rt_out} round trips")
-    assert rt_in == 64 and rt_out == 64
+    c = dev._bridge_copies()
+    assert c.window_bytes == 10 * 0x4000
+    assert rt_in == -(-n // c.chunk) == 103 and rt_out == -(-n // c.out_chunk) == 52
 
 
 def test_launch_round_trips(dev, kernel_corpus):
@@ -98,3 +103,51 @@ def test_launch_round_trips(dev, kernel_corpus):
         assert launch <= 3, launch
         assert 1 <= (f.counters - c1).round_trips <= 3
     assert np.array_equal(np.frombuffer(dev.copyout(a), np.float32), np.full(n, 16, np.float32))
+
+
+def test_everything_fits_the_bridges_512_kib_sram(dev):
+    """What hcq keeps in the bridge's SRAM (docs/usb.md, SRAM budget) fits its 512 KiB with the copy windows:
+    the read-back page's slot, the rings, the kernarg arena, page tables and dummy pages sharing slots, two
+    windows of 10 slots, and RESERVE_SLOTS left for the copier's ring and host buffers; a host buffer larger
+    than what is left is an error that says so."""
+    from amdrv.bridge_copy import RESERVE_SLOTS
+    from pcie import PCIError
+    f = dev.gpu.dev.pci
+    data = RNG.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    buf = dev.alloc(1 << 20)
+    dev.copyin(buf, data)
+    assert dev.copyout(buf) == data
+    assert dev._bridge_copies().window_bytes == 10 * 0x4000
+    left = f.sram_free_slots()                                      # the reserve, less the copier's ring
+    assert RESERVE_SLOTS - 1 <= left <= RESERVE_SLOTS
+    host = dev.alloc(left * 0x4000, host=True)
+    dev.copyin(host, data[:host.size])
+    assert dev.copyout(host) == data[:host.size]
+    with pytest.raises(PCIError, match="no room for a DMA buffer of 0x20000 bytes .* SRAM"):
+        dev.alloc(128 << 10, host=True)
+
+
+def test_the_windows_take_what_is_free_at_the_first_copy(dev):
+    """Host buffers allocated before the first copy leave less SRAM: the windows are smaller (more round trips
+    per MiB, the copies still right)."""
+    f = dev.gpu.dev.pci
+    free = f.sram_free_slots()
+    early = dev.alloc(6 * 0x4000, host=True)                      # 6 whole slots before the windows
+    data = RNG.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+    buf = dev.alloc(1 << 20)
+    dev.copyin(buf, data)
+    assert dev.copyout(buf) == data
+    assert dev._bridge_copies().window_bytes == (free - 6 - 2) // 2 * 0x4000
+    assert early.size == 6 * 0x4000
+
+
+def test_copies_are_refused_when_the_sram_is_taken(dev):
+    """Under one slot per window left (and the reserve): the copy says what to free instead of failing later."""
+    from hcq import HCQError
+    f = dev.gpu.dev.pci
+    hog = dev.alloc((f.sram_free_slots() - 3) * 0x4000, host=True)  # 3 slots left: two windows and the reserve
+    buf = dev.alloc(4096)                                            # do not fit
+    with pytest.raises(HCQError, match=r"two windows of at least one 16 KiB SRAM slot and 2 slots to spare; 3 of "
+                                       r"the 32 slots are free .*free host buffers first"):
+        dev.copyin(buf, b"x" * 4096)
+    assert hog.size > 0
