@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +97,8 @@ class AMGPU:
         self.dev = dev
         self.boot_report: BootReport | None = None
         self.kiq = None       # amdrv.queue.KIQ: set up with the first compute queue, taken down at fini
+        # every amdrv.queue ring created on this GPU (weakly: a queue nobody holds is gone), for fini and recover
+        self.queues: weakref.WeakSet = weakref.WeakSet()
         self._finished = False
 
     @classmethod

@@ -13,6 +13,7 @@ every boot path starts from. IP blocks take the device and use:
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from amdrv import chips, device_spec, discovery, pci_state, regs, trace, vbios
@@ -130,6 +131,7 @@ class AMDevice:
         self.mm = self.new_allocator()
         self.firmware = firmware or FirmwareStore()
         self.fb_base: int | None = None  # MC address of VRAM offset 0, set by the GMC block
+        self.grbm_lock = threading.Lock()  # GRBM_GFX_CNTL queue selection (amdgpu's srbm_mutex): amdrv.queue
 
     def _discover(self) -> int:
         """VRAM size, the VRAM view and the IP discovery binary; returns the VRAM size."""

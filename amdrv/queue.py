@@ -58,11 +58,11 @@ from __future__ import annotations
 import struct
 import threading
 import time
-import weakref
 
 from amdrv import pm4, structs
 from amdrv.autogen import mqd_v11
-from amdrv.ip.gfx import MEC_PIPES, poll
+from amdrv.ip.gfx import MEC_PIPES
+from amdrv.poll import USEC_TIMEOUT, poll
 from amdrv.ip.nbio import DOORBELL_SDMA_ENGINE, SDMA_DOORBELL_RANGE
 
 # amdgpu_doorbell.h AMDGPU_NAVI10_DOORBELL_* (64-bit doorbell units)
@@ -75,7 +75,6 @@ MEC_QUEUES_PER_PIPE = 8                # gfx_v11_0: mec.num_queue_per_pipe
 RESET_WAVES = 2                        # CP_HQD_DEQUEUE_REQUEST type (gfx_v11_0_soft_reset, hqd_destroy_v11)
 CACHE_READ_POLICY_L2_DEFAULT, CACHE_WRITE_POLICY_L2_DEFAULT = 2, 3   # sdma_common.h (NOA, BYPASS)
 RING_SIZE = 64 << 10
-USEC_TIMEOUT = 0.1                     # adev->usec_timeout
 # amdgpu_gfx_kiq_acquire: the KIQ takes queue 0 of the highest MEC pipe no compute ring uses (gfx11: ME1
 # pipe 3 queue 0); its doorbell is AMDGPU_NAVI10_DOORBELL_KIQ. Upstream's ring is 1024 dwords x 256
 # submissions (amdgpu_ring_init); this driver sends a few packets per queue set-up, so 2048 dwords.
@@ -89,9 +88,6 @@ RING_TEST_IDLE = 0xCAFEDEAD            # gfx_v11_0_ring_test_ring: SCRATCH_REG0 
 COMPUTE_MQD = structs.get(mqd_v11, "v11_compute_mqd")
 MQD_HEADER = 0xC0310800                # gfx_v11_0_compute_mqd_init
 
-_grbm_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_queues: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # gpu -> WeakSet of its queues
-
 
 class QueueError(RuntimeError):
     """A queue failed: names the GPU, the queue, its read/write pointers and any fault, and what to do."""
@@ -102,11 +98,9 @@ def dev_name(q) -> str:
 
 
 def grbm_lock(dev) -> threading.Lock:
-    """The lock around GRBM_GFX_CNTL queue selection (amdgpu's srbm_mutex), one per device."""
-    lock = _grbm_locks.get(dev)
-    if lock is None:
-        lock = _grbm_locks.setdefault(dev, threading.Lock())
-    return lock
+    """The lock around GRBM_GFX_CNTL queue selection (amdgpu's srbm_mutex), one per device: kept on the
+    device (AMDevice.grbm_lock)."""
+    return dev.grbm_lock
 
 
 def _log2(n: int, what: str) -> int:
@@ -179,7 +173,7 @@ class _Queue:
         # dwords it wrote, and the rptr write-back (which the host cannot read back there) is replaced by
         # the engine's rptr register.
         self.coherent = self.mem.dma.coherent
-        _queues.setdefault(gpu, weakref.WeakSet()).add(self)
+        gpu.queues.add(self)
 
     @property
     def name(self) -> str:
@@ -744,7 +738,7 @@ def fini_queues(gpu) -> None:
     kiq = getattr(gpu, "kiq", None)
     if kiq is None:
         return
-    kiq.unmap(sorted((q for q in _queues.get(gpu, ()) if q.kind == "compute"), key=lambda q: q.doorbell_index))
+    kiq.unmap(sorted((q for q in gpu.queues if q.kind == "compute"), key=lambda q: q.doorbell_index))
     kiq.fini()
     gpu.kiq = None
 
@@ -764,7 +758,7 @@ def recover(gpu) -> list[str]:
     gpu.ih.poll()
     # cp_resume after the soft reset: the KIQ set up again by MMIO (gfx_v11_0_kiq_resume), then the compute
     # queues mapped through it again (gfx_v11_0_kcq_resume); the reset took every HQD off the MEC
-    queues = sorted(_queues.get(gpu, ()), key=lambda q: (q.kind != "KIQ", q.kind, q.doorbell_index))
+    queues = sorted(gpu.queues, key=lambda q: (q.kind != "KIQ", q.kind, q.doorbell_index))
     for q in queues:
         if q.kind in ("KIQ", "compute"):
             q.mapped = False

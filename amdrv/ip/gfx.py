@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 
 from amdrv.firmware import files_for, parse
+from amdrv.poll import poll
 
 # gfx_v11_0.c: DEFAULT_SH_MEM_CONFIG = ADDRESS_MODE 64, ALIGNMENT_MODE UNALIGNED, INITIAL_INST_PREFETCH 3
 SH_MEM_ADDRESS_MODE_64, SH_MEM_ALIGNMENT_MODE_UNALIGNED = 0, 3
@@ -46,19 +47,6 @@ MEC_START_S = 50e-6       # gfx_v11_0_cp_compute_enable: udelay(50) after unhalt
 
 class GFXError(RuntimeError):
     """GFX bring-up failed: names the device, the register and what was read."""
-
-
-def poll(read, done, timeout_s: float, min_reads: int = 100_000):
-    """Reads until done(value): gives up once both timeout_s of wall time and min_reads reads have
-    passed (a simulator steps its clock per read, hardware takes wall time). Returns (ok, last value)."""
-    t0, n = time.perf_counter(), 0
-    while True:
-        v = read()
-        n += 1
-        if done(v):
-            return True, v
-        if n >= min_reads and time.perf_counter() - t0 >= timeout_s:
-            return False, v
 
 
 def program_golden(gc, sequence) -> None:

@@ -52,7 +52,8 @@ from dataclasses import dataclass
 
 from amdrv import pagetable
 from amdrv.autogen import ih as IHIDS
-from amdrv.ip.nbio import NBIO, wait_reg
+from amdrv.ip.nbio import NBIO
+from amdrv.poll import poll_reg
 from amdrv.memory import PAGE, Block
 from amdrv.pagetable import PageTable
 
@@ -327,10 +328,12 @@ class GMC:
                            INVALIDATE_L2_PDE0=1, INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1,
                            CLEAR_PROTECTION_FAULT_STATUS_ADDR=0)
         if hub.semaphore:
-            wait_reg(sem, 1, 1, f"{self.dev.name} {hub.name} hub invalidation engine {GART_ENG} semaphore")
+            poll_reg(sem, 1, 1, f"the {hub.name} hub invalidation engine {GART_ENG} semaphore", device=self.dev.name,
+                     error=GMCError)
         req.write(value)
         try:
-            wait_reg(ack, 1 << vmid, 1 << vmid, f"{self.dev.name} {hub.name} hub TLB invalidation ack of VMID {vmid}")
+            poll_reg(ack, 1 << vmid, 1 << vmid, f"the {hub.name} hub TLB invalidation ack of VMID {vmid}",
+                     device=self.dev.name, error=GMCError)
         finally:
             if hub.semaphore:
                 sem.write(0)

@@ -37,10 +37,10 @@ MM_INDEX/MM_DATA path, which HDP flushes cover too.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from amdrv import regs
+from amdrv.poll import poll_reg
 
 MMIO_REG_HOLE_OFFSET = 0x80000 - 0x1000         # soc21.c, with a 4 KiB PAGE_SIZE
 KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL = 0            # uapi/linux/kfd_ioctl.h
@@ -56,7 +56,6 @@ SDMA_DOORBELL_RANGE = 20    # soc21_init_doorbell_index: doorbell_index.sdma_doo
 # nbio_v4_3_gc_doorbell_init's values for S2A_DOORBELL_ENTRY_0_CTRL and _3_CTRL
 GC_DOORBELL_ENTRIES = {"S2A_DOORBELL_ENTRY_0_CTRL": 0x30000007, "S2A_DOORBELL_ENTRY_3_CTRL": 0x3000000D}
 HDP_FLUSH_CLIENTS = tuple(f"CP{i}" for i in range(10)) + ("SDMA0", "SDMA1")
-USEC_TIMEOUT = 0.1  # amdgpu's adev->usec_timeout (100000 us)
 
 STATE_MAGIC = 0x414D  # "AM" in the top half of DRIVER_SCRATCH_0
 STATE_REGS = ("BIF_BX0_DRIVER_SCRATCH_0", "BIF_BX0_DRIVER_SCRATCH_1", "BIF_BX0_DRIVER_SCRATCH_2",
@@ -79,22 +78,6 @@ class BootState:
     boot_size: int
     boot_used: int
     fw_reserved: int = 0
-
-
-def wait_reg(reg: regs.Register, mask: int, want: int, what: str, timeout: float = USEC_TIMEOUT) -> int:
-    """Polls reg until (value & mask) == want, as amdgpu's usec_timeout loops do; returns the value.
-    At least a few reads are made whatever the wall clock says, so a slow host still sees the answer."""
-    deadline = time.monotonic() + timeout
-    tries = 0
-    while True:
-        v = reg.read()
-        if v & mask == want:
-            return v
-        tries += 1
-        if tries > 16 and time.monotonic() > deadline:
-            raise NBIOError(f"{reg.defn.block} {reg.name}: timed out after {timeout * 1e3:.0f} ms waiting for "
-                            f"{what} (read {v:#010x}, want bits {mask:#x} = {want:#x}); the GPU may be hung "
-                            "or powered off: reset it (a cold boot does a mode1 reset)")
 
 
 class IndirectMMIO:
@@ -210,7 +193,7 @@ class NBIO:
             return
         req, done, mask = self.hdp_flush_request(client)
         req.write(mask)
-        wait_reg(done, mask, mask, f"the HDP flush requested as {client}")
+        poll_reg(done, mask, mask, f"the HDP flush requested as {client}", device=self.dev.name, error=NBIOError)
 
     def hdp_flush_request(self, client: str) -> tuple[regs.Register, regs.Register, int]:
         """(GPU_HDP_FLUSH_REQ, GPU_HDP_FLUSH_DONE, the client's bit): what a CP or SDMA packet that

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from amdrv.ip.gfx import poll
+from amdrv.poll import poll
 
 IDLE_TIMEOUT_S = 0.1  # adev->usec_timeout
 

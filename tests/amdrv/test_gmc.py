@@ -342,15 +342,33 @@ def test_mmhub_flush_without_the_semaphore_is_never_acknowledged(sim_bus, monkey
     """gmc_v11_0_flush_vm_hub takes engine 17's semaphore on the MMHUB (gmc_v11_0_use_invalidate_semaphore):
     without it the ACK is lost (the power-gating case upstream's comment names) and the flush times out."""
     from amdrv.ip import gmc as gmc_mod
-    from amdrv.ip.nbio import NBIOError
     orig = gmc_mod._Hub.__init__
 
     def no_sem(self, *a, **kw):
         orig(self, *a, **kw)
         self.semaphore = False
     monkeypatch.setattr(gmc_mod._Hub, "__init__", no_sem)
-    with pytest.raises(NBIOError, match="MM hub TLB invalidation ack"):
+    with pytest.raises(GMCError, match="MM hub TLB invalidation ack"):
         boot(sim_bus)
+
+
+@pytest.mark.parametrize("hub", ["GC", "MM"])
+def test_a_tlb_flush_never_acknowledged_is_a_gmc_error_naming_hub_and_vmid(sim_bus, monkeypatch, hub):
+    """gmc_v11_0_flush_vm_hub polls INVALIDATE_ENG17_ACK for the VMID's bit: when it never comes the flush
+    fails as a GMC error (not the NBIO one the shared wait raised before) naming device, hub, register, VMID,
+    and the semaphore taken on the MMHUB is released all the same."""
+    from amdrv import regs
+    from amdrv.ip.nbio import NBIOError
+    dev, gmc, s = boot(sim_bus)
+    orig = regs.Register.read
+    ack = ("GC" if hub == "GC" else "MM") + "VM_INVALIDATE_ENG17_ACK"
+    monkeypatch.setattr(regs.Register, "read", lambda r: 0 if r.name == ack else orig(r))
+    with pytest.raises(GMCError, match=rf"{dev.name}: .*{ack}: .*the {hub} hub TLB invalidation ack of VMID 3 "
+                                       r"\(read 0x00000000, want bits 0x8 = 0x8\).*reset it") as e:
+        gmc.flush_tlb(3)
+    assert not isinstance(e.value, NBIOError)
+    monkeypatch.undo()
+    gmc.flush_tlb(3)        # the semaphore was released (a read of it acquires): the next flush goes through
 
 
 @pytest.mark.parametrize("hub", ["GC", "MM"])

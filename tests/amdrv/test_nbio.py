@@ -78,6 +78,20 @@ def test_hdp_flush_through_the_remap_page_and_the_request_path(sim_bus):
         nbio.hdp_flush("CP10")
 
 
+def test_an_hdp_flush_never_done_is_an_nbio_error_naming_the_client(sim_bus, monkeypatch):
+    """The engines' HDP flush waits for the client's bit in GPU_HDP_FLUSH_DONE (nbio_v4_3_hdp_flush_reg):
+    when it never comes the wait ends in NBIOError naming the device, register and client."""
+    from amdrv import regs
+    dev, nbio, s = fresh(sim_bus)
+    nbio.init()
+    orig = regs.Register.read
+    monkeypatch.setattr(regs.Register, "read",
+                        lambda r: 0 if r.name == "BIF_BX_PF0_GPU_HDP_FLUSH_DONE" else orig(r))
+    with pytest.raises(NBIOError, match=rf"{dev.name}: .*GPU_HDP_FLUSH_DONE: .*the HDP flush requested as SDMA1 "
+                                        r"\(read 0x00000000, want bits 0x\w+ = 0x\w+\)"):
+        nbio.hdp_flush("SDMA1")
+
+
 def test_hdp_flush_without_the_remap_does_not_flush(sim_bus):
     dev, nbio, s = fresh(sim_bus)
     dev.pci.bar(0).write32(0x1000, 1)
