@@ -62,6 +62,7 @@ from amdrv import structs
 from amdrv.autogen import psp as P
 from amdrv.firmware import Component, FirmwareError, FirmwareImage, files_for, parse
 from amdrv.firmware.headers import kind_of
+from amdrv.poll import poll
 
 READY = 0x80000000
 TMR_RESERVE = 0x1300000              # LOAD_TOC's answer on a 7900 XTX ("reserve 0x1300000 ... for PSP TMR")
@@ -366,16 +367,18 @@ class PSP:
     # -- waiting ----------------------------------------------------------------------------------------
     def _wait(self, n: int, done, what: str, fail=None) -> int:
         """Polls C2PMSG_n until done(value); fail(value) -> message raises at once."""
-        reg, deadline = self.c2pmsg[n], time.monotonic() + self.timeout_s
-        while True:
-            v = reg.read()
+        def settled(v: int) -> bool:
             if done(v):
-                return v
+                return True
             if fail is not None and (msg := fail(v)):
                 raise PSPError(f"{self.dev.name}: PSP {msg}")
-            if time.monotonic() > deadline:
-                raise PSPTimeout(f"{self.dev.name}: PSP timeout after {self.timeout_s:g} s waiting for {what} "
-                                 f"(MP0_SMN_C2PMSG_{n} = {v:#010x})")
+            return False
+        # min_reads=1: the PSP's timeout_s alone ends the wait, as before (psp_wait_for: usec_timeout reads)
+        ok, v = poll(self.c2pmsg[n].read, settled, self.timeout_s, min_reads=1)
+        if not ok:
+            raise PSPTimeout(f"{self.dev.name}: PSP timeout after {self.timeout_s:g} s waiting for {what} "
+                             f"(MP0_SMN_C2PMSG_{n} = {v:#010x})")
+        return v
 
     def sos_alive(self) -> bool:
         return self.c2pmsg[81].read() != 0
