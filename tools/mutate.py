@@ -1470,6 +1470,9 @@ EXPECTED = {
     "pkt-*:PM4.SET_SH_REG.COMPUTE_USER_DATA_1[0-5]": "beyond the 4 user SGPRs the kernels enable",
     "pkt-*:PM4.RELEASE_MEM/GPU_CLOCK.DATA_[LH][OI]": "DATA_SEL 3 writes the GPU clock; the data dwords are unused "
     "(nvd.h)",
+    "pkt-*:PM4.RELEASE_MEM/DATA_32.DATA_HI": "DATA_SEL 1 sends the low 32 bits of the data alone (nvd.h "
+    "DATA_SEL; gfx_v11_0_ring_emit_fence picks it for fences without AMDGPU_FENCE_FLAG_64BIT and still fills "
+    "DATA_HI): the high dword is never written",
     "pkt-*:PM4.RELEASE_MEM/*.INT_CTXID": "the context id goes with an interrupt, and INT_SEL asks for none",
     "pkt-zero:PM4.SET_SH_REG.COMPUTE_START_[XYZ]": "the driver writes 0 already",
     "pkt-flip:PM4.SET_SH_REG.COMPUTE_START_[XYZ]": "the driver's DISPATCH_DIRECT sets COMPUTE_DISPATCH_INITIATOR."
