@@ -151,3 +151,25 @@ def test_copies_are_refused_when_the_sram_is_taken(dev):
                                        r"the 32 slots are free .*free host buffers first"):
         dev.copyin(buf, b"x" * 4096)
     assert hog.size > 0
+
+
+@pytest.mark.parametrize("hint", [True, False])
+def test_a_host_buffer_the_gpu_writes_survives_a_neighbours_push(dev, monkeypatch, hint):
+    """hcq allocates host buffers device_written (amdrv/hcq/device.py _map): behind the open firmware a push
+    resends its whole 16 KiB slot from the host's view, so a small buffer the GPU wrote must not share a
+    slot with one the host writes. Without the hint (hint=False) the host's write to b loses what SDMA
+    wrote into a."""
+    if not hint:
+        f, orig = dev.gpu.dev.pci, dev.gpu.dev.pci.alloc_dma
+        monkeypatch.setattr(f, "alloc_dma", lambda size, **kw: orig(size, **{**kw, "device_written": False}))
+    slot = lambda buf: buf.mem.dma.bus_address() // 0x4000            # noqa: E731
+    bufs = [dev.alloc(4096, host=True) for _ in range(5)]       # before the copy windows take the SRAM
+    pairs = [(x, y) for x, y in zip(bufs, bufs[1:]) if slot(x) == slot(y)]   # 5 pages: 2 share unless hinted
+    assert bool(pairs) != hint
+    a, b = pairs[0] if pairs else bufs[:2]
+    src = dev.alloc(4096)
+    dev.copyin(src, b"GPU!" * 1024)
+    dev.copy(a, src)                                   # the GPU writes a
+    dev.copyin(b, b"host" * 1024)                      # the host writes b: a push of b's slot
+    got = dev.copyout(a)
+    assert (got == b"GPU!" * 1024) == hint, got[:8]
