@@ -16,9 +16,10 @@ USEC_TIMEOUT = 0.1           # amdgpu's adev->usec_timeout (AMDGPU_MAX_USEC_TIME
 MIN_REG_READS = 17           # poll_reg: reads made before the wall clock may end the wait
 
 
-def poll(read, done, timeout_s: float, min_reads: int = 100_000):
+def poll(read, done, timeout_s: float, min_reads: int = 100_000, interval_s: float = 0.0):
     """Reads until done(value): gives up once both timeout_s of wall time and min_reads reads have
-    passed. Returns (ok, last value); the caller words its own error."""
+    passed. Returns (ok, last value); the caller words its own error. interval_s: a sleep between reads
+    (for what is not a register: a fence in memory the device writes)."""
     t0, n = time.perf_counter(), 0
     while True:
         v = read()
@@ -27,6 +28,8 @@ def poll(read, done, timeout_s: float, min_reads: int = 100_000):
             return True, v
         if n >= min_reads and time.perf_counter() - t0 >= timeout_s:
             return False, v
+        if interval_s:
+            time.sleep(interval_s)
 
 
 def poll_reg(reg, mask: int, want: int, what: str, *, device: str, error: type[Exception],

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import time
 
 from amdrv import structs
 from amdrv.autogen import psp as P
@@ -477,15 +476,14 @@ class PSP:
         return {"status": status, "fw_addr": fw_lo | fw_hi << 32, "tmr_size": tmr_size}
 
     def _wait_fence(self, what: str) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while self.dev.vram.read32(self.fence_addr) != self._fence:
-            if time.monotonic() > deadline:
-                got = self.dev.vram.read32(self.fence_addr)
-                raise PSPTimeout(f"{self.dev.name}: PSP timeout after {self.timeout_s:g} s waiting for {what}: "
-                                 f"the fence at VRAM {self.fence_addr:#x} holds {got}, expected {self._fence} "
-                                 f"(the secure OS did not process the KM ring; write pointer C2PMSG_67 = "
-                                 f"{self._wptr:#x})")
-            time.sleep(50e-6)
+        """Polls the KM ring's fence in VRAM (psp_cmd_submit_buf) until it holds this command's value."""
+        ok, got = poll(lambda: self.dev.vram.read32(self.fence_addr), lambda v: v == self._fence,
+                       self.timeout_s, min_reads=1, interval_s=50e-6)
+        if not ok:
+            raise PSPTimeout(f"{self.dev.name}: PSP timeout after {self.timeout_s:g} s waiting for {what}: "
+                             f"the fence at VRAM {self.fence_addr:#x} holds {got}, expected {self._fence} "
+                             f"(the secure OS did not process the KM ring; write pointer C2PMSG_67 = "
+                             f"{self._wptr:#x})")
 
     def load_toc(self) -> int:
         """LOAD_TOC (psp_load_toc); returns the TMR size the PSP asks for."""

@@ -39,6 +39,7 @@ from amdrv import pci_state, structs
 from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.ip.psp import runtime_scpm
+from amdrv.poll import poll
 from pcie import PCIError
 
 log = logging.getLogger("amdrv.smu")
@@ -158,8 +159,7 @@ class SMU:
     # -- the mailbox ------------------------------------------------------------------------------------
     def _poll(self, gone=None) -> int | None:
         """The non-zero response, or None on timeout; 0 as soon as gone() says the answer cannot come."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
+        def answer() -> int | None:      # None: nothing yet, keep polling
             try:
                 v = self.resp_reg.read()
             except PCIError:
@@ -170,8 +170,9 @@ class SMU:
                 return v
             if gone is not None and (v == 0xFFFFFFFF or self._gone(gone)):
                 return 0     # all ones: the reset took the bus interface with it (memory decode off)
-            if time.monotonic() > deadline:
-                return None
+            return None
+        # min_reads=1: the SMU's timeout_s alone ends the wait (__smu_cmn_poll_stat: usec_timeout * 20 reads)
+        return poll(answer, lambda r: r is not None, self.timeout_s, min_reads=1)[1]
 
     @staticmethod
     def _gone(gone) -> bool:
@@ -430,11 +431,18 @@ class SMU:
         self._idle = False
         time.sleep(self.reset_wait_s)    # upstream touches no register meanwhile
         pci_state.restore(self.dev.pci, saved)
-        deadline = time.monotonic() + self.timeout_s
-        while self._memsize_after_reset() == 0xFFFFFFFF:
-            if time.monotonic() > deadline:
-                raise SMUTimeout(f"{self.dev.name}: after Mode1Reset the GPU did not come back within "
-                                 f"{self.timeout_s:g} s (RCC_CONFIG_MEMSIZE reads all ones): power-cycle it")
+        retried = False
+
+        def memsize() -> int:
             # A reset that finished only after the restore above (a shorter wait than the reset took) reset
-            # the config space again: restore once more (only what differs is written).
-            pci_state.restore(self.dev.pci, saved)
+            # the config space again: before each further read, restore once more (only what differs is
+            # written).
+            nonlocal retried
+            if retried:
+                pci_state.restore(self.dev.pci, saved)
+            retried = True
+            return self._memsize_after_reset()
+        ok, _ = poll(memsize, lambda v: v != 0xFFFFFFFF, self.timeout_s, min_reads=1)
+        if not ok:
+            raise SMUTimeout(f"{self.dev.name}: after Mode1Reset the GPU did not come back within "
+                             f"{self.timeout_s:g} s (RCC_CONFIG_MEMSIZE reads all ones): power-cycle it")

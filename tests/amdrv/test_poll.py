@@ -44,3 +44,14 @@ def test_poll_predicate_form_reports_instead_of_raising():
     r = _Reg(3)
     assert poll(r.read, lambda v: v == 0, 0, 5) == (False, 3) and r.reads == 5
     assert poll(_Reg(3, 0).read, lambda v: v == 0, 0, 5) == (True, 0)
+
+
+def test_poll_interval_sleeps_between_reads_only(monkeypatch):
+    """interval_s (the PSP's fence in VRAM): a sleep after each read that did not settle, none after the last."""
+    import amdrv.poll as P
+    sleeps = []
+    monkeypatch.setattr(P.time, "sleep", sleeps.append)
+    assert poll(_Reg(1, 1, 0).read, lambda v: v == 0, 10, 1, interval_s=5e-5) == (True, 0)
+    assert sleeps == [5e-5, 5e-5]
+    sleeps.clear()
+    assert poll(_Reg(1).read, lambda v: v == 0, 0, 3, interval_s=5e-5) == (False, 1) and len(sleeps) == 2

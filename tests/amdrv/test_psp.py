@@ -165,8 +165,9 @@ def test_timeouts_name_the_register_and_what_was_awaited():
     # a command whose fence never comes: the ring is destroyed behind the driver's back
     psp.ring_stop()
     with pytest.raises(PSPTimeout, match=r"waiting for LOAD_TOC of psp_13_0_0_sos.bin TOC: the fence at VRAM "
-                                         r"0x[0-9a-f]+ holds 0, expected 1"):
+                                         r"0x[0-9a-f]+ holds 0, expected 1") as e:
         psp.load_toc()
+    assert str(e.value).startswith(f"{dev.name}: PSP timeout") and isinstance(e.value, PSPError)
     dev.close()
 
 

@@ -281,8 +281,9 @@ def test_mode1_reset_without_restoring_the_config_space_never_comes_back(booted,
     smu.init()
     dev.pci.set_bus_master(True)
     monkeypatch.setattr(pci_state, "restore", lambda pci, state: pci.set_bus_master(True))   # the old driver
-    with pytest.raises(SMUTimeout, match=r"RCC_CONFIG_MEMSIZE reads all ones"):
+    with pytest.raises(SMUTimeout, match=r"RCC_CONFIG_MEMSIZE reads all ones") as e:
         smu.mode1_reset()
+    assert str(e.value).startswith(f"{dev.name}: after Mode1Reset") and isinstance(e.value, SMUError)
     assert dev.pci.config_read(0x14, 4) == 0 and dev.pci.config_read(0x24, 4) == 0    # BARs still unassigned
 
 
