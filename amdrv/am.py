@@ -137,7 +137,7 @@ class AMGPU:
         self.psp = PSP(dev, gmc=self.gmc)   # stages firmware in DMA memory the GMC maps (GTT upstream)
         self.smu = SMU(dev)
         self.gfx = GFX(dev, self.gmc, self.nbio)
-        self.sdma = SDMA(dev)
+        self.sdma = SDMA(dev, self.nbio)
 
     def _firmware_alive(self) -> tuple[bool, bool, bool]:
         """(the PSP's sOS runs, the SMU answers, the SMU runs with a mailbox a dead driver cleared). The

@@ -9,6 +9,11 @@
     q.wait(f, 1, timeout_s=2.0)                # QueueError naming the queue, rptr/wptr and any fault
     recover(gpu)                               # reset GFX and SDMA engines, clear faults, re-create queues
 
+This module keeps the rings, their pointers and doorbells, the MQDs, the KIQ's packets and the set of
+queues; the registers belong to their blocks, which it calls: amdrv.ip.gfx programs and dequeues HQDs
+(the KIQ's by MMIO) and does the GFX soft reset, amdrv.ip.sdma programs an engine's queue 0 and does the
+SDMA soft reset.
+
 Both queues run in VMID 0 (the AM driver's single address space, amdrv.ip.gmc). Their rings and
 pointer write-back words live in host DMA memory mapped for the GPU (as amdgpu's rings live in GTT),
 so `submit` is a memory copy, one 64-bit wptr store and one 64-bit doorbell write: no MMIO read.
@@ -56,31 +61,25 @@ Facts (drivers/gpu/drm/amd):
 from __future__ import annotations
 
 import struct
-import threading
 import time
 
 from amdrv import pm4, structs
 from amdrv.autogen import mqd_v11
-from amdrv.ip.gfx import MEC_PIPES
+from amdrv.ip.gfx import (DOORBELL_KIQ, DOORBELL_MEC_RING0, DOORBELL_USERQUEUE_END, MEC_PIPES,
+                          MEC_QUEUES_PER_PIPE)
+from amdrv.ip.nbio import DOORBELL_SDMA_ENGINE
 from amdrv.poll import USEC_TIMEOUT, poll
-from amdrv.ip.nbio import DOORBELL_SDMA_ENGINE, SDMA_DOORBELL_RANGE
 
-# amdgpu_doorbell.h AMDGPU_NAVI10_DOORBELL_* (64-bit doorbell units)
-DOORBELL_KIQ, DOORBELL_MEC_RING0, DOORBELL_USERQUEUE_END = 0x000, 0x003, 0x08A
 DOORBELL_BAR = 2
 GFX11_MEC_HPD_SIZE = 2048              # gfx_v11_0.c: EOP buffer bytes per queue
 MQD_SIZE = 4096                        # v11_compute_mqd is 512 dwords (2 KiB); one page
 GPU_PAGE = 4096                        # AMDGPU_GPU_PAGE_SIZE
-MEC_QUEUES_PER_PIPE = 8                # gfx_v11_0: mec.num_queue_per_pipe
-RESET_WAVES = 2                        # CP_HQD_DEQUEUE_REQUEST type (gfx_v11_0_soft_reset, hqd_destroy_v11)
-CACHE_READ_POLICY_L2_DEFAULT, CACHE_WRITE_POLICY_L2_DEFAULT = 2, 3   # sdma_common.h (NOA, BYPASS)
 RING_SIZE = 64 << 10
 # amdgpu_gfx_kiq_acquire: the KIQ takes queue 0 of the highest MEC pipe no compute ring uses (gfx11: ME1
 # pipe 3 queue 0); its doorbell is AMDGPU_NAVI10_DOORBELL_KIQ. Upstream's ring is 1024 dwords x 256
 # submissions (amdgpu_ring_init); this driver sends a few packets per queue set-up, so 2048 dwords.
 KIQ_PIPE, KIQ_QUEUE = 3, 0
 KIQ_RING_SIZE = 8 << 10
-KIQ_SCHEDULER_VALID = 0x80             # gfx_v11_0_kiq_setting: RLC_CP_SCHEDULERS |= 0x80 after the queue id
 UNMAP_PREEMPT_QUEUES, UNMAP_RESET_QUEUES = 0, 1   # amdgpu_unmap_queues_action (amdgpu_gfx_disable_kcq: RESET)
 RING_TEST_IDLE = 0xCAFEDEAD            # gfx_v11_0_ring_test_ring: SCRATCH_REG0 before the ring writes it
 
@@ -95,12 +94,6 @@ class QueueError(RuntimeError):
 
 def dev_name(q) -> str:
     return q.dev.name
-
-
-def grbm_lock(dev) -> threading.Lock:
-    """The lock around GRBM_GFX_CNTL queue selection (amdgpu's srbm_mutex), one per device: kept on the
-    device (AMDevice.grbm_lock)."""
-    return dev.grbm_lock
 
 
 def _log2(n: int, what: str) -> int:
@@ -331,21 +324,14 @@ class ComputeQueue(_Queue):
     def name(self) -> str:
         return f"compute queue ME{self.me} pipe {self.pipe} queue {self.queue}"
 
-    def _select(self, me=0, pipe=0, queue=0) -> None:
-        self.gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=me, VMID=0, QUEUEID=queue)
-
     def _write_mqd(self) -> dict[str, int]:
         """gfx_v11_0_compute_mqd_init with the queue selected (it reads some HQD registers), the MQD
         written through BAR0, then the HDP flushed so the engines see it (amdgpu flushes HDP before the
         GPU reads what the CPU wrote: amdgpu_ib.c, amdgpu_device_flush_hdp)."""
         dev = self.dev
         dev.vram.write(self.eop.vram.addr, bytes(GFX11_MEC_HPD_SIZE))
-        with grbm_lock(dev):
-            self._select(self.me, self.pipe, self.queue)
-            try:
-                m = self._mqd_values()
-            finally:
-                self._select()
+        with self.gpu.gfx.selected(self.me, self.pipe, self.queue):
+            m = self._mqd_values()
         dev.vram.write(self.mqd.vram.addr, COMPUTE_MQD.pack(**m).ljust(MQD_SIZE, b"\0"))
         self.gpu.nbio.hdp_flush()
         return m
@@ -393,51 +379,6 @@ class ComputeQueue(_Queue):
             cp_hqd_ib_control=gc.CP_HQD_IB_CONTROL.defn.encode(gc.CP_HQD_IB_CONTROL.read(), MIN_IB_AVAIL_SIZE=3),
             cp_hqd_pipe_priority=0, cp_hqd_queue_priority=0, cp_hqd_active=1)
 
-    def _program(self, m: dict[str, int]) -> None:
-        """gfx_v11_0_kiq_init_register, with the queue selected."""
-        gc = self.gc
-        gc.CP_PQ_WPTR_POLL_CNTL.update(EN=0)
-        gc.CP_HQD_EOP_BASE_ADDR.write(m["cp_hqd_eop_base_addr_lo"])
-        gc.CP_HQD_EOP_BASE_ADDR_HI.write(m["cp_hqd_eop_base_addr_hi"])
-        gc.CP_HQD_EOP_CONTROL.write(m["cp_hqd_eop_control"])
-        gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
-        if gc.CP_HQD_ACTIVE.read() & 1:
-            ok = self._dequeue(1)
-            gc.CP_HQD_DEQUEUE_REQUEST.write(m["cp_hqd_dequeue_request"])
-            if not ok:
-                raise QueueError(f"{dev_name(self)}: {self.name}: the HQD did not dequeue (CP_HQD_ACTIVE stays 1 "
-                                 f"after CP_HQD_DEQUEUE_REQUEST): the CP is stuck in it; a GFX soft reset "
-                                 f"(gpu.recover()) or a cold boot (DRIVERLESS_COLD_BOOT=1) is needed")
-        gc.CP_HQD_PQ_RPTR.write(m["cp_hqd_pq_rptr"])
-        gc.CP_HQD_PQ_WPTR_LO.write(m["cp_hqd_pq_wptr_lo"])
-        gc.CP_HQD_PQ_WPTR_HI.write(m["cp_hqd_pq_wptr_hi"])
-        gc.CP_MQD_BASE_ADDR.write(m["cp_mqd_base_addr_lo"])
-        gc.CP_MQD_BASE_ADDR_HI.write(m["cp_mqd_base_addr_hi"])
-        gc.CP_MQD_CONTROL.write(m["cp_mqd_control"])
-        gc.CP_HQD_PQ_BASE.write(m["cp_hqd_pq_base_lo"])
-        gc.CP_HQD_PQ_BASE_HI.write(m["cp_hqd_pq_base_hi"])
-        gc.CP_HQD_PQ_CONTROL.write(m["cp_hqd_pq_control"])
-        gc.CP_HQD_PQ_RPTR_REPORT_ADDR.write(m["cp_hqd_pq_rptr_report_addr_lo"])
-        gc.CP_HQD_PQ_RPTR_REPORT_ADDR_HI.write(m["cp_hqd_pq_rptr_report_addr_hi"])
-        gc.CP_HQD_PQ_WPTR_POLL_ADDR.write(m["cp_hqd_pq_wptr_poll_addr_lo"])
-        gc.CP_HQD_PQ_WPTR_POLL_ADDR_HI.write(m["cp_hqd_pq_wptr_poll_addr_hi"])
-        gc.CP_MEC_DOORBELL_RANGE_LOWER.write((DOORBELL_KIQ * 2) << 2)
-        gc.CP_MEC_DOORBELL_RANGE_UPPER.write((DOORBELL_USERQUEUE_END * 2) << 2)
-        gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
-        gc.CP_HQD_PQ_WPTR_LO.write(m["cp_hqd_pq_wptr_lo"])
-        gc.CP_HQD_PQ_WPTR_HI.write(m["cp_hqd_pq_wptr_hi"])
-        gc.CP_HQD_VMID.write(m["cp_hqd_vmid"])
-        gc.CP_HQD_PERSISTENT_STATE.write(m["cp_hqd_persistent_state"])
-        gc.CP_HQD_ACTIVE.write(m["cp_hqd_active"])
-        gc.CP_PQ_STATUS.update(DOORBELL_ENABLE=1)
-
-    def _dequeue(self, request: int) -> bool:
-        """CP_HQD_DEQUEUE_REQUEST with the queue selected; True once CP_HQD_ACTIVE clears."""
-        gc = self.gc
-        gc.CP_HQD_DEQUEUE_REQUEST.write(request)
-        ok, _ = poll(gc.CP_HQD_ACTIVE.read, lambda v: not v & 1, USEC_TIMEOUT, 1000)
-        return ok
-
     def fini(self) -> None:
         """Takes the queue off the MEC through the KIQ (UNMAP_QUEUES RESET_QUEUES, amdgpu_gfx_disable_kcq
         from gfx_v11_0_hw_fini), so no HQD outlives the driver with its ring in freed memory."""
@@ -449,22 +390,11 @@ class ComputeQueue(_Queue):
         return self.gc.GRBM_STATUS.read()
 
     def _hw_rptr(self) -> int:
-        with grbm_lock(self.dev):
-            self._select(self.me, self.pipe, self.queue)
-            try:
-                return self.gc.CP_HQD_PQ_RPTR.read() % self.ring_dw
-            finally:
-                self._select()
+        return self.gpu.gfx.hqd_rptr(self.me, self.pipe, self.queue) % self.ring_dw
 
     def state(self) -> str:
-        with grbm_lock(self.dev):
-            self._select(self.me, self.pipe, self.queue)
-            try:
-                gc = self.gc
-                active, rptr = gc.CP_HQD_ACTIVE.read() & 1, gc.CP_HQD_PQ_RPTR.read()
-                wptr = gc.CP_HQD_PQ_WPTR_LO.read() | gc.CP_HQD_PQ_WPTR_HI.read() << 32
-            finally:
-                self._select()
+        hqd = self.gpu.gfx.hqd_registers(self.me, self.pipe, self.queue)
+        active, rptr, wptr = hqd["active"], hqd["rptr"], hqd["wptr"]
         return (f"rptr {self.rptr} (write-back) / {rptr} (CP_HQD_PQ_RPTR), wptr {self.wptr} "
                 f"(driver) / {wptr} (CP_HQD_PQ_WPTR) dwords, CP_HQD_ACTIVE {active}, "
                 f"GRBM_STATUS {self.gc.GRBM_STATUS.read():#010x}{self._packet_at(rptr, wptr)}")
@@ -517,17 +447,11 @@ class KIQ(ComputeQueue):
         (gfx_v11_0_kiq_init_register), then SET_RESOURCES with every MEC queue but its own (what
         amdgpu_gfx_enable_kcq sends before mapping; gfx11 with MES sends all ones)."""
         self._reset_ring()
-        gc = self.gc
-        sched = gc.RLC_CP_SCHEDULERS.read() & 0xFFFFFF00 | self.me << 5 | self.pipe << 3 | self.queue
-        gc.RLC_CP_SCHEDULERS.write(sched)
-        gc.RLC_CP_SCHEDULERS.write(sched | KIQ_SCHEDULER_VALID)
+        gfx = self.gpu.gfx
+        gfx.kiq_setting(self.me, self.pipe, self.queue)
         m = self._write_mqd()
-        with grbm_lock(self.dev):
-            self._select(self.me, self.pipe, self.queue)
-            try:
-                self._program(m)
-            finally:
-                self._select()
+        with gfx.selected(self.me, self.pipe, self.queue):
+            gfx.kiq_init_register(self.name, m)
         self.mapped = True
         self.set_resources()
 
@@ -575,19 +499,7 @@ class KIQ(ComputeQueue):
         poll CP_HQD_ACTIVE). Upstream's hw_fini halts the MEC with the KIQ still on its HQD; this driver takes
         it off too, so no HQD outlives the driver with its ring in freed memory."""
         self.mapped = False
-        with grbm_lock(self.dev):
-            self._select(self.me, self.pipe, self.queue)
-            try:
-                gc = self.gc
-                if gc.CP_HQD_ACTIVE.read() & 1:
-                    ok = self._dequeue(1)
-                    gc.CP_HQD_DEQUEUE_REQUEST.write(0)
-                    if not ok:
-                        raise QueueError(f"{dev_name(self)}: {self.name}: the HQD did not dequeue at fini "
-                                         "(CP_HQD_ACTIVE stays 1): the CP is stuck in it; the next boot must be "
-                                         "cold")
-            finally:
-                self._select()
+        self.gpu.gfx.hqd_destroy(self.me, self.pipe, self.queue, self.name)
 
 
 class SDMAQueue(_Queue):
@@ -616,121 +528,23 @@ class SDMAQueue(_Queue):
     def init(self) -> None:
         """(Re)creates the ring: sdma_v6_0_gfx_resume for this engine."""
         self._reset_ring()
-        r = self._reg
-        r("SEM_WAIT_FAIL_TIMER_CNTL").write(0)
-        cntl = r("QUEUE0_RB_CNTL")
-        rb = cntl.defn.encode(cntl.read(), RB_SIZE=_log2(self.ring_dw, "ring"), RB_PRIV=1, RB_ENABLE=0)
-        cntl.write(rb)
-        for name in ("RB_RPTR", "RB_RPTR_HI", "RB_WPTR", "RB_WPTR_HI"):
-            r(f"QUEUE0_{name}").write(0)
-        r("QUEUE0_RB_WPTR_POLL_ADDR_LO").write(self.wptr_va & 0xFFFFFFFF)
-        r("QUEUE0_RB_WPTR_POLL_ADDR_HI").write(self.wptr_va >> 32)
-        r("QUEUE0_RB_RPTR_ADDR_HI").write(self.rptr_va >> 32)
-        r("QUEUE0_RB_RPTR_ADDR_LO").write(self.rptr_va & 0xFFFFFFFC)
-        rb = cntl.defn.encode(rb, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, F32_WPTR_POLL_ENABLE=1)
-        r("QUEUE0_RB_BASE").write((self.ring_va >> 8) & 0xFFFFFFFF)
-        r("QUEUE0_RB_BASE_HI").write(self.ring_va >> 40)
-        r("QUEUE0_MINOR_PTR_UPDATE").write(1)
-        r("QUEUE0_RB_WPTR").write(0)
-        r("QUEUE0_RB_WPTR_HI").write(0)
-        r("QUEUE0_DOORBELL").update(ENABLE=1)
-        r("QUEUE0_DOORBELL_OFFSET").update(OFFSET=self.doorbell_index)
-        # NBIO 4.3 has one SDMA routing entry, instance 0's, covering every engine's doorbells: whichever
-        # engine's queue comes up programs it (upstream's gfx_resume always sets up instance 0 too)
-        self.gpu.nbio.sdma_doorbell_range(0, DOORBELL_SDMA_ENGINE[0] << 1,
-                                          SDMA_DOORBELL_RANGE * len(self.gpu.sdma.engines))
-        r("QUEUE0_MINOR_PTR_UPDATE").write(0)
-        r("UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
-        page = r("UTCL1_PAGE")
-        v = (page.read() & 0xFF0FFF) | CACHE_READ_POLICY_L2_DEFAULT << 12 | CACHE_WRITE_POLICY_L2_DEFAULT << 14
-        page.write(v | page.defn.fields["LLC_NOALLOC"].mask)
-        r("F32_CNTL").update(HALT=0, TH1_RESET=0)
-        cntl.write(cntl.defn.encode(rb, RB_ENABLE=1))
-        r("QUEUE0_IB_CNTL").update(IB_ENABLE=1)
+        self.gpu.sdma.gfx_resume(self.engine, self.ring_va, self.ring_dw, self.rptr_va, self.wptr_va,
+                                 self.doorbell_index)
 
     def _tick(self) -> int:
         return self._reg("STATUS_REG").read()
 
     def _hw_rptr(self) -> int:
-        return self._reg("QUEUE0_RB_RPTR").read() // 4 % self.ring_dw
+        return self.gpu.sdma.rptr(self.engine) // 4 % self.ring_dw
 
     def state(self) -> str:
-        r = self._reg
-        rptr = r("QUEUE0_RB_RPTR").read() | r("QUEUE0_RB_RPTR_HI").read() << 32
-        wptr = r("QUEUE0_RB_WPTR").read() | r("QUEUE0_RB_WPTR_HI").read() << 32
-        return (f"rptr {self.rptr} dwords into the ring (write-back) / {rptr:#x} bytes (RB_RPTR), "
-                f"wptr {self.wptr} dwords (driver) / {wptr:#x} bytes (RB_WPTR), "
-                f"SDMA{self.engine}_STATUS_REG {r('STATUS_REG').read():#010x}, F32_CNTL {r('F32_CNTL').read():#010x}")
+        r = self.gpu.sdma.queue_registers(self.engine)
+        return (f"rptr {self.rptr} dwords into the ring (write-back) / {r['rptr']:#x} bytes (RB_RPTR), "
+                f"wptr {self.wptr} dwords (driver) / {r['wptr']:#x} bytes (RB_WPTR), "
+                f"SDMA{self.engine}_STATUS_REG {r['status']:#010x}, F32_CNTL {r['f32_cntl']:#010x}")
 
 
-# ---------------------------------------------------------------- recovery
-def _reset_compute(gpu) -> None:
-    """gfx_v11_0_soft_reset (compute part) and the MEC restart of cp_resume."""
-    gc, dev = gpu.dev.reg("GC"), gpu.dev
-    with grbm_lock(dev):
-        for pipe in range(MEC_PIPES):
-            for queue in range(MEC_QUEUES_PER_PIPE):
-                gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=1, QUEUEID=queue)
-                gc.CP_HQD_DEQUEUE_REQUEST.write(RESET_WAVES)
-                gc.SPI_COMPUTE_QUEUE_RESET.write(1)
-        gc.GRBM_GFX_CNTL.write(0)
-    gc.CP_VMID_RESET.write(0xFFFFFFFE)
-    for _ in range(3):  # "to get sufficient time for GFX_HQD_ACTIVE reach 0"
-        gc.CP_VMID_RESET.read()
-    # "Failed to wait all pipes clean": upstream polls CP_HQD_ACTIVE for 0 before the GRBM reset (with whichever
-    # queue the loops above left selected); here every MEC queue is polled, since the model keeps a queue that
-    # was not dequeued active
-    with grbm_lock(dev):
-        try:
-            for pipe in range(MEC_PIPES):
-                for queue in range(MEC_QUEUES_PER_PIPE):
-                    gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=1, QUEUEID=queue)
-                    ok, _ = poll(gc.CP_HQD_ACTIVE.read, lambda v: not v & 1, USEC_TIMEOUT, 1000)
-                    if not ok:
-                        raise QueueError(f"{dev.name}: GFX soft reset: ME1 pipe {pipe} queue {queue} stays active "
-                                         "after CP_HQD_DEQUEUE_REQUEST (RESET_WAVES) and CP_VMID_RESET (\"Failed "
-                                         "to wait all pipes clean\", gfx_v11_0_soft_reset); boot cold "
-                                         "(DRIVERLESS_COLD_BOOT=1)")
-        finally:
-            gc.GRBM_GFX_CNTL.write(0)
-    resets = dict(SOFT_RESET_CP=1, SOFT_RESET_GFX=1, SOFT_RESET_CPF=1, SOFT_RESET_CPC=1, SOFT_RESET_CPG=1)
-    gc.GRBM_SOFT_RESET.update(**resets)
-    gc.GRBM_SOFT_RESET.update(**{k: 0 for k in resets})
-    gc.CP_SOFT_RESET_CNTL.update(CMP_HQD_REG_RESET=1)
-    # Upstream writes CP_ME_CNTL = 0 here, which also unhalts the graphics ME/PFP. This driver runs
-    # compute only and never gave them a start address, so keep them halted, their pipes pulsed through
-    # reset; otherwise they run from address 0 and GRBM_STATUS reads busy forever.
-    resets = {f"{e}_PIPE{p}_RESET": 1 for e in ("ME", "PFP") for p in (0, 1)}
-    gc.CP_ME_CNTL.write(gc.CP_ME_CNTL.encode(ME_HALT=1, PFP_HALT=1, **resets))
-    gc.CP_ME_CNTL.write(gc.CP_ME_CNTL.encode(ME_HALT=1, PFP_HALT=1))
-    gc.CP_MEC_RS64_CNTL.write(0)
-    ok, v = poll(gc.CP_VMID_RESET.read, lambda v: v == 0, USEC_TIMEOUT, 1000)
-    if not ok:
-        raise QueueError(f"{dev.name}: GFX soft reset: CP_VMID_RESET stays {v:#010x} (must clear); "
-                         "boot cold (DRIVERLESS_COLD_BOOT=1)")
-    gpu.gfx.config_mec_rs64()
-    gpu.gfx.cp_compute_enable(True)
-    if not gpu.gfx.mec_ready():
-        raise QueueError(f"{dev.name}: GFX soft reset: the MEC did not restart (CP_MEC_RS64_CNTL "
-                         f"{gc.CP_MEC_RS64_CNTL.read():#010x}); boot cold (DRIVERLESS_COLD_BOOT=1)")
-
-
-def _reset_sdma(gpu) -> None:
-    """sdma_v6_0_soft_reset, then sdma_v6_0_start (the engines unhalted; rings come with the queues)."""
-    gc = gpu.dev.reg("SDMA0")
-    gpu.sdma.gfx_stop()
-    for e in gpu.sdma.engines:
-        r = lambda n: gc.reg(f"SDMA{e}_{n}")  # noqa: E731
-        r("FREEZE").update(FREEZE=1)
-        r("F32_CNTL").update(HALT=1, TH1_RESET=1)
-        r("QUEUE0_PREEMPT").write(0)
-        gc.GRBM_SOFT_RESET.write(gc.GRBM_SOFT_RESET.encode(**{f"SOFT_RESET_SDMA{e}": 1}))
-        gc.GRBM_SOFT_RESET.read()
-        gc.GRBM_SOFT_RESET.write(0)
-        gc.GRBM_SOFT_RESET.read()
-    gpu.sdma.enable(True)
-
-
+# ---------------------------------------------------------------- fini and recovery
 def fini_queues(gpu) -> None:
     """Unmaps every compute queue created on this GPU through the KIQ in one batch (amdgpu_gfx_disable_kcq,
     from gfx_v11_0_hw_fini), then takes the KIQ off its HQD; the SDMA rings are stopped by the SDMA block's
@@ -749,8 +563,8 @@ def recover(gpu) -> list[str]:
     this GPU is set up again with an empty ring (pending work is lost). Returns the faults that were
     pending, in words. Raises QueueError when an engine does not come back (then boot cold)."""
     faults = [str(f) for f in map(gpu.gmc.fault_from_iv, gpu.ih.poll()) if f is not None]
-    _reset_compute(gpu)
-    _reset_sdma(gpu)
+    gpu.gfx.soft_reset()
+    gpu.sdma.soft_reset()
     for hub in ("GC", "MM"):
         f = gpu.gmc.decode_fault(hub)
         if f is not None:

@@ -1208,11 +1208,11 @@ def _steps() -> list[Step]:
         Step("no-mmhub-invalidation-semaphore", "MMHUB invalidation without taking the engine semaphore "
              "(gmc_v11_0_use_invalidate_semaphore)", _step_no_mmhub_semaphore),
         Step("recover-no-grbm-soft-reset-cp", "recover without GRBM_SOFT_RESET of CP/GFX/CPF/CPC/CPG "
-             "(gfx_v11_0_soft_reset)", lambda c: c.drop_reg_inside(queue, "_reset_compute", "GC", "GRBM_SOFT_RESET")),
+             "(gfx_v11_0_soft_reset)", lambda c: c.drop_reg_inside(gfx.GFX, "soft_reset", "GC", "GRBM_SOFT_RESET")),
         Step("recover-no-sdma-soft-reset", "recover without GRBM_SOFT_RESET of SDMA (sdma_v6_0_soft_reset)",
-             lambda c: c.drop_reg_inside(queue, "_reset_sdma", "GC", "GRBM_SOFT_RESET")),
+             lambda c: c.drop_reg_inside(sdma.SDMA, "soft_reset", "GC", "GRBM_SOFT_RESET")),
         Step("recover-no-hqd-dequeue", "recover without dequeuing the MEC queues (gfx_v11_0_soft_reset)",
-             lambda c: c.drop_reg_inside(queue, "_reset_compute", "GC", "CP_HQD_DEQUEUE_REQUEST")),
+             lambda c: c.drop_reg_inside(gfx.GFX, "soft_reset", "GC", "CP_HQD_DEQUEUE_REQUEST")),
         Step("no-psp-bootloader-ready-wait", "no wait for the PSP bootloader's ready bit (C2PMSG_35) before each "
              "component (psp_v13_0_wait_for_bootloader)", _step_psp_bootloader_ready),
         Step("no-rlc-autoload-wait", "no wait for RLC autoload (gfx_v11_0_wait_for_rlc_autoload_complete)",

@@ -15,15 +15,21 @@ gfx_v11_0_hw_init then:
   6. RLC: the Save Restore Machine on (gfx_v11_0_rlc_resume's PSP branch); RLC_ENABLE_F32 is set by
      the autoload and set again here if it is not (gfx_v11_0_rlc_start), as the RLC must run for the CP;
   7. the MEC unhalted with its four pipes active (gfx_v11_0_cp_compute_enable).
-The clear-state buffer (gfx_v11_0_init_csb) only serves the graphics ring, and the doorbell ranges and
-queues belong to the queue code, so neither is done here. `fini` halts the MEC as gfx_v11_0_hw_fini does.
+The clear-state buffer (gfx_v11_0_init_csb) only serves the graphics ring, so it is not set up. `fini` halts
+the MEC as gfx_v11_0_hw_fini does.
+
+The block owns its queue registers; amdrv.queue keeps the rings, MQDs and the KIQ's packets and calls it:
+`selected` (soc21_grbm_select under the device's GRBM lock), `kiq_setting` and `kiq_init_register`
+(gfx_v11_0_kiq_setting, gfx_v11_0_kiq_init_register: the KIQ's HQD by MMIO), `hqd_dequeue`/`hqd_destroy`,
+and `soft_reset` (gfx_v11_0_soft_reset's compute part, then the MEC restarted as cp_resume does).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 from amdrv.firmware import files_for, parse
-from amdrv.poll import poll
+from amdrv.poll import USEC_TIMEOUT, poll
 
 # gfx_v11_0.c: DEFAULT_SH_MEM_CONFIG = ADDRESS_MODE 64, ALIGNMENT_MODE UNALIGNED, INITIAL_INST_PREFETCH 3
 SH_MEM_ADDRESS_MODE_64, SH_MEM_ALIGNMENT_MODE_UNALIGNED = 0, 3
@@ -33,6 +39,11 @@ SHARED_APERTURE_START, PRIVATE_APERTURE_START = 0x2000000000000000, 0x1000000000
 LDS_APP_BASE, SCRATCH_APP_BASE = 0x1, 0x2
 FIRST_COMPUTE_VMID, NUM_VMID = 8, 16  # amdgpu's vm_manager.first_kfd_vmid on gfx11, AMDGPU_NUM_VMID
 MEC_PIPES = 4
+MEC_QUEUES_PER_PIPE = 8                # gfx_v11_0: mec.num_queue_per_pipe
+RESET_WAVES = 2                        # CP_HQD_DEQUEUE_REQUEST type (gfx_v11_0_soft_reset, hqd_destroy_v11)
+KIQ_SCHEDULER_VALID = 0x80             # gfx_v11_0_kiq_setting: RLC_CP_SCHEDULERS |= 0x80 after the queue id
+# amdgpu_doorbell.h AMDGPU_NAVI10_DOORBELL_* (64-bit doorbell units): the MEC's doorbell range
+DOORBELL_KIQ, DOORBELL_MEC_RING0, DOORBELL_USERQUEUE_END = 0x000, 0x003, 0x08A
 # golden_settings_gc_11_0 / _11_0_1: (register, and_mask, or_value) as soc15_program_register_sequence
 GOLDEN_GC_11_0 = (("TCP_CNTL", 0x20000000, 0x20000000),)
 GOLDEN_GC_11_0_1 = (
@@ -194,6 +205,144 @@ class GFX:
         if not ok:
             raise self._fail(f"GFX did not go idle: GRBM_STATUS {v:#010x} has GUI_ACTIVE set "
                              f"({timeout_s * 1e3:.0f} ms); a queue may be hung: boot cold (DRIVERLESS_COLD_BOOT=1)")
+
+    # ---------------------------------------------------------------- queues (HQDs)
+    @contextlib.contextmanager
+    def selected(self, me: int, pipe: int, queue: int):
+        """GRBM_GFX_CNTL selecting one queue's HQD registers, under the device's GRBM lock (amdgpu's
+        srbm_mutex around soc21_grbm_select); back to ME0 pipe 0 queue 0 afterwards."""
+        with self.dev.grbm_lock:
+            self.grbm_select(me=me, pipe=pipe, queue=queue)
+            try:
+                yield self.gc
+            finally:
+                self.grbm_select()
+
+    def kiq_setting(self, me: int, pipe: int, queue: int) -> None:
+        """gfx_v11_0_kiq_setting: the KIQ's queue named to the RLC in RLC_CP_SCHEDULERS, then marked valid."""
+        sched = self.gc.RLC_CP_SCHEDULERS.read() & 0xFFFFFF00 | me << 5 | pipe << 3 | queue
+        self.gc.RLC_CP_SCHEDULERS.write(sched)
+        self.gc.RLC_CP_SCHEDULERS.write(sched | KIQ_SCHEDULER_VALID)
+
+    def kiq_init_register(self, name: str, m: dict[str, int]) -> None:
+        """gfx_v11_0_kiq_init_register: the selected HQD programmed from MQD values m (a queue still active
+        on it is dequeued first). `name` words the queue in errors."""
+        gc = self.gc
+        gc.CP_PQ_WPTR_POLL_CNTL.update(EN=0)
+        gc.CP_HQD_EOP_BASE_ADDR.write(m["cp_hqd_eop_base_addr_lo"])
+        gc.CP_HQD_EOP_BASE_ADDR_HI.write(m["cp_hqd_eop_base_addr_hi"])
+        gc.CP_HQD_EOP_CONTROL.write(m["cp_hqd_eop_control"])
+        gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
+        if gc.CP_HQD_ACTIVE.read() & 1:
+            ok = self.hqd_dequeue(1)
+            gc.CP_HQD_DEQUEUE_REQUEST.write(m["cp_hqd_dequeue_request"])
+            if not ok:
+                raise self._fail(f"{name}: the HQD did not dequeue (CP_HQD_ACTIVE stays 1 after "
+                                 f"CP_HQD_DEQUEUE_REQUEST): the CP is stuck in it; a GFX soft reset "
+                                 f"(gpu.recover()) or a cold boot (DRIVERLESS_COLD_BOOT=1) is needed")
+        gc.CP_HQD_PQ_RPTR.write(m["cp_hqd_pq_rptr"])
+        gc.CP_HQD_PQ_WPTR_LO.write(m["cp_hqd_pq_wptr_lo"])
+        gc.CP_HQD_PQ_WPTR_HI.write(m["cp_hqd_pq_wptr_hi"])
+        gc.CP_MQD_BASE_ADDR.write(m["cp_mqd_base_addr_lo"])
+        gc.CP_MQD_BASE_ADDR_HI.write(m["cp_mqd_base_addr_hi"])
+        gc.CP_MQD_CONTROL.write(m["cp_mqd_control"])
+        gc.CP_HQD_PQ_BASE.write(m["cp_hqd_pq_base_lo"])
+        gc.CP_HQD_PQ_BASE_HI.write(m["cp_hqd_pq_base_hi"])
+        gc.CP_HQD_PQ_CONTROL.write(m["cp_hqd_pq_control"])
+        gc.CP_HQD_PQ_RPTR_REPORT_ADDR.write(m["cp_hqd_pq_rptr_report_addr_lo"])
+        gc.CP_HQD_PQ_RPTR_REPORT_ADDR_HI.write(m["cp_hqd_pq_rptr_report_addr_hi"])
+        gc.CP_HQD_PQ_WPTR_POLL_ADDR.write(m["cp_hqd_pq_wptr_poll_addr_lo"])
+        gc.CP_HQD_PQ_WPTR_POLL_ADDR_HI.write(m["cp_hqd_pq_wptr_poll_addr_hi"])
+        gc.CP_MEC_DOORBELL_RANGE_LOWER.write((DOORBELL_KIQ * 2) << 2)
+        gc.CP_MEC_DOORBELL_RANGE_UPPER.write((DOORBELL_USERQUEUE_END * 2) << 2)
+        gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
+        gc.CP_HQD_PQ_WPTR_LO.write(m["cp_hqd_pq_wptr_lo"])
+        gc.CP_HQD_PQ_WPTR_HI.write(m["cp_hqd_pq_wptr_hi"])
+        gc.CP_HQD_VMID.write(m["cp_hqd_vmid"])
+        gc.CP_HQD_PERSISTENT_STATE.write(m["cp_hqd_persistent_state"])
+        gc.CP_HQD_ACTIVE.write(m["cp_hqd_active"])
+        gc.CP_PQ_STATUS.update(DOORBELL_ENABLE=1)
+
+    def hqd_dequeue(self, request: int) -> bool:
+        """CP_HQD_DEQUEUE_REQUEST to the selected HQD; True once CP_HQD_ACTIVE clears."""
+        gc = self.gc
+        gc.CP_HQD_DEQUEUE_REQUEST.write(request)
+        ok, _ = poll(gc.CP_HQD_ACTIVE.read, lambda v: not v & 1, USEC_TIMEOUT, 1000)
+        return ok
+
+    def hqd_destroy(self, me: int, pipe: int, queue: int, name: str) -> None:
+        """amdgpu_amdkfd_gfx_v11 hqd_destroy: a queue still active on its HQD dequeued by MMIO (drain)."""
+        with self.selected(me, pipe, queue) as gc:
+            if gc.CP_HQD_ACTIVE.read() & 1:
+                ok = self.hqd_dequeue(1)
+                gc.CP_HQD_DEQUEUE_REQUEST.write(0)
+                if not ok:
+                    raise self._fail(f"{name}: the HQD did not dequeue at fini (CP_HQD_ACTIVE stays 1): the CP "
+                                     "is stuck in it; the next boot must be cold")
+
+    def hqd_registers(self, me: int, pipe: int, queue: int) -> dict[str, int]:
+        """What an error report says of a queue's HQD: CP_HQD_ACTIVE, CP_HQD_PQ_RPTR, CP_HQD_PQ_WPTR."""
+        with self.selected(me, pipe, queue) as gc:
+            return {"active": gc.CP_HQD_ACTIVE.read() & 1, "rptr": gc.CP_HQD_PQ_RPTR.read(),
+                    "wptr": gc.CP_HQD_PQ_WPTR_LO.read() | gc.CP_HQD_PQ_WPTR_HI.read() << 32}
+
+    def hqd_rptr(self, me: int, pipe: int, queue: int) -> int:
+        with self.selected(me, pipe, queue) as gc:
+            return gc.CP_HQD_PQ_RPTR.read()
+
+    # ---------------------------------------------------------------- soft_reset
+    def soft_reset(self) -> None:
+        """gfx_v11_0_soft_reset (its compute part) and the MEC restart of cp_resume: every MEC queue
+        dequeued with RESET_WAVES and SPI_COMPUTE_QUEUE_RESET, CP_VMID_RESET, every queue polled inactive,
+        GRBM_SOFT_RESET of CP/GFX/CPF/CPC/CPG pulsed, CP_SOFT_RESET_CNTL.CMP_HQD_REG_RESET, then the RS64
+        MEC restarted as at boot. The queues (the KIQ first) are set up again by their owner."""
+        gc = self.gc
+        with self.dev.grbm_lock:
+            for pipe in range(MEC_PIPES):
+                for queue in range(MEC_QUEUES_PER_PIPE):
+                    gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=1, QUEUEID=queue)
+                    gc.CP_HQD_DEQUEUE_REQUEST.write(RESET_WAVES)
+                    gc.SPI_COMPUTE_QUEUE_RESET.write(1)
+            gc.GRBM_GFX_CNTL.write(0)
+        gc.CP_VMID_RESET.write(0xFFFFFFFE)
+        for _ in range(3):  # "to get sufficient time for GFX_HQD_ACTIVE reach 0"
+            gc.CP_VMID_RESET.read()
+        # "Failed to wait all pipes clean": upstream polls CP_HQD_ACTIVE for 0 before the GRBM reset (with whichever
+        # queue the loops above left selected); here every MEC queue is polled, since the model keeps a queue that
+        # was not dequeued active
+        with self.dev.grbm_lock:
+            try:
+                for pipe in range(MEC_PIPES):
+                    for queue in range(MEC_QUEUES_PER_PIPE):
+                        gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=1, QUEUEID=queue)
+                        ok, _ = poll(gc.CP_HQD_ACTIVE.read, lambda v: not v & 1, USEC_TIMEOUT, 1000)
+                        if not ok:
+                            raise self._fail(f"soft reset: ME1 pipe {pipe} queue {queue} stays active after "
+                                             "CP_HQD_DEQUEUE_REQUEST (RESET_WAVES) and CP_VMID_RESET (\"Failed to "
+                                             "wait all pipes clean\", gfx_v11_0_soft_reset); boot cold "
+                                             "(DRIVERLESS_COLD_BOOT=1)")
+            finally:
+                gc.GRBM_GFX_CNTL.write(0)
+        resets = dict(SOFT_RESET_CP=1, SOFT_RESET_GFX=1, SOFT_RESET_CPF=1, SOFT_RESET_CPC=1, SOFT_RESET_CPG=1)
+        gc.GRBM_SOFT_RESET.update(**resets)
+        gc.GRBM_SOFT_RESET.update(**{k: 0 for k in resets})
+        gc.CP_SOFT_RESET_CNTL.update(CMP_HQD_REG_RESET=1)
+        # Upstream writes CP_ME_CNTL = 0 here, which also unhalts the graphics ME/PFP. This driver runs
+        # compute only and never gave them a start address, so keep them halted, their pipes pulsed through
+        # reset; otherwise they run from address 0 and GRBM_STATUS reads busy forever.
+        resets = {f"{e}_PIPE{p}_RESET": 1 for e in ("ME", "PFP") for p in (0, 1)}
+        gc.CP_ME_CNTL.write(gc.CP_ME_CNTL.encode(ME_HALT=1, PFP_HALT=1, **resets))
+        gc.CP_ME_CNTL.write(gc.CP_ME_CNTL.encode(ME_HALT=1, PFP_HALT=1))
+        gc.CP_MEC_RS64_CNTL.write(0)
+        ok, v = poll(gc.CP_VMID_RESET.read, lambda v: v == 0, USEC_TIMEOUT, 1000)
+        if not ok:
+            raise self._fail(f"soft reset: CP_VMID_RESET stays {v:#010x} (must clear); boot cold "
+                             "(DRIVERLESS_COLD_BOOT=1)")
+        self.config_mec_rs64()
+        self.cp_compute_enable(True)
+        if not self.mec_ready():
+            raise self._fail(f"soft reset: the MEC did not restart (CP_MEC_RS64_CNTL "
+                             f"{gc.CP_MEC_RS64_CNTL.read():#010x}); boot cold (DRIVERLESS_COLD_BOOT=1)")
 
     # ---------------------------------------------------------------- hw_fini
     def fini(self) -> None:

@@ -64,7 +64,7 @@ def test_sdma_unhalt_refused_without_firmware_is_an_error(sim_bus):
     try:
         with pytest.raises(SDMAError, match=r"SDMA0 \(SDMA 6.0.0\): still halted after unhalting it: "
                                             r"SDMA0_F32_CNTL reads 0x08084001"):
-            SDMA(dev).init()
+            SDMA(dev, NBIO(dev)).init()
         assert any("SDMA0 stays halted" in str(e) for e in dev.pci.dev.errors)
     finally:
         dev.close()

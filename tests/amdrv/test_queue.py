@@ -137,18 +137,18 @@ def test_sdma_hang_is_named_then_recovered(gpu):
 def test_recover_needs_the_grbm_soft_reset_of_sdma(gpu, monkeypatch):
     """sdma_v6_0_soft_reset freezes each engine (SDMA0_FREEZE) and relies on GRBM_SOFT_RESET.SOFT_RESET_SDMA<i>
     to let go of it (it never writes FREEZE 0): a recovery that leaves the reset out keeps SDMA frozen."""
-    import amdrv.queue as Q
+    from amdrv.ip.sdma import SDMA
     s = SDMAQueue(gpu)
     host = HostBuffer(gpu, 4096)
     done = Fence(host, 0)
-    real, write = Q._reset_sdma, Register.write
+    real, write = SDMA.soft_reset, Register.write
 
-    def no_grbm_soft_reset(g):
+    def no_grbm_soft_reset(sdma):
         with monkeypatch.context() as m:
             m.setattr(Register, "write", lambda self, *a, **f: None if self.name == "GRBM_SOFT_RESET"
                       else write(self, *a, **f))
-            real(g)
-    monkeypatch.setattr(Q, "_reset_sdma", no_grbm_soft_reset)
+            real(sdma)
+    monkeypatch.setattr(SDMA, "soft_reset", no_grbm_soft_reset)
     gpu.recover()
     b = S.SDMABuilder()
     b.fence(done.va, 1)
@@ -156,7 +156,7 @@ def test_recover_needs_the_grbm_soft_reset_of_sdma(gpu, monkeypatch):
     with pytest.raises(QueueError, match="timed out"):
         s.wait(done, 1, timeout_s=0.02, min_reads=300)
     assert gpu.dev.reg("GC").SDMA0_FREEZE.decode()["FROZEN"] == 1
-    monkeypatch.setattr(Q, "_reset_sdma", real)
+    monkeypatch.setattr(SDMA, "soft_reset", real)
     gpu.recover()
     b = S.SDMABuilder()
     b.fence(done.va, 2)
@@ -420,9 +420,8 @@ def test_a_queue_without_the_mec_doorbell_range_lower_loses_its_doorbells(gpu, m
     KIQ's doorbell (0); a driver that leaves the write out never reaches its queue."""
     gc = gpu.dev.reg("GC")
     assert gc.CP_MEC_DOORBELL_RANGE_LOWER.read() == 0x110     # nothing has written it since power-on
-    reg = gpu.dev.reg
-    monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
-        "CP_MEC_DOORBELL_RANGE_LOWER"}) if block == "GC" else reg(block, *a))
+    # the HQD registers are the GFX block's to write (gfx_v11_0_kiq_init_register)
+    monkeypatch.setattr(gpu.gfx, "gc", dropping_registers(gpu.gfx.gc, {"CP_MEC_DOORBELL_RANGE_LOWER"}))
     with pytest.raises(QueueError, match="SET_RESOURCES did not complete"):
         ComputeQueue(gpu)                                     # the KIQ's own doorbell (0) is lost first
     assert any("does not reach the MEC" in e.message for e in gpu.dev.pci.dev.errors)
@@ -441,9 +440,8 @@ def test_a_kiq_without_its_pq_control_wraps_at_the_power_on_ring_size(gpu, monke
     KIQ is the queue programmed by MMIO (gfx_v11_0_kiq_init_register writes mqd->cp_hqd_pq_control, QUEUE_SIZE
     from its ring's size); without the write its 2048-dword ring runs while its packets stay in the first 1024
     dwords, then the CP wraps where the driver does not and the next map or unmap never completes."""
-    reg = gpu.dev.reg
-    monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
-        "CP_HQD_PQ_CONTROL"}) if block == "GC" else reg(block, *a))
+    # the HQD registers are the GFX block's to write (gfx_v11_0_kiq_init_register)
+    monkeypatch.setattr(gpu.gfx, "gc", dropping_registers(gpu.gfx.gc, {"CP_HQD_PQ_CONTROL"}))
     q = ComputeQueue(gpu)
     monkeypatch.undo()
     with pytest.raises(QueueError, match="did not complete"):
@@ -474,25 +472,25 @@ def test_fini_dequeues_the_compute_queues(sim_bus, monkeypatch):
 def test_recover_needs_the_grbm_soft_reset_of_the_cp(gpu, monkeypatch):
     """A hung queue does not answer a dequeue request; only gfx_v11_0_soft_reset's GRBM_SOFT_RESET of the
     CP frees it (issue 17: recovery without it must fail)."""
-    import amdrv.queue as Q
+    from amdrv.ip.gfx import GFX
     q = ComputeQueue(gpu)
     host = HostBuffer(gpu, 4096)
     done = Fence(host, 0)
     b = pm4.PM4()
     b.buf.extend((pm4.header(0x01, 0), 0))                    # no such packet: the queue hangs
     q.submit(b.buf)
-    real = Q._reset_compute
+    real = GFX.soft_reset
     update = Register.update
 
-    def no_grbm_soft_reset(g):
+    def no_grbm_soft_reset(gfx):
         with monkeypatch.context() as m:                      # GRBM_SOFT_RESET of CP/GFX/CPF/CPC/CPG left out
             m.setattr(Register, "update", lambda self, **f: None if self.name == "GRBM_SOFT_RESET"
                       else update(self, **f))
-            real(g)
-    monkeypatch.setattr(Q, "_reset_compute", no_grbm_soft_reset)
-    with pytest.raises((QueueError, GFXError), match="did not (dequeue|come up)"):
+            real(gfx)
+    monkeypatch.setattr(GFX, "soft_reset", no_grbm_soft_reset)
+    with pytest.raises(GFXError, match="did not (dequeue|come up)"):
         gpu.recover()                                         # the hung queue keeps the CP busy
-    monkeypatch.setattr(Q, "_reset_compute", real)
+    monkeypatch.setattr(GFX, "soft_reset", real)
     gpu.recover()
     b = pm4.PM4()
     b.release_mem(done.va, 2)
@@ -504,21 +502,22 @@ def test_recover_needs_the_hqd_dequeues(gpu, monkeypatch):
     """gfx_v11_0_soft_reset dequeues every MEC queue (CP_HQD_DEQUEUE_REQUEST RESET_WAVES) and waits for
     CP_HQD_ACTIVE 0 before the GRBM soft reset ("Failed to wait all pipes clean"): without the dequeues the
     KIQ and the compute queue stay active and the reset is refused."""
-    import amdrv.queue as Q
+    from amdrv.ip.gfx import GFX
     q = ComputeQueue(gpu)
     done, packets = _release(gpu)
-    real = Q._reset_compute
+    real = GFX.soft_reset
     write = Register.write
 
-    def no_dequeue(g):
+    def no_dequeue(gfx):
         with monkeypatch.context() as m:
             m.setattr(Register, "write", lambda self, *a, **k: None if self.name == "CP_HQD_DEQUEUE_REQUEST"
                       else write(self, *a, **k))
-            real(g)
-    monkeypatch.setattr(Q, "_reset_compute", no_dequeue)
-    with pytest.raises(QueueError, match="stays active after CP_HQD_DEQUEUE_REQUEST"):
+            real(gfx)
+    monkeypatch.setattr(GFX, "soft_reset", no_dequeue)
+    with pytest.raises(GFXError, match=r"am:\S+: GFX \(GC 11\.0\.\d\): soft reset: ME1 pipe \d queue \d stays "
+                                       r"active after CP_HQD_DEQUEUE_REQUEST"):
         gpu.recover()
-    monkeypatch.setattr(Q, "_reset_compute", real)
+    monkeypatch.setattr(GFX, "soft_reset", real)
     gpu.recover()
     q.submit(packets)
     q.wait(done, 1, timeout_s=5)
@@ -549,7 +548,7 @@ def test_queues_need_the_wait_after_the_mec_unhalt(gpu, monkeypatch):
         m.setattr(GFX, "wait_mec_start", lambda self: None)
         gpu.gfx.cp_compute_enable(False)
         gpu.gfx.cp_compute_enable(True)
-        with pytest.raises(QueueError, match="did not dequeue"):
+        with pytest.raises(GFXError, match="KIQ .*: the HQD did not dequeue"):
             gpu.kiq.init()                                    # the queue programmed by MMIO, right after
     assert any("still starting" in e.message for e in gpu.dev.pci.dev.errors)
     gpu.gfx.cp_compute_enable(False)
@@ -690,9 +689,8 @@ def test_a_kiq_without_its_rptr_report_address_stalls_once_its_ring_fills(gpu, m
     """The driver learns where the KIQ reads only from its rptr report (gfx_v11_0_kiq_init_register writes
     CP_HQD_PQ_RPTR_REPORT_ADDR/_HI): without the address (power-on 0) the CP reports nothing, and once the
     driver has written a ring's worth it waits for room that never shows."""
-    reg = gpu.dev.reg
-    monkeypatch.setattr(gpu.dev, "reg", lambda block, *a: dropping_registers(reg(block, *a), {
-        "CP_HQD_PQ_RPTR_REPORT_ADDR", "CP_HQD_PQ_RPTR_REPORT_ADDR_HI"}) if block == "GC" else reg(block, *a))
+    # the HQD registers are the GFX block's to write (gfx_v11_0_kiq_init_register)
+    monkeypatch.setattr(gpu.gfx, "gc", dropping_registers(gpu.gfx.gc, {"CP_HQD_PQ_RPTR_REPORT_ADDR", "CP_HQD_PQ_RPTR_REPORT_ADDR_HI"}))
     q = ComputeQueue(gpu)
     monkeypatch.undo()
     with pytest.raises(QueueError, match="ring stays full"):
