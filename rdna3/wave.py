@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rdna3.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, N_SROWS, OP, PRIVATE_HI, SHARED_HI,
+from rdna3.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, MODE, N_SROWS, OP, PRIVATE_HI, SHARED_HI,
                                     Unsupported, compile_instruction, pack_lanes, unpack_lanes)
 from rdna3.wave_memory import ByteSpace, FlatMemory, MemoryFault
 
@@ -56,11 +56,12 @@ class ExecError(RuntimeError):
 class Waves:
     """W waves in lockstep at one PC."""
 
-    __slots__ = ("pc", "s", "v", "slot", "ids", "_exec", "_full", "waiting", "turn")
+    __slots__ = ("pc", "s", "v", "slot", "ids", "_exec", "_full", "waiting", "turn", "_fpmode")
 
     def __init__(self, pc, s, v, slot, ids):
         self.pc, self.s, self.v, self.slot, self.ids = pc, s, v, slot, ids
         self._exec = None
+        self._fpmode = None     # the MODE register all waves share, -1 when they differ; None: not known
         self.waiting = False
         self.turn = -1          # scheduler step at which this group last ran
 
@@ -73,6 +74,18 @@ class Waves:
             self._exec = unpack_lanes(self.s[EXEC])
             self._full = bool((self.s[EXEC] == 0xFFFFFFFF).all())
         return self._exec
+
+    def fpmode(self) -> int:
+        """The MODE register (row MODE) of the group's waves if they all hold one value, else -1."""
+        row = self.s[MODE]
+        m = int(row[0]) if row.size else 0
+        self._fpmode = m if row.size <= 1 or bool((row == m).all()) else -1
+        return self._fpmode
+
+    def keep_only(self, keep: "Waves") -> None:
+        """This group becomes `keep` (a take() of it): the others went to other groups."""
+        self.s, self.v, self.slot, self.ids = keep.s, keep.v, keep.slot, keep.ids
+        self._exec = self._fpmode = None
 
     def active(self):
         """(lane mask, whether every lane of every wave is active)."""
@@ -90,6 +103,8 @@ class Waves:
         self.slot = np.concatenate([self.slot, other.slot])
         self.ids = np.concatenate([self.ids, other.ids])
         self._exec = None
+        if self._fpmode != other._fpmode:
+            self._fpmode = None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -228,7 +243,7 @@ class Executor:
                 rest.waiting = True
                 groups.append(rest)
                 keep = g.take(sel)
-                g.s, g.v, g.slot, g.ids, g._exec = keep.s, keep.v, keep.slot, keep.ids, None
+                g.keep_only(keep)
             g.waiting = False
             g.pc += 4
 
@@ -298,7 +313,7 @@ class Executor:
                         other = g.take(~taken)
                         other.pc = pc + c.size
                         keep = g.take(taken)
-                        g.s, g.v, g.slot, g.ids, g._exec = keep.s, keep.v, keep.slot, keep.ids, None
+                        g.keep_only(keep)
                         g.pc = c.target
                         groups.append(other)
                         return steps
@@ -324,7 +339,7 @@ class Executor:
                             other.pc = u
                             groups.append(other)
                         keep = g.take(t == t[0])
-                        g.s, g.v, g.slot, g.ids, g._exec = keep.s, keep.v, keep.slot, keep.ids, None
+                        g.keep_only(keep)
                         g.pc = pc
                         return steps
                     if len(groups) > 1 or steps > budget:
@@ -486,6 +501,7 @@ def _setup(code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, l
     private_size = (private_bytes + 3) // 4 * 4
     id_dims = r2["enable_vgpr_workitem_id"] + 1
     vgprs = (r1["granulated_workitem_vgpr_count"] + 1) * 8
+    mode = initial_mode(rsrc1)
     fetch = None
     if code is None:
         fetch = getattr(memory, "fetch", None) or (lambda a, n: memory.load(
@@ -506,7 +522,7 @@ def _setup(code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, l
         max_waves = max(1, min(max_waves, (64 << 20) // (32 * private_size)))
     per_batch = max(1, max_waves // waves_per_wg)
     return wgs, per_batch, waves_per_wg, (grid, block, user, wg_rows, id_dims, prog, code_address, memory,
-                                         lds_size, private_size, wg_offset)
+                                         lds_size, private_size, wg_offset, mode)
 
 
 def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, rsrc2: int, rsrc3: int = 0,
@@ -517,12 +533,12 @@ def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1:
     wgs, per_batch, waves_per_wg, ctx = _setup(
         code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, lds_bytes, private_bytes, name,
         max_waves, max_steps, code, wg_offset, code_base, apertures)
-    grid, block, user, wg_rows, id_dims, prog, code_address, memory, lds_size, private_size, wg_offset = ctx
+    grid, block, user, wg_rows, id_dims, prog, code_address, memory, lds_size, private_size, wg_offset, mode = ctx
     total_insts = total_waves = since_yield = 0
     for start in range(0, len(wgs), per_batch):
         batch = wgs[start:start + per_batch]
         groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, code_address,
-                                     np.asarray(wg_offset, np.int64))
+                                     np.asarray(wg_offset, np.int64), mode)
         ex = Executor(prog, memory, len(batch), lds_size, len(batch) * waves_per_wg,
                       start * waves_per_wg, private_size)
         try:
@@ -542,7 +558,16 @@ def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1:
     return DispatchResult(total_insts, total_waves)
 
 
-def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, pc, wg_offset=(0, 0, 0)):
+def initial_mode(rsrc1: int) -> int:
+    """The MODE register a wave starts with, from COMPUTE_PGM_RSRC1 (AMDGPUUsage, kernel descriptor: the
+    CP sets the wave's round and denormal modes from FLOAT_MODE, and DX10_CLAMP, IEEE_MODE and FP16_OVFL
+    from their bits; gc_11_0_0_sh_mask.h: FLOAT_MODE 19:12 lands in SQ_WAVE_MODE's FP_ROUND/FP_DENORM 7:0,
+    DX10_CLAMP 21 -> 8, IEEE_MODE 23 -> 9, FP16_OVFL 26 -> 23)."""
+    return ((rsrc1 >> 12 & 0xFF) | (rsrc1 >> 21 & 1) << 8 | (rsrc1 >> 23 & 1) << 9
+            | (rsrc1 >> 26 & 1) << 23)
+
+
+def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, pc, wg_offset=(0, 0, 0), mode=0):
     """One group of all waves of `batch` workgroups (the first being dispatch workgroup `first`);
     wave ids count waves in dispatch order, each workgroup holding as many as a full one."""
     full_waves = -(-int(np.prod(block)) // 32)
@@ -572,6 +597,7 @@ def _make_waves(batch, first, grid, block, user, wg_rows, id_dims, prog, pc, wg_
         for d, row in wg_rows:
             s[row] = np.repeat(batch[m, d] + wg_offset[d], nw).astype(U32)
         s[EXEC] = np.tile(execs, len(m))
+        s[MODE] = mode
         v = np.zeros((nv, W, 32), U32)
         v[0] = np.tile(packed, (len(m), 1))
         s_parts.append(s)

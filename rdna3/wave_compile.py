@@ -19,14 +19,15 @@ from rdna3.wave_memory import MemoryFault
 
 U8, U16, U32, U64, I32 = np.uint8, np.uint16, np.uint32, np.uint64, np.int32
 
-# SGPR file rows: s0..s105, then the specials at their encodings; SCC gets row 128.
-VCC, M0, NULL, EXEC, SCC = 106, 125, 124, 126, 128
-N_SROWS = 129
+# SGPR file rows: s0..s105, then the specials at their encodings; SCC gets row 128, the wave's MODE
+# register (SQ_WAVE_MODE: round and denormal modes, DX10_CLAMP, IEEE; see rdna3.wave_ops) row 129.
+VCC, M0, NULL, EXEC, SCC, MODE = 106, 125, 124, 126, 128, 129
+N_SROWS = 130
 SPECIAL_ROWS = {"vcc_lo": VCC, "vcc_hi": VCC + 1, "vcc": VCC, "m0": M0, "exec_lo": EXEC,
                 "exec_hi": EXEC + 1, "exec": EXEC, "scc": SCC, "src_scc": SCC, "null": NULL}
 NOPS = {"s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_vmcnt", "s_waitcnt_lgkmcnt",
         "s_waitcnt_expcnt", "s_waitcnt_depctr", "s_delay_alu", "s_clause", "s_sendmsg",
-        "s_set_inst_prefetch_distance", "s_sleep", "s_setprio", "s_denorm_mode", "s_round_mode",
+        "s_set_inst_prefetch_distance", "s_sleep", "s_setprio",
         "s_icache_inv", "buffer_gl0_inv", "buffer_gl1_inv", "s_dcache_inv", "s_ttracedata",
         "s_sendmsg_rtn_b32"}
 CBRANCH = {"s_cbranch_scc0": (SCC, True), "s_cbranch_scc1": (SCC, False),
@@ -39,7 +40,10 @@ CBRANCH = {"s_cbranch_scc0": (SCC, True), "s_cbranch_scc1": (SCC, False),
 SHARED_HI, PRIVATE_HI = 0x2000_0000, 0x1000_0000
 SH_MEM_BASES = (SHARED_HI >> 16) << 16 | (PRIVATE_HI >> 16)
 HW_REGS = {15: SH_MEM_BASES}          # hwreg ids s_getreg_b32 may read: HW_REG_SH_MEM_BASES
-HW_REG_SH_MEM_BASES = 15
+HW_REG_MODE, HW_REG_SH_MEM_BASES = 1, 15     # LLVM SIDefines.h Hwreg::ID_MODE, ID_SH_MEM_BASES (gfx11)
+FLOATS = (ops.F32, ops.F16, ops.F64)
+# ops that move float bits without computing (assumption: no flush, as for v_mov_b32 and v_cndmask_b32)
+MODE_EXEMPT = {"v_pack_b32_f16"}
 APERTURE_REGS = {"src_shared_base": SHARED_HI, "src_private_base": PRIVATE_HI}
 SEXT_LOADS = {"i8": (1, 8), "i16": (2, 16)}
 LOAD_SIZES = {"b32": 4, "b64": 8, "b96": 12, "b128": 16, "u8": 1, "i8": 1, "u16": 2, "i16": 2,
@@ -280,6 +284,11 @@ def compile_instruction(inst, pc, prog):
     fmt = inst.fmt
     if name in NOPS:
         return OP, None, 0
+    if name in ("s_round_mode", "s_denorm_mode"):
+        # MODE.FP_ROUND (3:0) / MODE.FP_DENORM (7:4) = simm16[3:0] (RDNA3 ISA, SOPP; LLVM emits s_denorm_mode
+        # around an f32 division in a flush-denormals kernel, SIISelLowering's lowerFDIV_FAST/toggleSPDenormMode)
+        imm = inst.srcs[0].value & 0xF
+        return OP, _set_mode(0 if name == "s_round_mode" else 4, 4, lambda g: U32(imm)), 0
     if name == "s_endpgm":
         return END, None, 0
     if name == "s_barrier":
@@ -355,8 +364,10 @@ def _mods_int(mods, key):
     return int(v or 0)
 
 
-def _post(rtype, mods):
-    """clamp/omod for float results."""
+def _post(rtype, mods, dx10_clamp: bool = True):
+    """clamp/omod for float results. With MODE.DX10_CLAMP (set by clang-15's kernel descriptors) clamp
+    turns a NaN into 0, without it the NaN passes (RDNA3 ISA, MODE register: "DX10_CLAMP: when set,
+    clamp NaN to zero; otherwise, pass NaN through")."""
     clamp, omod = bool(mods.get("clamp")), _mods_int(mods, "omod")
     if not clamp and not omod:
         return None
@@ -365,11 +376,64 @@ def _post(rtype, mods):
             raise Unsupported("omod on an integer result")
         raise Unsupported("clamp on an integer result")
     scale = {0: 1.0, 1: 2.0, 2: 4.0, 3: 0.5}[omod]
+    zero, one = rtype(0), rtype(1)
 
     def post(r):
         r = r * rtype(scale) if omod else r
-        return np.clip(r, rtype(0), rtype(1)) if clamp else r
+        if not clamp:
+            return r
+        r = np.clip(r, zero, one)
+        return np.where(np.isnan(r), zero, r) if dx10_clamp else r
     return post
+
+
+def _mode_aware(name, rtype, stypes, fn, rd, mods, fast):
+    """compute(g) honouring the waves' MODE register (rdna3.wave_ops: round and denormal modes,
+    DX10_CLAMP) for a VALU op `fn` on sources read by `rd`: `fast` (the plain semantics) when the mode
+    bits that concern the op's float types hold the default, else sources flushed as the denormal mode
+    says, the result rounded as the round mode says (the ops of wave_ops.DIRECTED; the others as fn
+    computes them), clamp/omod applied, and the result flushed. Waves with different modes each get
+    their own."""
+    bits = default = 0
+    for t in {t for t in (rtype, *stypes) if t in FLOATS}:
+        bits |= ops.mode_bits(t)
+        default |= ops.mode_default(t)
+    if mods.get("clamp"):
+        bits |= ops.MODE_DX10_CLAMP
+        default |= ops.MODE_DX10_CLAMP
+    float_result = rtype in FLOATS
+    exact = ops.DIRECTED.get(name) if float_result else None
+    posts = {dx10: _post(rtype, mods, dx10) for dx10 in (False, True)} if float_result else {}
+
+    def slow(g, m):
+        vals = [f(g) for f in rd]
+        vals = [ops.flush_denormals(v) if t in FLOATS and ops.flushes_source(m, t) else v
+                for v, t in zip(vals, stypes)]
+        rmode = ops.round_mode(m, rtype) if float_result else ops.ROUND_NEAREST
+        if exact is not None and rmode != ops.ROUND_NEAREST:
+            r = ops.round_directed(*exact(*vals), rtype, rmode)
+        else:
+            r = fn(*vals)
+        if not float_result:
+            return r
+        r = np.asarray(r).astype(rtype, copy=False)
+        post = posts[bool(m & ops.MODE_DX10_CLAMP)]
+        if post is not None:
+            r = post(r)
+        return ops.flush_denormals(r) if ops.flushes_result(m, rtype) else r
+
+    def compute(g):
+        m = g._fpmode
+        if m is None:
+            m = g.fpmode()
+        if m >= 0:
+            return fast(g) if m & bits == default else slow(g, m)
+        row, out = g.s[MODE], None
+        for u in np.unique(row).tolist():
+            r = np.broadcast_to(np.asarray(fast(g) if u & bits == default else slow(g, u)), (g.n, 32))
+            out = r.copy() if out is None else np.where((row == u)[:, None], r, out)
+        return out
+    return compute
 
 
 def _valu_compute(name, dsts, srcs, mods, prog, src0_wrap=None):
@@ -462,17 +526,21 @@ def _valu_compute(name, dsts, srcs, mods, prog, src0_wrap=None):
     rd[0] = wrap(rd[0])
     w = vwriter(dsts[0], rtype, bool(opsel >> 3 & 1), nv)
     post = _post(rtype, mods)
+    plain = fn
     if post is not None:
-        inner = fn
-        fn = lambda *a: post(inner(*a))
+        fn = lambda *a: post(plain(*a))
     if len(rd) == 1:
         a, = rd
-        return (lambda g: fn(a(g))), w
-    if len(rd) == 2:
+        fast = lambda g: fn(a(g))      # noqa: E731
+    elif len(rd) == 2:
         a, b = rd
-        return (lambda g: fn(a(g), b(g))), w
-    a, b, c = rd
-    return (lambda g: fn(a(g), b(g), c(g))), w
+        fast = lambda g: fn(a(g), b(g))      # noqa: E731
+    else:
+        a, b, c = rd
+        fast = lambda g: fn(a(g), b(g), c(g))      # noqa: E731
+    if name in MODE_EXEMPT or not any(t in FLOATS for t in (rtype, *stypes)):
+        return fast, w
+    return _mode_aware(name, rtype, stypes, plain, rd, mods, fast), w
 
 
 def _dpp_lanes(mods):
@@ -578,16 +646,48 @@ def _packed(name, inst, prog):
         h = ((r >> U32(16 if hi else 0)) & U32(0xFFFF)).astype(U16).view(t)
         return -h if negate else h
 
-    def compute(g):
+    def compute(g, op=fn):
         vals = [f(g) for f in raw]
         out = []
         for sel, neg in ((sel_lo, neg_lo), (sel_hi, neg_hi)):
-            r = fn(*[half(v, sel >> i & 1, neg >> i & 1) for i, v in enumerate(vals)])
+            r = op(*[half(v, sel >> i & 1, neg >> i & 1) for i, v in enumerate(vals)])
             out.append(np.asarray(r).astype(t, copy=False).view(U16).astype(U32))
         return out[0] | (out[1] << U32(16))
 
+    if t != ops.F16:
+        def run(g, x):
+            w(g, compute(g), g.mask())
+        return run
+
+    # f16 halves follow the f16/f64 round and denormal modes of MODE, as the VALU ops (_mode_aware)
+    bits, default = ops.mode_bits(ops.F16), ops.mode_default(ops.F16)
+    exact = ops.DIRECTED.get("v_" + name[len("v_pk_"):])
+
+    def moded(m):
+        rmode, fin, fout = ops.round_mode(m, ops.F16), ops.flushes_source(m, ops.F16), ops.flushes_result(m, ops.F16)
+
+        def op(*h):
+            if fin:
+                h = [ops.flush_denormals(v) for v in h]
+            if exact is not None and rmode != ops.ROUND_NEAREST:
+                r = ops.round_directed(*exact(*h), ops.F16, rmode)
+            else:
+                r = np.asarray(fn(*h)).astype(ops.F16, copy=False)
+            return ops.flush_denormals(r) if fout else r
+        return op
+
     def run(g, x):
-        w(g, compute(g), g.mask())
+        m = g._fpmode
+        if m is None:
+            m = g.fpmode()
+        if m >= 0:
+            w(g, compute(g) if m & bits == default else compute(g, moded(m)), g.mask())
+            return
+        row, out = g.s[MODE], None
+        for u in np.unique(row).tolist():
+            r = np.broadcast_to(compute(g) if u & bits == default else compute(g, moded(u)), (g.n, 32))
+            out = r.copy() if out is None else np.where((row == u)[:, None], r, out)
+        w(g, out, g.mask())
     return run
 
 
@@ -626,13 +726,22 @@ def _salu(name, inst, pc):
             g.s[SCC] = new != 0
             g._exec = None
         return run
+    if name in ("s_setreg_b32", "s_setreg_imm32_b32"):
+        v = inst.srcs[0].value
+        hwid, lo, width = v & 0x3F, (v >> 6) & 0x1F, ((v >> 11) & 0x1F) + 1
+        if hwid != HW_REG_MODE:
+            raise Unsupported(f"{name} of hardware register {hwid}")
+        src = sreader(inst.srcs[1], U32)
+        return _set_mode(lo, width, src)
     if name == "s_getreg_b32":
         v = inst.srcs[0].value
         hwid, lo, width = v & 0x3F, (v >> 6) & 0x1F, ((v >> 11) & 0x1F) + 1
-        if hwid not in HW_REGS:
+        if hwid not in HW_REGS and hwid != HW_REG_MODE:
             raise Unsupported(f"s_getreg_b32 of hardware register {hwid}")
         mask = (1 << width) - 1
         w = swriter(dsts[0], U32)
+        if hwid == HW_REG_MODE:
+            return lambda g, x: w(g, (g.s[MODE] >> U32(lo)) & U32(mask))
         if hwid == HW_REG_SH_MEM_BASES:     # the dispatch's apertures (Executor.shared_hi/private_hi)
             return lambda g, x: w(g, np.array(((x.shared_hi >> 16) << 16 | x.private_hi >> 16) >> lo & mask, U32))
         val = np.array((HW_REGS[hwid] >> lo) & mask, U32)
@@ -675,6 +784,18 @@ def _salu(name, inst, pc):
             w(g, np.asarray(r).astype(rtype, copy=False))   # 0-d results broadcast on assignment
         if scc is not None:
             g.s[SCC] = scc
+    return run
+
+
+def _set_mode(lo: int, width: int, value):
+    """fn(g, x) writing MODE bits lo..lo+width-1 from value(g) (a SETREG's size field, RDNA3 ISA: the low
+    bits of the data)."""
+    field = ((1 << width) - 1) << lo & 0xFFFFFFFF
+    keep = U32(~field & 0xFFFFFFFF)
+
+    def run(g, x):
+        g.s[MODE] = (g.s[MODE] & keep) | ((np.asarray(value(g), U32) << U32(lo)) & U32(field))
+        g._fpmode = None
     return run
 
 

@@ -6,7 +6,9 @@ function runs one wave (32 lanes) or many waves in lockstep.
 
 Exactness. Integer ops and f32/f64 add, sub, mul, fma, min, max, conversions are bit-exact to IEEE
 round-to-nearest-even, which is what gfx11 does with denormals enabled (clang's default mode for
-gfx1100, FLOAT_DENORM_MODE 3). fma is computed in float64 with round-to-odd before the final rounding
+gfx1100, FLOAT_DENORM_MODE 3). Other MODE register settings (round toward +inf, -inf or zero; denormals
+flushed) are applied around these functions by rdna3.wave_compile, with the helpers at the end of this
+module (DIRECTED, round_directed, flush_denormals). fma is computed in float64 with round-to-odd before the final rounding
 to float32, which makes the single rounding exact. The transcendental units are approximations on
 the hardware; the model computes them in float64 and rounds once to float32 (error <= 0.5 ulp plus
 the float64 error), i.e. inside the hardware's documented bound of 1 ulp for v_exp_f32, v_log_f32,
@@ -715,3 +717,153 @@ def atomic_type(name):
             op = op + "_f32" if op == "add" else op
         return op, dtype, 2 if t.endswith("64") else 1
     raise KeyError(name)
+
+
+# ------------------------------------------------------------------------------------------------
+# the wave's MODE register: rounding and denormal modes
+#
+# SQ_WAVE_MODE (gc_11_0_0_sh_mask.h): FP_ROUND 3:0 (1:0 f32, 3:2 f16 and f64), FP_DENORM 7:4 (5:4 f32,
+# 7:6 f16 and f64), DX10_CLAMP 8, IEEE 9, FP16_OVFL 23. Round mode values (AMDGPUUsage
+# FLOAT_ROUND_MODE_*): 0 nearest even, 1 toward +inf, 2 toward -inf, 3 toward zero. Denormal mode values
+# (AMDGPUUsage FLOAT_DENORM_MODE_*): 0 flush source and destination, 1 flush destination only, 2 flush
+# source only, 3 no flush. A flushed denormal becomes a zero of its sign.
+MODE_ROUND_SHIFT = {F32: 0, F16: 2, F64: 2}
+MODE_DENORM_SHIFT = {F32: 4, F16: 6, F64: 6}
+MODE_DX10_CLAMP, MODE_IEEE, MODE_FP16_OVFL = 1 << 8, 1 << 9, 1 << 23
+ROUND_NEAREST, ROUND_UP, ROUND_DOWN, ROUND_ZERO = range(4)
+DENORM_FLUSH_NONE = 3
+_TINY = {F32: F32(np.finfo(F32).tiny), F16: F16(np.finfo(F16).tiny), F64: np.finfo(F64).tiny}
+
+
+def mode_bits(t) -> int:
+    """The MODE bits that decide how an op of float type t rounds and treats denormals."""
+    return 3 << MODE_ROUND_SHIFT[t] | 3 << MODE_DENORM_SHIFT[t]
+
+
+def mode_default(t) -> int:
+    """The value of mode_bits(t) under which the plain numpy semantics above are exact: nearest even,
+    denormals kept (clang-15's default for gfx1100 kernels)."""
+    return DENORM_FLUSH_NONE << MODE_DENORM_SHIFT[t]
+
+
+def round_mode(mode: int, t) -> int:
+    return mode >> MODE_ROUND_SHIFT[t] & 3
+
+
+def flushes_source(mode: int, t) -> bool:
+    return (mode >> MODE_DENORM_SHIFT[t] & 3) in (0, 2)
+
+
+def flushes_result(mode: int, t) -> bool:
+    return (mode >> MODE_DENORM_SHIFT[t] & 3) in (0, 1)
+
+
+def flush_denormals(x):
+    """Denormals of a float array to zeros of their sign."""
+    x = np.asarray(x)
+    tiny = _TINY[x.dtype.type]
+    return np.where(np.abs(x) < tiny, np.copysign(x.dtype.type(0), x), x)
+
+
+def _two_sum(a, b):
+    """(s, err) with s = fl64(a + b) and s + err exactly a + b (Knuth's TwoSum; exact unless it overflows)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _neg_zero_sum(a, b):
+    """Where an exactly zero sum a + b is -0 when rounding toward -inf (IEEE 754 6.3): unless both are +0."""
+    return ~((a == 0) & (b == 0) & ~np.signbit(a) & ~np.signbit(b))
+
+
+def _exact_add(a, b):
+    a, b = np.asarray(a, F64), np.asarray(b, F64)
+    s, err = _two_sum(a, b)
+    return s, err, _neg_zero_sum(a, b)
+
+
+def _exact_mul(a, b):
+    """f32/f16 products are exact in float64 (24 + 24 bits); f64 ones get their error from Dekker's
+    TwoProduct (Veltkamp splitting; exact unless the product under- or overflows)."""
+    if np.asarray(a).dtype != F64:
+        return np.asarray(a, F64) * np.asarray(b, F64), F64(0), None
+    a, b = np.asarray(a, F64), np.asarray(b, F64)
+    p = a * b
+    split = F64(134217729.0)     # 2**27 + 1
+
+    def halves(x):
+        c = split * x
+        hi = c - (c - x)
+        return hi, x - hi
+    ah, al = halves(a)
+    bh, bl = halves(b)
+    err = al * bl - (((p - ah * bh) - al * bh) - ah * bl)
+    return p, np.where(np.isfinite(err), err, 0), None
+
+
+def _exact_fma(a, b, c):
+    """a * b + c as (s, err): f32/f16 products are exact in float64, so TwoSum gives the exact error; f64
+    from exact rational arithmetic per lane (as fma_f64)."""
+    if np.asarray(a).dtype != F64:
+        p, c = np.asarray(a, F64) * np.asarray(b, F64), np.asarray(c, F64)
+        s, err = _two_sum(p, c)
+        return s, err, _neg_zero_sum(p, c)
+    from fractions import Fraction
+    a, b, c = np.broadcast_arrays(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64))
+    s = fma_f64(a, b, c)
+    err = np.zeros(s.shape, F64)
+    for i, (x, y, z, r) in enumerate(zip(a.ravel(), b.ravel(), c.ravel(), s.ravel())):
+        if np.isfinite(x) and np.isfinite(y) and np.isfinite(z) and np.isfinite(r):
+            err.flat[i] = float(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)) - Fraction(float(r)))
+    p = a * b
+    return s, err, _neg_zero_sum(p, c)
+
+
+def _exact_value(a):
+    """A conversion's source, exact in float64 (an f64, an f32, an f16 or an integer of up to 32 bits)."""
+    return np.asarray(a).astype(F64), F64(0), None
+
+
+# Ops whose result the round mode changes, as fn(*sources) -> (s, err, neg_zero) in float64 with s + err
+# the exact result (neg_zero: where an exact zero is -0 when rounding down, or None). Exact ops (min, max,
+# floor, fract, frexp, ...) round nothing; the transcendental units (rcp, rsq, sqrt, exp, log, sin, cos)
+# and div_fixup are approximations whose directed rounding no public source describes (assumption: the
+# round mode leaves them as modelled above).
+DIRECTED = {}
+for _t in ("f32", "f16", "f64"):
+    DIRECTED[f"v_add_{_t}"] = _exact_add
+    DIRECTED[f"v_mul_{_t}"] = _exact_mul
+    for _n in ("fma", "fmac", "fmamk", "fmaak", "div_fmas"):
+        DIRECTED[f"v_{_n}_{_t}"] = _exact_fma
+DIRECTED.update({
+    "v_sub_f32": lambda a, b: _exact_add(a, -b), "v_subrev_f32": lambda a, b: _exact_add(b, -a),
+    "v_sub_f16": lambda a, b: _exact_add(a, -b), "v_subrev_f16": lambda a, b: _exact_add(b, -a),
+    "v_cvt_f32_f64": _exact_value, "v_cvt_f32_i32": _exact_value, "v_cvt_f32_u32": _exact_value,
+    "v_cvt_f16_f32": _exact_value, "v_cvt_f16_i16": _exact_value, "v_cvt_f16_u16": _exact_value,
+    "v_ldexp_f32": lambda a, e: (np.ldexp(np.asarray(a, F64), np.clip(e, -400, 400)), F64(0), None),
+    "v_ldexp_f16": lambda a, e: (np.ldexp(np.asarray(a, F64), e), F64(0), None),
+    "v_mul_legacy_f32": lambda a, b: (np.where((a == 0) | (b == 0), 0.0, np.asarray(a, F64) * b), F64(0), None),
+})
+DIRECTED["v_mul_dx9_zero_f32"] = DIRECTED["v_mul_legacy_f32"]
+
+
+def round_directed(s, err, neg_zero, t, mode: int):
+    """The exact value s + err (float64 pair) rounded to type t in direction `mode` (ROUND_UP, _DOWN,
+    _ZERO): the nearest value of t is one of the two neighbours of the exact value, and the sign of its
+    distance to it (computed exactly: the nearest value is within a factor 2 of s) says whether to step
+    one ulp. Infinities and NaNs stay as they are."""
+    s = np.asarray(s, F64)
+    r = s.astype(t)
+    d = r.astype(F64) - s            # exact (Sterbenz), or inf where r overflowed
+    above, below = d > err, d < err     # r > exact, r < exact (False for NaN)
+    if mode == ROUND_UP:
+        step, toward = below, np.inf
+    elif mode == ROUND_DOWN:
+        step, toward = above, -np.inf
+    else:
+        step, toward = np.where(s > 0, above, below), 0
+    r = np.where(step, np.nextafter(r, t(toward)), r).astype(t)
+    if mode == ROUND_DOWN and neg_zero is not None:
+        r = np.where((s == 0) & (err == 0) & neg_zero, t(-0.0), r).astype(t)
+    return r

@@ -1543,6 +1543,11 @@ EXPECTED = {
     "test_cp.py::test_flat_lds_and_private_follow_the_vmids_sh_mem_bases)",
     "pkt-zero:PM4.SET_SH_REG.COMPUTE_PGM_RSRC3": "the workload's kernel descriptors hold 0 there (clang-15 for "
     "gfx1100): the driver writes 0 already",
+    "pkt-flip:PM4.SET_SH_REG.COMPUTE_PGM_RSRC3": "inverted: TRAP_ON_START/TRAP_ON_END ask for a trap into the "
+    "runtime's trap handler (AMDGPUUsage, COMPUTE_PGM_RSRC3 gfx11), and the driver installs none "
+    "(RSRC2.TRAP_PRESENT 0, no SQ_SHADER_TBA/TMA; assumption: the SQ takes no trap without one, as for s_trap); "
+    "SHARED_VGPR_COUNT is for wave64 only, INST_PREF_SIZE sizes the instruction prefetch and IMAGE_OP concerns "
+    "image instructions, which the kernels have none of: nothing a kernel computes changes",
     "reg-drop:GC.SDMA0_QUEUE0_RB_[RW]PTR_HI": "the driver zeroes what holds 0 (the 64-bit byte pointers never "
     "pass 4 GiB)",
     "reg-drop:GC.SDMA[01]_QUEUE0_MINOR_PTR_UPDATE": "the whole bracket dropped: the ring is disabled while its "
