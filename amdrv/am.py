@@ -41,16 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amdrv import device_spec, pci_state
-from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetMaxDpmFreq
 from amdrv.device import AMDevice
 from amdrv.firmware import FirmwareError, FirmwareStore, files_for, parse
+from amdrv.ip.base import BLOCK_ORDER, IPBlock
 from amdrv.ip.gfx import GFX
 from amdrv.ip.gmc import GMC
 from amdrv.ip.ih import IH
 from amdrv.ip.nbio import NBIO
 from amdrv.ip.psp import PSP
 from amdrv.ip.sdma import SDMA
-from amdrv.ip.smu import LOW_CLOCKS, SMU, clock_id
+from amdrv.ip.smu import SMU
 from pcie import PCIFunction, open_function
 from pcie.discover import SYSFS
 
@@ -127,17 +127,23 @@ class AMGPU:
 
     # ---------------------------------------------------------------- boot
     def _build_blocks(self) -> None:
-        """The blocks' software side, in a fixed order: what they allocate from the boot region at
-        construction (GMC's root directory, the IH ring, the PSP's ring and TMR; then the SMU's driver
-        table in its init) lands at the same addresses on every boot."""
+        """The blocks built in amdgpu's order (amdrv.ip.base.BLOCK_ORDER), each running its sw_init: what
+        they allocate from the boot region (GMC's root directory and default page, the IH ring, the PSP's
+        ring and TMR, the SMU's driver table) lands at the same addresses on every boot. One NBIO, shared."""
         dev = self.dev
         self.nbio = NBIO(dev)
-        self.gmc = GMC(dev)
-        self.ih = IH(dev)
+        self.gmc = GMC(dev, self.nbio)
+        self.ih = IH(dev, nbio=self.nbio)
         self.psp = PSP(dev, gmc=self.gmc)   # stages firmware in DMA memory the GMC maps (GTT upstream)
         self.smu = SMU(dev)
         self.gfx = GFX(dev, self.gmc, self.nbio)
         self.sdma = SDMA(dev, self.nbio)
+
+    @property
+    def blocks(self) -> tuple[IPBlock, ...]:
+        """The IP blocks in amdgpu's order (amdgpu_discovery_set_ip_blocks): boot brings them up in it,
+        recover soft-resets in it, fini takes them down in reverse."""
+        return tuple(getattr(self, name) for name in BLOCK_ORDER)
 
     def _firmware_alive(self) -> tuple[bool, bool, bool]:
         """(the PSP's sOS runs, the SMU answers, the SMU runs with a mailbox a dead driver cleared). The
@@ -257,18 +263,11 @@ class AMGPU:
                 step("mode1 reset", self._mode1_reset)
             elif pci_reset:
                 step(f"pci reset ({pci_reset})", self._pci_reset)
-            step("nbio", self.nbio.init)
-            step("gmc", self.gmc.init)
-            step("ih", self.ih.init)
-            step("psp", self.psp.init)
-            step("smu", self.smu.init)
-        else:
-            step("nbio", self.nbio.init)
-            step("gmc", lambda: self.gmc.init(warm=True))   # the root directory fini left clear
-            step("ih", self.ih.init)
-            step("smu", self._smu_warm)
-        step("gfx", lambda: self.gfx.init(warm=kind == "warm"))
-        step("sdma", self.sdma.init)
+        warm = kind == "warm"
+        for block in self.blocks:   # amdgpu_device_ip_hw_init_phase1/2: every block's hw_init, in order
+            if warm and not block.runs_warm:
+                continue            # the PSP: its sOS runs on with the firmware it loaded
+            step(block.name, lambda b=block: b.hw_init(warm))
         if kind == "warm" and dev.mm.boot_used != state.boot_used:
             raise AMError(f"{dev.name}: this warm boot's boot allocations end at {dev.mm.boot_used:#x} bytes, the "
                           f"run that left the GPU used {state.boot_used:#x}: the layout changed without a new "
@@ -296,17 +295,6 @@ class AMGPU:
         self._build_blocks()
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
 
-    def _smu_warm(self) -> None:
-        """The SMU firmware runs on from the previous run, its features enabled: versions, the driver
-        table (same place), and the soft maximum of each clock fini lowered back to its top level (the
-        soft minimum fini set is the lowest level already)."""
-        smu = self.smu
-        smu.check_versions()
-        smu.set_driver_table()
-        smu.enable_thermal_alert()      # every driver load programs it (smu_hw_init), warm or not
-        for clk in LOW_CLOCKS:
-            smu.set_soft_limits(clk, max_mhz=smu.query(PPSMC_MSG_GetMaxDpmFreq, clock_id(clk) << 16))
-
     def firmware_versions(self) -> list[str]:
         """What runs: the ucode version of each pinned file the PSP loads (TAs are not: compute needs
         none), and the versions the PSP's sOS and the SMU report."""
@@ -323,10 +311,22 @@ class AMGPU:
 
     # ---------------------------------------------------------------- recover
     def recover(self) -> list[str]:
-        """Resets the compute engines and SDMA after a hang or fault without a reboot, clears latched
-        faults and re-creates every queue (amdrv.queue.recover); returns the faults found, in words."""
-        from amdrv.queue import recover
-        return recover(self)
+        """Resets the compute engines and SDMA after a hang or fault without a reboot: every block's
+        soft_reset in order (amdgpu_device_ip_soft_reset; GFX and SDMA have engines to reset), latched VM
+        faults cleared, the IH ring drained; then every queue created on this GPU is set up again with an
+        empty ring (pending work is lost). Returns the faults that were pending, in words. Raises the
+        block's error (GFXError, SDMAError) or QueueError when an engine does not come back (boot cold)."""
+        from amdrv.queue import reset_queues
+        faults = [str(f) for f in map(self.gmc.fault_from_iv, self.ih.poll()) if f is not None]
+        for block in self.blocks:
+            block.soft_reset()
+        for hub in ("GC", "MM"):
+            f = self.gmc.decode_fault(hub)
+            if f is not None:
+                faults.append(str(f))
+        self.ih.poll()
+        reset_queues(self)
+        return faults
 
     # ---------------------------------------------------------------- fini
     def fini(self) -> None:
@@ -338,12 +338,9 @@ class AMGPU:
         try:
             self.gfx.wait_idle()
             from amdrv.queue import fini_queues
-            fini_queues(self)     # hw_fini unmaps the compute queues before halting the MEC
-            self.gfx.fini()
-            self.sdma.fini()
-            self.smu.low_clocks()
-            self.gmc.fini()
-            self.nbio.fini()
+            fini_queues(self)     # gfx_v11_0_hw_fini unmaps the compute queues before halting the MEC
+            for block in reversed(self.blocks):   # amdgpu_device_ip_fini_early: hw_fini in reverse order
+                block.hw_fini()
             self.dev.reg("GC").SCRATCH_REG7.write(GC_TOKEN)
             # The last GC access is done: GFX may power off while the GPU waits for the next run, which
             # brings the board to its idle floor (amdgpu_gfx_off_ctrl(adev, true), as late init does).

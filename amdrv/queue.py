@@ -557,25 +557,19 @@ def fini_queues(gpu) -> None:
     gpu.kiq = None
 
 
-def recover(gpu) -> list[str]:
-    """Resets the compute engines (MEC) and SDMA after a hang or fault, without a reboot: both soft
-    resets as upstream, latched VM faults cleared, the IH ring drained; then every queue created on
-    this GPU is set up again with an empty ring (pending work is lost). Returns the faults that were
-    pending, in words. Raises QueueError when an engine does not come back (then boot cold)."""
-    faults = [str(f) for f in map(gpu.gmc.fault_from_iv, gpu.ih.poll()) if f is not None]
-    gpu.gfx.soft_reset()
-    gpu.sdma.soft_reset()
-    for hub in ("GC", "MM"):
-        f = gpu.gmc.decode_fault(hub)
-        if f is not None:
-            faults.append(str(f))
-    gpu.ih.poll()
-    # cp_resume after the soft reset: the KIQ set up again by MMIO (gfx_v11_0_kiq_resume), then the compute
-    # queues mapped through it again (gfx_v11_0_kcq_resume); the reset took every HQD off the MEC
+def reset_queues(gpu) -> None:
+    """After the engines' soft reset (AMGPU.recover): cp_resume's KIQ set up again by MMIO
+    (gfx_v11_0_kiq_resume), then the compute queues mapped through it again (gfx_v11_0_kcq_resume), and
+    the SDMA rings set up again (sdma_v6_0_gfx_resume); the reset took every HQD off the MEC."""
     queues = sorted(gpu.queues, key=lambda q: (q.kind != "KIQ", q.kind, q.doorbell_index))
     for q in queues:
         if q.kind in ("KIQ", "compute"):
             q.mapped = False
     for q in queues:
         q.init()
-    return faults
+
+
+def recover(gpu) -> list[str]:
+    """gpu.recover(): the engines reset, latched faults cleared, every queue set up again with an empty
+    ring; returns the faults that were pending, in words (amdrv.am.AMGPU.recover)."""
+    return gpu.recover()

@@ -29,6 +29,7 @@ import contextlib
 import time
 
 from amdrv.firmware import files_for, parse
+from amdrv.ip.base import IPBlock
 from amdrv.poll import USEC_TIMEOUT, poll
 
 # gfx_v11_0.c: DEFAULT_SH_MEM_CONFIG = ADDRESS_MODE 64, ALIGNMENT_MODE UNALIGNED, INITIAL_INST_PREFETCH 3
@@ -70,24 +71,33 @@ def program_golden(gc, sequence) -> None:
             reg.write((reg.read() & ~and_mask) | or_value)
 
 
-class GFX:
+class GFX(IPBlock):
     """GC 11.0.x compute bring-up. `init()` is hw_init, `fini()` hw_fini; `mec_ready()` tells whether
     the MEC runs (firmware autoloaded, unhalted, pipes active and out of reset)."""
+
+    name = "gfx"
 
     def __init__(self, dev, gmc, nbio):
         self.dev, self.gc, self.gmc, self.nbio = dev, dev.reg("GC"), gmc, nbio
         self.version = dev.disc.version_of("GC")
-        mec = next(n for n in files_for(dev.chip) if n.endswith("_mec.bin"))
-        hdr = parse(mec, dev.firmware.read(mec)).header
+        self.sw_init()
+        self.gb_addr_config = 0
+
+    def sw_init(self) -> None:
+        """The MEC firmware's start address, from its header (gfx_v11_0_init_microcode)."""
+        mec = next(n for n in files_for(self.dev.chip) if n.endswith("_mec.bin"))
+        hdr = parse(mec, self.dev.firmware.read(mec)).header
         self.mec_firmware = mec
         self.mec_start = (hdr["ucode_start_addr_lo"], hdr["ucode_start_addr_hi"])
-        self.gb_addr_config = 0
 
     def _fail(self, what: str) -> GFXError:
         v = ".".join(map(str, self.version))
         return GFXError(f"{self.dev.name}: GFX (GC {v}): {what}")
 
     # ---------------------------------------------------------------- hw_init
+    def hw_init(self, warm: bool = False) -> None:
+        self.init(warm)
+
     def init(self, warm: bool = False) -> None:
         """warm: nothing reset GC since a cold boot programmed golden settings and constants (GC registers
         outlive the driver, and the driver never allows GFXOFF), so only the MEC start, the GC hub, the
@@ -345,5 +355,8 @@ class GFX:
                              f"{gc.CP_MEC_RS64_CNTL.read():#010x}); boot cold (DRIVERLESS_COLD_BOOT=1)")
 
     # ---------------------------------------------------------------- hw_fini
+    def hw_fini(self) -> None:
+        self.fini()
+
     def fini(self) -> None:
         self.cp_compute_enable(False)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from amdrv import pagetable
 from amdrv.autogen import ih as IHIDS
+from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import NBIO
 from amdrv.poll import poll_reg
 from amdrv.memory import PAGE, Block
@@ -186,14 +187,14 @@ class _VASpace:
                 del self.starts[j + 1], self.ends[j + 1]
 
 
-class GMC:
-    def __init__(self, dev):
+class GMC(IPBlock):
+    name = "gmc"
+
+    def __init__(self, dev, nbio: NBIO | None = None):
         self.dev = dev
-        self.nbio = NBIO(dev)
+        self.nbio = nbio or NBIO(dev)     # the GPU's one NBIO (AMGPU passes it)
         self.hubs = {"MM": _Hub("MM", dev.reg("MMHUB"), "MM"), "GC": _Hub("GC", dev.reg("GC"), "GC")}
-        # Boot memory, so that both land at the same place on every boot of this layout.
-        self.root = dev.mm.alloc_boot(PAGE, PAGE, tag="GMC VMID 0 root page directory")
-        self.default_page = dev.mm.alloc_boot(PAGE, PAGE, tag="GMC system aperture default page")
+        self.sw_init()
         self.pt: PageTable | None = None
         self.dummy_page = None    # host page for protection-fault defaults (amdgpu's dummy page)
         self.vram_base_offset = 0
@@ -203,7 +204,18 @@ class GMC:
         # through KIQ/MES packets, whose doorbell wakes GFX, which this driver does not use)
         self.gc_awake = nullcontext
 
-    # ---------------------------------------------------------------- init
+    # ---------------------------------------------------------------- life cycle
+    def sw_init(self) -> None:
+        # Boot memory, so that both land at the same place on every boot of this layout.
+        self.root = self.dev.mm.alloc_boot(PAGE, PAGE, tag="GMC VMID 0 root page directory")
+        self.default_page = self.dev.mm.alloc_boot(PAGE, PAGE, tag="GMC system aperture default page")
+
+    def hw_init(self, warm: bool = False) -> None:
+        self.init(warm)
+
+    def hw_fini(self) -> None:
+        self.fini()
+
     def init(self, warm: bool = False) -> None:
         """gmc_v11_0_hw_init: the FB location, the VMID 0 page table, the MMHUB. warm: the previous run's
         fini cleared the root directory (`fini`), so it is not written again (4 KiB through BAR0)."""

@@ -33,6 +33,7 @@ import struct
 from dataclasses import dataclass
 
 from amdrv.autogen import ih as IHIDS
+from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import DOORBELL_BAR, DOORBELL_IH, NBIO
 from amdrv.memory import PAGE
 
@@ -90,17 +91,17 @@ class IVEntry:
                 f"timestamp {self.timestamp}, data [{data}]")
 
 
-class IH:
-    def __init__(self, dev, ring_size: int = RING_SIZE):
+class IH(IPBlock):
+    name = "ih"
+
+    def __init__(self, dev, ring_size: int = RING_SIZE, nbio: NBIO | None = None):
         if ring_size < IV_SIZE * 2 or ring_size & (ring_size - 1) or ring_size > RING_SIZE:
             # IH_RB_WPTR/RPTR.OFFSET hold byte offsets 17:2, so 256 KiB is the largest ring
             raise IHError(f"{dev.name}: IH ring size {ring_size:#x} must be a power of two from "
                           f"{2 * IV_SIZE} bytes to {RING_SIZE >> 10} KiB")
         self.dev, self.size, self.mask = dev, ring_size, ring_size - 1
-        self.nbio = NBIO(dev)
-        # the ring, then one page for the write-pointer write-back
-        self.block = dev.mm.alloc_boot(ring_size + PAGE, PAGE, tag="IH ring 0")
-        self.wptr_offset = self.block.addr + ring_size
+        self.nbio = nbio or NBIO(dev)     # the GPU's one NBIO (AMGPU passes it)
+        self.sw_init()
         self.rptr = 0
         self.overflows = 0      # times the IH overwrote entries before they were read
         self.dummy_page = None
@@ -110,6 +111,14 @@ class IH:
     @property
     def regs(self):
         return self.dev.reg("OSSSYS")
+
+    def sw_init(self) -> None:
+        # the ring, then one page for the write-pointer write-back
+        self.block = self.dev.mm.alloc_boot(self.size + PAGE, PAGE, tag="IH ring 0")
+        self.wptr_offset = self.block.addr + self.size
+
+    def hw_init(self, warm: bool = False) -> None:
+        self.init()       # the same on a warm boot: the ring starts empty
 
     def init(self) -> None:
         """ih_v6_0_irq_init for ring 0."""

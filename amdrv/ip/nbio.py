@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amdrv import regs
+from amdrv.ip.base import IPBlock
 from amdrv.poll import poll_reg
 
 MMIO_REG_HOLE_OFFSET = 0x80000 - 0x1000         # soc21.c, with a 4 KiB PAGE_SIZE
@@ -101,15 +102,27 @@ class IndirectMMIO:
         self.data.write(value)
 
 
-class NBIO:
+class NBIO(IPBlock):
+    """The bus interface (NBIF 4.3) and the SOC's common block (soc21_common_hw_init/_fini). One instance per
+    AMGPU, shared by the blocks that program doorbell ranges, HDP flushes and the IH control through it."""
+
+    name = "nbio"
+
     def __init__(self, dev):
         self.dev = dev
         direct = dev.reg("NBIF")
         mmio = IndirectMMIO(dev.mmio, direct.BIF_BX_PF0_RSMU_INDEX, direct.BIF_BX_PF0_RSMU_DATA)
         self.regs = regs.IPBlock(direct.table, direct.bases, mmio, name=direct.name)
         self.version = dev.disc.version_of("NBIF")
+        self.sw_init()
 
-    # ---------------------------------------------------------------- init
+    # ---------------------------------------------------------------- life cycle
+    def hw_init(self, warm: bool = False) -> None:
+        self.init()       # the same on a warm boot: the doorbell apertures fini turned off come back
+
+    def hw_fini(self) -> None:
+        self.fini()
+
     def init(self) -> None:
         """soc21_common_hw_init, with bus mastering and memory decode on first."""
         self.enable_bus_master()

@@ -61,6 +61,7 @@ from amdrv import structs
 from amdrv.autogen import psp as P
 from amdrv.firmware import Component, FirmwareError, FirmwareImage, files_for, parse
 from amdrv.firmware.headers import kind_of
+from amdrv.ip.base import IPBlock
 from amdrv.poll import poll
 
 READY = 0x80000000
@@ -177,7 +178,7 @@ class Load:
         return f"{self.file} {self.component.name}"
 
 
-class PSP:
+class PSP(IPBlock):
     """The PSP of one AMDevice. `init()` brings it from power-on (or a running sOS) to RLC autoload started.
 
     `images` caches the parsed firmware files by name; a test may replace one to feed the PSP other bytes.
@@ -202,8 +203,7 @@ class PSP:
         self.c2pmsg = {n: mp0.reg(f"MP0_SMN_C2PMSG_{n}") for n in (35, 36, 64, 67, 69, 70, 71, 81)}
         self.images: dict[str, FirmwareImage] = {}
         self.files = {kind_of(f): f for f in files_for(dev.chip)}
-        self._ring = dev.mm.alloc_boot(3 * 0x1000, align=0x1000, tag="PSP ring, fence, command buffer")
-        self.tmr = dev.mm.alloc_boot(TMR_RESERVE, align=P.PSP_TMR_ALIGNMENT, tag="PSP TMR")
+        self.sw_init()
         self.tmr_size = 0        # what LOAD_TOC asked for
         self._stage_block = None  # VRAM staging: the heap block
         self._stage_dma = None    # DMA staging: (pcie DMABuffer, gmc GPUMapping)
@@ -242,6 +242,18 @@ class PSP:
         img = self.image(self.files["smu"])
         c = img.component("SMU")
         return Load(img.name, c, c.psp_fw_type)
+
+    # -- life cycle -------------------------------------------------------------------------------------
+    name = "psp"
+    runs_warm = False   # a warm boot finds the sOS running with the firmware it loaded: nothing to do
+
+    def sw_init(self) -> None:
+        self._ring = self.dev.mm.alloc_boot(3 * 0x1000, align=0x1000, tag="PSP ring, fence, command buffer")
+        self.tmr = self.dev.mm.alloc_boot(TMR_RESERVE, align=P.PSP_TMR_ALIGNMENT, tag="PSP TMR")
+
+    def hw_init(self, warm: bool = False) -> None:
+        if not warm:
+            self.init()
 
     # -- the whole load ---------------------------------------------------------------------------------
     def init(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import DOORBELL_SDMA_ENGINE, SDMA_DOORBELL_RANGE
 from amdrv.poll import poll
 
@@ -25,11 +26,14 @@ class SDMAError(RuntimeError):
     """SDMA bring-up failed: names the device, the engine, the register and what was read."""
 
 
-class SDMA:
+class SDMA(IPBlock):
+    name = "sdma"
+
     def __init__(self, dev, nbio):
         self.dev, self.gc, self.nbio = dev, dev.reg("SDMA0"), nbio  # gfx11 SDMA registers live in GC's space
         self.version = dev.disc.version_of("SDMA0")
         self.engines = sorted(int(name[4:]) for name, _ in dev.disc.ips if re.fullmatch(r"SDMA\d", name))
+        self.sw_init()
 
     def _reg(self, engine: int, name: str):
         return self.gc.reg(f"SDMA{engine}_{name}")
@@ -37,6 +41,12 @@ class SDMA:
     def _fail(self, engine: int, what: str) -> SDMAError:
         v = ".".join(map(str, self.version))
         return SDMAError(f"{self.dev.name}: SDMA{engine} (SDMA {v}): {what}")
+
+    def hw_init(self, warm: bool = False) -> None:
+        self.init()       # the same on a warm boot: fini halted the engines
+
+    def hw_fini(self) -> None:
+        self.fini()
 
     def init(self) -> None:
         self.enable(True)

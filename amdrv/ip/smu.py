@@ -38,6 +38,7 @@ import time
 from amdrv import pci_state, structs
 from amdrv.autogen import ih as IHIDS
 from amdrv.autogen import smu_13_0_0 as S
+from amdrv.ip.base import IPBlock
 from amdrv.ip.psp import runtime_scpm
 from amdrv.poll import poll
 from pcie import PCIError
@@ -138,7 +139,7 @@ def msg_name(msg: int) -> str:
     return MSG_NAMES.get(msg, f"message {msg:#x}")
 
 
-class SMU:
+class SMU(IPBlock):
     """The SMU of one AMDevice. Messages by number (`amdrv.autogen.smu_13_0_0.PPSMC_MSG_*`)."""
 
     def __init__(self, dev, timeout_s: float = 2.0, reset_wait_s: float = MODE1_RESET_WAIT_S):
@@ -151,9 +152,7 @@ class SMU:
         self.lock = threading.RLock()
         self.scpm = None         # the PMFW runs with SCPM; None: read from the PSP runtime database at init
         self.thermal_range: tuple[int, int] | None = None    # (low, high) C the THM interrupts at
-        # Boot memory, allocated here so it lands at the same address on every boot (warm ones included).
-        size = max(structs.get(S, t).size for t in DRIVER_TABLES)
-        self.table = dev.mm.alloc_boot((size + 0xFFF) & ~0xFFF, align=0x1000, tag="SMU driver table")
+        self.sw_init()
         self.version = self.if_version = None
 
     # -- the mailbox ------------------------------------------------------------------------------------
@@ -217,6 +216,33 @@ class SMU:
         return self.send(msg, arg, read_arg=True)
 
     # -- life cycle -------------------------------------------------------------------------------------
+    name = "smu"
+
+    def sw_init(self) -> None:
+        # Boot memory, allocated here so it lands at the same address on every boot (warm ones included).
+        size = max(structs.get(S, t).size for t in DRIVER_TABLES)
+        self.table = self.dev.mm.alloc_boot((size + 0xFFF) & ~0xFFF, align=0x1000, tag="SMU driver table")
+
+    def hw_init(self, warm: bool = False) -> None:
+        if warm:
+            self.resume_warm()
+        else:
+            self.init()
+
+    def hw_fini(self) -> None:
+        self.fini()
+
+    def resume_warm(self) -> None:
+        """Warm boot: the SMU firmware runs on from the previous run, its features enabled: versions, the
+        driver table (same place), the thermal alert (every driver load programs it: smu_hw_init), and the
+        soft maximum of each clock fini lowered back to its top level (the soft minimum fini set is the
+        lowest level already)."""
+        self.check_versions()
+        self.set_driver_table()
+        self.enable_thermal_alert()
+        for clk in LOW_CLOCKS:
+            self.set_soft_limits(clk, max_mhz=self.query(S.PPSMC_MSG_GetMaxDpmFreq, clock_id(clk) << 16))
+
     def firmware_running(self) -> bool:
         """smu_v13_0_check_fw_status: MP1_FIRMWARE_FLAGS.INTERRUPTS_ENABLED (bit 0), set while the firmware
         runs, read at its SMN address through the RSMU index/data pair as RREG32_PCIE does."""
