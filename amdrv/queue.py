@@ -92,10 +92,6 @@ class QueueError(RuntimeError):
     """A queue failed: names the GPU, the queue, its read/write pointers and any fault, and what to do."""
 
 
-def dev_name(q) -> str:
-    return q.dev.name
-
-
 def _log2(n: int, what: str) -> int:
     if n <= 0 or n & (n - 1):
         raise ValueError(f"{what} must be a power of two, not {n}")
