@@ -14,9 +14,10 @@ Facts (gc_11_0_0 registers; LLVM AMDGPUUsage for what the hardware loads into a 
 The hardware does not know what the user data mean (kernarg pointer, dispatch pointer): a kernel whose
 user SGPRs the driver did not set up as its descriptor expects reads whatever was written there.
 
-Simulator choices: wave64 dispatches are not modeled (the queue hangs, saying so); the executor's
-private memory is its own (per work-item, from 0), sized from TMPRING_SIZE, not COMPUTE_DISPATCH_SCRATCH_
-BASE memory; GPU time is DISPATCH_NS plus WAVE_INSTRUCTION_NS per executed wave instruction.
+Simulator choices: wave64 dispatches are not modeled (the queue hangs, saying so); private memory is the
+scratch buffer at COMPUTE_DISPATCH_SCRATCH_BASE, a TMPRING_SIZE.WAVESIZE slot per wave (slot assignment
+and lane interleaving assumed: rdna3.wave_memory.ScratchSpace); GPU time is DISPATCH_NS plus
+WAVE_INSTRUCTION_NS per executed wave instruction.
 """
 from __future__ import annotations
 
@@ -230,16 +231,25 @@ def dispatch_steps(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: in
     rsrc1, rsrc2, rsrc3 = (sh.get(f"COMPUTE_PGM_RSRC{i}", 0) for i in (1, 2, 3))
     r2 = t["COMPUTE_PGM_RSRC2"].decode(rsrc2)
     lds = r2["LDS_SIZE"] * LDS_GRANULE
-    private = 0
+    private, scratch = 0, None
     if r2["SCRATCH_EN"]:
-        wavesize = t["COMPUTE_TMPRING_SIZE"].decode(sh.get("COMPUTE_TMPRING_SIZE", 0))["WAVESIZE"]
-        private = wavesize * SCRATCH_WAVE_UNIT // 32
+        # the waves' private memory: a slot of WAVESIZE x 256 bytes per wave, of WAVES slots, in the buffer
+        # at COMPUTE_DISPATCH_SCRATCH_BASE_LO/HI (address bits 47:8, as COMPUTE_PGM_LO/HI) (gc_11_0_0 fields;
+        # rdna3.wave_memory.ScratchSpace says what is assumed)
+        ring = t["COMPUTE_TMPRING_SIZE"].decode(sh.get("COMPUTE_TMPRING_SIZE", 0))
+        private = ring["WAVESIZE"] * SCRATCH_WAVE_UNIT // 32
+        base = (sh.get("COMPUTE_DISPATCH_SCRATCH_BASE_LO", 0) | (sh.get("COMPUTE_DISPATCH_SCRATCH_BASE_HI", 0) & 0xFF)
+                << 32) << 8
+        if not ring["WAVES"]:
+            raise DispatchFailed("COMPUTE_PGM_RSRC2.SCRATCH_EN with COMPUTE_TMPRING_SIZE.WAVES 0: no scratch slot "
+                                 "for any wave (assumption: the SPI launches none)")
+        scratch = (base, ring["WAVESIZE"] * SCRATCH_WAVE_UNIT, ring["WAVES"])
     user = [sh.get(f"COMPUTE_USER_DATA_{i}", 0) for i in range(16)]
     mem = VMMemory(dev.blocks["GMC"], vmid, alignment=alignment)
     try:
         r = yield from launch_regs_steps(code, mem, grid, block, user, rsrc1, rsrc2, rsrc3, lds, private,
                                          name=f"kernel@{code:#x}", max_steps=max_steps, wg_offset=start,
-                                         apertures=apertures, slice_steps=slice_steps)
+                                         apertures=apertures, slice_steps=slice_steps, scratch=scratch)
     except ExecError as e:
         done = getattr(e, "instructions", 0)
         if mem.fault is not None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from rdna3.wave_compile import (BARRIER, BRANCH, CBR, END, EXEC, IBR, MODE, N_SROWS, OP, PRIVATE_HI, SHARED_HI,
                                     Unsupported, compile_instruction, pack_lanes, unpack_lanes)
-from rdna3.wave_memory import ByteSpace, FlatMemory, MemoryFault
+from rdna3.wave_memory import ByteSpace, FlatMemory, MemoryFault, ScratchSpace
 
 U32, U64 = np.uint32, np.uint64
 # encoding bits 31:26 of the RDNA3 formats rdna3 does not decode: MTBUF 111010, MIMG 111100, EXP 111110
@@ -215,7 +215,7 @@ class Executor:
     """Runs groups of waves of one program against a memory and an LDS."""
 
     def __init__(self, program: Program, memory, n_slots: int, lds_size: int,
-                 n_waves: int = 0, first_wave: int = 0, private_size: int = 0):
+                 n_waves: int = 0, first_wave: int = 0, private_size: int = 0, scratch=None):
         self.prog = program
         self.shared_hi, self.private_hi = program.shared_hi, program.private_hi
         self.memory = memory
@@ -223,7 +223,10 @@ class Executor:
         self.lds = ByteSpace(max(1, n_slots * lds_size), "LDS")
         # private (scratch) memory: private_size bytes per work-item, indexed by wave id - first_wave
         self.private_size, self.first_wave = private_size, first_wave
-        self.scratch = ByteSpace(max(1, n_waves * 32 * private_size), "private")
+        if scratch is None:      # the executor's own, for an executor without a GPU around it
+            self.scratch = ByteSpace(max(1, n_waves * 32 * private_size), "private")
+        else:                    # (base, bytes per wave, slots): the dispatch's scratch buffer in `memory`
+            self.scratch = ScratchSpace(memory, scratch[0], scratch[1], scratch[2], private_size, first_wave)
         self.n_slots = n_slots
         self.instructions = 0      # wave instructions executed
 
@@ -480,7 +483,7 @@ def launch_regs(*args, **kwargs) -> DispatchResult:
 
 
 def _setup(code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, lds_bytes, private_bytes, name,
-           max_waves, max_steps, code, wg_offset, code_base, apertures):
+           max_waves, max_steps, code, wg_offset, code_base, apertures, scratch=None):
     """launch_regs' checks and setup: (workgroups, workgroups per batch, waves per workgroup, context)."""
     from rdna3.codeobj import RSRC1, RSRC2, _fields
     grid = tuple(grid) + (1,) * (3 - len(grid))
@@ -520,6 +523,8 @@ def _setup(code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, l
     waves_per_wg = -(-int(np.prod(block)) // 32)
     if private_size:     # keep a batch's scratch under 64 MiB
         max_waves = max(1, min(max_waves, (64 << 20) // (32 * private_size)))
+    if private_size and scratch is not None:    # no more waves at once than scratch slots (ScratchSpace)
+        max_waves = max(1, min(max_waves, scratch[2]))
     per_batch = max(1, max_waves // waves_per_wg)
     return wgs, per_batch, waves_per_wg, (grid, block, user, wg_rows, id_dims, prog, code_address, memory,
                                          lds_size, private_size, wg_offset, mode)
@@ -528,11 +533,14 @@ def _setup(code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, l
 def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1: int, rsrc2: int, rsrc3: int = 0,
                       lds_bytes: int = 0, private_bytes: int = 0, name: str = "kernel", max_waves: int = 16384,
                       max_steps: int = 10**7, code: bytes | None = None, wg_offset=(0, 0, 0),
-                      code_base: int | None = None, apertures=None, slice_steps: int | None = None):
-    """launch_regs as a generator: yields after each `slice_steps` executor steps, returns its result."""
+                      code_base: int | None = None, apertures=None, slice_steps: int | None = None,
+                      scratch=None):
+    """launch_regs as a generator: yields after each `slice_steps` executor steps, returns its result.
+    `scratch` = (base address, bytes per wave, slots): private memory in `memory` (rdna3.wave_memory
+    ScratchSpace) instead of the executor's own."""
     wgs, per_batch, waves_per_wg, ctx = _setup(
         code_address, memory, grid, block, user_sgprs, rsrc1, rsrc2, rsrc3, lds_bytes, private_bytes, name,
-        max_waves, max_steps, code, wg_offset, code_base, apertures)
+        max_waves, max_steps, code, wg_offset, code_base, apertures, scratch)
     grid, block, user, wg_rows, id_dims, prog, code_address, memory, lds_size, private_size, wg_offset, mode = ctx
     total_insts = total_waves = since_yield = 0
     for start in range(0, len(wgs), per_batch):
@@ -540,7 +548,7 @@ def launch_regs_steps(code_address: int, memory, grid, block, user_sgprs, rsrc1:
         groups, nwaves = _make_waves(batch, start, grid, block, user, wg_rows, id_dims, prog, code_address,
                                      np.asarray(wg_offset, np.int64), mode)
         ex = Executor(prog, memory, len(batch), lds_size, len(batch) * waves_per_wg,
-                      start * waves_per_wg, private_size)
+                      start * waves_per_wg, private_size, scratch)
         try:
             yield from ex.run_steps(groups, max_steps, slice_steps)
         except ExecError as e:

@@ -116,6 +116,60 @@ class ByteSpace:
         return np.asarray(ATOMICS[op](old, data), old.dtype)
 
 
+class ScratchSpace:
+    """Private memory in a scratch buffer of the GPU's memory, as gfx11 addresses it: the ByteSpace
+    interface (load/store/atomic at flat offsets item * item_bytes + offset, item = wave * 32 + lane of the
+    executor's batch) over `memory` (rdna3.wave_memory's interface: the dispatch's VM). Each wave has a slot of
+    `wave_bytes` (COMPUTE_TMPRING_SIZE.WAVESIZE x 256) in the buffer at `base` (COMPUTE_DISPATCH_SCRATCH_BASE),
+    slot = wave id % `slots` (WAVES): assumption, waves take slots in launch order and the executor never
+    runs more waves at once than there are slots. Within a slot the lanes' dwords interleave: dword k of lane
+    L at k * 128 + L * 4 (AMDGPUUsage, private segment: "the interleaving results in adjacent dwords being
+    accessed" when the lanes use one private address; the exact swizzle is an assumption, invisible to a
+    program that reaches its private memory through scratch and flat instructions only)."""
+
+    def __init__(self, memory, base: int, wave_bytes: int, slots: int, item_bytes: int, first_wave: int):
+        self.memory, self.base, self.wave_bytes, self.slots = memory, base, wave_bytes, slots
+        self.item_bytes, self.first_wave = max(1, item_bytes), first_wave
+        self.name = "private"
+
+    def _addrs(self, off: np.ndarray) -> np.ndarray:
+        off = np.asarray(off, np.int64)
+        item, o = off // self.item_bytes, off % self.item_bytes
+        wave, lane = item // 32 + self.first_wave, item % 32
+        slot = wave % self.slots
+        return (U64(self.base) + (slot * self.wave_bytes + (o >> 2) * 128 + lane * 4 + (o & 3)).astype(U64))
+
+    def load(self, off: np.ndarray, size: int) -> np.ndarray:
+        k = max(1, size // 4)
+        n = len(off)
+        if size >= 4 and not np.any(np.asarray(off) & 3):
+            a = self._addrs((np.asarray(off)[:, None] + 4 * np.arange(k)).reshape(-1))
+            return self.memory.load(a, 4).reshape(n, k)
+        b = self.memory.load(self._addrs((np.asarray(off)[:, None] + np.arange(size)).reshape(-1)), 1)
+        b = (b[:, 0] & U32(0xFF)).astype(U8).reshape(n, size)
+        if size < 4:
+            b = np.concatenate([b, np.zeros((n, 4 - size), U8)], axis=1)
+        return np.ascontiguousarray(b).view(U32).reshape(n, k)
+
+    def store(self, off: np.ndarray, data: np.ndarray, size: int):
+        k = max(1, size // 4)
+        n = len(off)
+        data = np.ascontiguousarray(data, U32).reshape(n, k)
+        if size >= 4 and not np.any(np.asarray(off) & 3):
+            a = self._addrs((np.asarray(off)[:, None] + 4 * np.arange(k)).reshape(-1))
+            self.memory.store(a, data.reshape(-1, 1), 4)
+            return
+        a = self._addrs((np.asarray(off)[:, None] + np.arange(size)).reshape(-1))
+        self.memory.store(a, data.view(U8)[:, :size].reshape(-1, 1).astype(U32), 1)
+
+    def atomic(self, op: str, off: np.ndarray, data: np.ndarray, dtype, cmp=None) -> np.ndarray:
+        if np.dtype(dtype).itemsize != 4:
+            bad = int(np.asarray(off)[0]) if len(off) else 0
+            raise MemoryFault("private", bad, np.dtype(dtype).itemsize, True,
+                              "a 64-bit atomic on private memory, whose dwords interleave by lane: not modelled")
+        return self.memory.atomic(op, self._addrs(off), data, dtype, cmp)
+
+
 class FlatMemory:
     """A sparse 64-bit address space of separately allocated regions; everything else faults."""
 

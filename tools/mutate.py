@@ -260,9 +260,9 @@ class Workload:
         """generic_lds_private: flat loads through the LDS and the private aperture (SH_MEM_BASES of the
         dispatching VMID; tests/gpusim/test_cp.py). hcq refuses kernels with private memory (no scratch set
         up yet), so this launch is built as tests/gpusim/test_cp.py's kernel_packets does, on the driver's
-        compute queue: COMPUTE_TMPRING_SIZE sized for the kernel's private segment, the user SGPRs its
-        descriptor enables (dispatch and kernarg pointers filled, the scratch ones 0: the model's private
-        memory is the executor's own)."""
+        compute queue: COMPUTE_TMPRING_SIZE sized for the kernel's private segment and a scratch buffer of 32
+        such wave slots at COMPUTE_DISPATCH_SCRATCH_BASE (gpusim.dispatch), the user SGPRs its descriptor
+        enables (dispatch and kernarg pointers filled; gfx11 kernels ask for no scratch ones)."""
         np, dev = self.np, self.dev
         from amdrv import pm4
         from rdna3.codeobj import CodeObject
@@ -300,6 +300,8 @@ class Workload:
         sh("COMPUTE_PGM_RSRC1", kd.compute_pgm_rsrc1, rsrc2)
         sh("COMPUTE_PGM_RSRC3", kd.compute_pgm_rsrc3)
         sh("COMPUTE_TMPRING_SIZE", 32 | wavesize << 12)
+        ring = dev.alloc(32 * wavesize * 256)         # the scratch buffer: 32 wave slots of WAVESIZE
+        sh("COMPUTE_DISPATCH_SCRATCH_BASE_LO", (ring.va >> 8) & 0xFFFFFFFF, ring.va >> 40)
         sh("COMPUTE_USER_DATA_0", *user)
         sh("COMPUTE_START_X", 0, 0, 0)
         sh("COMPUTE_NUM_THREAD_X", n, 1, 1)

@@ -511,7 +511,7 @@ def upload(gpu, data: bytes):
 
 
 def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=True, lds=True,
-                   initiator=INITIATOR) -> list[int]:
+                   initiator=INITIATOR, scratch_va=None, tmpring=None) -> list[int]:
     """What a driver emits for a clang kernel: code and kernargs in memory, the caches invalidated
     (gfx_v11_0_emit_mem_sync's ACQUIRE_MEM), the user SGPRs its descriptor enables (AMDGPUUsage order), its
     RSRC registers, the workgroup size and the dispatch, then GL2 written back as the fence that ends
@@ -530,11 +530,16 @@ def kernel_packets(gpu, kern, args, groups, block, swap_pointers=False, scratch=
         user[at:at + count] = [(v >> (32 * j)) & 0xFFFFFFFF for j in range(count)]
     lds_granules = -(-kd.group_segment_fixed_size // 512) if lds else 0     # RSRC2.LDS_SIZE
     rsrc2 = kd.compute_pgm_rsrc2 | lds_granules << 15
-    # private memory: COMPUTE_TMPRING_SIZE.WAVESIZE in 256-byte units per (wave32) wave
+    # private memory: COMPUTE_TMPRING_SIZE.WAVESIZE in 256-byte units per (wave32) wave, 32 slots of it in a
+    # scratch buffer at COMPUTE_DISPATCH_SCRATCH_BASE (address >> 8)
     wavesize = -(-kd.private_segment_fixed_size * 32 // 256) if scratch else 0
+    if scratch_va is None and wavesize:
+        scratch_va = buf(gpu, max(32 * wavesize * 256, 4096)).va
     return (acquire_mem()
             + sh(gpu, "COMPUTE_PGM_LO", code.va >> 8, code.va >> 40)
-            + sh(gpu, "COMPUTE_TMPRING_SIZE", 32 | wavesize << 12)
+            + sh(gpu, "COMPUTE_TMPRING_SIZE", 32 | wavesize << 12 if tmpring is None else tmpring)
+            + (sh(gpu, "COMPUTE_DISPATCH_SCRATCH_BASE_LO", scratch_va >> 8 & 0xFFFFFFFF, scratch_va >> 40)
+               if scratch_va is not None else [])
             + sh(gpu, "COMPUTE_PGM_RSRC1", kd.compute_pgm_rsrc1, rsrc2)
             + sh(gpu, "COMPUTE_PGM_RSRC3", kd.compute_pgm_rsrc3)
             + sh(gpu, "COMPUTE_NUM_THREAD_X", *block)
@@ -666,6 +671,50 @@ def test_private_memory_from_tmpring_size(gpu, sim, queue, kernels):
     # executor refuses them: the queue hangs)
     queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch=False))
     assert busy(gpu) and any("private" in e.message and "hung" in e.message for e in sim.errors), sim.errors
+
+
+def test_private_memory_lives_in_the_scratch_buffer(gpu, sim, queue, kernels):
+    """gfx11 scratch: each wave's private memory is a slot of COMPUTE_TMPRING_SIZE.WAVESIZE x 256 bytes in the
+    buffer at COMPUTE_DISPATCH_SCRATCH_BASE, reached through the page tables (gpusim.dispatch; slot order and
+    lane interleave: rdna3.wave_memory.ScratchSpace). A base never set up, or a WAVESIZE larger than the
+    buffer was sized for (the mutation run's inverted TMPRING_SIZE), sends private accesses to memory that
+    is not mapped: the fault is latched (the driver's fault setting answers them with the default page)."""
+    kern = kernels["private_array"]
+    n = 96
+    a = np.random.default_rng(4).integers(-1000, 1000, n).astype(np.int32)
+    ma, mo = upload(gpu, a.tobytes()), buf(gpu, 4 * n)
+    wavesize = -(-kern.descriptor.private_segment_fixed_size * 32 // 256)
+    slot = wavesize * 256
+    ring = buf(gpu, 32 * slot)
+    gpu.gmc.decode_fault("GC")
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch_va=ring.va))
+    i = np.arange(n)
+    t = a[(i[:, None] + np.arange(64)) % n] * np.arange(64)
+    j = a.view(np.uint32) & 63
+    out = np.frombuffer(gpu.dev.vram.read(mo.vram.addr, 4 * n), np.int32)
+    assert np.array_equal(out, t[i, j] + t[i, (j * 7) & 63]) and gpu.gmc.decode_fault("GC") is None
+    # the array t sits in the slots: t[k] of work-item i (wave i // 32, lane i % 32) is private dword
+    # 1 + k (clang's frame: scratch_store_b128 at offset 4 + 16 m) at slot + (1 + k) * 128 + lane * 4
+    held = np.frombuffer(gpu.dev.vram.read(ring.vram.addr, 3 * slot), np.int32)
+    k = np.arange(64)
+    for item in (0, 33, 95):
+        w, lane = divmod(item, 32)
+        assert np.array_equal(held[(w * slot + (1 + k) * 128 + lane * 4) // 4], t[item])
+    # no scratch buffer set up (base 0): the private accesses fault
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch_va=0))
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address < 3 * slot
+    # WAVES and WAVESIZE inverted: wave 1's slot starts ~8 MiB past the 32-slot buffer
+    flipped = ~(32 | wavesize << 12) & 0x07FFFFFF
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch_va=ring.va,
+                                tmpring=flipped))
+    fault = gpu.gmc.decode_fault("GC")
+    assert fault is not None and fault.address >= ring.va + 32 * slot
+    assert not busy(gpu)
+    # no slot at all (WAVES 0): the dispatch cannot start a wave; the queue hangs naming it (assumption)
+    queue.submit(kernel_packets(gpu, kern, [mo.va, ma.va, np.uint32(n)], (3, 1, 1), (32, 1, 1), scratch_va=ring.va,
+                                tmpring=wavesize << 12))
+    assert busy(gpu) and any("WAVES 0" in e.message for e in sim.errors), sim.errors
 
 
 def test_write_pointer_polling(gpu, sim, queue):
