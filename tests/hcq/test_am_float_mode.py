@@ -27,31 +27,33 @@ def _add(dev, code, n=64):
     return np.frombuffer(dev.copyout(out), f32), a, b
 
 
-def _rsrc1_written_as(monkeypatch, dev, change):
-    """The driver writes COMPUTE_PGM_RSRC1 as change(value) instead of the descriptor's value."""
+def _rsrc1_written_as(monkeypatch, dev):
+    """A list holding one function: the driver writes COMPUTE_PGM_RSRC1 as list[0](value) instead of the
+    descriptor's value."""
     at = pm4.sh_offset(dev.gc, "COMPUTE_PGM_RSRC1")
     orig = pm4.PM4.set_sh_reg
+    change = [lambda v: v]
 
     def set_sh_reg(self, offset, *values):
         if offset == at:
-            values = (change(values[0]) & 0xFFFFFFFF,) + values[1:]
+            values = (change[0](values[0]) & 0xFFFFFFFF,) + values[1:]
         return orig(self, offset, *values)
     monkeypatch.setattr(pm4.PM4, "set_sh_reg", set_sh_reg)
+    return change
 
 
 def test_the_descriptors_float_mode_is_what_the_waves_run_with(dev, kernel_corpus, monkeypatch):
     got, a, b = _add(dev, kernel_corpus["add_f32"])
     assert np.array_equal(got, a + b)           # nearest even, denormals kept: clang-15's descriptor
     # inverted (the mutation tool's reg-flip): round toward zero, denormals flushed, no DX10 clamp
-    _rsrc1_written_as(monkeypatch, dev, lambda v: ~v)
+    change = _rsrc1_written_as(monkeypatch, dev)
+    change[0] = lambda v: ~v
     wrong, _, _ = _add(dev, kernel_corpus["add_f32"])
     assert not np.array_equal(wrong, a + b)
     assert wrong[0] == 0 and wrong[2] == 1.0 and wrong[4] == 1.0     # flushed; toward zero as nearest here
-
-
-def test_a_driver_that_leaves_the_float_mode_zero_flushes_denormals(dev, kernel_corpus, monkeypatch):
-    _rsrc1_written_as(monkeypatch, dev, lambda v: v & ~(0xFF << 12))     # FLOAT_MODE 0: flush both
-    got, a, b = _add(dev, kernel_corpus["add_f32"])
+    # a driver that leaves FLOAT_MODE 0 (flush sources and results): the denormal sums are lost
+    change[0] = lambda v: v & ~(0xFF << 12)
+    got, _, _ = _add(dev, kernel_corpus["add_f32"])
     keep = a + b
     assert not np.array_equal(got, keep)
     assert (got[np.abs(keep) < np.finfo(f32).tiny] == 0).all()
