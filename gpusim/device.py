@@ -512,7 +512,12 @@ class SimGPU:
         return a
 
     def get(self, ip: str, name: str, inst: int = 0) -> int:
-        return self.regs.peek(self.reg_addr(ip, name, inst))
+        a = self._addr_cache.get((ip, name, inst))     # reg_addr and RegisterSpace.peek, inlined: hot path
+        if a is None:
+            a = self.reg_addr(ip, name, inst)
+        regs = self.regs
+        v = regs.store.get(a)
+        return regs.defaults.get(a, 0) if v is None else v
 
     def set(self, ip: str, name: str, value: int, inst: int = 0) -> None:
         self.regs.poke(self.reg_addr(ip, name, inst), value)

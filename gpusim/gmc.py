@@ -143,6 +143,23 @@ class Hub:
         self.walks = 0      # page-table walks done (cache misses), for tests and benchmarks
 
 
+class _Hold:
+    """GMC._holding's context manager (one per GMC, reused: entering it is on every physical access)."""
+
+    def __init__(self, gmc):
+        self.gmc, self.depth = gmc, 0
+
+    def __enter__(self):
+        if not self.depth:
+            self.gmc._held = {}
+        self.depth += 1
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        if not self.depth:
+            self.gmc._held = None
+
+
 class GMC(Block):
     name = "GMC"
     _held: dict | None = None   # registers read once for the length of one mc_read/mc_write (_holding)
@@ -184,21 +201,24 @@ class GMC(Block):
 
     def _holding(self):
         """For one physical client's access of many pages: the hub's registers cannot change in between,
-        so each is read once (a 1 MiB firmware read walks 256 pages through the same apertures)."""
-        gmc = self
-
-        class Hold:
-            def __enter__(self):
-                gmc._held = {}
-
-            def __exit__(self, *exc):
-                gmc._held = None
-        return Hold()
+        so each is read once (a 1 MiB firmware read walks 256 pages through the same apertures). Nested
+        holds share the outermost one's values (a fault drops them: _fault)."""
+        hold = self.__dict__.get("_hold")
+        if hold is None:
+            hold = self._hold = _Hold(self)
+        return hold
 
     def _fld(self, hub: Hub, reg: str, field: str, value: int | None = None) -> int:
-        f = self.dev.table(hub.ip)[reg].fields[field]
+        fields = self.__dict__.get("_fields")
+        if fields is None:
+            fields = self._fields = {}       # (ip, register, field) -> (shift, mask): this chip's tables
+        key = (hub.ip, reg, field)
+        f = fields.get(key)
+        if f is None:
+            d = self.dev.table(hub.ip)[reg].fields[field]
+            f = fields[key] = (d.shift, (1 << d.width) - 1)
         v = self._reg(hub, reg) if value is None else value
-        return (v >> f.shift) & ((1 << f.width) - 1)
+        return (v >> f[0]) & f[1]
 
     def _u64(self, hub: Hub, stem: str) -> int:
         return self._reg(hub, stem + "_LO32") | (self._reg(hub, stem + "_HI32") << 32)
@@ -562,7 +582,19 @@ class GMC(Block):
     # -- MC addresses of physical clients (PSP, SMU, IH in MC_SPACE 4): VMID 0 of the MMHUB, with its
     # system aperture (SYSTEM_ACCESS_MODE 3: physical inside it, the VMID 0 page table outside) -------------
     def mc_translate(self, addr: int, write: bool = False, client: int = 0) -> Translation:
-        return self.translate(0, addr, write=write, hub="MM", client=client)
+        held = self._held
+        if held is None:
+            return self.translate(0, addr, write=write, hub="MM", client=client)
+        # While the registers are held (_holding) nothing can change where a page lands but a fault (which
+        # drops the held values, and with them these): a page translated once is not translated again.
+        key = ("page", addr >> 12, write, client)
+        hit = held.get(key)
+        if hit is not None:
+            return Translation(hit[0], hit[1] + (addr & (PAGE - 1)), hit[2])
+        t = self.translate(0, addr, write=write, hub="MM", client=client)
+        if t.fault is None and self._held is held:
+            held[key] = (t.system, t.addr - (addr & (PAGE - 1)), t.pte)
+        return t
 
     def mc_read(self, addr: int, n: int, client: int = 0) -> bytes:
         out = bytearray()

@@ -73,8 +73,12 @@ class IH(Block):
 
     # -- registers --------------------------------------------------------------------------------
     def _field(self, value: int, name: str) -> int:
-        f = self.dev.table(self.IP)["IH_RB_CNTL"].fields[name]
-        return (value >> f.shift) & ((1 << f.width) - 1)
+        fields = self.__dict__.get("_fields")
+        if fields is None:
+            fields = self._fields = {n: (f.shift, (1 << f.width) - 1)
+                                     for n, f in self.dev.table(self.IP)["IH_RB_CNTL"].fields.items()}
+        shift, mask = fields[name]
+        return (value >> shift) & mask
 
     def _w_cntl(self, value: int):
         if self._field(value, "WPTR_OVERFLOW_CLEAR"):
@@ -146,6 +150,17 @@ class IH(Block):
             self._post(entry)
         finally:
             self._posting = False
+
+    def post_many(self, entries) -> None:
+        """A burst of IVs raised together (another block's many events in one clock step): each through
+        `post`, in order, as the device's interrupt sink would take them one by one. Nothing can write the
+        MMHUB's registers between them (no host access, no clock step), so the GMC reads them once for the
+        burst (GMC._holding; a fault in between drops the held values)."""
+        stamp = self.dev.steps * self.dev.STEP_NS
+        with self.dev.blocks["GMC"]._holding():
+            for entry in entries:
+                entry.timestamp = entry.timestamp or stamp
+                self.post(entry)
 
     def _post(self, entry: IVEntry) -> None:
         cntl = self.get(self.IP, "IH_RB_CNTL")

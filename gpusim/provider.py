@@ -28,8 +28,6 @@ from gpusim.device import SimGPU
 
 PCI_EXP_DEVCAP, PCI_EXP_DEVCAP_FLR = 0x04, 1 << 28   # include/uapi/linux/pci_regs.h
 BUS = HostBus()     # the process's default bus: the device strings' GPUs (am:sim...), and any open without bus=
-# The default bus's slot table under its old name, for tools/mutate.py (to move onto BUS.slots with it).
-_SLOTS = BUS.slots
 
 
 def default_bus() -> HostBus:

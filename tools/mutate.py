@@ -6,7 +6,8 @@
     python -m tools.mutate --list --kind packets     # the mutations, without running them
     python -m tools.mutate --json out.json           # every result, machine-readable
 
-It runs one WORKLOAD in-process on the simulator (gpusim, through hcq.open("am:sim")): a cold boot,
+It runs one WORKLOAD in-process on the simulator (gpusim, through hcq.open("am:sim") on a simulated host bus
+of its own, gpusim.bus.HostBus): a cold boot,
 BAR0 copies, four clang-built OpenCL kernels (add, saxpy, an LDS reverse, words loaded at unaligned
 addresses: SH_MEM_CONFIG's alignment mode), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
@@ -98,8 +99,8 @@ CLANG = ["clang-15", "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa"
 DEFAULT_TIMEOUT = 30.0     # seconds per mutated run; longer is a hang (caught)
 KERNEL_TIMEOUT = 2.0       # hcq waits inside the workload
 N = 256                    # work-items per kernel (one workgroup)
-SLOT = 40                  # the simulator slot the workload uses (a process may hold other simulated GPUs)
-SLOT_NO_SCPM = 41          # the second board (no SCPM) of the last phase
+SLOT = 0                   # the slot of the workload's own simulated bus (Workload.bus) its GPU sits in
+SLOT_NO_SCPM = 1           # the second board (no SCPM) of the last phase, on the same bus
 IDLE_STEPS = 2_000_000     # 2 s of simulated idle (1 us steps): GFX activity averaged over 0.25 s decays to ~0
 BAD = (1 << 44) - (1 << 30)   # below the VRAM window: mapped by nothing
 UNHOOKED = [False]         # set by the workload around submissions whose packets are not to be mutated
@@ -165,6 +166,10 @@ class Workload:
         self.k = kernels
         self.outcome: list[list[str]] = []
         self.dev = None
+        # A simulated host bus of the run's own (gpusim.bus.HostBus, as the tests' sim_bus fixture): its GPUs
+        # are this workload's alone, whatever else the process opened on the default bus.
+        from gpusim.bus import HostBus
+        self.bus = HostBus()
 
     def note(self, phase: str, what: str) -> None:
         self.outcome.append([phase, what])
@@ -207,7 +212,7 @@ class Workload:
     # ------------------------------------------------------------ phases
     def _open(self, phase: str, **kw) -> None:
         import hcq
-        self.dev = hcq.open("am:sim", slot=SLOT, **kw)
+        self.dev = hcq.open("am:sim", bus=self.bus, slot=SLOT, **kw)
         self.dev.default_timeout = KERNEL_TIMEOUT
         r = self.dev.gpu.boot_report
         self.note(phase, f"{r.kind} boot{' after mode1 reset' if r.mode1_reset else ''}, "
@@ -514,8 +519,7 @@ class Workload:
         sim, half = gpu.dev.pci.dev, gpu.ih.size // 32 // 2 + 1
         seen = []
         for _ in range(2):
-            for k in range(half):
-                sim.post_interrupt(IVEntry(client_id=0, source_id=0, src_data=(k, 0, 0, 0)))
+            sim.blocks["IH"].post_many(IVEntry(client_id=0, source_id=0, src_data=(k, 0, 0, 0)) for k in range(half))
             seen += [iv.src_data[0] for iv in gpu.ih.poll()]
         self.note(phase, f"{len(seen)} IVs read, {'in order' if seen == list(range(half)) * 2 else 'lost some'}, "
                          f"overflows {gpu.ih.overflows}")
@@ -621,8 +625,7 @@ class Workload:
         """After a clean fini the PMFW stops (hung or unloaded) while the boot state in the scratch registers
         says the run ended cleanly: the next boot must see the dead SMU and boot cold (AMGPU._decide;
         tests/amdrv/test_boot.py::test_firmware_stopped_while_the_boot_state_survives_boots_cold)."""
-        from gpusim import provider
-        sim = provider._SLOTS[SLOT]
+        sim = self.bus.slots[SLOT]
         sim.blocks["SMU"].running = False               # nobody answers the mailbox any more
         sim.set("MP1", "MP1_SMN_C2PMSG_90", 0)          # the response register reads 0, as after a reset
         self._open(phase)
@@ -670,7 +673,8 @@ class Workload:
         from amdrv.am import AMGPU
         from amdrv.hcq import AMHCQDevice
         from pcie import open_function
-        gpu = AMGPU.open(open_function("sim", "navi31", fresh=True, slot=SLOT_NO_SCPM, scpm=False))
+        gpu = AMGPU.open(open_function("sim", "navi31", fresh=True, bus=self.bus, slot=SLOT_NO_SCPM,
+                                          scpm=False))
         self.note(phase, f"{gpu.boot_report.kind} boot, SMU features {gpu.smu.enabled_features():#x}")
         self.am_alone(phase, gpu)
         self.dev = AMHCQDevice(gpu, "am:sim#no-scpm")
@@ -1325,8 +1329,7 @@ def child_run(m: Mutation, kernels: dict[str, bytes], record: bool) -> dict:
             return {"na": f"the driver has no such target any more: {type(e).__name__}: {e}"}
     w = Workload(kernels)
     outcome = w.run()
-    from gpusim import provider
-    dev = provider._SLOTS.get(SLOT)
+    dev = w.bus.slots.get(SLOT)
     errors = [f"{e.block}: {norm(e.message)}" for e in dev.errors] if dev is not None else []
     out = {"outcome": outcome, "hits": hooks.hits, "seconds": time.perf_counter() - t0, "errors": errors}
     if record:

@@ -75,7 +75,8 @@ def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
     and fresh=True pick and power on a particular one in this process only (a simulated host bus the caller
     owns, gpusim.bus.HostBus; two GPUs on one bus are two slots), and state=PATH keeps it in that file
     instead; other kwargs go to AMGPU.open."""
-    sim = {k: kwargs.pop(k) for k in ("bus", "slot", "fresh", "state") if kwargs.get(k) not in (None, False)}
+    # `is not`, not `in (None, False)`: slot 0 equals False and is a slot like any other
+    sim = {k: v for k in ("bus", "slot", "fresh", "state") if (v := kwargs.pop(k, None)) is not None and v is not False}
     slot = sim.get("slot")
     device = spec
     if sim:

@@ -11,8 +11,7 @@ from gpusim.device import IVEntry
 RING = 4096
 
 
-@pytest.fixture
-def sim():
+def make_sim():
     dev = board.build("navi31", vram_size=512 << 20)
     bus = Bus()
     bus.plug(dev)
@@ -20,6 +19,11 @@ def sim():
     (bus_base,) = bus.map_host(memoryview(mem))
     dev.pci.write(0x04, 2, dev.pci.command | 0x6)   # memory decode + bus mastering
     return dev, mem, bus_base
+
+
+@pytest.fixture
+def sim():
+    return make_sim()
 
 
 def w(dev, name, value):
@@ -253,3 +257,38 @@ def test_sim_function_msi_eventfd_needs_the_async_clock():
             os.fstat(fd)
     finally:
         fn.close()
+
+
+def test_a_burst_posted_at_once_lands_as_posted_one_by_one():
+    """IH.post_many (a burst raised in one clock step; tools/mutate.py's ring wrap) holds the MMHUB's registers
+    for the burst: the ring, the write-back and the fault latch come out as with post_interrupt one by one,
+    including a burst whose writes fault (MC_SPACE 4 outside the system aperture: each entry to the default
+    page, the latch set by the first)."""
+    from gpusim.gmc import FB_BASE
+    outs = []
+    for burst in (False, True):
+        dev, mem, bus = make_sim()
+        t = dev.table("MMHUB")
+        dev.regs.write(dev.reg_addr("MMHUB", "MMMC_VM_MX_L1_TLB_CNTL"), t["MMMC_VM_MX_L1_TLB_CNTL"].encode(
+            ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3))
+        dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_CNTL"), t["MMVM_L2_CNTL"].encode(
+            ENABLE_L2_CACHE=1, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1))
+        dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32"), (bus + 0x10000) >> 12)
+        enable(dev, bus, bus + RING)
+        entries = lambda: [IVEntry(IDS.SOC21_IH_CLIENTID_GRBM_CP, 181, src_data=(k, 0, 0, 0))  # noqa: E731
+                           for k in range(RING // 32 + 3)]         # past the end: the ring wraps (rptr 0: overflow)
+        for mc_space in (2, 4):
+            cntl = dev.table("OSSSYS")["IH_RB_CNTL"]
+            if mc_space == 4:     # the same ring as an MC address: outside the aperture, so it faults
+                w(dev, "IH_RB_BASE", (FB_BASE + 0x100000) >> 8)
+                w(dev, "IH_RB_CNTL", r(dev, "IH_RB_CNTL") & ~cntl.fields["MC_SPACE"].mask
+                  | 4 << cntl.fields["MC_SPACE"].shift)
+            if burst:
+                dev.blocks["IH"].post_many(entries())
+            else:
+                for e in entries():
+                    dev.post_interrupt(e)
+        outs.append((bytes(mem[:0x11000]), r(dev, "IH_RB_WPTR"), dev.blocks["IH"].delivered,
+                     dev.regs.read(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_STATUS")), len(dev.errors)))
+    assert outs[0] == outs[1]
+    assert outs[0][2] == 2 * (RING // 32 + 3) and outs[0][3] != 0 and outs[0][1] & 1     # all written, overflowed
