@@ -548,17 +548,30 @@ class GMC(Block):
         return None
 
     # -- accesses by engines ------------------------------------------------------------------------
-    def _translate_for(self, vmid: int, va: int, write: bool, hub: str, client: int) -> Translation:
+    def physical(self, hub: str, addr: int) -> Translation:
+        """An address a client marks as physical (SDMA UTCL1_PAGE.ADDR_IS_PA): an MC address reached
+        through the FB or AGP aperture, no page table walked (assumption: the field's name,
+        gc_11_0_0_sh_mask.h; upstream never sets it). Anything else reaches nothing: HubRefused."""
+        t = self.aperture(self.hubs[hub], addr)
+        if t is None:
+            raise HubRefused(f"{hub} hub: {addr:#x}, marked a physical address (ADDR_IS_PA), is in neither the FB "
+                             "nor the AGP aperture")
+        return t
+
+    def _translate_for(self, vmid: int, va: int, write: bool, hub: str, client: int,
+                       physical: bool = False) -> Translation:
+        if physical:
+            return self.physical(hub, va)
         t = self.translate(vmid, va, write=write, hub=hub, client=client)
         if t.fault is not None and self.client_halts(hub, client):
             raise t.fault
         return t
 
-    def read(self, vmid: int, va: int, n: int, hub: str = "GC", client: int = 0) -> bytes:
+    def read(self, vmid: int, va: int, n: int, hub: str = "GC", client: int = 0, physical: bool = False) -> bytes:
         out = bytearray()
         while n:
             chunk = min(n, PAGE - (va & (PAGE - 1)))
-            t = self._translate_for(vmid, va, False, hub, client)
+            t = self._translate_for(vmid, va, False, hub, client, physical)
             data = self._phys_read(t.system, t.addr, chunk)
             if hub == "GC":     # the CP and SDMA see GL2's dirty lines (gpusim.gl2)
                 data = self.dev.blocks["GL2"].coherent_read((t.system, t.addr & ~(PAGE - 1)),
@@ -567,11 +580,11 @@ class GMC(Block):
             va, n = va + chunk, n - chunk
         return bytes(out)
 
-    def write(self, vmid: int, va: int, data, hub: str = "GC", client: int = 0) -> None:
+    def write(self, vmid: int, va: int, data, hub: str = "GC", client: int = 0, physical: bool = False) -> None:
         data = bytes(data)
         while data:
             chunk = min(len(data), PAGE - (va & (PAGE - 1)))
-            t = self._translate_for(vmid, va, True, hub, client)
+            t = self._translate_for(vmid, va, True, hub, client, physical)
             if hub == "GC":     # through to memory, GL2's copies updated (gpusim.gl2)
                 self.dev.blocks["GL2"].write_through((t.system, t.addr & ~(PAGE - 1)), t.addr & (PAGE - 1),
                                                      data[:chunk])

@@ -428,9 +428,16 @@ class SDMA(Block):
             self._write(i, cntl["RB_VMID"], addr, struct.pack("<Q", rptr), "rptr writeback")
 
     # -- memory through the GC hub ------------------------------------------------------------------------
+    def _physical(self, i: int) -> bool:
+        """UTCL1_PAGE.ADDR_IS_PA (0 at power-on, gc_11_0_0_default.h; sdma_v6_0_gfx_resume keeps it): the
+        engine's addresses are taken as physical MC addresses, its VMID's page table unused (assumption: the
+        field's name; no upstream code sets it)."""
+        f = self.dev.table(GC)[reg(i, "UTCL1_PAGE")].fields["ADDR_IS_PA"]
+        return bool(self.get(GC, reg(i, "UTCL1_PAGE")) >> f.shift & 1)
+
     def _read(self, i: int, vmid: int, va: int, n: int, what: str) -> bytes:
         try:
-            return self.dev.blocks["GMC"].read(vmid, va, n, hub="GC", client=CLIENT_ID[i])
+            return self.dev.blocks["GMC"].read(vmid, va, n, hub="GC", client=CLIENT_ID[i], physical=self._physical(i))
         except VMFault as e:
             raise Hang(f"{what} read of {n} bytes at {va:#x} faulted ({e})") from None
         except (DMAError, IndexError) as e:
@@ -438,7 +445,7 @@ class SDMA(Block):
 
     def _write(self, i: int, vmid: int, va: int, data: bytes, what: str) -> None:
         try:
-            self.dev.blocks["GMC"].write(vmid, va, data, hub="GC", client=CLIENT_ID[i])
+            self.dev.blocks["GMC"].write(vmid, va, data, hub="GC", client=CLIENT_ID[i], physical=self._physical(i))
         except VMFault as e:
             raise Hang(f"{what} write of {len(data)} bytes at {va:#x} faulted ({e})") from None
         except (DMAError, IndexError) as e:

@@ -1498,12 +1498,12 @@ EXPECTED = {
     "boundary; the ring is disabled and the F32 halted by then, and the reset clears FREEZE (assumption: an "
     "engine reset without the freeze, or with other FREEZE bits, comes up the same)",
     "pkt-*:PM4.ACQUIRE_MEM.POLL_INTERVAL": "paces the CP's re-check only",
-    "reg-drop:GC.CP_HQD_EOP_BASE_ADDR*": "written by MMIO for the KIQ alone (the compute queues' EOP base comes "
+    "reg-*:GC.CP_HQD_EOP_BASE_ADDR*": "dropped or inverted: written by MMIO for the KIQ alone (the compute queues' EOP base comes "
     "from their MQD: step:eop-base-not-shifted is caught), and the KIQ signals no end of pipe: its batches end "
     "with a WRITE_DATA to SCRATCH_REG0 (gfx_v11_0_ring_test_ring for the KIQ), so its EOP buffer is never "
     "written (assumption: the KIQ's firmware uses it for nothing else)",
-    "reg-drop:GC.SCRATCH_REG0": "the 'not done' value written before each KIQ batch (gfx_v11_0_ring_test_ring's "
-    "0xCAFEDEAD); the batch's own number, counted up per batch, differs from what the register holds in the "
+    "reg-*:GC.SCRATCH_REG0": "the 'not done' value written before each KIQ batch (gfx_v11_0_ring_test_ring's "
+    "0xCAFEDEAD; inverted 0x35012152, dropped whatever the last batch left); the batch's own number, counted up per batch, differs from what the register holds in the "
     "workload, so the poll is not fooled without it (it would be only by a previous run's last number equal "
     "to the next one)",
     "reg-*:NBIO.BIF_BX_PF0_DOORBELL_SELFRING_GPA_APER_*": "the workload never rings a doorbell from the GPU, so "
@@ -1561,7 +1561,8 @@ EXPECTED = {
     "reg-flip:NBIO.REMAP_HDP_MEM_FLUSH_CNTL_page": "any write to the remapped HDP_MEM_FLUSH_CNTL flushes "
     "(hdp_v6_0 writes 0; assumption: the value is not decoded)",
     # GC registers outside GMC whose drop the card lets pass in this workload (reg-gc, issue 11)
-    "reg-drop:GC.CP_HQD_PQ_WPTR_POLL_ADDR*": "the driver turns write-pointer polling off (CP_PQ_WPTR_POLL_CNTL.EN "
+    "reg-*:GC.CP_HQD_PQ_WPTR_POLL_ADDR*": "dropped or inverted (written by MMIO for the KIQ alone: the compute "
+    "queues' comes with MAP_QUEUES): the driver turns write-pointer polling off (CP_PQ_WPTR_POLL_CNTL.EN "
     "0, as gfx_v11_0_kiq_init_register does) and rings each compute queue with a 64-bit doorbell carrying the "
     "write pointer (gfx_v11_0_ring_set_wptr_compute): the CP reads the poll address only while polling is on "
     "(modeled: tests/gpusim/test_cp.py::test_write_pointer_polling)",

@@ -667,3 +667,23 @@ def test_a_1gib_fill_at_an_unmapped_address_faults_at_once_and_a_soft_reset_stop
     assert not [e for e in gpu.ih.poll() if e.src_id == IHIDS.UTCL2_1_0__SRCID__FAULT]
     ring.emit(fence(ring.wb.va + 128, 9))
     assert u32(gpu, ring.wb, 128) == 9
+
+
+def test_utcl1_page_addr_is_pa_takes_the_engines_addresses_as_physical(gpu):
+    """SDMA0_UTCL1_PAGE.ADDR_IS_PA (0 at power-on; sdma_v6_0_gfx_resume keeps it clear): the engine's
+    addresses are physical MC addresses (assumption from the field's name), so a ring at a GPU VA is fetched
+    from nothing and the engine stops (what an inverted UTCL1_PAGE write does: tools/mutate.py's reg-flip).
+    Cleared again and reset, the engine runs."""
+    ring = Ring(gpu)
+    wb = gpu.gmc.map_vram(4096)
+    ring.emit(write(wb.va, 1))
+    assert u32(gpu, wb) == 1
+    page = ring.r("UTCL1_PAGE")
+    page.update(ADDR_IS_PA=1)
+    ring.emit(write(wb.va, 2))
+    assert u32(gpu, wb) == 1 and not ring.idle()
+    assert "ADDR_IS_PA" in sim(gpu).errors[-1].message, sim(gpu).errors[-1]
+    page.update(ADDR_IS_PA=0)
+    ring.soft_reset()
+    ring.emit(write(wb.va, 3))
+    assert u32(gpu, wb) == 3
