@@ -1561,6 +1561,11 @@ EXPECTED = {
     "reg-flip:NBIO.REMAP_HDP_MEM_FLUSH_CNTL_page": "any write to the remapped HDP_MEM_FLUSH_CNTL flushes "
     "(hdp_v6_0 writes 0; assumption: the value is not decoded)",
     # GC registers outside GMC whose drop the card lets pass in this workload (reg-gc, issue 11)
+    "reg-flip:GC.CP_PQ_WPTR_POLL_CNTL": "inverted, EN is 1 (the driver writes it 0, as gfx_v11_0_kiq_init_register): "
+    "the CP also reads each queue's write pointer from its poll address, where the driver writes it before every "
+    "doorbell (amdrv.queue._Queue.submit, as amdgpu's wptr_cpu_addr before WDOORBELL64 in "
+    "gfx_v11_0_ring_set_wptr_compute), so it reads what the doorbell carries (modeled: "
+    "tests/gpusim/test_cp.py::test_write_pointer_polling); the inverted PERIOD paces the polling only",
     "reg-*:GC.CP_HQD_PQ_WPTR_POLL_ADDR*": "dropped or inverted (written by MMIO for the KIQ alone: the compute "
     "queues' comes with MAP_QUEUES): the driver turns write-pointer polling off (CP_PQ_WPTR_POLL_CNTL.EN "
     "0, as gfx_v11_0_kiq_init_register does) and rings each compute queue with a 64-bit doorbell carrying the "
