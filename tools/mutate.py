@@ -155,6 +155,12 @@ def _h(data) -> str:
     return hashlib.sha256(bytes(data)).hexdigest()[:16]
 
 
+# Mutations whose run is slow but ends (the simulator does more work, nothing hangs): seconds they get
+# instead of --timeout. CP_PQ_WPTR_POLL_CNTL inverted turns write-pointer polling on with the shortest
+# period: the CP model reads every queue's poll slot at each clock step (gpusim.cp), about 4x a run's time.
+SLOW = {"reg-flip:GC.CP_PQ_WPTR_POLL_CNTL": 4 * DEFAULT_TIMEOUT}
+
+
 class Killed(BaseException):
     """The driver's process ends here (a BaseException: no except clause of the driver handles it)."""
 
@@ -1910,6 +1916,8 @@ def mutations(base: dict, kind: str = "all", only=None) -> tuple[list[Mutation],
         muts += step_mutations()
     if only:
         muts = [m for m in muts if any(fnmatch.fnmatchcase(m.name, p) for p in only)]
+    for m in muts:
+        m.timeout = m.timeout or SLOW.get(m.name)
     return muts, excluded
 
 
