@@ -49,6 +49,13 @@ names and fields from the generated gc_11_0_0 and mmhub_3_0_x tables):
   clients (SDMA, MMHUB clients) take the default page (assumption: upstream programs no halt control for
   them). With the bit clear the access fails (VMFault) and the client stops, which for the CP and SDMA
   is a hung queue (amdgpu_vm_fault_stop "always" programs this).
+- GL1C_UTCL0_CNTL1 is one register per shader array (the GL1 cache is per SA): a write reaches the SEs and
+  SAs GRBM_GFX_INDEX names, all of them with SE_/SA_BROADCAST_WRITES (gfxhub_v3_0_set_fault_enable_default
+  sets the broadcast default "before programming GL1C_UTCL0_CNTL1 and SQG_CONFIG", which says the register
+  is per instance); an index naming no SE or SA of the chip (gc_info gc_num_se, gc_num_sa_per_se) reaches
+  none and the write is lost (assumption). A read returns the instance SE_INDEX/SA_INDEX name. Wave
+  placement is not modelled, so a shader access carries on after a fault only when every SA has
+  RESP_FAULT_MODE SUCCESS (assumption: on the card a wave may run on any SA).
 - Power-on values (gc_11_0_0_default.h; MMHUB from mmhub_2_3_0_default.h, the nearest published MMHUB
   defaults, equal to GC's: assumption for 3.0.0): VM_L2_PROTECTION_FAULT_CNTL 0x3ffffffc (every
   ENABLE_DEFAULT bit set), MC_VM_MX_L1_TLB_CNTL 0x501 (L1 TLB on, SYSTEM_ACCESS_MODE 0), VM_L2_CNTL 0x80602
@@ -177,6 +184,8 @@ class GMC(Block):
                 self.on_write(hub.ip, f"{hub.vm}INVALIDATE_ENG{eng}_SEM", functools.partial(self._w_sem, hub.name, eng))
             self.on_write(hub.ip, f"{hub.vm}L2_PROTECTION_FAULT_CNTL", functools.partial(self._w_fault_cntl, hub.name))
             self.on_write(hub.ip, f"{hub.vm}L2_CNTL2", functools.partial(self._w_l2_cntl2, hub.name))
+        self.on_write("GC", "GL1C_UTCL0_CNTL1", self._w_gl1c)
+        self.on_read("GC", "GL1C_UTCL0_CNTL1", self._r_gl1c)
 
     def reset(self) -> None:
         for hub in self.hubs.values():
@@ -188,6 +197,38 @@ class GMC(Block):
             for stem, value in POWER_ON.items():
                 name = (hub.mc + stem[len("MC_VM_"):]) if stem.startswith("MC_VM_") else hub.vm + stem[len("VM_"):]
                 self.set(hub.ip, name, value)
+        value = self.dev.power_on_value("GC", "GL1C_UTCL0_CNTL1")
+        self.gl1c = {sa: value for sa in self._shader_arrays()}
+
+    # -- GL1C_UTCL0_CNTL1, one per shader array (module docstring) ----------------------------------
+    def _shader_arrays(self) -> list[tuple[int, int]]:
+        info = self.dev.layout.gc_info
+        return [(se, sa) for se in range(info["gc_num_se"]) for sa in range(info["gc_num_sa_per_se"])]
+
+    def _gl1c_state(self) -> dict:
+        gl1c = self.__dict__.get("gl1c")
+        if gl1c is None:        # a GPU saved before the per-SA model: every SA holds the stored value
+            v = self.dev.regs.peek(self.dev.reg_addr("GC", "GL1C_UTCL0_CNTL1"))
+            gl1c = self.gl1c = {sa: v for sa in self._shader_arrays()}
+        return gl1c
+
+    def _gfx_index(self) -> dict:
+        return self.dev.table("GC")["GRBM_GFX_INDEX"].decode(self.get("GC", "GRBM_GFX_INDEX"))
+
+    def _w_gl1c(self, value: int):
+        idx, gl1c = self._gfx_index(), self._gl1c_state()
+        hit = [(se, sa) for se, sa in gl1c if (idx["SE_BROADCAST_WRITES"] or se == idx["SE_INDEX"])
+               and (idx["SA_BROADCAST_WRITES"] or sa == idx["SA_INDEX"])]
+        for k in hit:
+            gl1c[k] = value
+        if not hit:
+            self.error(f"GL1C_UTCL0_CNTL1 write {value:#x} with GRBM_GFX_INDEX SE {idx['SE_INDEX']} SA "
+                       f"{idx['SA_INDEX']} (no broadcast) reaches no shader array of the chip: lost")
+        return None
+
+    def _r_gl1c(self) -> int:
+        idx = self._gfx_index()
+        return self._gl1c_state().get((idx["SE_INDEX"], idx["SA_INDEX"]), 0)
 
     # -- register helpers ---------------------------------------------------------------------------
     def _reg(self, hub: Hub, name: str) -> int:
@@ -376,8 +417,9 @@ class GMC(Block):
             return False
         if client in CP_CLIENTS:   # gfxhub_v3_0_set_fault_enable_default: "NO halt CP when page fault"
             return not self._fld(h, "CP_DEBUG", "CPG_UTCL1_ERROR_HALT_DISABLE")
-        if client in SHADER_CLIENTS:
-            return self._fld(h, "GL1C_UTCL0_CNTL1", "RESP_FAULT_MODE") != RESP_FAULT_MODE_SUCCESS
+        if client in SHADER_CLIENTS:   # any SA may hold the wave: every SA must answer SUCCESS
+            return any(self._fld(h, "GL1C_UTCL0_CNTL1", "RESP_FAULT_MODE", v) != RESP_FAULT_MODE_SUCCESS
+                       for v in self._gl1c_state().values())
         return False
 
     # -- memory behind an entry ---------------------------------------------------------------------

@@ -519,7 +519,8 @@ class Workload:
         the ring overflows (tests/amdrv/test_doorbells.py). Right after the warm boot, before any poll rings the
         rptr doorbell, so that an IH_RB_RPTR that ih_v6_0_irq_init did not zero (the previous run's doorbells
         left it a few entries in) overflows too. The IVs are posted on the simulator's side, as
-        another IP block would raise them (faults one by one would cost a launch each)."""
+        another IP block would raise them (faults one by one would cost a launch each), each half as one
+        burst (gpusim.ih.IH.post_many: every IV through the IH's post, the MMHUB's registers read once)."""
         from gpusim.device import IVEntry
         gpu = self.dev.gpu
         sim, half = gpu.dev.pci.dev, gpu.ih.size // 32 // 2 + 1

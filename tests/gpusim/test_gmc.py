@@ -432,6 +432,35 @@ def test_which_clients_halt_on_a_redirected_fault(sim):
     gmc.read(3, 0x5000, 4, client=13)    # SDMA0: no halt control upstream programs
 
 
+def test_gl1c_utcl0_cntl1_is_one_register_per_shader_array(sim):
+    """GRBM_GFX_INDEX decides which shader arrays a GL1C_UTCL0_CNTL1 write reaches (broadcast: all; an
+    index: that SE/SA; an index naming none: lost); a shader access carries on after a redirected fault only
+    when every SA answers SUCCESS (wave placement is not modelled)."""
+    dev, mem, bus = sim
+    gmc = dev.blocks["GMC"]
+    redirect(dev, bus)
+    setup_vmid(dev, vmid=3)
+    four_levels(dev)
+    t = dev.table("GC")
+    success, index = t["GL1C_UTCL0_CNTL1"].encode(RESP_FAULT_MODE=2), t["GRBM_GFX_INDEX"]
+    assert reg(dev, "GC", "GRBM_GFX_INDEX") == 0xE0000000          # power-on: broadcast
+    reg(dev, "GC", "GRBM_GFX_INDEX", index.encode(SE_INDEX=1, SA_INDEX=1))
+    reg(dev, "GC", "GL1C_UTCL0_CNTL1", success)                    # one SA only
+    assert reg(dev, "GC", "GL1C_UTCL0_CNTL1") == success
+    reg(dev, "GC", "GRBM_GFX_INDEX", 0)
+    assert reg(dev, "GC", "GL1C_UTCL0_CNTL1") != success           # SE 0/SA 0 kept its power-on value
+    with pytest.raises(VMFault):
+        gmc.read(3, 0x5000, 4, client=8)
+    reg(dev, "GC", "GRBM_GFX_INDEX", 0x1FFFFFFF)                   # SE/SA 0xFF, no broadcast: no such array
+    reg(dev, "GC", "GL1C_UTCL0_CNTL1", success)
+    assert "reaches no shader array" in dev.errors[-1].message
+    with pytest.raises(VMFault):
+        gmc.read(3, 0x5000, 4, client=8)
+    reg(dev, "GC", "GRBM_GFX_INDEX", 0xE0000000)
+    reg(dev, "GC", "GL1C_UTCL0_CNTL1", success)                    # broadcast: every SA
+    gmc.read(3, 0x5000, 4, client=8)
+
+
 def test_power_on_hub_state(sim):
     """gc_11_0_0_default.h: faults redirected (0x3ffffffc), L1 TLB on in PA-only mode, L2 off."""
     dev = board.build("navi31", vram_size=512 << 20)

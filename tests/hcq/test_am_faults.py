@@ -184,3 +184,25 @@ def test_without_the_ih_pointer_reset_a_warm_boot_reports_the_previous_runs_faul
                 work()
         finally:
             d.close()
+
+
+def test_without_the_broadcast_index_the_fault_response_reaches_no_shader_array(dev, kernel_corpus, monkeypatch):
+    """gfxhub_v3_0_set_fault_enable_default sets GRBM_GFX_INDEX to broadcast "before programming
+    GL1C_UTCL0_CNTL1": one register per shader array. A driver that selects an index instead (here the
+    inverted broadcast value, SE/SA/instance 0xFF: no such array) sets no SA's SUCCESS response, and the
+    faulting wave stops (the tool's reg-flip:GC.GRBM_GFX_INDEX)."""
+    from amdrv import regs
+    gc = dev.gpu.dev.reg("GC")
+    gc.GL1C_UTCL0_CNTL1.update(RESP_FAULT_MODE=0)     # every SA back to its power-on response (broadcast index)
+    real = regs.Register.write
+
+    def write(reg, value=None, /, **fields):
+        if reg.name == "GRBM_GFX_INDEX" and value == 0xE0000000:
+            value ^= 0xFFFFFFFF
+        return real(reg, value, **fields)
+    monkeypatch.setattr(regs.Register, "write", write)
+    dev.gpu.gmc._set_fault_enable_default(dev.gpu.gmc.hubs["GC"])
+    monkeypatch.undo()
+    assert any("reaches no shader array" in e.message for e in sim(dev).errors), sim(dev).errors[-3:]
+    gc.GRBM_GFX_INDEX.write(0xE0000000)
+    _hangs_on_fault(dev, kernel_corpus)
