@@ -401,6 +401,8 @@ def _mode_aware(name, rtype, stypes, fn, rd, mods, fast):
     if mods.get("clamp"):
         bits |= ops.MODE_DX10_CLAMP
         default |= ops.MODE_DX10_CLAMP
+    if rtype == ops.F16:
+        bits |= ops.MODE_FP16_OVFL      # default 0 (clang-15's descriptors)
     float_result = rtype in FLOATS
     exact = ops.DIRECTED.get(name) if float_result else None
     posts = {dx10: _post(rtype, mods, dx10) for dx10 in (False, True)} if float_result else {}
@@ -417,6 +419,8 @@ def _mode_aware(name, rtype, stypes, fn, rd, mods, fast):
         if not float_result:
             return r
         r = np.asarray(r).astype(rtype, copy=False)
+        if rtype == ops.F16 and m & ops.MODE_FP16_OVFL:
+            r = ops.fp16_overflow_clamp(r, [v for v, t in zip(vals, stypes) if t in FLOATS])
         post = posts[bool(m & ops.MODE_DX10_CLAMP)]
         if post is not None:
             r = post(r)
@@ -659,12 +663,13 @@ def _packed(name, inst, prog):
             w(g, compute(g), g.mask())
         return run
 
-    # f16 halves follow the f16/f64 round and denormal modes of MODE, as the VALU ops (_mode_aware)
-    bits, default = ops.mode_bits(ops.F16), ops.mode_default(ops.F16)
+    # f16 halves follow the f16/f64 round and denormal modes and FP16_OVFL of MODE, as the VALU ops (_mode_aware)
+    bits, default = ops.mode_bits(ops.F16) | ops.MODE_FP16_OVFL, ops.mode_default(ops.F16)
     exact = ops.DIRECTED.get("v_" + name[len("v_pk_"):])
 
     def moded(m):
         rmode, fin, fout = ops.round_mode(m, ops.F16), ops.flushes_source(m, ops.F16), ops.flushes_result(m, ops.F16)
+        ovfl = bool(m & ops.MODE_FP16_OVFL)
 
         def op(*h):
             if fin:
@@ -673,6 +678,8 @@ def _packed(name, inst, prog):
                 r = ops.round_directed(*exact(*h), ops.F16, rmode)
             else:
                 r = np.asarray(fn(*h)).astype(ops.F16, copy=False)
+            if ovfl and t == ops.F16:
+                r = ops.fp16_overflow_clamp(r, h)
             return ops.flush_denormals(r) if fout else r
         return op
 

@@ -723,10 +723,10 @@ def atomic_type(name):
 # the wave's MODE register: rounding and denormal modes
 #
 # SQ_WAVE_MODE (gc_11_0_0_sh_mask.h): FP_ROUND 3:0 (1:0 f32, 3:2 f16 and f64), FP_DENORM 7:4 (5:4 f32,
-# 7:6 f16 and f64), DX10_CLAMP 8, IEEE 9, FP16_OVFL 23. Round mode values (AMDGPUUsage
-# FLOAT_ROUND_MODE_*): 0 nearest even, 1 toward +inf, 2 toward -inf, 3 toward zero. Denormal mode values
-# (AMDGPUUsage FLOAT_DENORM_MODE_*): 0 flush source and destination, 1 flush destination only, 2 flush
-# source only, 3 no flush. A flushed denormal becomes a zero of its sign.
+# 7:6 f16 and f64), DX10_CLAMP 8, IEEE 9, FP16_OVFL 23 (f16 overflow to +-65504: fp16_overflow_clamp).
+# Round mode values (AMDGPUUsage FLOAT_ROUND_MODE_*): 0 nearest even, 1 toward +inf, 2 toward -inf, 3
+# toward zero. Denormal mode values (AMDGPUUsage FLOAT_DENORM_MODE_*): 0 flush source and destination, 1
+# flush destination only, 2 flush source only, 3 no flush. A flushed denormal becomes a zero of its sign.
 MODE_ROUND_SHIFT = {F32: 0, F16: 2, F64: 2}
 MODE_DENORM_SHIFT = {F32: 4, F16: 6, F64: 6}
 MODE_DX10_CLAMP, MODE_IEEE, MODE_FP16_OVFL = 1 << 8, 1 << 9, 1 << 23
@@ -763,6 +763,16 @@ def flush_denormals(x):
     x = np.asarray(x)
     tiny = _TINY[x.dtype.type]
     return np.where(np.abs(x) < tiny, np.copysign(x.dtype.type(0), x), x)
+
+
+def fp16_overflow_clamp(r, sources):
+    """MODE.FP16_OVFL: "an overflowed FP16 result is clamped to +/- MAX_FP16 regardless of round mode, while
+    still preserving true INF values" (RDNA3 ISA, MODE register): an infinite f16 result of finite sources
+    becomes +-65504; NaNs and infinities from infinite sources stay."""
+    finite = np.ones(np.shape(r), bool)
+    for v in sources:
+        finite = finite & np.isfinite(np.asarray(v))
+    return np.where(np.isinf(r) & finite, np.copysign(F16(65504), r), r).astype(F16)
 
 
 def _two_sum(a, b):

@@ -261,6 +261,21 @@ def test_waves_with_different_modes_in_one_lockstep_group_each_use_their_own():
     assert np.array_equal(got, np.repeat([0, 1e-39, 0, 1e-39], 32).astype(f32))
 
 
+def test_fp16_ovfl_clamps_an_overflowing_f16_result_but_keeps_true_infinities():
+    FP16_OVFL = 1 << 26          # COMPUTE_PGM_RSRC1.FP16_OVFL (gc_11_0_0_sh_mask.h), MODE bit 23
+    h = np.array([300.0, -300.0, np.inf, 2.0] * 8, f16)
+    bits = h.view(np.uint16).astype(u32)
+    base = default_rsrc1()
+    for r1, big in ((base, np.inf), (base | FP16_OVFL, 65504.0)):
+        got = (run_valu("v_mul_f16 v4, v1, v1", bits, rsrc1=r1, lanes=32) & 0xFFFF).astype(np.uint16).view(f16)
+        assert got[0] == big and got[1] == big and got[2] == np.inf and got[3] == 4
+        pk = (bits | bits << 16).astype(u32)
+        got = run_valu("v_pk_mul_f16 v4, v1, v1", pk, rsrc1=r1, lanes=32)
+        assert (got & 0xFFFF).astype(np.uint16).view(f16)[0] == big and (got >> 16).astype(np.uint16).view(f16)[2] == np.inf
+    got = run_valu("s_getreg_b32 s8, hwreg(HW_REG_MODE)\nv_mov_b32 v4, s8", lanes=32, rsrc1=base | FP16_OVFL)
+    assert (got == 0x3F0 | 1 << 23).all()
+
+
 def test_dx10_clamp_turns_a_nan_into_zero_when_set():
     a = np.array([np.nan, 2.0, -1.0, 0.25] * 8, f32)
     base = default_rsrc1()
