@@ -7,23 +7,30 @@ device and pushed once: entries that alternate between two windows k = 0, 1, eac
 says in, run descriptor in-k; if it says out, run descriptor out-k" (COND_EXE, INDIRECT). The descriptors
 (small IBs), the direction words and the ring's write-pointer shadow live in the page the host reaches byte by
 byte (XDATA 0xF000, 0xE5 writes), so a chunk needs no ring push: the host writes the few descriptor bytes that
-changed (an address, a count, a sequence number), the direction word and the write pointer, and rings the
-doorbell, in the same round trip as the chunk's own transfer.
+changed (an address, a count, a marker, a sequence number), the direction word and the write pointer, and
+rings the doorbell, in the same round trip as the chunk's own transfer.
 - The windows: two runs of whole SRAM slots, one after the other, as large as the bridge's 512 KiB SRAM
-  leaves them (window_slots: at most 16 slots, 256 KiB, each; RESERVE_SLOTS kept for later buffers). Each
-  window's last 512-byte sector holds its sentinel; the rest is a chunk's payload.
-- Copy-in: the two windows used in turn. Descriptor in-k: wait until the sentinel dword of window k holds
-  the chunk's sequence number, copy the window to VRAM, write the sequence number to a
-  fence in the read-back page. Per chunk one round trip: the descriptor bytes, the doorbell, an 0xE4 read of
-  the fence, 0xF2 and bulk OUT of the chunk padded to the sentinel plus the sentinel sector. A window is
-  refilled only after a fence read has shown the GPU done with the chunk that was in it; the copy ends with
-  a wait for the last fence.
-- Copy-out: both windows as one region (a chunk is read whole before the next is copied, so nothing needs
-  double buffering): descriptor out-k copies the chunk into window 0's payload and on into window 1's, past
-  window 0's sentinel sector (which the host skips: the sentinels keep their values), then writes to the
-  bridge's completion window (PCIe 0x822000), which releases the armed SRAM-to-host DMA. Per chunk one round
-  trip: the descriptor bytes and the doorbell, 0xF2 (SRAM to host), the go word the GPU waits for, then bulk
-  IN of the region: the go follows the arm on EP0, so the GPU's release cannot come before the arm.
+  leaves them (window_slots: every free slot, at most 16, 256 KiB, each). The rings, kernarg arena and page
+  tables are in VRAM on this firmware (amdrv.placement), so only the read-back page and the dummy pages
+  share the SRAM with them. A host buffer that finds the SRAM full takes the windows back (release_windows:
+  after the GPU is seen done with them); the next copy takes what is free then.
+- The sentinel is each window's last dword, which the GPU sets to a marker after copying a chunk out of it:
+  descriptor in-k polls until that dword differs from the marker, then copies. A chunk ends at its window's
+  end (a short one is sent in the window's last slots), so its own last dword is the sentinel; where that
+  dword equals the marker standing there, the chunk is sent 4 bytes shorter with a pad dword that does not
+  (collides()). A chunk's payload is the whole window. Assumption, the peer's design too: the SRAM DMA writes
+  a transfer's bytes in address order, so the last dword's arrival means the rest is there.
+- Copy-in: the two windows used in turn. Descriptor in-k: POLL_REGMEM until window k's last dword differs
+  from the marker there, COPY_LINEAR window → VRAM, the next marker into that last dword, the sequence number
+  into a fence in the read-back page. Per chunk one round trip: the descriptor bytes, the doorbell, an 0xE4
+  read of the fence, 0xF2 and bulk OUT of the chunk's slots. A window is refilled only after a fence read has
+  shown the GPU done with the chunk that was in it (its marker written); the copy ends with a wait for the
+  last fence.
+- Copy-out: both windows as one region but their last dwords (the markers stay): descriptor out-k copies the
+  chunk into window 0 up to its last dword and on into window 1 up to its, then writes to the bridge's
+  completion window (PCIe 0x822000), which releases the armed SRAM-to-host DMA. Per chunk one round trip: the
+  descriptor bytes and the doorbell, 0xF2 (SRAM to host), the go word the GPU waits for, then bulk IN of the
+  region: the go follows the arm on EP0, so the GPU's release cannot come before the arm.
 """
 from __future__ import annotations
 
@@ -37,7 +44,6 @@ from amdrv.usb.link import Bulk
 from amdrv.usb.transport import sram_dma_request, xdata_read
 
 MAX_WINDOW_SLOTS = 16         # 256 KiB a window at most (issue 16's design: two 256 KiB windows)
-RESERVE_SLOTS = 2             # SRAM slots left for the copier's ring (8 KiB) and buffers after the windows (host buffers)
 WINDOWS = 2                   # used in turn: a window is refilled once the fence read at the start of a round
                               # trip shows the chunk before copied (the GPU copies 256 KiB in tens of us, less
                               # than a round trip's latency); if not yet, the host reads the fence again
@@ -46,27 +52,34 @@ ENTRY_DW = 32
 DIR_IN, DIR_OUT = 1, 2
 # The copier's words in the read-back page (its first 3 KiB hold no signals; on the open firmware nothing
 # bounces through them): descriptors (IBs, 32-byte aligned), the direction words, the write-pointer shadow.
-IN_DESC = (0x000, 0x060)      # POLL_REGMEM 6 + COPY_LINEAR 7 + FENCE 4 dwords
+IN_DESC = (0x000, 0x060)      # POLL_REGMEM 6 + COPY_LINEAR 7 + FENCE 4 (the marker) + FENCE 4 dwords
 OUT_DESC = (0x0C0, 0x120)     # POLL_REGMEM 6 + COPY_LINEAR 7 (window 0) + COPY_LINEAR 7 or NOP 7 (window 1) + FENCE 4
-IN_DW, OUT_DW = 17, 24
+IN_DW, OUT_DW = 21, 24
 DIR_WORD = (0x180, 0x184)
 WPTR_SHADOW = 0x188
 GO_WORD = 0x190               # copy-out: the chunk the GPU may copy (written after the DMA's arm)
 AREA = 0x1A0
+MARKER = 0x5E9D0000           # markers are MARKER | (sequence number & 0xFFFF): any value works (collides())
 _M32 = 0xFFFFFFFF
 
 
 def window_slots(fn) -> int:
-    """SRAM slots per window: half of what is free, less RESERVE_SLOTS, at most MAX_WINDOW_SLOTS (the
-    SRAM is 512 KiB; hcq's rings, kernarg arena, page tables and the read-back page hold the rest)."""
+    """SRAM slots per window: half of what is free, at most MAX_WINDOW_SLOTS (the SRAM is 512 KiB; the
+    read-back page and the dummy pages hold the rest, with host buffers)."""
     free = fn.sram_free_slots()
-    slots = min(MAX_WINDOW_SLOTS, (free - RESERVE_SLOTS) // WINDOWS)
+    slots = min(MAX_WINDOW_SLOTS, free // WINDOWS)
     if slots < 1:
         from hcq import HCQError
         raise HCQError(f"{fn.address}: bulk copies through the USB bridge need two windows of at least one "
-                       f"{p.SRAM_SLOT >> 10} KiB SRAM slot and {RESERVE_SLOTS} slots to spare; {free} of the "
-                       f"{p.SRAM_SLOTS} slots are free (docs/usb.md, SRAM budget): free host buffers first")
+                       f"{p.SRAM_SLOT >> 10} KiB SRAM slot; {free} of the {p.SRAM_SLOTS} slots are free "
+                       f"(docs/usb.md, SRAM budget): free host buffers first")
     return slots
+
+
+def collides(data, marker: int) -> bool:
+    """Whether a chunk ending at its window's end would end in `marker` (its bytes zero-padded to a dword)."""
+    tail = bytes(data[len(data) - (len(data) - 1) % 4 - 1:]) if len(data) else b""
+    return len(data) > 0 and struct.unpack("<I", tail + bytes(4 - len(tail)))[0] == marker
 
 
 class _CopierQueue(SDMAQueue):
@@ -84,10 +97,12 @@ class _CopierQueue(SDMAQueue):
 
     def _reset_ring(self) -> None:
         self.wptr = self.rptr_seen = 0
-        self.copier.in_window, self.copier.unseen = [0] * WINDOWS, 0     # what was in flight is dropped
-        self.mem.view[:self.ring_size] = self.copier.ring_image()
+        c = self.copier
+        c.in_window, c.unseen = [0] * WINDOWS, 0       # what was in flight is dropped
+        c.markers = None                               # a chunk may have landed uncopied: set the markers again
+        self.mem.view[:self.ring_size] = c.ring_image()
         self.mem.dma.push(0, self.ring_size)
-        self.copier.store(WPTR_SHADOW, bytes(8))
+        c.store(WPTR_SHADOW, bytes(8))
 
     def bump(self) -> int:
         """One entry more for the engine: the shadow's changed bytes, then the doorbell (both queued on
@@ -101,28 +116,21 @@ class _CopierQueue(SDMAQueue):
 
 
 class BridgeCopier:
-    """Per hcq device: the two SRAM windows (one DMA buffer) and their GPU mapping, the copier's queue, its
-    descriptors in the read-back page, the fence, the completion window's mapping, and the sequence number
-    (it only grows)."""
+    """Per hcq device: the two SRAM windows (one DMA buffer) and their GPU mapping (taken at a copy, given
+    back to host buffers that need the SRAM), the copier's queue, its descriptors in the read-back page, the
+    fence, the completion window's mapping, and the sequence number (it only grows)."""
 
     def __init__(self, dev):
         self.dev, self.fn = dev, dev.gpu.dev.pci
-        gmc = dev.gpu.gmc
-        slots = window_slots(self.fn)
-        self.window_bytes = slots * p.SRAM_SLOT
-        self.chunk = self.window_bytes - p.BLOCK          # a copy-in chunk's payload: the sentinel sector follows
-        self.sentinel = self.chunk
-        self.out_chunk = 2 * self.chunk                   # a copy-out chunk: both payloads
-        self.region = self.fn.alloc_dma(WINDOWS * self.window_bytes, device_written=True)
-        self.map = gmc.map_system(self.region)
-        self.window_va = [self.map.va + k * self.window_bytes for k in range(WINDOWS)]
-        self.release = gmc.map_system(self.fn.completion_window())
+        self.region = self.map = None
+        self.release = dev.gpu.gmc.map_system(self.fn.completion_window())
         self.fence = dev.new_signal(0)
         self.page, m = dev._signal_pages[0]
         self.page_va = m.va
-        self.seq = 0                          # chunks so far, both ways (the sentinels' and fences' values)
+        self.seq = 0                          # chunks so far, both ways (the fences' values)
         self.in_window = [0] * WINDOWS        # the copy-in chunk last sent into each window (0: none pending)
         self.unseen = 0                       # the last copy-in's last chunk, until a fence read shows it copied
+        self.markers: list[int] | None = None  # what each window's last dword holds (None: not known)
         self.store(0, self._descriptors(), whole=True)
         engines = [e for e in dev.gpu.sdma.engines if e != dev.sdma.engine]
         if not engines:
@@ -130,6 +138,47 @@ class BridgeCopier:
             raise HCQError(f"{dev.name}: bulk copies through the USB bridge need a second SDMA engine; this GPU "
                            f"has {dev.gpu.sdma.engines}")
         self.queue = _CopierQueue(dev.gpu, engines[-1], self)
+        self.fn.sram_reclaimers.append(self.release_windows)
+        self._windows()
+
+    # -- the windows
+    def _windows(self) -> None:
+        """Takes the windows (every free slot, up to 16 each) and maps them, once per take."""
+        if self.region is not None:
+            return
+        slots = window_slots(self.fn)
+        self.window_bytes = slots * p.SRAM_SLOT
+        self.chunk = self.window_bytes                    # a copy-in chunk: the whole window
+        self.sentinel = self.window_bytes - 4             # each window's last dword
+        self.out_chunk = 2 * self.sentinel                # a copy-out chunk: both windows but their last dwords
+        self.region = self.fn.alloc_dma(WINDOWS * self.window_bytes, device_written=True)
+        self.map = self.dev.gpu.gmc.map_system(self.region)
+        self.window_va = [self.map.va + k * self.window_bytes for k in range(WINDOWS)]
+        self.markers = None
+
+    def release_windows(self) -> bool:
+        """Gives the windows' slots back (for a host buffer that found the SRAM full), once the GPU is seen done
+        with them; the next copy takes what is free then. False when there were none."""
+        if self.region is None:
+            return False
+        gate = self.pending()
+        if gate is not None:
+            self.dev._wait(*gate, self.dev.default_timeout)
+            self.unseen = 0
+        self.dev.gpu.gmc.unmap(self.map)
+        self.region.free()
+        self.region = self.map = None
+        self.in_window = [0] * WINDOWS
+        return True
+
+    def _set_markers(self) -> None:
+        """Writes a marker into each window's last dword from the host (the windows' last slots, one SRAM DMA
+        each): needed when no descriptor has written them (new windows, a reset queue)."""
+        self.markers = [MARKER ^ 0xFFFF] * WINDOWS
+        for k in range(WINDOWS):
+            end = (k + 1) * self.window_bytes
+            struct.pack_into("<I", self.region.view, end - 4, self.markers[k])
+            self.region.push(end - p.SRAM_SLOT, p.SRAM_SLOT)
 
     # -- the words in the read-back page
     def store(self, offset: int, data: bytes, whole: bool = False) -> None:
@@ -151,21 +200,30 @@ class BridgeCopier:
             view[offset + a:offset + b] = data[a:b]
             self.page.push(offset + a, b - a)
 
-    def _in_desc(self, k: int, dst: int, n: int, seq: int) -> bytes:
+    def _in_desc(self, k: int, dst: int, at: int, n: int, marker: int, seq: int, window_va=None) -> bytes:
+        """In-k: wait for window k's last dword to differ from `marker` (the chunk's arrival), copy n bytes from
+        `at` in the window to dst, set the next marker (from seq) there, write seq to the fence."""
+        va = (window_va or self.window_va)[k]
         s = sdma_packets.SDMABuilder()
-        s.poll_mem(self.window_va[k] + self.sentinel, seq & _M32, function=sdma_packets.POLL_GE, interval=1)
-        s.copy(dst, self.window_va[k], n)
+        s.poll_mem(va + self.sentinel, marker, function=sdma_packets.POLL_NE, interval=1)
+        s.copy(dst, va + at, n)
+        s.fence(va + self.sentinel, self._marker(seq))
         s.fence(self.fence.va, seq & _M32)
         assert len(s) == IN_DW
         return s.buf.tobytes()
 
-    def _out_desc(self, k: int, src: int, n: int, seq: int) -> bytes:
+    @staticmethod
+    def _marker(seq: int) -> int:
+        return MARKER | seq & 0xFFFF
+
+    def _out_desc(self, k: int, src: int, n: int, seq: int, window_va=None) -> bytes:
+        va = window_va or self.window_va
         s = sdma_packets.SDMABuilder()
         s.poll_mem(self.page_va + GO_WORD, seq & _M32, function=sdma_packets.POLL_GE)
-        first = min(n, self.chunk)
-        s.copy(self.window_va[0], src, first)
+        first = min(n, self.sentinel)
+        s.copy(va[0], src, first)
         if n > first:
-            s.copy(self.window_va[1], src + first, n - first)
+            s.copy(va[1], src + first, n - first)
         else:
             s.nop(7)
         s.fence(self.release.va, seq & _M32)     # the write that releases the armed DMA
@@ -174,9 +232,10 @@ class BridgeCopier:
 
     def _descriptors(self) -> bytes:
         area = bytearray(AREA)
+        self.sentinel, va = p.SRAM_SLOT - 4, [0, 0]      # placeholders: every chunk rewrites what differs
         for k in range(WINDOWS):
-            area[IN_DESC[k]:IN_DESC[k] + 4 * IN_DW] = self._in_desc(k, 0, 4, 0)
-            area[OUT_DESC[k]:OUT_DESC[k] + 4 * OUT_DW] = self._out_desc(k, 0, 4, 0)
+            area[IN_DESC[k]:IN_DESC[k] + 4 * IN_DW] = self._in_desc(k, 0, 0, 4, 0, 0, va)
+            area[OUT_DESC[k]:OUT_DESC[k] + 4 * OUT_DW] = self._out_desc(k, 0, 4, 0, va)
         return bytes(area)
 
     def ring_image(self) -> bytes:
@@ -214,22 +273,35 @@ class BridgeCopier:
         self.store(DIR_WORD[k], struct.pack("<I", direction))
 
     def copy_in(self, va: int, data: memoryview) -> None:
-        n = len(data)
+        self._windows()
+        if self.markers is None:
+            self._set_markers()
+        n, at = len(data), 0
         done = self.fence.mem[0]
-        for at in range(0, n, self.chunk):
+        W = self.window_bytes
+        while at < n:
             k = self.queue.wptr // ENTRY_DW % WINDOWS
             done = self._window_free(k, done)
             self.seq += 1
-            size = min(self.chunk, n - at)
-            self._chunk(k, IN_DESC[k], self._in_desc(k, va + at, size, self.seq), DIR_IN)
+            size = min(W, n - at)
+            pad = -size % 4
+            if collides(data[at:at + size], self.markers[k]):
+                size = min(size, W - pad - 4)    # a pad dword that is not the marker ends the chunk instead
+                pad = -size % 4 + 4
+            sent = -(-(size + pad) // p.SRAM_SLOT) * p.SRAM_SLOT       # the window's last slots
+            payload = bytearray(sent)
+            payload[sent - pad - size:sent - pad] = data[at:at + size]
+            if pad >= 4 and collides(payload, self.markers[k]):
+                payload[-4:] = struct.pack("<I", self.markers[k] ^ 1)
+            self._chunk(k, IN_DESC[k], self._in_desc(k, va + at, W - pad - size, size, self.markers[k], self.seq),
+                        DIR_IN)
             self.queue.bump()
-            payload = bytearray(self.window_bytes)
-            payload[:size] = data[at:at + size]
-            struct.pack_into("<I", payload, self.sentinel, self.seq & _M32)
-            got = self.fn.execute([self._fence_read(), self._sram_dma(k * self.window_bytes, len(payload)),
+            got = self.fn.execute([self._fence_read(), self._sram_dma(k * W + W - sent, sent),
                                    Bulk(p.OPEN_BULK_OUT, bytes(payload))])
             done = struct.unpack("<Q", got[0])[0]
             self.in_window[k] = self.seq
+            self.markers[k] = self._marker(self.seq)
+            at += size
         self.fence.mem[0] = done
         # The last chunk is in the SRAM; the GPU copies it after this returns. Every later submission on the
         # device's other queues waits for its fence on the GPU (pending()), synchronize() reads it with the
@@ -237,11 +309,13 @@ class BridgeCopier:
         self.unseen = self.seq if done < self.seq else 0
 
     def copy_out(self, va: int, n: int, out: memoryview) -> None:
+        self._windows()
+        W, last = self.window_bytes, self.sentinel
         for at in range(0, n, self.out_chunk):
             k = self.queue.wptr // ENTRY_DW % WINDOWS
             self.seq += 1
             size = min(self.out_chunk, n - at)
-            sent = -(-(size if size <= self.chunk else size + p.BLOCK) // p.BLOCK) * p.BLOCK   # past the sentinel
+            sent = -(-(size if size <= last else W + size - last) // p.BLOCK) * p.BLOCK
             self._chunk(k, OUT_DESC[k], self._out_desc(k, va + at, size, self.seq), DIR_OUT)
             self.queue.bump()
             # a TLP request (the doorbell) drops an armed DMA, so the arm follows it; the GPU waits for the go
@@ -249,15 +323,15 @@ class BridgeCopier:
             self.fn.queue(self._sram_dma(0, sent, to_host=True))
             self.store(GO_WORD, struct.pack("<I", self.seq & _M32))
             got = self.fn.execute([Bulk(p.OPEN_BULK_IN, length=sent)])[-1]
-            if size <= self.chunk:
+            if size <= last:
                 out[at:at + size] = got[:size]
             else:
-                out[at:at + self.chunk] = got[:self.chunk]
-                out[at + self.chunk:at + size] = got[self.window_bytes:self.window_bytes + size - self.chunk]
+                out[at:at + last] = got[:last]
+                out[at + last:at + size] = got[W:W + size - last]
         self.in_window, self.unseen = [0] * WINDOWS, 0     # the data in hand: every entry before it ran
 
     def _sram_dma(self, offset: int, nbytes: int, to_host: bool = False):
-        """0xF2 for nbytes of the region from offset (a window's start: a slot boundary)."""
+        """0xF2 for nbytes of the region from offset (a slot boundary)."""
         return sram_dma_request(self.region, nbytes, to_host=to_host, offset=offset)
 
     def pending(self):

@@ -63,7 +63,7 @@ from __future__ import annotations
 import struct
 import time
 
-from amdrv import pm4, structs
+from amdrv import placement, pm4, structs
 from amdrv.autogen import mqd_v11
 from amdrv.ip.gfx import (DOORBELL_KIQ, DOORBELL_MEC_RING0, DOORBELL_USERQUEUE_END, MEC_PIPES,
                           MEC_QUEUES_PER_PIPE)
@@ -104,7 +104,7 @@ class HostBuffer:
 
     def __init__(self, gpu, size: int):
         self.gpu = gpu
-        self.dma = gpu.dev.pci.alloc_dma((max(size, 1) + GPU_PAGE - 1) // GPU_PAGE * GPU_PAGE)
+        self.dma = placement.host_written(gpu, size, "ring")
         try:
             self.mapping = gpu.gmc.map_system(self.dma)
         except BaseException:

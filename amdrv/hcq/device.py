@@ -9,7 +9,7 @@ import warnings
 import weakref
 from array import array
 
-from amdrv import device_spec, irq, monitor
+from amdrv import device_spec, irq, monitor, placement
 from amdrv.am import AMGPU
 from amdrv.memory import VRAMExhausted, fmt_size
 from amdrv.pagetable import MTYPE_UC
@@ -103,7 +103,7 @@ class _Arena:
     __slots__ = ("buf", "map", "mem", "va", "size", "at", "fence", "lo", "hi")
 
     def __init__(self, gpu, size: int):
-        self.buf = gpu.dev.pci.alloc_dma(_pages(size + KERNARG_TAIL))
+        self.buf = placement.host_written(gpu, _pages(size + KERNARG_TAIL), "kernarg arena")
         self.map = gpu.gmc.map_system(self.buf)
         self.mem, self.va, self.size, self.at, self.fence = self.buf.view, self.map.va, size, 0, 0
         self.lo, self.hi = self.buf.size, 0
@@ -743,7 +743,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
     # ------------------------------------------------------------------ graphs (amdrv.hcq.graph builds and replays)
     def _host_copy(self, dwords: array) -> tuple[int, int]:
         """dwords copied into new host memory the GPU reaches: (GPU address, dword count), for an IB."""
-        dma = self.gpu.dev.pci.alloc_dma(_pages(len(dwords) * 4))
+        dma = placement.host_written(self.gpu, _pages(len(dwords) * 4), "graph indirect buffer")
         m = self.gpu.gmc.map_system(dma)
         dma.view[:len(dwords) * 4] = dwords.tobytes()
         dma.push()

@@ -50,7 +50,7 @@ import bisect
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from amdrv import pagetable
+from amdrv import pagetable, placement
 from amdrv.autogen import ih as IHIDS
 from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import NBIO
@@ -237,7 +237,9 @@ class GMC(IPBlock):
             # Where DMA memory is not coherent (the USB bridge's SRAM window, written by push), a table
             # written there costs a few commands where one through BAR0 costs thousands: the tables below
             # the root go there (SYSTEM PDEs, as amdgpu's page-table BOs in GTT). The root stays in VRAM.
-            dma = None if self.dummy_page.coherent else dev.pci.alloc_dma
+            # On the open bridge firmware they stay in VRAM (amdrv.placement): 0xF0 streamed writes make a
+            # table one round trip there too, and the SRAM is left to bulk copies.
+            dma = None if self.dummy_page.coherent or placement.in_vram(dev.pci) else dev.pci.alloc_dma
             self.pt = PageTable(dev.mm, dev.vram.write, self.flush_tlb, vram_base_offset=self.vram_base_offset,
                                 name=f"{dev.name} VMID 0", root=self.root, root_clear=warm, dma=dma)
         self._enable_hub(mm)
@@ -395,9 +397,11 @@ class GMC(IPBlock):
         if va is None:
             raise GMCError(f"{self.dev.name}: the {SYSTEM_VA_SIZE >> 40} TiB host-memory VA window is full; "
                            "unmap DMA buffers no longer used")
-        pages = [buf.bus_address(off) for off in range(0, size, PAGE)]
         try:
-            pt.map(va, pages, size, system=True, flags=flags)
+            if getattr(buf, "vram_block", None) is not None:     # amdrv.placement.VRAMBuffer: VRAM, uncached
+                pt.map(va, buf.vram_block.addr, size, flags=flags, mtype=pagetable.MTYPE_UC)
+            else:
+                pt.map(va, [buf.bus_address(off) for off in range(0, size, PAGE)], size, system=True, flags=flags)
         except BaseException:
             self._system_va.release(va, size)
             raise

@@ -35,6 +35,9 @@ RETRIES = 3                  # a timed-out TLP is retried this often (tinygrad r
 CRS_RETRIES = 10
 XDATA_PUSH_MAX = 64          # a push this short into the read-back page goes byte by byte through XDATA
 MERGE_PUSH_MAX = 128 << 10   # open firmware: two queued pushes of one buffer within this span go as one
+STREAM_MIN_DWORDS = 16       # open firmware: a posted write of this many aligned dwords or more goes as one 0xF0 stream
+STREAM_MAX_BYTES = 256 << 10 # one 0xF0 stream's data at most: the firmware sends a TLP a dword (~3.6 MB/s written,
+                             # 1.8 MB/s read, its README), so this is ~70-150 ms, well inside a transfer's deadline
 MAX_PENDING = 512            # queued commands sent at once: a bulk copy goes out while it is being made, so
                              # the read after it (a firmware wait with its own deadline) does not pay for it
 
@@ -108,18 +111,12 @@ class USBBAR(BAR):
     def read(self, offset: int, size: int) -> bytes:
         self._check(offset, size)
         self.fn.counters.bulk_read_bytes += size
-        out = bytearray()
-        for a, n in _pieces(self.address + offset, size):
-            out += self.fn._mem_read(a, n).to_bytes(n, "little")
-        return bytes(out)
+        return self.fn._mem_read_bytes(self.address + offset, size)
 
     def write(self, offset: int, data: bytes) -> None:
         self._check(offset, len(data))
         self.fn.counters.bulk_write_bytes += len(data)
-        pos = 0
-        for a, n in _pieces(self.address + offset, len(data)):
-            self.fn._mem_write(a, n, int.from_bytes(data[pos:pos + n], "little"))
-            pos += n
+        self.fn._mem_write_bytes(self.address + offset, bytes(data))
 
     def flush(self) -> None:
         self.fn.flush()
@@ -363,6 +360,20 @@ class USBFunction(PCIFunction):
 
     # -- the PCIe tree behind the bridge
 
+    def _mem_read_bytes(self, address: int, size: int) -> bytes:
+        """A memory read of any size and alignment: one TLP per dword (the engine sends no more)."""
+        out = bytearray()
+        for a, n in _pieces(address, size):
+            out += self._mem_read(a, n).to_bytes(n, "little")
+        return bytes(out)
+
+    def _mem_write_bytes(self, address: int, data: bytes) -> None:
+        """Posted memory writes of any size and alignment: one TLP per dword, byte enables at the ends."""
+        pos = 0
+        for a, n in _pieces(address, len(data)):
+            self._mem_write(a, n, int.from_bytes(data[pos:pos + n], "little"))
+            pos += n
+
     def _enumerate(self) -> int:
         self.gpu_bus = None
         for bus in range(MAX_BRIDGE_DEPTH):
@@ -582,6 +593,7 @@ class OpenUSBFunction(USBFunction):
         # of the SRAM (SlotBuffer) and which slots hold whole buffers, shared small ones, or nothing
         self._sram = bytearray(p.WINDOW_SIZE)
         self._slot_kind: list[str | None] = [None] * self.SLOTS
+        self.sram_reclaimers: list = []      # callables giving SRAM buffers back (True if they freed any)
 
     def _queue_write(self, address: int, data: bytes, cached: bool) -> None:
         for i, b in enumerate(data):
@@ -630,7 +642,57 @@ class OpenUSBFunction(USBFunction):
             return (struct.unpack_from("<I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
         return None
 
+    def _mem_write_bytes(self, address: int, data: bytes) -> None:
+        """Posted writes; the dword-aligned middle of STREAM_MIN_DWORDS or more goes as 0xF0 streamed writes
+        (mode 1: the dword count, then the data on bulk OUT, a memory write per dword at increasing addresses;
+        asm2464pd-firmware handmade/src/main.c): one round trip for up to STREAM_MAX_BYTES, queued like posted
+        writes (the link ends the round trip after the bulk data, so what is queued after them waits for them)."""
+        head = -address % 4
+        body = (len(data) - head) // 4 * 4 if len(data) > head else 0
+        if body // 4 < STREAM_MIN_DWORDS:
+            return super()._mem_write_bytes(address, data)
+        if head:
+            super()._mem_write_bytes(address, data[:head])
+        for at in range(0, body, STREAM_MAX_BYTES):
+            part = data[head + at:head + min(body, at + STREAM_MAX_BYTES)]
+            a = address + head + at
+            self._pending.append(Control(p.REQ_OUT, p.REQ_PCIE, p.MWR32 | (0x0F << 8), p.PCIE_STREAM_WRITE,
+                                         struct.pack("<III", a & 0xFFFFFFFF, a >> 32, len(part) // 4)))
+            self._pending.append(Bulk(p.OPEN_BULK_OUT, bytes(part)))
+        if head + body < len(data):
+            super()._mem_write_bytes(address + head + body, data[head + body:])
+        if len(self._pending) >= MAX_PENDING:
+            self.flush()
+
+    def _mem_read_bytes(self, address: int, size: int) -> bytes:
+        """Reads; the dword-aligned middle of two dwords or more comes as 0xF0 streamed reads (mode 2: the
+        dword count, the data on bulk IN): one round trip for up to STREAM_MAX_BYTES, after the queued writes."""
+        head = -address % 4
+        body = (size - head) // 4 * 4 if size > head else 0
+        if body < 8:
+            return super()._mem_read_bytes(address, size)
+        out = bytearray(super()._mem_read_bytes(address, head) if head else b"")
+        for at in range(0, body, STREAM_MAX_BYTES):
+            n = min(STREAM_MAX_BYTES, body - at)
+            a = address + head + at
+            arm = Control(p.REQ_OUT, p.REQ_PCIE, p.MRD32 | (0x0F << 8), p.PCIE_STREAM_READ,
+                          struct.pack("<III", a & 0xFFFFFFFF, a >> 32, n // 4))
+            out += self._run([arm, Bulk(p.OPEN_BULK_IN, length=n)])[1]
+        if head + body < size:
+            out += super()._mem_read_bytes(address + head + body, size - head - body)
+        return bytes(out)
+
     def alloc_dma(self, size: int, *, readback: bool = False, device_written: bool = False) -> DMABuffer:
+        """_alloc_sram; where the SRAM is full, the holders of reclaimable buffers (sram_reclaimers: the bulk
+        copier's windows, amdrv.bridge_copy) give theirs back first, then it is tried again."""
+        try:
+            return self._alloc_sram(size, readback=readback, device_written=device_written)
+        except PCIError:
+            if not any([reclaim() for reclaim in list(self.sram_reclaimers)]):
+                raise
+        return self._alloc_sram(size, readback=readback, device_written=device_written)
+
+    def _alloc_sram(self, size: int, *, readback: bool = False, device_written: bool = False) -> DMABuffer:
         """Pages of the SRAM (its 32 slots of 16 KiB). Slot 0's first page is the one the host reads back (XDATA
         0xF000), for a readback=True buffer of at most 4 KiB; the rest of slot 0 stays unused, since a push
         into it would resend that page from the host's view over what the device wrote there. A buffer of a

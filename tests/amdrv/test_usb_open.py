@@ -3,6 +3,8 @@ OpenUSBFunction) and its bulk copies (amdrv.bridge_copy), against the simulated 
 (gpusim.usb_open_firmware). Negative tests: each driver step the copies depend on, left out, fails."""
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -236,21 +238,82 @@ def _data(n: int) -> bytes:
     return RNG.integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
-def test_copies_need_the_sentinel(dev, monkeypatch):
-    """Without the sentinel after a chunk the GPU never starts copying it: the wait for the copy says so."""
-    from hcq import HCQError
-    buf = dev.alloc(1 << 20)
-    dev.copyin(buf, _data(4096))                                    # the windows mapped, a copy that works
-    real = usb_link.Bulk
+MARK = 0xDEADBEEF
 
-    def no_sentinel(endpoint, data=None, length=0):
-        c = dev._bridge_copies()
-        if data is not None and len(data) == c.window_bytes:
-            data = data[:c.sentinel] + bytes(len(data) - c.sentinel)
-        return real(endpoint, data, length)
-    monkeypatch.setattr(bridge_copy, "Bulk", no_sentinel)
+
+def _marked(dev, monkeypatch):
+    """Every marker the GPU writes is MARK from here on (two small copies put it in both windows)."""
+    monkeypatch.setattr(bridge_copy.BridgeCopier, "_marker", staticmethod(lambda seq: MARK))
+    buf = dev.alloc(4 << 20)
+    dev.copyin(buf, _data(4096))
+    dev.copyin(buf, _data(4096))
+    assert dev._bridge_copies().markers == [MARK, MARK]
+    return buf
+
+
+@pytest.mark.parametrize("size", [1 << 20, (1 << 20) + 3, 3 * 0x3C000 - 2])
+def test_chunks_ending_in_the_marker_get_a_pad_dword(dev, monkeypatch, size):
+    """A chunk's last dword is its sentinel: data whose every dword is the marker standing in the windows
+    (each chunk's last dword equal to it, odd sizes too) goes 4 bytes a chunk shorter with a pad dword that
+    is not the marker, and comes back whole."""
+    buf = _marked(dev, monkeypatch)
+    data = (struct.pack("<I", MARK) * (size // 4 + 1))[:size]
+    dev.copyin(buf, data)
+    assert dev.copyout(buf, size) == data
+
+
+def test_copies_need_the_sentinel_to_differ_from_the_marker(dev, monkeypatch):
+    """Sent without that pad dword, such a chunk looks to the GPU as if it never came: the wait for the copy
+    says so (HCQTimeout), as it does for any chunk whose sentinel does not change."""
+    from hcq import HCQError
+    buf = _marked(dev, monkeypatch)
+    monkeypatch.setattr(bridge_copy, "collides", lambda data, marker: False)
     with pytest.raises(HCQError):
-        dev.copyin(buf, _data(1 << 20))
+        dev.copyin(buf, struct.pack("<I", MARK) * (1 << 18))
+
+
+def test_copies_need_the_gpu_to_set_the_marker(dev, monkeypatch):
+    """After copying a chunk the GPU writes the next marker into the window's last dword; without that write the
+    next chunk's wait passes on the old chunk's bytes, before the new ones land: wrong bytes in VRAM."""
+    from amdrv import sdma_packets
+    buf = dev.alloc(2 << 20)
+    dev.copyin(buf, _data(4096))
+
+    def no_marker(self, k, dst, at, n, marker, seq, window_va=None):
+        va = (window_va or self.window_va)[k]
+        s = sdma_packets.SDMABuilder()
+        s.poll_mem(va + self.sentinel, marker, function=sdma_packets.POLL_NE, interval=1)
+        s.copy(dst, va + at, n)
+        s.fence(self.fence.va, seq)                               # where the marker write was
+        s.fence(self.fence.va, seq)
+        return s.buf.tobytes()
+    monkeypatch.setattr(bridge_copy.BridgeCopier, "_in_desc", no_marker)
+    data = _data(2 << 20)
+    dev.copyin(buf, data)
+    monkeypatch.undo()
+    assert dev.copyout(buf) != data
+
+
+def test_a_fault_mid_copy_is_reported_and_recover_sets_the_markers_again(dev):
+    """A copy whose destination runs off its buffer into unmapped memory after the first chunk: the copier's
+    SDMA faults (the hub answers with the default page, so the chunks after it go nowhere useful), and the next
+    wait reports the fault (HCQFault: copyin returns once the data are in the SRAM). recover() resets the
+    copier's queue (the windows' markers are written again, since a chunk may have landed uncopied) and copies
+    work again."""
+    from amdrv.ip.gmc import SYSTEM_VA
+    from hcq import HCQFault
+    buf = dev.alloc(1 << 20)
+    dev.copyin(buf, _data(4096))
+    c = dev._bridge_copies()
+    hole = SYSTEM_VA + (1 << 40)                                        # nothing mapped there
+    with pytest.raises(HCQFault, match="fault"):
+        c.copy_in(hole, memoryview(_data(3 * c.chunk)))
+        dev.synchronize()
+    dev.recover()
+    assert c.markers is None
+    data = _data(1 << 20)
+    dev.copyin(buf, data)
+    assert dev.copyout(buf) == data
 
 
 def test_copy_out_needs_the_release_write(dev):

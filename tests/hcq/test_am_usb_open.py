@@ -1,6 +1,6 @@
 """The hcq contract through the simulated bridge running the open firmware (docs/usb.md): TLPs by vendor
-requests, DMA memory in 16 KiB SRAM slots pushed by its SRAM DMA, and copies in and out of VRAM through two
-256 KiB SRAM windows that the GPU's SDMA empties and fills, completed by sentinels, fences and the bridge's
+requests, DMA memory in 16 KiB SRAM slots pushed by its SRAM DMA (rings, kernarg arena and page tables in VRAM
+instead: amdrv.placement), and copies in and out of VRAM through two SRAM windows that the GPU's SDMA empties and fills, completed by sentinels, fences and the bridge's
 completion window (amdrv.bridge_copy)."""
 import importlib.util
 from pathlib import Path
@@ -61,13 +61,13 @@ def test_copies_awkward_sizes_both_ways(dev):
 
 def test_copy_round_trips_per_mib(dev):
     """One round trip per chunk each way (the copier's ring is built and pushed once per device; a chunk carries
-    its descriptor bytes and doorbell). In the 512 KiB SRAM each window is 10 slots (160 KiB, its last sector
-    the sentinel) once hcq's own buffers are in (docs/usb.md, SRAM budget): copy-in moves one window's payload
-    a round trip, copy-out both (103 and 52 round trips for 16 MiB; issue 16 aimed at 64, which needs two
-    256 KiB windows: the whole SRAM). Copy-in
-    returns once the last chunk is in the bridge's SRAM; the copy-out behind it runs on the same queue. The
-    first copy also maps the windows (page tables) and sets up the copier's queue once per device: left out
-    here."""
+    its descriptor bytes and doorbell). hcq's rings, kernarg arena and page tables are in VRAM on this firmware
+    (amdrv.placement), so the windows take the SRAM but the read-back page's slot and the dummy pages' slot:
+    15 slots (240 KiB) each (docs/usb.md, SRAM budget). Copy-in moves a whole window a round trip (its last
+    dword is the sentinel), copy-out both but their last dwords: 69 and 35 round trips for 16 MiB (issue 16's
+    64 needs two 256 KiB windows: the whole SRAM). Copy-in returns once the last chunk is in the bridge's SRAM;
+    the copy-out behind it runs on the same queue. The first copy also maps the windows (page tables) and sets
+    up the copier's queue once per device: left out here."""
     f = dev.gpu.dev.pci
     n = 16 << 20
     data = RNG.integers(0, 256, n, dtype=np.uint8).tobytes()
@@ -81,13 +81,14 @@ def test_copy_round_trips_per_mib(dev):
     rt_out = (f.counters - c0).round_trips
     print(f"16 MiB: copy-in {rt_in}, copy-out {rt_out} round trips")
     c = dev._bridge_copies()
-    assert c.window_bytes == 10 * 0x4000
-    assert rt_in == -(-n // c.chunk) == 103 and rt_out == -(-n // c.out_chunk) == 52
+    assert c.window_bytes == 15 * 0x4000 and c.chunk == c.window_bytes and c.out_chunk == 2 * c.window_bytes - 8
+    assert rt_in == -(-n // c.chunk) == 69
+    assert -(-n // c.out_chunk) == 35 <= rt_out <= 36     # the first chunk's descriptor bytes may need a batch more
 
 
 def test_launch_round_trips(dev, kernel_corpus):
-    """A launch: its kernargs (one SRAM DMA), its ring dwords and write pointer (one, merged) and the doorbell
-    (two vendor requests after them): 3 round trips; a fence poll: 1."""
+    """A launch: its kernargs and its ring dwords (VRAM, amdrv.placement: 0xF0 writes, streamed where long, each
+    push with its HDP flush), the doorbell after them: at most 3 round trips; a fence poll: 1."""
     f = dev.gpu.dev.pci
     n = 256
     add = dev.program(kernel_corpus["add_f32"], "add_f32")
@@ -106,25 +107,27 @@ def test_launch_round_trips(dev, kernel_corpus):
 
 
 def test_everything_fits_the_bridges_512_kib_sram(dev):
-    """What hcq keeps in the bridge's SRAM (docs/usb.md, SRAM budget) fits its 512 KiB with the copy windows:
-    the read-back page's slot, the rings, the kernarg arena, page tables and dummy pages sharing slots, two
-    windows of 10 slots, and RESERVE_SLOTS left for the copier's ring and host buffers; a host buffer larger
-    than what is left is an error that says so."""
-    from amdrv.bridge_copy import RESERVE_SLOTS
+    """What hcq keeps in the bridge's SRAM (docs/usb.md, SRAM budget): the read-back page's slot and the dummy
+    pages' shared slot; rings, kernarg arena and page tables are VRAM (amdrv.placement). The copy windows take
+    the other 30 slots; a host buffer that finds the SRAM full takes them back (after the GPU is done with
+    them) and the next copy gets smaller windows; a host buffer larger than the SRAM is an error that says so."""
     from pcie import PCIError
     f = dev.gpu.dev.pci
+    assert f.sram_free_slots() == 30 and f.sram_left() > 30 * 0x4000     # the dummy pages' slot has room
     data = RNG.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
     buf = dev.alloc(1 << 20)
     dev.copyin(buf, data)
     assert dev.copyout(buf) == data
-    assert dev._bridge_copies().window_bytes == 10 * 0x4000
-    left = f.sram_free_slots()                                      # the reserve, less the copier's ring
-    assert RESERVE_SLOTS - 1 <= left <= RESERVE_SLOTS
-    host = dev.alloc(left * 0x4000, host=True)
+    assert dev._bridge_copies().window_bytes == 15 * 0x4000 and f.sram_free_slots() == 0
+    dev.copyin(buf, data[::-1])                     # in flight when the host buffer takes the windows back
+    host = dev.alloc(64 << 10, host=True)
+    assert dev._bridge_copies().region is None and f.sram_free_slots() == 26
+    assert dev.copyout(buf) == data[::-1]
+    assert dev._bridge_copies().window_bytes == 13 * 0x4000
     dev.copyin(host, data[:host.size])
     assert dev.copyout(host) == data[:host.size]
-    with pytest.raises(PCIError, match="no room for a DMA buffer of 0x20000 bytes .* SRAM"):
-        dev.alloc(128 << 10, host=True)
+    with pytest.raises(PCIError, match="DMA buffer of 0x80000 bytes: the bridge.s SRAM holds 32 slots"):
+        dev.alloc(512 << 10, host=True)                 # more than the SRAM: the windows given back do not help
 
 
 def test_the_windows_take_what_is_free_at_the_first_copy(dev):
@@ -137,17 +140,17 @@ def test_the_windows_take_what_is_free_at_the_first_copy(dev):
     buf = dev.alloc(1 << 20)
     dev.copyin(buf, data)
     assert dev.copyout(buf) == data
-    assert dev._bridge_copies().window_bytes == (free - 6 - 2) // 2 * 0x4000
+    assert dev._bridge_copies().window_bytes == (free - 6) // 2 * 0x4000
     assert early.size == 6 * 0x4000
 
 
 def test_copies_are_refused_when_the_sram_is_taken(dev):
-    """Under one slot per window left (and the reserve): the copy says what to free instead of failing later."""
+    """Under one slot per window left: the copy says what to free instead of failing later."""
     from hcq import HCQError
     f = dev.gpu.dev.pci
-    hog = dev.alloc((f.sram_free_slots() - 3) * 0x4000, host=True)  # 3 slots left: two windows and the reserve
-    buf = dev.alloc(4096)                                            # do not fit
-    with pytest.raises(HCQError, match=r"two windows of at least one 16 KiB SRAM slot and 2 slots to spare; 3 of "
+    hog = dev.alloc((f.sram_free_slots() - 1) * 0x4000, host=True)  # 1 slot left: not two windows
+    buf = dev.alloc(4096)
+    with pytest.raises(HCQError, match=r"two windows of at least one 16 KiB SRAM slot; 1 of "
                                        r"the 32 slots are free .*free host buffers first"):
         dev.copyin(buf, b"x" * 4096)
     assert hog.size > 0
