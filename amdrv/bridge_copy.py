@@ -5,15 +5,17 @@ the open firmware").
 The copier has an SDMA queue of its own (the engine hcq's copies do not use) whose ring is built once per
 device and pushed once: entries that alternate between two windows k = 0, 1, each "if the direction word k
 says in, run descriptor in-k; if it says out, run descriptor out-k" (COND_EXE, INDIRECT). The descriptors
-(small IBs), the direction words and the ring's write-pointer shadow live in the page the host reaches byte by
-byte (XDATA 0xF000, 0xE5 writes), so a chunk needs no ring push: the host writes the few descriptor bytes that
-changed (an address, a count, a marker, a sequence number), the direction word and the write pointer, and
-rings the doorbell, in the same round trip as the chunk's own transfer.
+(small IBs), the direction words and the ring's write-pointer shadow live in a VRAM page of the copier's
+(amdrv.placement), written by 0xF0 single-dword posted writes and one HDP flush, so a chunk needs no ring push:
+the host writes the few descriptor dwords that changed (an address, a count, a marker, a sequence number), the
+direction word and the write pointer, and rings the doorbell, in the same round trip as the chunk's own
+transfer. The fence (a signal, VRAM) is read by one 0xF0 single read and its 0xF0 IN report, also on EP0.
 - The windows: two runs of whole SRAM slots, one after the other, as large as the bridge's 512 KiB SRAM
-  leaves them (window_slots: every free slot, at most 16, 256 KiB, each). The rings, kernarg arena and page
-  tables are in VRAM on this firmware (amdrv.placement), so only the read-back page and the dummy pages
-  share the SRAM with them. A host buffer that finds the SRAM full takes the windows back (release_windows:
-  after the GPU is seen done with them); the next copy takes what is free then.
+  leaves them (window_slots: every free slot, at most 16, 256 KiB, each): two 256 KiB windows, the whole SRAM,
+  while no host buffer holds any. Everything else hcq keeps is in VRAM on this firmware (amdrv.placement) but
+  the dummy pages, scratch pages in slot 0 that the windows may overwrite. A host buffer that finds the SRAM
+  full takes the windows back (release_windows: after the GPU is seen done with them); the next copy takes
+  what is free then.
 - The sentinel is each window's last dword, which the GPU sets to a marker after copying a chunk out of it:
   descriptor in-k polls until that dword differs from the marker, then copies. A chunk ends at its window's
   end (a short one is sent in the window's last slots), so its own last dword is the sentinel; where that
@@ -26,22 +28,24 @@ rings the doorbell, in the same round trip as the chunk's own transfer.
   read of the fence, 0xF2 and bulk OUT of the chunk's slots. A window is refilled only after a fence read has
   shown the GPU done with the chunk that was in it (its marker written); the copy ends with a wait for the
   last fence.
-- Copy-out: both windows as one region but their last dwords (the markers stay): descriptor out-k copies the
-  chunk into window 0 up to its last dword and on into window 1 up to its, then writes to the bridge's
-  completion window (PCIe 0x822000), which releases the armed SRAM-to-host DMA. Per chunk one round trip: the
-  descriptor bytes and the doorbell, 0xF2 (SRAM to host), the go word the GPU waits for, then bulk IN of the
-  region: the go follows the arm on EP0, so the GPU's release cannot come before the arm.
+- Copy-out: both windows as one region but their last dwords (the markers stay) and the SRAM's first dword,
+  the go word (the one place the host writes without a TLP: 0xE5 at XDATA 0xF000): descriptor out-k waits
+  for the go word to hold the chunk's number, copies the chunk into window 0 from its second dword up to its
+  last and on into window 1 up to its, then writes to the bridge's completion window (PCIe 0x822000), which
+  releases the armed SRAM-to-host DMA. Per chunk one round trip: the descriptor words and the doorbell, 0xF2
+  (SRAM to host), the go word, then bulk IN of the region: a TLP request drops an armed DMA, so the go must
+  be an 0xE5, and it follows the arm on EP0, so the GPU's release cannot come before the arm.
 """
 from __future__ import annotations
 
 import struct
 import time
 
-from amdrv import sdma_packets
+from amdrv import placement, sdma_packets
 from amdrv.queue import SDMAQueue
 from amdrv.usb import protocol as p
-from amdrv.usb.link import Bulk
-from amdrv.usb.transport import sram_dma_request, xdata_read
+from amdrv.usb.link import Bulk, Control
+from amdrv.usb.transport import BusWindow, sram_dma_request, xdata_writes
 
 MAX_WINDOW_SLOTS = 16         # 256 KiB a window at most (issue 16's design: two 256 KiB windows)
 WINDOWS = 2                   # used in turn: a window is refilled once the fence read at the start of a round
@@ -50,28 +54,29 @@ WINDOWS = 2                   # used in turn: a window is refilled once the fenc
 RING_BYTES = 4096             # the copier's ring: 32 entries of 32 dwords
 ENTRY_DW = 32
 DIR_IN, DIR_OUT = 1, 2
-# The copier's words in the read-back page (its first 3 KiB hold no signals; on the open firmware nothing
-# bounces through them): descriptors (IBs, 32-byte aligned), the direction words, the write-pointer shadow.
+# The copier's words in its VRAM page: descriptors (IBs, 32-byte aligned), the direction words, the
+# write-pointer shadow.
 IN_DESC = (0x000, 0x060)      # POLL_REGMEM 6 + COPY_LINEAR 7 + FENCE 4 (the marker) + FENCE 4 dwords
 OUT_DESC = (0x0C0, 0x120)     # POLL_REGMEM 6 + COPY_LINEAR 7 (window 0) + COPY_LINEAR 7 or NOP 7 (window 1) + FENCE 4
 IN_DW, OUT_DW = 21, 24
 DIR_WORD = (0x180, 0x184)
 WPTR_SHADOW = 0x188
-GO_WORD = 0x190               # copy-out: the chunk the GPU may copy (written after the DMA's arm)
-AREA = 0x1A0
+GO_AT = 0                    # copy-out: the SRAM's first dword (XDATA 0xF000), the chunk the GPU may copy
+                              # (written by 0xE5 after the DMA's arm)
+AREA = 0x190
 MARKER = 0x5E9D0000           # markers are MARKER | (sequence number & 0xFFFF): any value works (collides())
 _M32 = 0xFFFFFFFF
 
 
 def window_slots(fn) -> int:
-    """SRAM slots per window: half of what is free, at most MAX_WINDOW_SLOTS (the SRAM is 512 KiB; the
-    read-back page and the dummy pages hold the rest, with host buffers)."""
-    free = fn.sram_free_slots()
+    """SRAM slots per window: half of the longest run of free slots, at most MAX_WINDOW_SLOTS (the SRAM is
+    512 KiB; the dummy pages are scratch the windows may overwrite; host buffers hold the rest)."""
+    free = fn.sram_free_run(over_scratch=True)
     slots = min(MAX_WINDOW_SLOTS, free // WINDOWS)
     if slots < 1:
         from hcq import HCQError
         raise HCQError(f"{fn.address}: bulk copies through the USB bridge need two windows of at least one "
-                       f"{p.SRAM_SLOT >> 10} KiB SRAM slot; {free} of the {p.SRAM_SLOTS} slots are free "
+                       f"{p.SRAM_SLOT >> 10} KiB SRAM slot; {free} of the {p.SRAM_SLOTS} slots are free in one run "
                        f"(docs/usb.md, SRAM budget): free host buffers first")
     return slots
 
@@ -84,7 +89,7 @@ def collides(data, marker: int) -> bool:
 
 class _CopierQueue(SDMAQueue):
     """Queue 0 of an SDMA engine set up as sdma_v6_0_gfx_resume does (SDMAQueue), with its write-pointer
-    shadow (RB_WPTR_POLL_ADDR) in the read-back page and a ring that holds the copier's entries for good:
+    shadow (RB_WPTR_POLL_ADDR) in the copier's page and a ring that holds the copier's entries for good:
     (re)initialising it (recover()) writes them back."""
 
     def __init__(self, gpu, engine: int, copier: "BridgeCopier"):
@@ -102,35 +107,38 @@ class _CopierQueue(SDMAQueue):
         c.markers = None                               # a chunk may have landed uncopied: set the markers again
         self.mem.view[:self.ring_size] = c.ring_image()
         self.mem.dma.push(0, self.ring_size)
-        c.store(WPTR_SHADOW, bytes(8))
+        c.store(WPTR_SHADOW, bytes(8), flush=True)
 
     def bump(self) -> int:
-        """One entry more for the engine: the shadow's changed bytes, then the doorbell (both queued on
-        EP0, in order). Returns the entry's window."""
+        """One entry more for the engine: the shadow's changed dwords, the HDP flush (for the descriptor words
+        written before too), then the doorbell (all queued on EP0, in order). Returns the entry's window."""
         k = self.wptr // ENTRY_DW % WINDOWS
         self.wptr += ENTRY_DW
         value = self.wptr * 4 // self.wptr_unit
-        self.copier.store(WPTR_SHADOW, struct.pack("<Q", value))
+        self.copier.store(WPTR_SHADOW, struct.pack("<Q", value), flush=True)
         self.doorbell.write64(self.doorbell_index * 4, value)
         return k
 
 
 class BridgeCopier:
     """Per hcq device: the two SRAM windows (one DMA buffer) and their GPU mapping (taken at a copy, given
-    back to host buffers that need the SRAM), the copier's queue, its descriptors in the read-back page, the
+    back to host buffers that need the SRAM), the copier's queue, its page of descriptors and words (VRAM), the
     fence, the completion window's mapping, and the sequence number (it only grows)."""
 
     def __init__(self, dev):
         self.dev, self.fn = dev, dev.gpu.dev.pci
         self.region = self.map = None
         self.release = dev.gpu.gmc.map_system(self.fn.completion_window())
+        self.go_map = dev.gpu.gmc.map_system(BusWindow(self.fn, p.WINDOW_BUS, p.WINDOW_PAGE))   # the SRAM's first page
         self.fence = dev.new_signal(0)
-        self.page, m = dev._signal_pages[0]
-        self.page_va = m.va
+        self.page = placement.host_written(dev.gpu, 4096, "bridge copier")
+        self.page_map = dev.gpu.gmc.map_system(self.page)
+        self.page_va = self.page_map.va
         self.seq = 0                          # chunks so far, both ways (the fences' values)
         self.in_window = [0] * WINDOWS        # the copy-in chunk last sent into each window (0: none pending)
         self.unseen = 0                       # the last copy-in's last chunk, until a fence read shows it copied
         self.markers: list[int] | None = None  # what each window's last dword holds (None: not known)
+        self.go = 0                           # the SRAM's first dword as the host last wrote it
         self.store(0, self._descriptors(), whole=True)
         engines = [e for e in dev.gpu.sdma.engines if e != dev.sdma.engine]
         if not engines:
@@ -150,8 +158,9 @@ class BridgeCopier:
         self.window_bytes = slots * p.SRAM_SLOT
         self.chunk = self.window_bytes                    # a copy-in chunk: the whole window
         self.sentinel = self.window_bytes - 4             # each window's last dword
-        self.out_chunk = 2 * self.sentinel                # a copy-out chunk: both windows but their last dwords
-        self.region = self.fn.alloc_dma(WINDOWS * self.window_bytes, device_written=True)
+        self.out_chunk = 2 * self.sentinel - 4            # a copy-out chunk: both windows but their last dwords
+                                                          # and the go word
+        self.region = self.fn.alloc_dma(WINDOWS * self.window_bytes, device_written=True, over_scratch=True)
         self.map = self.dev.gpu.gmc.map_system(self.region)
         self.window_va = [self.map.va + k * self.window_bytes for k in range(WINDOWS)]
         self.markers = None
@@ -179,26 +188,34 @@ class BridgeCopier:
             end = (k + 1) * self.window_bytes
             struct.pack_into("<I", self.region.view, end - 4, self.markers[k])
             self.region.push(end - p.SRAM_SLOT, p.SRAM_SLOT)
+        self._set_go(0)
 
-    # -- the words in the read-back page
-    def store(self, offset: int, data: bytes, whole: bool = False) -> None:
-        """Writes data at offset of the read-back page: the span of bytes that changed goes out as 0xE5
-        writes (queued); whole=True sends it all (one SRAM DMA)."""
+    def _set_go(self, value: int) -> None:
+        """The go word (the SRAM's first dword) by 0xE5 writes, queued: the bytes that differ from what the
+        host last put there."""
+        old, new = struct.pack("<I", self.go), struct.pack("<I", value)
+        for i in range(4):
+            if old[i] != new[i]:
+                self.fn.queue(xdata_writes(p.WINDOW_XDATA + GO_AT + i, new[i:i + 1])[0])
+        self.go = value
+
+    # -- the words in the copier's page
+    def store(self, offset: int, data: bytes, whole: bool = False, flush: bool = False) -> None:
+        """Writes data at offset of the copier's page: each dword that changed goes out as one 0xF0 posted
+        write (queued); whole=True sends it all. flush: the HDP flush after them (the engine reads them after
+        it; bump() flushes for the descriptor words written before it)."""
         view = self.page.view
         if whole:
             view[offset:offset + len(data)] = data
             self.page.push(offset, len(data))
             return
-        changed = [i for i in range(len(data)) if view[offset + i] != data[i]]
-        runs: list[list[int]] = []
-        for i in changed:               # one 0xE5 per byte: runs of changed bytes, not the span between them
-            if runs and i - runs[-1][1] <= 1:
-                runs[-1][1] = i + 1
-            else:
-                runs.append([i, i + 1])
-        for a, b in runs:
-            view[offset + a:offset + b] = data[a:b]
-            self.page.push(offset + a, b - a)
+        assert offset % 4 == 0 and len(data) % 4 == 0
+        for i in range(0, len(data), 4):
+            if view[offset + i:offset + i + 4] != data[i:i + 4]:
+                view[offset + i:offset + i + 4] = data[i:i + 4]
+                self.page.push(offset + i, 4, flush=False)
+        if flush:
+            self.dev.gpu.nbio.hdp_flush()
 
     def _in_desc(self, k: int, dst: int, at: int, n: int, marker: int, seq: int, window_va=None) -> bytes:
         """In-k: wait for window k's last dword to differ from `marker` (the chunk's arrival), copy n bytes from
@@ -219,9 +236,9 @@ class BridgeCopier:
     def _out_desc(self, k: int, src: int, n: int, seq: int, window_va=None) -> bytes:
         va = window_va or self.window_va
         s = sdma_packets.SDMABuilder()
-        s.poll_mem(self.page_va + GO_WORD, seq & _M32, function=sdma_packets.POLL_GE)
-        first = min(n, self.sentinel)
-        s.copy(va[0], src, first)
+        s.poll_mem(self.go_map.va + GO_AT, seq & _M32, function=sdma_packets.POLL_EQ)
+        first = min(n, self.sentinel - 4)
+        s.copy(va[0] + 4, src, first)
         if n > first:
             s.copy(va[1], src + first, n - first)
         else:
@@ -252,8 +269,20 @@ class BridgeCopier:
         return s.buf.tobytes()
 
     # -- copies
-    def _fence_read(self):
-        return xdata_read(p.WINDOW_XDATA + self.fence.offset, 8)
+    def _fence_read(self) -> list:
+        """The fence's low dword by one 0xF0 single read and its report (both on EP0)."""
+        a = self.fence.dma.bus_address_bar0(self.fence.offset)
+        return [Control(p.REQ_OUT, p.REQ_PCIE, p.MRD32 | 0x0F << 8, p.PCIE_SINGLE, struct.pack("<III", a & _M32,
+                                                                                              a >> 32, 0)),
+                Control(p.REQ_IN, p.REQ_PCIE, 0, 0, length=8)]
+
+    def _fence_value(self, report: bytes, done: int) -> int:
+        """The fence from a read's report (the sequence numbers' high half from what was seen); no completion
+        yet reads as `done` (the loop asks again)."""
+        if report[7]:
+            return done
+        low = struct.unpack_from("<I", report)[0]
+        return (done & ~_M32 | low) + (1 << 32 if low < done & _M32 else 0)
 
     def _window_free(self, k: int, done: int) -> int:
         """Reads the fence until the copy-in chunk last sent into window k is copied; returns the fence.
@@ -265,7 +294,7 @@ class BridgeCopier:
                 raise HCQTimeout(f"{self.dev.name}: copy-in through the USB bridge: the GPU has not copied chunk "
                                  f"{self.in_window[k]} out of its SRAM window after {self.dev.default_timeout} s "
                                  f"(fence {done}); its SDMA queue may be hung: recover() the device")
-            done = struct.unpack("<Q", self.fn.execute([self._fence_read()])[0])[0]
+            done = self._fence_value(self.fn.execute(self._fence_read())[-1], done)
         return done
 
     def _chunk(self, k: int, desc: int, data: bytes, direction: int) -> None:
@@ -296,9 +325,11 @@ class BridgeCopier:
             self._chunk(k, IN_DESC[k], self._in_desc(k, va + at, W - pad - size, size, self.markers[k], self.seq),
                         DIR_IN)
             self.queue.bump()
-            got = self.fn.execute([self._fence_read(), self._sram_dma(k * W + W - sent, sent),
-                                   Bulk(p.OPEN_BULK_OUT, bytes(payload))])
-            done = struct.unpack("<Q", got[0])[0]
+            got = self.fn.execute(self._fence_read() + [self._sram_dma(k * W + W - sent, sent),
+                                                        Bulk(p.OPEN_BULK_OUT, bytes(payload))])
+            done = self._fence_value(got[1], done)
+            if self.region.first == 0 and k * W + W - sent == 0:
+                self.go = struct.unpack_from("<I", payload)[0]    # the go word's place holds data now
             self.in_window[k] = self.seq
             self.markers[k] = self._marker(self.seq)
             at += size
@@ -310,24 +341,28 @@ class BridgeCopier:
 
     def copy_out(self, va: int, n: int, out: memoryview) -> None:
         self._windows()
-        W, last = self.window_bytes, self.sentinel
+        W, first = self.window_bytes, self.sentinel - 4
+        if self.markers is None:
+            self._set_markers()
         for at in range(0, n, self.out_chunk):
             k = self.queue.wptr // ENTRY_DW % WINDOWS
             self.seq += 1
+            if self.seq & _M32 == self.go:      # the go word's place holds this number already (copy-in data)
+                self.seq += 1
             size = min(self.out_chunk, n - at)
-            sent = -(-(size if size <= last else W + size - last) // p.BLOCK) * p.BLOCK
+            sent = -(-(4 + size if size <= first else W + size - first) // p.BLOCK) * p.BLOCK
             self._chunk(k, OUT_DESC[k], self._out_desc(k, va + at, size, self.seq), DIR_OUT)
             self.queue.bump()
             # a TLP request (the doorbell) drops an armed DMA, so the arm follows it; the GPU waits for the go
             # word, written after the arm, so its release cannot come before the arm
             self.fn.queue(self._sram_dma(0, sent, to_host=True))
-            self.store(GO_WORD, struct.pack("<I", self.seq & _M32))
+            self._set_go(self.seq & _M32)
             got = self.fn.execute([Bulk(p.OPEN_BULK_IN, length=sent)])[-1]
-            if size <= last:
-                out[at:at + size] = got[:size]
+            if size <= first:
+                out[at:at + size] = got[4:4 + size]
             else:
-                out[at:at + last] = got[:last]
-                out[at + last:at + size] = got[W:W + size - last]
+                out[at:at + first] = got[4:4 + first]
+                out[at + first:at + size] = got[W:W + size - first]
         self.in_window, self.unseen = [0] * WINDOWS, 0     # the data in hand: every entry before it ran
 
     def _sram_dma(self, offset: int, nbytes: int, to_host: bool = False):

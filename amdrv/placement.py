@@ -30,6 +30,23 @@ def host_written(gpu, size: int, tag: str = "host-written"):
     return gpu.dev.pci.alloc_dma(size)
 
 
+def signal_page(gpu, first: bool):
+    """The page of signals a host polls (hcq): on the open firmware VRAM too (a poll is one 0xF0 streamed read
+    of the signals in use, the host's writes 0xF0 writes), so the SRAM's slot 0 is left to the copy windows;
+    elsewhere host DMA memory, the first page the one that reads back (readback=True: XDATA 0xF000 on the stock
+    bridge)."""
+    if in_vram(gpu.dev.pci):
+        return VRAMBuffer(gpu, PAGE, "signals")
+    return gpu.dev.pci.alloc_dma(PAGE, readback=first)
+
+
+def scratch_page(pci):
+    """amdgpu's dummy page (the IH's dummy reads, the hubs' default page for faulting accesses): host DMA
+    memory; on the open firmware scratch pages of the SRAM that the copy windows may overwrite (nobody relies
+    on their bytes; a faulting write lands there, and is reported by the fault it comes with)."""
+    return pci.alloc_dma(PAGE, scratch=True) if in_vram(pci) else pci.alloc_dma(PAGE)
+
+
 class VRAMBuffer:
     """VRAM standing in for host DMA memory: `view` is the host's copy, `push(offset, size)` writes the range
     through BAR0 and flushes the HDP (the engines read VRAM past the HDP only after a flush: gpusim.hdp), `pull`
@@ -56,11 +73,23 @@ class VRAMBuffer:
                            f"VRAM buffer")
         return offset, size
 
-    def push(self, offset: int = 0, size: int | None = None) -> None:
+    def push(self, offset: int = 0, size: int | None = None, flush: bool = True) -> None:
+        """Writes the range through BAR0, then flushes the HDP (flush=False: the caller flushes before the
+        engines may read it)."""
         offset, size = self._range(offset, size)
         if size:
             self.gpu.dev.vram.write(self.vram_block.addr + offset, bytes(self.view[offset:offset + size]))
-            self.gpu.nbio.hdp_flush()
+            if flush:
+                self.gpu.nbio.hdp_flush()
+
+    def bus_address_bar0(self, offset: int = 0) -> int:
+        """Where BAR0 shows byte `offset` of the buffer (for a host read of a word by a single TLP)."""
+        vram = self.gpu.dev.vram
+        at = self.vram_block.addr + offset
+        if at + 4 > vram.visible:
+            from pcie.interface import PCIError
+            raise PCIError(f"{self.gpu.dev.name}: VRAM {at:#x} is beyond the {vram.visible:#x} bytes BAR0 shows")
+        return vram.bar0.address + at
 
     def pull(self, offset: int = 0, size: int | None = None) -> None:
         offset, size = self._range(offset, size)

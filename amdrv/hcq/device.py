@@ -466,7 +466,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             raise HCQError(f"{self.name}: out of signals: behind a USB bridge the host reads back one page of DMA "
                            f"memory, which holds {SIGNAL_AREA // SIGNAL_BYTES}; free graphs or signals you no "
                            "longer need")
-        dma = self.gpu.dev.pci.alloc_dma(PAGE, readback=first)
+        dma = placement.signal_page(self.gpu, first)
         m = self.gpu.gmc.map_system(dma)
         self._signal_pages.append((dma, m))
         q = dma.view.cast("Q")

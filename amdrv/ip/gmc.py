@@ -232,7 +232,7 @@ class GMC(IPBlock):
         dev.fb_base = fb_base
         self.vram_base_offset = mm.mcr("FB_OFFSET").decode()["FB_OFFSET"] << 24
         if self.dummy_page is None:
-            self.dummy_page = dev.pci.alloc_dma(PAGE)
+            self.dummy_page = placement.scratch_page(dev.pci)
         if self.pt is None:  # a second init reprograms the registers and keeps the mappings
             # Where DMA memory is not coherent (the USB bridge's SRAM window, written by push), a table
             # written there costs a few commands where one through BAR0 costs thousands: the tables below

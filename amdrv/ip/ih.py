@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from amdrv import placement
 from amdrv.autogen import ih as IHIDS
 from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import DOORBELL_BAR, DOORBELL_IH, NBIO
@@ -127,7 +128,7 @@ class IH(IPBlock):
             raise IHError(f"{dev.name}: IH init before the GMC set the FB location (call GMC.init first)")
         self._toggle(False)
         if self.dummy_page is None:
-            self.dummy_page = dev.pci.alloc_dma(PAGE)
+            self.dummy_page = placement.scratch_page(dev.pci)
         self.nbio.ih_control(self.dummy_page.bus_address(0), ring_in_vram=True)
         dev.vram.write(self.wptr_offset, bytes(4))
         self._wb = None

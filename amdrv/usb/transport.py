@@ -38,6 +38,7 @@ MERGE_PUSH_MAX = 128 << 10   # open firmware: two queued pushes of one buffer wi
 STREAM_MIN_DWORDS = 16       # open firmware: a posted write of this many aligned dwords or more goes as one 0xF0 stream
 STREAM_MAX_BYTES = 256 << 10 # one 0xF0 stream's data at most: the firmware sends a TLP a dword (~3.6 MB/s written,
                              # 1.8 MB/s read, its README), so this is ~70-150 ms, well inside a transfer's deadline
+SCRATCH_PAGES = range(1, 4)  # open firmware: slot 0's pages after the read-back page, for scratch pages
 MAX_PENDING = 512            # queued commands sent at once: a bulk copy goes out while it is being made, so
                              # the read after it (a firmware wait with its own deadline) does not pay for it
 
@@ -579,6 +580,26 @@ class SlotBuffer(WindowBuffer):
             self.fn._release(self.first, self.pages)
 
 
+class ScratchBuffer(SlotBuffer):
+    """Scratch pages in slot 0 (OpenUSBFunction.alloc_dma(scratch=True)): bytes nobody relies on, which the
+    copier's windows may overwrite; pushing them would be pointless, so it is refused."""
+
+    def __init__(self, fn: "OpenUSBFunction", first: int, pages: int, size: int):
+        self.fn, self.first, self.pages, self.size = fn, first, pages, size
+        self._shadow = memoryview(bytearray(pages * p.WINDOW_PAGE))
+        self._view = self._shadow[:size]
+
+    def push(self, offset: int = 0, size: int | None = None) -> None:
+        raise PCIError(f"{self.fn.address}: a scratch page (bus {self.bus_address():#x}) is not pushed: its bytes are "
+                       "nobody's (the bulk copies' windows overwrite them)")
+
+    def free(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._view = None
+            self.fn._scratch_used[self.first:self.first + self.pages] = [False] * self.pages
+
+
 class OpenUSBFunction(USBFunction):
     """The bridge running the open firmware (amdrv.usb.protocol; link.VendorLink): TLPs by 0xF0 requests (a
     read: the request and its 8-byte completion report in one round trip), XDATA by 0xE4 (512 bytes a read)
@@ -594,6 +615,7 @@ class OpenUSBFunction(USBFunction):
         self._sram = bytearray(p.WINDOW_SIZE)
         self._slot_kind: list[str | None] = [None] * self.SLOTS
         self.sram_reclaimers: list = []      # callables giving SRAM buffers back (True if they freed any)
+        self._scratch_used = [False] * (p.SRAM_SLOT // p.WINDOW_PAGE)
 
     def _queue_write(self, address: int, data: bytes, cached: bool) -> None:
         for i, b in enumerate(data):
@@ -682,17 +704,33 @@ class OpenUSBFunction(USBFunction):
             out += super()._mem_read_bytes(address + head + body, size - head - body)
         return bytes(out)
 
-    def alloc_dma(self, size: int, *, readback: bool = False, device_written: bool = False) -> DMABuffer:
+    def alloc_dma(self, size: int, *, readback: bool = False, device_written: bool = False, scratch: bool = False,
+                  over_scratch: bool = False) -> DMABuffer:
         """_alloc_sram; where the SRAM is full, the holders of reclaimable buffers (sram_reclaimers: the bulk
-        copier's windows, amdrv.bridge_copy) give theirs back first, then it is tried again."""
+        copier's windows, amdrv.bridge_copy) give theirs back first, then it is tried again.
+        scratch=True: pages whose bytes nobody relies on (amdgpu's dummy page: the IH's dummy reads, the hubs'
+        default page for faulting accesses): slot 0's pages after its first (SCRATCH_PAGES), which a buffer
+        allocated with over_scratch=True (the copier's windows, which then own slot 0) may overlap."""
+        if scratch:
+            return self._alloc_scratch(size)
+        kw = dict(readback=readback, device_written=device_written, over_scratch=over_scratch)
         try:
-            return self._alloc_sram(size, readback=readback, device_written=device_written)
+            return self._alloc_sram(size, **kw)
         except PCIError:
             if not any([reclaim() for reclaim in list(self.sram_reclaimers)]):
                 raise
-        return self._alloc_sram(size, readback=readback, device_written=device_written)
+        return self._alloc_sram(size, **kw)
 
-    def _alloc_sram(self, size: int, *, readback: bool = False, device_written: bool = False) -> DMABuffer:
+    def _alloc_scratch(self, size: int) -> DMABuffer:
+        pages = -(-size // p.WINDOW_PAGE)
+        for at in range(SCRATCH_PAGES.start, SCRATCH_PAGES.stop - pages + 1):
+            if not any(self._scratch_used[at:at + pages]):
+                self._scratch_used[at:at + pages] = [True] * pages
+                return ScratchBuffer(self, at, pages, size)
+        return self._alloc_sram(size)          # slot 0's scratch pages are taken: an ordinary shared page
+
+    def _alloc_sram(self, size: int, *, readback: bool = False, device_written: bool = False,
+                    over_scratch: bool = False) -> DMABuffer:
         """Pages of the SRAM (its 32 slots of 16 KiB). Slot 0's first page is the one the host reads back (XDATA
         0xF000), for a readback=True buffer of at most 4 KiB; the rest of slot 0 stays unused, since a push
         into it would resend that page from the host's view over what the device wrote there. A buffer of a
@@ -711,7 +749,7 @@ class OpenUSBFunction(USBFunction):
             self._slot_kind[0] = "whole"
             return SlotBuffer(self, 0, per, size)
         pages = -(-size // p.WINDOW_PAGE)
-        if size <= 0 or pages > (self.SLOTS - 1) * per:
+        if size <= 0 or pages > (self.SLOTS - (0 if over_scratch else 1)) * per:
             raise PCIError(f"{self.address}: DMA buffer of {size:#x} bytes: the bridge's SRAM holds "
                            f"{self.SLOTS} slots of {p.SRAM_SLOT >> 10} KiB, slot 0 kept for read-back, "
                            f"{self.sram_left() >> 10} KiB free (docs/usb.md, SRAM budget); allocate less, or VRAM")
@@ -725,8 +763,8 @@ class OpenUSBFunction(USBFunction):
                         return SlotBuffer(self, at, pages, size)
             raise self._sram_full(size, pages * p.WINDOW_PAGE)
         slots = -(-pages // per)
-        for first in range(1, self.SLOTS - slots + 1):
-            if all(k is None for k in self._slot_kind[first:first + slots]):
+        for first in range(0 if over_scratch else 1, self.SLOTS - slots + 1):
+            if all(self._slot_free(k, over_scratch) for k in range(first, first + slots)):
                 at = first * per
                 self._window[at:at + slots * per] = [True] * (slots * per)
                 self._slot_kind[first:first + slots] = ["whole"] * slots
@@ -739,9 +777,23 @@ class OpenUSBFunction(USBFunction):
         return sum(self._window[k * per:(k + 1) * per].count(False) for k in range(1, self.SLOTS)
                    if self._slot_kind[k] != "whole") * p.WINDOW_PAGE
 
-    def sram_free_slots(self) -> int:
-        """Slots no buffer holds any page of (what a buffer of whole slots can still get)."""
-        return self._slot_kind[1:].count(None)
+    def sram_free_slots(self, over_scratch: bool = False) -> int:
+        """Slots no buffer holds any page of (what a buffer of whole slots can still get); over_scratch: with
+        slot 0 where only scratch pages are in it (what the copier's windows may take)."""
+        return sum(self._slot_free(k, over_scratch) for k in range(self.SLOTS))
+
+    def sram_free_run(self, over_scratch: bool = False) -> int:
+        """The longest run of free slots (the largest buffer of whole slots that fits now)."""
+        best = run = 0
+        for k in range(self.SLOTS):
+            run = run + 1 if self._slot_free(k, over_scratch) else 0
+            best = max(best, run)
+        return best
+
+    def _slot_free(self, k: int, over_scratch: bool) -> bool:
+        if k == 0:      # slot 0: the read-back page and the scratch pages; whole only over scratch
+            return over_scratch and self._slot_kind[0] is None
+        return self._slot_kind[k] is None
 
     def _release(self, first: int, pages: int) -> None:
         per = p.SRAM_SLOT // p.WINDOW_PAGE

@@ -330,19 +330,34 @@ def test_copy_out_needs_the_release_write(dev):
     assert dev.gpu.dev.pci.bar(5).read32(4 * 0xC040) is not None
 
 
+def _copier_doorbell(dev):
+    """Whether a queued request is one of the copier's doorbell writes (0xF0 single memory writes to its
+    doorbell's dwords in BAR2)."""
+    import struct as _s
+    q = dev._bridge_copies().queue
+    at = q.doorbell.address + q.doorbell_index * 4
+
+    def test(c):
+        if getattr(c, "request", None) != p.REQ_PCIE or c.request_type & 0x80 or c.index & 3 != p.PCIE_SINGLE:
+            return False
+        lo, hi, _ = _s.unpack("<III", c.data)
+        return (hi << 32 | lo) in (at, at + 4)
+    return test
+
+
 def _blocked_sdma(dev, monkeypatch, release_at: int):
     """The GPU is held back: the copier's doorbells (0xF0 requests) are kept from the bridge until the
     release_at-th batch of the copy, which sends the last of them (as a late doorbell would): until then
     the copier's SDMA queue sees no entry and copies nothing."""
     f = dev.gpu.dev.pci
-    dev._bridge_copies()
+    door = _copier_doorbell(dev)
     calls, held, real = [0], [], f.execute
 
     def execute(items):
         calls[0] += 1
         if calls[0] < release_at:
-            held.extend(c for c in f._pending if getattr(c, "request", None) == p.REQ_PCIE)
-            f._pending[:] = [c for c in f._pending if getattr(c, "request", None) != p.REQ_PCIE]
+            held.extend(c for c in f._pending if door(c))
+            f._pending[:] = [c for c in f._pending if not door(c)]
         elif calls[0] == release_at:
             f._pending.extend(held[-2:])
         return real(items)
@@ -375,11 +390,12 @@ def _copy_in_held(dev, monkeypatch, buf, data):
     """copyin with the copier's doorbells kept from the bridge (the GPU copies nothing yet); the last of them
     goes out right behind the next submission's doorbell on the device's own SDMA queue."""
     f = dev.gpu.dev.pci
+    door = _copier_doorbell(dev)
     held, real = [], f.execute
 
     def execute(items):
-        held.extend(c for c in f._pending if getattr(c, "request", None) == p.REQ_PCIE)
-        f._pending[:] = [c for c in f._pending if getattr(c, "request", None) != p.REQ_PCIE]
+        held.extend(c for c in f._pending if door(c))
+        f._pending[:] = [c for c in f._pending if not door(c)]
         return real(items)
     monkeypatch.setattr(f, "execute", execute)
     dev.copyin(buf, data)

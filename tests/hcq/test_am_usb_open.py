@@ -61,11 +61,11 @@ def test_copies_awkward_sizes_both_ways(dev):
 
 def test_copy_round_trips_per_mib(dev):
     """One round trip per chunk each way (the copier's ring is built and pushed once per device; a chunk carries
-    its descriptor bytes and doorbell). hcq's rings, kernarg arena and page tables are in VRAM on this firmware
-    (amdrv.placement), so the windows take the SRAM but the read-back page's slot and the dummy pages' slot:
-    15 slots (240 KiB) each (docs/usb.md, SRAM budget). Copy-in moves a whole window a round trip (its last
-    dword is the sentinel), copy-out both but their last dwords: 69 and 35 round trips for 16 MiB (issue 16's
-    64 needs two 256 KiB windows: the whole SRAM). Copy-in returns once the last chunk is in the bridge's SRAM;
+    its descriptor words and doorbell). Everything else hcq keeps is in VRAM on this firmware (amdrv.placement)
+    but the dummy pages, scratch the windows may overwrite: two windows of 16 slots (256 KiB), the whole SRAM
+    (docs/usb.md, SRAM budget). Copy-in moves a whole window a round trip (its last dword is the sentinel),
+    copy-out both but their last dwords and the go word: 64 and 33 round trips for 16 MiB, issue 16's 4 per MiB
+    each way at most. Copy-in returns once the last chunk is in the bridge's SRAM;
     the copy-out behind it runs on the same queue. The first copy also maps the windows (page tables) and sets
     up the copier's queue once per device: left out here."""
     f = dev.gpu.dev.pci
@@ -81,9 +81,10 @@ def test_copy_round_trips_per_mib(dev):
     rt_out = (f.counters - c0).round_trips
     print(f"16 MiB: copy-in {rt_in}, copy-out {rt_out} round trips")
     c = dev._bridge_copies()
-    assert c.window_bytes == 15 * 0x4000 and c.chunk == c.window_bytes and c.out_chunk == 2 * c.window_bytes - 8
-    assert rt_in == -(-n // c.chunk) == 69
-    assert -(-n // c.out_chunk) == 35 <= rt_out <= 36     # the first chunk's descriptor bytes may need a batch more
+    assert c.window_bytes == 16 * 0x4000 and c.chunk == c.window_bytes and c.out_chunk == 2 * c.window_bytes - 12
+    assert rt_in == -(-n // c.chunk) == 64
+    assert -(-n // c.out_chunk) == 33 <= rt_out <= 34     # the first chunk's descriptor words may need a batch more
+    assert rt_in / 16 <= 4 and rt_out / 16 <= 4
 
 
 def test_launch_round_trips(dev, kernel_corpus):
@@ -107,21 +108,23 @@ def test_launch_round_trips(dev, kernel_corpus):
 
 
 def test_everything_fits_the_bridges_512_kib_sram(dev):
-    """What hcq keeps in the bridge's SRAM (docs/usb.md, SRAM budget): the read-back page's slot and the dummy
-    pages' shared slot; rings, kernarg arena and page tables are VRAM (amdrv.placement). The copy windows take
-    the other 30 slots; a host buffer that finds the SRAM full takes them back (after the GPU is done with
-    them) and the next copy gets smaller windows; a host buffer larger than the SRAM is an error that says so."""
+    """What hcq keeps in the bridge's SRAM (docs/usb.md, SRAM budget): nothing but the dummy pages, scratch
+    pages in slot 0 the copy windows may overwrite; rings, kernarg arena, page tables, signals and the copier's
+    words are VRAM (amdrv.placement). The copy windows take all 32 slots; a host buffer that finds the SRAM
+    full takes them back (after the GPU is done with them) and the next copy gets smaller windows; a host
+    buffer larger than the SRAM is an error that says so."""
     from pcie import PCIError
     f = dev.gpu.dev.pci
-    assert f.sram_free_slots() == 30 and f.sram_left() > 30 * 0x4000     # the dummy pages' slot has room
+    assert f.sram_free_slots(over_scratch=True) == 32 and f.sram_free_slots() == 31
+    assert f._scratch_used.count(True) == 2                              # the GMC's and the IH's dummy pages
     data = RNG.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
     buf = dev.alloc(1 << 20)
     dev.copyin(buf, data)
     assert dev.copyout(buf) == data
-    assert dev._bridge_copies().window_bytes == 15 * 0x4000 and f.sram_free_slots() == 0
+    assert dev._bridge_copies().window_bytes == 16 * 0x4000 and f.sram_free_slots(over_scratch=True) == 0
     dev.copyin(buf, data[::-1])                     # in flight when the host buffer takes the windows back
     host = dev.alloc(64 << 10, host=True)
-    assert dev._bridge_copies().region is None and f.sram_free_slots() == 26
+    assert dev._bridge_copies().region is None and f.sram_free_slots(over_scratch=True) == 28
     assert dev.copyout(buf) == data[::-1]
     assert dev._bridge_copies().window_bytes == 13 * 0x4000
     dev.copyin(host, data[:host.size])
@@ -134,13 +137,13 @@ def test_the_windows_take_what_is_free_at_the_first_copy(dev):
     """Host buffers allocated before the first copy leave less SRAM: the windows are smaller (more round trips
     per MiB, the copies still right)."""
     f = dev.gpu.dev.pci
-    free = f.sram_free_slots()
-    early = dev.alloc(6 * 0x4000, host=True)                      # 6 whole slots before the windows
+    free = f.sram_free_slots(over_scratch=True)
+    early = dev.alloc(6 * 0x4000, host=True)                      # 6 whole slots before the windows: slots 1-6
     data = RNG.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
     buf = dev.alloc(1 << 20)
     dev.copyin(buf, data)
     assert dev.copyout(buf) == data
-    assert dev._bridge_copies().window_bytes == (free - 6) // 2 * 0x4000
+    assert dev._bridge_copies().window_bytes == (free - 7) // 2 * 0x4000     # slot 0 alone: the run is 7-31
     assert early.size == 6 * 0x4000
 
 
@@ -148,10 +151,10 @@ def test_copies_are_refused_when_the_sram_is_taken(dev):
     """Under one slot per window left: the copy says what to free instead of failing later."""
     from hcq import HCQError
     f = dev.gpu.dev.pci
-    hog = dev.alloc((f.sram_free_slots() - 1) * 0x4000, host=True)  # 1 slot left: not two windows
+    hog = dev.alloc((f.sram_free_slots() - 1) * 0x4000, host=True)  # slots 1-30: slots 0 and 31 left, apart
     buf = dev.alloc(4096)
     with pytest.raises(HCQError, match=r"two windows of at least one 16 KiB SRAM slot; 1 of "
-                                       r"the 32 slots are free .*free host buffers first"):
+                                       r"the 32 slots are free in one run .*free host buffers first"):
         dev.copyin(buf, b"x" * 4096)
     assert hog.size > 0
 
