@@ -180,6 +180,11 @@ class BridgeCopier:
         self.in_window = [0] * WINDOWS
         return True
 
+    def detach(self) -> None:
+        """The device closes: the function no longer asks this copier for its windows."""
+        if self.release_windows in self.fn.sram_reclaimers:
+            self.fn.sram_reclaimers.remove(self.release_windows)
+
     def _set_markers(self) -> None:
         """Writes a marker into each window's last dword from the host (the windows' last slots, one SRAM DMA
         each): needed when no descriptor has written them (new windows, a reset queue)."""

@@ -31,6 +31,8 @@ Where the sources are silent (assumptions, not facts):
   endpoints nor one bulk endpoint against the other, so `submit_async` runs every control request of a
   batch first (in order), then the bulk transfers (in order): a driver that sends a control request
   depending on bulk data in the same batch sees it run early, as it can on the wire.
+- An SRAM DMA from the host writes the SRAM in address order, a burst of 16 packets at a time, the GPU running
+  between bursts (the peer's copy-in rests on it: a chunk's last dword is its sentinel).
 - Bulk data beyond an SRAM DMA's sectors, or past its slots, is not taken (the endpoint stays unarmed: the
   transfer times out); an SRAM-to-host DMA whose completion write has not come NAKs (times out); a
   completion write that comes before the 0xF2 IN arm is not remembered.
@@ -55,6 +57,8 @@ SLOT = 0x4000                       # 16 KiB per SRAM DMA slot (pcie/test_sram_v
 SECTOR = 512
 E4_MAX_USB3, E4_MAX_USB2 = 512, 64
 STREAM_PACKET = 1024                # the firmware streams 256 dwords per bulk packet on USB 3
+SRAM_DMA_BURST = 16 * 1024          # host-to-SRAM DMA lands a burst (bMaxBurst 15 + 1 packets of 1024 bytes) at a
+                                    # time, in address order (assumption: bulk_out)
 REQ_XDATA_READ, REQ_XDATA_WRITE, REQ_PCIE, REQ_SRAM_DMA, REQ_POWER = 0xE4, 0xE5, 0xF0, 0xF2, 0xF3
 F0_SINGLE, F0_STREAM_WRITE, F0_STREAM_READ = 0, 1, 2
 RESULT_DONE, RESULT_ERROR, RESULT_NONE = 0x00, 0x01, 0xFF
@@ -186,7 +190,7 @@ class OpenFirmware:
         armed, or data beyond what is armed: the stream's packets that fit are written first, as the
         firmware writes each packet that its remaining count covers)."""
         d, b = self.dma, self.bridge
-        self._run_gpu(len(data))
+        self._run_gpu(min(len(data), SRAM_DMA_BURST) if d is not None and d.kind == "sram_out" else len(data))
         if d is None or d.kind not in ("sram_out", "pcie_write"):
             return None
         if d.kind == "pcie_write":
@@ -198,9 +202,16 @@ class OpenFirmware:
             return len(data)
         if len(data) > d.left or d.at + len(data) > d.end:
             return None
-        b.sram[d.at:d.at + len(data)] = data
-        d.at += len(data)
-        d.left -= len(data)
+        # Assumption (the peer's copy-in design rests on it, asm2464pd-firmware: a chunk's last dword is its
+        # sentinel): the DMA writes the SRAM in address order as the data arrive, a burst of packets at a time,
+        # while the GPU runs, so what the GPU reads mid-transfer is the start of the new data and the rest old.
+        for i in range(0, len(data), SRAM_DMA_BURST):
+            piece = data[i:i + SRAM_DMA_BURST]
+            if i:
+                self._run_gpu(len(piece))
+            b.sram[d.at:d.at + len(piece)] = piece
+            d.at += len(piece)
+            d.left -= len(piece)
         if not d.left:
             self.dma = None
         return len(data)

@@ -766,6 +766,8 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         if self.irq is not None:
             self.irq.disable()
         self.gpu.ih.move_wptr_writeback()   # back to VRAM: the signal page goes with this device
+        if self._bridge is not None:        # its windows are no longer the function's to take back
+            self._bridge.detach()
         self.gpu.fini()
 
 

@@ -294,6 +294,30 @@ def test_copies_need_the_gpu_to_set_the_marker(dev, monkeypatch):
     assert dev.copyout(buf) != data
 
 
+def test_the_sentinel_must_be_the_chunks_last_dword(dev, monkeypatch):
+    """The SRAM DMA lands a chunk in address order while the GPU runs (gpusim.usb_open_firmware): a copier that
+    waits for the chunk's first dword instead of its last copies a window whose end still holds the chunk
+    before: wrong bytes in VRAM."""
+    from amdrv import sdma_packets
+    buf = dev.alloc(2 << 20)
+    dev.copyin(buf, _data(4096))
+    data = _data(2 << 20)
+
+    def first_dword(self, k, dst, at, n, marker, seq, window_va=None):
+        va = (window_va or self.window_va)[k]
+        s = sdma_packets.SDMABuilder()
+        s.poll_mem(va + at, struct.unpack_from("<I", data, dst - buf.va)[0], function=sdma_packets.POLL_EQ,
+                   interval=1)
+        s.copy(dst, va + at, n)
+        s.fence(va + self.sentinel, self._marker(seq))
+        s.fence(self.fence.va, seq)
+        return s.buf.tobytes()
+    monkeypatch.setattr(bridge_copy.BridgeCopier, "_in_desc", first_dword)
+    dev.copyin(buf, data)
+    monkeypatch.undo()
+    assert dev.copyout(buf) != data
+
+
 def test_a_fault_mid_copy_is_reported_and_recover_sets_the_markers_again(dev):
     """A copy whose destination runs off its buffer into unmapped memory after the first chunk: the copier's
     SDMA faults (the hub answers with the default page, so the chunks after it go nowhere useful), and the next

@@ -228,3 +228,26 @@ def test_sram_dma_past_the_32nd_slot_stalls(rig):
         assert e.value.errno == errno.EPIPE
     h.sram_dma(1, slot=0)                                                  # the endpoint answers again
     assert dev.write(0x02, bytes(512)) == 512
+
+
+def test_sram_dma_lands_in_address_order_while_the_gpu_runs(rig):
+    """Host to SRAM, the data land a 16 KiB burst at a time in address order, the GPU stepping between bursts
+    (the assumption the copy-in's sentinel rests on): a GPU reading mid-transfer sees the new start and the old
+    rest, and the last dword changes last."""
+    bridge, dev = rig
+    h = Host(dev)
+    h.assign()
+    gpu = bridge.dev
+    bridge.sram[0:4 * SLOT] = b"\xAA" * (4 * SLOT)
+    seen, step = [], gpu.step
+
+    def spy(n=1):
+        seen.append((bridge.sram[0], bridge.sram[2 * SLOT], bridge.sram[4 * SLOT - 1]))
+        return step(n)
+    gpu.step = spy
+    h.sram_dma(4 * SLOT // 512, slot=0, slots=4)
+    dev.write(0x02, b"\x55" * (4 * SLOT))
+    gpu.step = step
+    assert (0x55, 0xAA, 0xAA) in seen and (0x55, 0x55, 0xAA) in seen          # the start first, the end last
+    assert all(last == 0xAA for *_, last in seen)                              # the last byte lands at the end
+    assert bytes(bridge.sram[0:4 * SLOT]) == b"\x55" * (4 * SLOT)
