@@ -179,3 +179,25 @@ def test_a_host_buffer_the_gpu_writes_survives_a_neighbours_push(dev, monkeypatc
     dev.copyin(b, b"host" * 1024)                      # the host writes b: a push of b's slot
     got = dev.copyout(a)
     assert (got == b"GPU!" * 1024) == hint, got[:8]
+
+
+def test_rings_in_vram_need_the_hdp_flush(dev, kernel_corpus, monkeypatch):
+    """On the open firmware the rings and the kernarg arena are VRAM written through BAR0 (amdrv.placement):
+    without the HDP flush after a push the CP reads what was there before, and the launch never completes."""
+    from amdrv import placement
+    from hcq import HCQTimeout
+    n = 256
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    a = dev.alloc(4 * n)
+    dev.copyin(a, np.ones(n, np.float32))
+    add(a, a, a, n, global_size=(1,), local_size=(256,), wait=True)
+    assert isinstance(dev.compute.mem.dma, placement.VRAMBuffer) and isinstance(dev.arena.buf, placement.VRAMBuffer)
+    push = placement.VRAMBuffer.push
+    monkeypatch.setattr(placement.VRAMBuffer, "push", lambda self, offset=0, size=None, flush=True:
+                        push(self, offset, size, flush=False))
+    dev.default_timeout = 0.5
+    with pytest.raises(HCQTimeout):
+        add(a, a, a, n, global_size=(1,), local_size=(256,), wait=True)
+    monkeypatch.undo()
+    dev.recover()                                    # the CP stuck on stale ring bytes: reset, then it runs again
+    add(a, a, a, n, global_size=(1,), local_size=(256,), wait=True)
