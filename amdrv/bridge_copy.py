@@ -24,10 +24,10 @@ transfer. The fence (a signal, VRAM) is read by one 0xF0 single read and its 0xF
   a transfer's bytes in address order, so the last dword's arrival means the rest is there.
 - Copy-in: the two windows used in turn. Descriptor in-k: POLL_REGMEM until window k's last dword differs
   from the marker there, COPY_LINEAR window → VRAM, the next marker into that last dword, the sequence number
-  into a fence in the read-back page. Per chunk one round trip: the descriptor bytes, the doorbell, an 0xE4
-  read of the fence, 0xF2 and bulk OUT of the chunk's slots. A window is refilled only after a fence read has
-  shown the GPU done with the chunk that was in it (its marker written); the copy ends with a wait for the
-  last fence.
+  into a fence (a signal, VRAM). Per chunk one round trip: the descriptor words, the HDP flush, the doorbell,
+  the fence's 0xF0 read and report, 0xF2 and bulk OUT of the chunk's slots. A window is refilled only after a
+  fence read has shown the GPU done with the chunk that was in it (its marker written); the copy returns once
+  its last chunk is in the SRAM (pending(): later work waits for the last fence on the GPU).
 - Copy-out: both windows as one region but their last dwords (the markers stay) and the SRAM's first dword,
   the go word (the one place the host writes without a TLP: 0xE5 at XDATA 0xF000): descriptor out-k waits
   for the go word to hold the chunk's number, copies the chunk into window 0 from its second dword up to its
