@@ -1598,6 +1598,10 @@ EXPECTED = {
     "for all VMIDs') masks the SQ's interrupts for XNACK replays; gfx1100 has no XNACK (clang-15 refuses the "
     "target ID gfx1100:xnack+) and the workload's faults are answered with the default page "
     "(assumption: no SQ interrupt is raised for them)",
+    "reg-flip:GC.SQG_CONFIG": "inverted (0xFFFF2000 to 0xDFFF): XNACK_INTR_MASK 0 unmasks the SQ's XNACK-replay "
+    "interrupts, which gfx1100 never raises (no XNACK, as for the drop); the low fields are the SQ's instruction "
+    "prefetch controls (GL1H_PREFETCH_PAGE, SQG_ICPFT_EN/CLR, gc_11_0_0_sh_mask.h): assumption: prefetching "
+    "changes when instructions are fetched, not what a kernel computes",
     "reg-drop:GC.TCP_CNTL": "golden_settings_gc_11_0 sets bit 29, which gc_11_0_0_sh_mask.h does not name (TCP_CNTL "
     "has no public fields): assumption: a tuning or workaround bit with no effect on what a kernel computes",
     "reg-drop:GC.CP_VMID_RESET": "gfx_v11_0_soft_reset writes 0xFFFFFFFE: RESET_REQUEST for VMIDs 1-15 (bit 0, "
