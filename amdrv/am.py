@@ -54,7 +54,7 @@ from amdrv.ip.smu import SMU
 from pcie import PCIFunction, open_function
 from pcie.discover import SYSFS
 
-BOOT_STATE_VERSION = 3  # bump when the boot region layout or what a warm boot relies on changes
+BOOT_STATE_VERSION = 4  # bump when the boot region layout or what a warm boot relies on changes
 GC_TOKEN = 0x414D0000 | BOOT_STATE_VERSION   # "AM" and the version in GC SCRATCH_REG7, written by fini
 COLD_ENV = "DRIVERLESS_COLD_BOOT"
 
@@ -264,6 +264,7 @@ class AMGPU:
             elif pci_reset:
                 step(f"pci reset ({pci_reset})", self._pci_reset)
         warm = kind == "warm"
+        self.smu.recorded = state if warm else None   # what the run that left the GPU recorded (nbio)
         for block in self.blocks:   # amdgpu_device_ip_hw_init_phase1/2: every block's hw_init, in order
             if warm and not block.runs_warm:
                 continue            # the PSP: its sOS runs on with the firmware it loaded
@@ -273,6 +274,7 @@ class AMGPU:
                           f"run that left the GPU used {state.boot_used:#x}: the layout changed without a new "
                           f"am.BOOT_STATE_VERSION; boot cold ({COLD_ENV}=1)")
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the whole boot region, as used now
+        self._record()
         pci_state.forget(dev.pci)   # a boot completed: no reset is left half done (amdrv.pci_state)
         used = dev.pci.counters - before
         self.boot_report = BootReport(kind, reason, mode1, time.perf_counter() - t0, used.mmio_reads,
@@ -294,6 +296,11 @@ class AMGPU:
         self.dev.mm = self.dev.new_allocator()
         self._build_blocks()
         self.nbio.write_state(BOOT_STATE_VERSION, clean=False)  # the reset cleared the scratch registers
+
+    def _record(self) -> None:
+        """What the next run may take from this one instead of asking (nbio.NBIO.record)."""
+        smu = self.smu
+        self.nbio.record(self.dev.disc.key64, smu.version or 0, smu.if_version or 0, smu.top_mhz)
 
     def firmware_versions(self) -> list[str]:
         """What runs: the ucode version of each pinned file the PSP loads (TAs are not: compute needs
@@ -341,6 +348,7 @@ class AMGPU:
             fini_queues(self)     # gfx_v11_0_hw_fini unmaps the compute queues before halting the MEC
             for block in reversed(self.blocks):   # amdgpu_device_ip_fini_early: hw_fini in reverse order
                 block.hw_fini()
+            self._record()
             self.dev.reg("GC").SCRATCH_REG7.write(GC_TOKEN)
             # The last GC access is done: GFX may power off while the GPU waits for the next run, which
             # brings the board to its idle floor (amdgpu_gfx_off_ctrl(adev, true), as late init does).

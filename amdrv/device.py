@@ -101,6 +101,38 @@ class VRAM:
         self.mmio.write32(MM_DATA * 4, value)
 
 
+class _RecordedKey:
+    """Where a cached discovery binary puts the boot state's magic, firmware-reserved size and key words (NBIF
+    registers, in the BAR): equal for every binary of one chip; read() reads the magic, and the rest only if it
+    is there (a GPU no AM run left pays one read), keeping what it read for _firmware_reserved."""
+
+    def __init__(self, dev: "AMDevice", addrs: tuple[int, ...]):
+        self.dev, self.addrs = dev, addrs
+
+    @classmethod
+    def at(cls, disc, dev: "AMDevice") -> "_RecordedKey | None":
+        from amdrv.ip.nbio import KEY_REGS, STATE_REGS
+        blk = disc.ip_block("NBIF", 0, dev.mmio)
+        addrs = tuple(blk.reg(n).addr for n in (STATE_REGS[0], STATE_REGS[5]) + KEY_REGS)
+        return cls(dev, addrs) if all(a + 4 <= dev.mmio.size for a in addrs) else None
+
+    def __hash__(self) -> int:
+        return hash(self.addrs)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _RecordedKey) and other.addrs == self.addrs
+
+    def read(self) -> int | None:
+        from amdrv.ip.nbio import STATE_MAGIC
+        magic = self.dev.mmio.read32(self.addrs[0])
+        self.dev._early_words[self.addrs[0]] = magic
+        if magic >> 16 != STATE_MAGIC:
+            return None
+        words = self.dev.mmio.read32_many(self.addrs[1:])
+        self.dev._early_words.update(zip(self.addrs[1:], words))
+        return words[1] | words[2] << 32
+
+
 class AMDevice:
     """A GPU the AM driver holds: PCI function, registers, VRAM, discovery, allocator, firmware."""
 
@@ -115,6 +147,7 @@ class AMDevice:
         # restoring again.
         saved = pci_state.kept(pci)
         self._blocks: dict[tuple[str, int], regs.IPBlock] = {}
+        self._early_words: dict[int, int] = {}   # register reads made before discovery was known (_RecordedKey)
         for retry in (False, True):
             if saved is not None:
                 pci_state.restore(pci, saved)
@@ -141,15 +174,24 @@ class AMDevice:
         # the binary's own size there, not all of DISCOVERY_TMR_SIZE, and only its binary header and
         # harvest table when the host keeps a copy of the rest (DiscoveryCache, in the driver's cache dir).
         exact = vram_size - discovery.DISCOVERY_TMR_OFFSET >= self.vram.visible
-        self.disc = discovery.read_discovery(self.vram.read, vram_size, exact=exact,
-                                             cache=discovery.DiscoveryCache() if exact else None)
+        cache = discovery.DiscoveryCache() if exact else None
+        self.disc = (cache is not None and self._recall_discovery(cache)) or \
+            discovery.read_discovery(self.vram.read, vram_size, exact=exact, cache=cache)
         return vram_size
 
+    def _recall_discovery(self, cache: discovery.DiscoveryCache) -> discovery.Discovery | None:
+        """The cached binary whose key an AM run on this board recorded in its boot state (amdrv.ip.nbio
+        RECORD_REGS, with the state's magic): the scratch registers live on the board, so a key found there was
+        this board's binary's (no other board's run wrote them; a power cycle clears them). Saves the header
+        and harvest list reads (a dword a round trip over USB); None: read them (read_discovery)."""
+        return cache.recall(lambda disc: _RecordedKey.at(disc, self))
+
     def _firmware_reserved(self) -> vbios.FirmwareReserved:
-        """What an earlier AM run recorded from this board's VBIOS since the last reset (two scratch reads), else
-        the VBIOS itself (amdrv.vbios: 20 register accesses): a warm boot reads no ROM."""
+        """What an earlier AM run recorded from this board's VBIOS since the last reset (two scratch reads, none
+        when the discovery recall read them), else the VBIOS itself (amdrv.vbios: 20 register accesses): a warm
+        boot reads no ROM."""
         from amdrv.ip.nbio import NBIO
-        recorded = NBIO(self).recorded_fw_reserved()
+        recorded = NBIO(self).recorded_fw_reserved(known=self._early_words)
         if recorded and recorded < self.vram.size:
             return vbios.FirmwareReserved(recorded, "the VBIOS's fw_reserved_size_in_kb as an earlier AM run recorded "
                                                     "it (BIF_BX0_DRIVER_SCRATCH_5)")

@@ -94,6 +94,13 @@ class Discovery:
     skipped: list[str]
     num_dies: int
     from_cache: bool = field(default=False, compare=False)  # the body came from a DiscoveryCache copy
+    key: str = field(default="", compare=False)    # sha256 of the binary header and harvest list (DiscoveryCache)
+    recalled: bool = field(default=False, compare=False)    # found by the key a previous run recorded (recall)
+
+    @property
+    def key64(self) -> int:
+        """The key's first 64 bits, what a run records for the next (amdrv.ip.nbio.KEY_REGS); 0 without a key."""
+        return int(self.key[:16], 16) if self.key else 0
 
     def version_of(self, name: str, instance: int = 0) -> tuple[int, int, int]:
         return self._get(name, instance).version
@@ -175,19 +182,34 @@ def read_discovery(read_vram: Callable[[int, int], bytes], vram_bytes: int, *, e
     if lo is None:
         if size > len(data):
             data += bytes(read_vram(pos + len(data), size - len(data)))
-        return parse(data, where=where)
+        disc = parse(data, where=where)
+        disc.key = _key_of(data)
+        return disc
     head, table = data, _read_harvest_list(read_vram, pos + lo) if lo < size else b""
     hi = lo + len(table)
     key = hashlib.sha256(head + table).hexdigest()
     disc = cache.load(key, head, lo, table)
     if disc is not None:
+        disc.key = key
         return disc
     data = head + (bytes(read_vram(pos + len(head), lo - len(head))) if lo > len(head) else b"") + table
     if size > hi:
         data += bytes(read_vram(pos + hi, size - hi))
     disc = parse(data, where=where)
+    disc.key = key
     cache.store(key, data[:size])
     return disc
+
+
+def _key_of(data: bytes) -> str:
+    """The cache key of a binary read whole: what read_discovery(exact=True, cache=...) reads first and hashes."""
+    head = data[:(_BINARY_HEADER.size + 3) & ~3]
+    size = _BINARY_HEADER.unpack_from(data).binary_size
+    lo = _harvest_at(head, size)
+    if lo is None:
+        return ""
+    table = _read_harvest_list(lambda at, n: data[at:at + n], lo) if lo < size else b""
+    return hashlib.sha256(head + table).hexdigest()
 
 
 def _harvest_at(head: bytes, size: int) -> int | None:
@@ -259,6 +281,39 @@ class DiscoveryCache:
             return None
         self.hits += 1
         disc.from_cache = True
+        return disc
+
+    def recall(self, recorded: Callable[[Discovery], object], limit: int = 8) -> Discovery | None:
+        """The cached binary a previous run on this board recorded the key of, with no VRAM read: for the
+        `limit` newest copies that parse, `recorded(disc)` gives where (in registers, hashable) the record is,
+        or None; only when every copy puts it at the same place is it read (reading a register another chip
+        has elsewhere is not risked): `place.read()` returns the 64-bit key recorded there, or None. A key that
+        names no copy is no hit."""
+        try:
+            files = sorted(self.directory.glob("*.bin"), key=lambda f: f.stat().st_mtime, reverse=True)[:limit]
+        except OSError:
+            return None
+        found: dict[int, tuple[str, Discovery]] = {}
+        addresses = set()
+        for f in files:
+            try:
+                data = f.read_bytes()
+                disc = parse(data, where=f"{f} (cached copy)")
+            except (OSError, DiscoveryError):
+                continue
+            if len(data) != _BINARY_HEADER.unpack_from(data).binary_size or _key_of(data) != f.stem:
+                continue
+            disc.key = f.stem
+            addresses.add(recorded(disc))
+            found[disc.key64] = (f.stem, disc)
+        if len(addresses) != 1 or None in addresses:
+            return None
+        key = addresses.pop().read()
+        if key is None or key not in found:
+            return None
+        self.hits += 1
+        disc = found[key][1]
+        disc.from_cache = disc.recalled = True
         return disc
 
     def store(self, key: str, data: bytes) -> None:

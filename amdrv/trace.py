@@ -81,6 +81,9 @@ class TracedMMIO:
         self._out.write(f"{self._device} W {self.name(offset)} @{offset:#x} = {value:#010x}\n")
         self._bar.write32(offset, value)
 
+    def read32_many(self, offsets) -> list[int]:
+        return [self.read32(o) for o in offsets]     # each logged (unbatched: a debugging mode)
+
     def __getattr__(self, attr):
         return getattr(self._bar, attr)
 

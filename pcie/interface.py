@@ -54,6 +54,11 @@ class BAR(abc.ABC):
         self.write32(offset, value & 0xFFFFFFFF)
         self.write32(offset + 4, value >> 32)
 
+    def read32_many(self, offsets) -> list[int]:
+        """32-bit reads of several registers, in order, none depending on another's value: a transport that
+        batches (USB) sends them together, one round trip where each read alone would take one."""
+        return [self.read32(o) for o in offsets]
+
     @abc.abstractmethod
     def read(self, offset: int, size: int) -> bytes: ...
 

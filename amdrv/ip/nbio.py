@@ -24,7 +24,8 @@ Facts (drivers/gpu/drm/amd/amdgpu):
 - nbio_v4_3_ih_doorbell_range / sdma_doorbell_range / gc_doorbell_init program S2A_DOORBELL_ENTRY_1/2/0,3
   so the BIF routes those doorbells to the IH, SDMA and GC.
 
-Boot state: BIF_BX0_DRIVER_SCRATCH_0..5 (5: the firmware-reserved VRAM size from the VBIOS, in pages). They are NBIO (bus interface) registers, which stay powered and
+Boot state: BIF_BX0_DRIVER_SCRATCH_0..5 (5: the firmware-reserved VRAM size from the VBIOS, in pages), and
+6..11 what a run records for the next (RECORD_REGS: the discovery key, SMU versions and top clock levels). They are NBIO (bus interface) registers, which stay powered and
 programmed while the PCI function lives (a driver restart keeps them; GC's SCRATCH_REG* sit in the GFX
 power domain, which GFXOFF turns off, and gfx_v11_0's ring test and SR-IOV's RLCG interface write
 them), and the whole ASIC, BIF included, returns to its reset state on a mode1 reset (amdgpu restores
@@ -62,6 +63,11 @@ STATE_MAGIC = 0x414D  # "AM" in the top half of DRIVER_SCRATCH_0
 STATE_REGS = ("BIF_BX0_DRIVER_SCRATCH_0", "BIF_BX0_DRIVER_SCRATCH_1", "BIF_BX0_DRIVER_SCRATCH_2",
               "BIF_BX0_DRIVER_SCRATCH_3", "BIF_BX0_DRIVER_SCRATCH_4", "BIF_BX0_DRIVER_SCRATCH_5")
 CLEAN_EXIT = 1  # DRIVER_SCRATCH_1 bit 0
+# What a run records for the next one (0: not recorded): the discovery key (64 bits of the sha256 amdrv.discovery
+# keys its host cache by) in 6-7; the SMU firmware's version and driver interface version in 8-9; the top DPM
+# level (MHz, 16 bits each) of each of smu.LOW_CLOCKS in 10-11, two a word.
+RECORD_REGS = tuple(f"BIF_BX0_DRIVER_SCRATCH_{n}" for n in range(6, 12))
+KEY_REGS = RECORD_REGS[:2]
 
 
 class NBIOError(RuntimeError):
@@ -79,6 +85,10 @@ class BootState:
     boot_size: int
     boot_used: int
     fw_reserved: int = 0
+    disc_key: int = 0               # the records (RECORD_REGS), 0 where none was made
+    smu_version: int = 0
+    smu_if_version: int = 0
+    top_mhz: tuple[int, ...] = (0, 0, 0, 0)
 
 
 class IndirectMMIO:
@@ -93,6 +103,12 @@ class IndirectMMIO:
             return self.bar.read32(addr)
         self.index.write(addr)
         return self.data.read()
+
+    def read32_many(self, addrs) -> list[int]:
+        addrs = list(addrs)
+        if all(a + 4 <= self.size for a in addrs):
+            return self.bar.read32_many(addrs)       # one batch over a transport that batches (USB)
+        return [self.read32(a) for a in addrs]
 
     def write32(self, addr: int, value: int) -> None:
         if addr + 4 <= self.size:
@@ -113,6 +129,7 @@ class NBIO(IPBlock):
         direct = dev.reg("NBIF")
         mmio = IndirectMMIO(dev.mmio, direct.BIF_BX_PF0_RSMU_INDEX, direct.BIF_BX_PF0_RSMU_DATA)
         self.regs = regs.IPBlock(direct.table, direct.bases, mmio, name=direct.name)
+        self._mmio = mmio
         self.version = dev.disc.version_of("NBIF")
         self.sw_init()
 
@@ -220,17 +237,35 @@ class NBIO(IPBlock):
     # ---------------------------------------------------------------- boot state
     def read_state(self) -> BootState | None:
         """The boot state a previous AM run wrote, or None (never written, or reset since)."""
-        v = [self.regs.reg(n).read() for n in STATE_REGS]
+        v = self._mmio.read32_many([self.regs.reg(n).addr for n in STATE_REGS + RECORD_REGS])
         if v[0] >> 16 != STATE_MAGIC:
             return None
         return BootState(version=v[0] & 0xFFFF, clean=bool(v[1] & CLEAN_EXIT), boot_base=v[2] << 20,
-                         boot_size=v[3] << 20, boot_used=v[4] << 12, fw_reserved=v[5] << 12)
+                         boot_size=v[3] << 20, boot_used=v[4] << 12, fw_reserved=v[5] << 12,
+                         disc_key=v[6] | v[7] << 32, smu_version=v[8], smu_if_version=v[9],
+                         top_mhz=(v[10] & 0xFFFF, v[10] >> 16, v[11] & 0xFFFF, v[11] >> 16))
 
-    def recorded_fw_reserved(self) -> int:
-        """The firmware-reserved VRAM size (bytes) a boot state holds, 0 without one; two reads."""
-        if self.regs.reg(STATE_REGS[0]).read() >> 16 != STATE_MAGIC:
+    def record(self, disc_key: int, smu_version: int, smu_if_version: int,
+               top_mhz: tuple[int, ...] = (0, 0, 0, 0)) -> None:
+        """What the next run may take from this one (RECORD_REGS) instead of asking the GPU again; 0 for what is
+        not known. Trusted only as far as the boot state is (am.AMGPU._decide) or, the key, matched (device)."""
+        if len(top_mhz) != 4 or not all(0 <= m <= 0xFFFF for m in top_mhz):
+            raise NBIOError(f"{self.dev.name}: top DPM levels {top_mhz} are not four 16-bit MHz values")
+        values = (disc_key & 0xFFFFFFFF, disc_key >> 32 & 0xFFFFFFFF, smu_version & 0xFFFFFFFF,
+                  smu_if_version & 0xFFFFFFFF, top_mhz[0] | top_mhz[1] << 16, top_mhz[2] | top_mhz[3] << 16)
+        for name, value in zip(RECORD_REGS, values):
+            self.regs.reg(name).write(value)
+
+    def recorded_fw_reserved(self, known: dict[int, int] | None = None) -> int:
+        """The firmware-reserved VRAM size (bytes) a boot state holds, 0 without one; two reads, or none for
+        the registers in `known` (address: value read at this open, nothing written since)."""
+        known = known or {}
+        magic_at, pages_at = (self.regs.reg(STATE_REGS[k]).addr for k in (0, 5))
+        if magic_at in known and known[magic_at] >> 16 != STATE_MAGIC:
             return 0
-        return self.regs.reg(STATE_REGS[5]).read() << 12
+        if magic_at not in known or pages_at not in known:
+            known = dict(zip((magic_at, pages_at), self._mmio.read32_many([magic_at, pages_at])))
+        return 0 if known[magic_at] >> 16 != STATE_MAGIC else known[pages_at] << 12
 
     def write_state(self, version: int, clean: bool) -> BootState:
         """Records version (16 bits), the clean-exit flag and the boot region of dev.mm."""

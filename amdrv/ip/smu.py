@@ -154,6 +154,8 @@ class SMU(IPBlock):
         self.thermal_range: tuple[int, int] | None = None    # (low, high) C the THM interrupts at
         self.sw_init()
         self.version = self.if_version = None
+        self.recorded = None             # a warm boot's boot state (nbio.BootState): what the previous run recorded
+        self.top_mhz = (0,) * len(LOW_CLOCKS)   # each LOW_CLOCKS' top DPM level (MHz), where known: recorded
 
     # -- the mailbox ------------------------------------------------------------------------------------
     def _poll(self, gone=None) -> int | None:
@@ -233,15 +235,26 @@ class SMU(IPBlock):
         self.fini()
 
     def resume_warm(self) -> None:
-        """Warm boot: the SMU firmware runs on from the previous run, its features enabled: versions, the
-        driver table (same place), the thermal alert (every driver load programs it: smu_hw_init), and the
-        soft maximum of each clock fini lowered back to its top level (the soft minimum fini set is the
-        lowest level already)."""
-        self.check_versions()
-        self.set_driver_table()
+        """Warm boot: the SMU firmware runs on from the previous run, its features enabled, its driver table
+        where that run set it (the boot region replayed: the same MC address, so SetDriverDramAddr is not sent
+        again; upstream's smu_smc_hw_setup sends it because its resume follows a firmware reload), the thermal
+        alert (every driver load programs it: smu_hw_init), and the soft maximum of each clock fini lowered back
+        to its top level (the soft minimum fini set is the lowest level already). What that run recorded
+        (`recorded`, the boot state: nbio RECORD_REGS) is taken instead of asked again: the firmware's versions
+        and each clock's top level come from the same firmware, which no reset reloaded since (the warm boot's
+        premise, am.AMGPU._decide). Anything not recorded is asked (GetSmuVersion, GetMaxDpmFreq)."""
+        rec = self.recorded
+        if rec is not None and rec.smu_version and rec.smu_if_version:
+            self.version, self.if_version = rec.smu_version, rec.smu_if_version
+        else:
+            self.check_versions()
         self.enable_thermal_alert()
-        for clk in LOW_CLOCKS:
-            self.set_soft_limits(clk, max_mhz=self.query(S.PPSMC_MSG_GetMaxDpmFreq, clock_id(clk) << 16))
+        tops = []
+        for clk, top in zip(LOW_CLOCKS, rec.top_mhz if rec is not None else (0,) * len(LOW_CLOCKS)):
+            top = top or self.query(S.PPSMC_MSG_GetMaxDpmFreq, clock_id(clk) << 16)
+            self.set_soft_limits(clk, max_mhz=top)
+            tops.append(top)
+        self.top_mhz = tuple(tops)
 
     def firmware_running(self) -> bool:
         """smu_v13_0_check_fw_status: MP1_FIRMWARE_FLAGS.INTERRUPTS_ENABLED (bit 0), set while the firmware
@@ -294,8 +307,8 @@ class SMU(IPBlock):
         self.auto_clocks()
 
     def fini(self) -> None:
-        """The GPU left idle: every main clock at its lowest level."""
-        self.low_clocks()
+        """The GPU left idle: every main clock at its lowest level (their top levels kept for the record)."""
+        self.top_mhz = self.low_clocks()
 
     def check_versions(self) -> tuple[int, int]:
         self.version = self.query(S.PPSMC_MSG_GetSmuVersion)
@@ -375,11 +388,15 @@ class SMU(IPBlock):
                     raise SMUError(f"{self.dev.name}: SMU {msg_name(msg)}: {mhz} MHz does not fit 16 bits")
                 self.send(msg, cid << 16 | mhz)
 
-    def low_clocks(self) -> None:
-        """Every main clock pinned to its lowest DPM level (fini: the GPU is left idle and cool)."""
+    def low_clocks(self) -> tuple[int, ...]:
+        """Every main clock pinned to its lowest DPM level (fini: the GPU is left idle and cool); returns each
+        clock's top level (MHz), which its DPM table read here holds (what the next warm boot restores)."""
+        tops = []
         for clk in LOW_CLOCKS:
-            lowest = self.dpm_levels(clk).mhz[0]
-            self.set_soft_limits(clk, lowest, lowest)
+            levels = self.dpm_levels(clk).mhz
+            self.set_soft_limits(clk, levels[0], levels[0])
+            tops.append(levels[-1])
+        return tuple(tops)
 
     def auto_clocks(self) -> None:
         """Soft limits back to the whole DPM range (undoes low_clocks; a warm boot starts here)."""

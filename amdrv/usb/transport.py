@@ -39,6 +39,7 @@ STREAM_MIN_DWORDS = 16       # open firmware: a posted write of this many aligne
 STREAM_MAX_BYTES = 256 << 10 # one 0xF0 stream's data at most: the firmware sends a TLP a dword (~3.6 MB/s written,
                              # 1.8 MB/s read, its README), so this is ~70-150 ms, well inside a transfer's deadline
 SCRATCH_PAGES = range(1, 4)  # open firmware: slot 0's pages after the read-back page, for scratch pages
+READS_PER_BATCH = 16         # register reads sent as one batch (read32_many): the open firmware's 32 requests a round trip
 MAX_PENDING = 512            # queued commands sent at once: a bulk copy goes out while it is being made, so
                              # the read after it (a firmware wait with its own deadline) does not pay for it
 
@@ -108,6 +109,18 @@ class USBBAR(BAR):
         self._check(offset, 4, 4)
         self.fn.counters.mmio_writes += 1
         self.fn._mem_write(self.address + offset, 4, value & 0xFFFFFFFF)
+
+    def read32_many(self, offsets) -> list[int]:
+        """Several reads in one batch behind the queued writes: each request followed by the reads of its status
+        and completion, the next request after them (the bridge runs a batch in order)."""
+        offsets = list(offsets)
+        for o in offsets:
+            self._check(o, 4, 4)
+        self.fn.counters.mmio_reads += len(offsets)
+        out = []
+        for i in range(0, len(offsets), READS_PER_BATCH):
+            out += self.fn._mem_reads([self.address + o for o in offsets[i:i + READS_PER_BATCH]])
+        return out
 
     def read(self, offset: int, size: int) -> bytes:
         self._check(offset, size)
@@ -355,6 +368,47 @@ class USBFunction(PCIFunction):
 
     def _mem_read(self, address: int, size: int) -> int:
         return self._request(p.MRD32, address, size, None, f"memory read at {address:#x}")
+
+    def _mem_reads(self, addresses: list[int]) -> list[int]:
+        """Dword reads, each request's status and completion read right behind it, all in one batch; a read
+        whose status does not say done then is sent again alone (_request: its retries and errors)."""
+        n = p.TLP_COMPLETION + 2 - p.TLP_DATA
+        if len(self._pending) + 12 * len(addresses) >= MAX_PENDING:
+            self.flush()
+        where = []
+        for a in addresses:
+            self._queue_write(p.TLP_ADDRESS, struct.pack(">I", a & 0xFFFFFFFC), cached=True)
+            self._queue_write(p.TLP_BYTE_ENABLE, b"\x0f", cached=True)
+            self._queue_write(p.TLP_FMT_TYPE, bytes((p.MRD32,)), cached=True)
+            self._queue_write(p.TLP_KICK, bytes((p.TLP_KICK_VALUE,)), cached=False)
+            self._queue_write(p.TLP_STATUS, bytes((p.TLP_STATUS_SENT,)), cached=False)
+            where.append(len(self._pending))
+            self._pending += [Command(p.xdata_read_cdb(p.TLP_STATUS, 1), read=1),
+                              Command(p.xdata_read_cdb(p.TLP_DATA, n), read=n)]
+        batch, self._pending = self._pending, []
+        got = self.link.execute(batch)
+        out, last = [], where[-1]
+        for o in range(4):                     # the data register holds the last completion's data now
+            if got[last][0] & p.TLP_STATUS_DONE:
+                self._cache[p.TLP_DATA + o] = got[last + 1][o]
+            else:
+                self._cache.pop(p.TLP_DATA + o, None)
+        for a, i in zip(addresses, where):
+            status, raw = got[i][0], got[i + 1]
+            if not status & p.TLP_STATUS_DONE:
+                if status & p.TLP_STATUS_ERROR:
+                    self._queue_write(p.TLP_STATUS, bytes((p.TLP_STATUS_ERROR,)), cached=False)
+                out.append(self._mem_read(a, 4))
+                continue
+            cpl = struct.unpack_from(">H", raw, p.TLP_COMPLETION - p.TLP_DATA)[0]
+            what = f"memory read at {a:#x}"
+            if cpl >> 13:
+                raise _CompletionError(cpl >> 13, f"{self.address}: {what}: "
+                                                  f"{p.COMPLETION_STATUS.get(cpl >> 13, f'reserved status {cpl >> 13:#05b}')}")
+            if cpl & 0xFFF != 4:
+                raise BridgeError(f"{self.address}: {what}: completion byte count {cpl & 0xFFF} (expected 4)")
+            out.append(struct.unpack_from(">I", raw, 0)[0])
+        return out
 
     def _mem_write(self, address: int, size: int, value: int) -> None:
         self._request(p.MWR32, address, size, value, f"memory write at {address:#x}")
@@ -663,6 +717,25 @@ class OpenUSBFunction(USBFunction):
         if value is None:
             return (struct.unpack_from("<I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
         return None
+
+    def _mem_reads(self, addresses: list[int]) -> list[int]:
+        """Dword reads as one batch: each 0xF0 request followed by its report; one whose report is not a completion
+        is sent again alone (_request: its retries and errors)."""
+        items = []
+        for a in addresses:
+            data = struct.pack("<III", a & 0xFFFFFFFC, a >> 32, 0)
+            items += [Control(p.REQ_OUT, p.REQ_PCIE, p.MRD32 | (0xF << 8), p.PCIE_SINGLE, data),
+                      Control(p.REQ_IN, p.REQ_PCIE, 0, 0, length=8)]
+        got = self._run(items)
+        out = []
+        for k, a in enumerate(addresses):
+            raw = got[2 * k + 1]
+            cpl = (raw[4] << 8) | raw[5]
+            if raw[7] != 0 or cpl >> 13 or cpl & 0xFFF != 4:
+                out.append(self._mem_read(a, 4))     # its own request: retried, or the error raised as such
+                continue
+            out.append(struct.unpack_from("<I", raw, 0)[0])
+        return out
 
     def _mem_write_bytes(self, address: int, data: bytes) -> None:
         """Posted writes; the dword-aligned middle of STREAM_MIN_DWORDS or more goes as 0xF0 streamed writes

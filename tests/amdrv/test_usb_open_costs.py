@@ -5,6 +5,7 @@ import pytest
 
 import pcie
 from amdrv.am import AMGPU
+from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetDriverIfVersion
 from amdrv.queue import ComputeQueue
 
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
@@ -91,5 +92,58 @@ def test_a_compute_mqd_page_not_pushed_leaves_the_queue_dead(warm_usb, monkeypat
         monkeypatch.undo()
         q.init()                                                  # unmapped, written and pushed, mapped again
         assert probe.runs(q)
+    finally:
+        gpu.fini()
+
+
+def _records(sim_dev) -> list[int]:
+    return [sim_dev.get("NBIO", f"BIF_BX0_DRIVER_SCRATCH_{n}") for n in range(6, 12)]
+
+
+def test_a_warm_boot_takes_what_the_previous_run_recorded(warm_usb):
+    """The run that left the GPU recorded its discovery key, the SMU firmware's versions and each clock's top DPM
+    level (BIF_BX0_DRIVER_SCRATCH_6..11): the warm boot reads no discovery dword from VRAM, sends no version,
+    driver-table or GetMaxDpmFreq message, and still ends with the versions the firmware reports and every soft
+    maximum back at the clock's top level. 189 round trips over UAS before, 144 now."""
+    from amdrv.ip.smu import LOW_CLOCKS, clock_id
+    f, bridge = warm_usb
+    sim = bridge.dev
+    smu = sim.blocks["SMU"]
+    assert all(_records(sim))                                  # fini recorded all of them
+    messages, c0 = smu.messages, f.counters.snapshot()
+    gpu = AMGPU.open(f)
+    try:
+        spent = f.counters - c0
+        assert gpu.boot_report.kind == "warm" and gpu.dev.disc.recalled
+        assert spent.round_trips <= 150, spent                 # 144 measured
+        # DisallowGfxOff, four SetSoftMaxByFreq: nothing asked that the record holds
+        assert smu.messages - messages == 5
+        assert (gpu.smu.version, gpu.smu.if_version) == (smu.version, gpu.smu.query(PPSMC_MSG_GetDriverIfVersion))
+        for clk in LOW_CLOCKS:
+            cid = clock_id(clk)
+            assert smu.soft[cid][1] == smu.dpm[cid][0][-1]
+    finally:
+        gpu.fini()
+
+
+def test_a_warm_boot_without_records_asks_the_gpu(warm_usb):
+    """Records lost (a run of an older boot-state layout, or cleared): the warm boot reads the discovery header
+    and harvest list and asks the SMU, with the same outcome; a key that names no cached binary is no hit."""
+    from amdrv.ip.smu import LOW_CLOCKS, clock_id
+    f, bridge = warm_usb
+    sim = bridge.dev
+    for n in range(6, 12):
+        sim.set("NBIO", f"BIF_BX0_DRIVER_SCRATCH_{n}", 0x5A5A5A5A if n < 8 else 0)
+    gpu = AMGPU.open(f)
+    try:
+        assert gpu.boot_report.kind == "warm"
+        assert gpu.dev.disc.from_cache and not gpu.dev.disc.recalled     # the header read, the rest cached
+        smu = sim.blocks["SMU"]
+        assert (gpu.smu.version, gpu.smu.if_version) != (0, 0) and gpu.smu.version == smu.version
+        for clk in LOW_CLOCKS:
+            cid = clock_id(clk)
+            assert smu.soft[cid][1] == smu.dpm[cid][0][-1]
+        f.flush()                                                # the record is posted writes
+        assert gpu.dev.disc.key64 == _records(sim)[0] | _records(sim)[1] << 32   # recorded again at the boot's end
     finally:
         gpu.fini()
