@@ -1521,6 +1521,14 @@ EXPECTED = {
     "signalling, not where the IH writes (the page itself is caught: BIF_BX0_INTERRUPT_CNTL2)",
     "reg-*:NBIO.BIF_BX0_DRIVER_SCRATCH_5": "the driver's own record of the VBIOS's fw_reserved_size_in_kb (a cache): "
     "without it, or with a value out of range, the next open reads the ROM again and gets the same size",
+    "reg-*:NBIO.BIF_BX0_DRIVER_SCRATCH_[6-9]": "the driver's own records for the next run (nbio.RECORD_REGS), which "
+    "the card never reads: the discovery key (one naming no cached copy is no hit: the header is read, "
+    "tests/amdrv/test_usb_open_costs.py; the workload's large BAR reads the binary whole anyway) and the SMU "
+    "firmware's versions (what the driver reports; 0 is asked again)",
+    "reg-*:NBIO.BIF_BX0_DRIVER_SCRATCH_1[01]": "the driver's own record of each clock's top DPM level for the next "
+    "warm boot's soft maximum: dropped, the previous run's (the same) or 0 (asked again: GetMaxDpmFreq); inverted, "
+    "above the top level, which the SMU clamps a soft limit to (assumption, gpusim.smu _limit); a wrong level "
+    "recorded leaves the clock capped: tests/amdrv/test_usb_open_costs.py checks each soft maximum at its top",
     "reg-*:NBIO.RCC_DEV0_EPF2_STRAP2": "STRAP_NO_SOFT_RESET_DEV0_F2 (nbio_v4_3_init_registers clears it) concerns "
     "PCI function 2, which neither the driver nor the workload uses (assumption: it changes nothing for function 0)",
     "reg-*:NBIO.S2A_DOORBELL_ENTRY_[03]_CTRL": "nbio_v4_3_gc_doorbell_init's two GC entries (AWID 3 and 6); which one "
