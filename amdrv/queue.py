@@ -148,13 +148,13 @@ class _Queue:
     kind = "queue"
     wptr_unit = 4           # bytes per wptr unit as the engine counts it (compute: dwords)
 
-    def __init__(self, gpu, ring_size: int):
+    def __init__(self, gpu, ring_size: int, extra: int = 0):
         self.gpu, self.dev = gpu, gpu.dev
         self.ring_size = ring_size
         self.ring_dw = ring_size // 4
         _log2(ring_size, f"{self.kind} ring size")
-        # ring, then one page: rptr report at +0, wptr poll word at +8
-        self.mem = HostBuffer(gpu, ring_size + GPU_PAGE)
+        # ring, then one page: rptr report at +0, wptr poll word at +8; then `extra` bytes of the subclass's
+        self.mem = HostBuffer(gpu, ring_size + GPU_PAGE + extra)
         self.ring = self.mem.view[:ring_size].cast("I")
         self.wb = self.mem.view[ring_size:ring_size + 16].cast("Q")
         self.ring_va, self.rptr_va, self.wptr_va = self.mem.va, self.mem.va + ring_size, self.mem.va + ring_size + 8
@@ -309,20 +309,23 @@ class ComputeQueue(_Queue):
         self.doorbell_index = self._doorbell_index()
         if self.doorbell_index > DOORBELL_USERQUEUE_END << 1:
             raise ValueError(f"compute ring {self.ring_id}: doorbell {self.doorbell_index:#x} is past the MEC range")
-        super().__init__(gpu, ring_size)
+        # Behind the stock bridge firmware a VRAM byte costs a TLP: the MQD and the EOP buffer go where upstream
+        # puts them, host memory (GTT: amdgpu_gfx_mqd_sw_init for compute MQDs, gfx_v11_0_mec_init and
+        # amdgpu_gfx_kiq_init for EOP buffers; the KIQ's MQD too, where upstream had it before moving it to VRAM
+        # for SR-IOV, its comment says): a page after the ring's (one mapping, one TLB flush), pushed whole.
+        pci = gpu.dev.pci
+        host = not getattr(pci, "dma_coherent", True) and not getattr(pci, "sram_dma", False)
+        super().__init__(gpu, ring_size, GPU_PAGE if host else 0)
         self.gc = self.dev.reg("GC")
         self.mapped = False     # the KIQ mapped it and nothing (unmap, CP soft reset) took it off since
-        self.mqd_host = None
-        if self.coherent or getattr(self.dev.pci, "sram_dma", False):
+        self.mqd_host = None    # the MQD page's host view where it is host memory; its offset in self.mem
+        if not host:
             self.mqd = gpu.gmc.map_vram(MQD_SIZE, tag=f"mqd {self.name}")
             self.eop = gpu.gmc.map_vram(GPU_PAGE, tag=f"eop {self.name}")
         else:
-            # Behind the stock bridge firmware a VRAM byte costs a TLP: the MQD and the EOP buffer go where
-            # upstream puts them, host memory (GTT: amdgpu_gfx_mqd_sw_init for compute MQDs, gfx_v11_0_mec_init
-            # and amdgpu_gfx_kiq_init for EOP buffers; the KIQ's MQD too, where upstream had it before moving it
-            # to VRAM for SR-IOV, its comment says), one page each queue, pushed whole (one WRITE(16)).
-            self.mqd_host = HostBuffer(gpu, GPU_PAGE)
-            va, dma = self.mqd_host.va, self.mqd_host.dma
+            self._mqd_at = ring_size + GPU_PAGE
+            self.mqd_host = self.mem.view[self._mqd_at:self._mqd_at + GPU_PAGE]
+            va, dma = self.mem.va + self._mqd_at, self.mem.dma
             self.mqd = GPUMapping(va, COMPUTE_MQD.size, dma=dma)
             self.eop = GPUMapping(va + HOST_EOP_OFFSET, GFX11_MEC_HPD_SIZE, dma=dma)
         self.init()
@@ -344,10 +347,10 @@ class ComputeQueue(_Queue):
         with self.gpu.gfx.selected(self.me, self.pipe, self.queue):
             m = self._mqd_values()
         if self.mqd_host is not None:      # host memory (behind a bridge): the page pushed, no HDP in the way
-            view = self.mqd_host.view
+            view = self.mqd_host
             view[:HOST_EOP_OFFSET] = COMPUTE_MQD.pack(**m).ljust(HOST_EOP_OFFSET, b"\0")
             view[HOST_EOP_OFFSET:HOST_EOP_OFFSET + GFX11_MEC_HPD_SIZE] = bytes(GFX11_MEC_HPD_SIZE)
-            self.mqd_host.dma.push()
+            self.mem.dma.push(self._mqd_at, GPU_PAGE)
             return m
         dev.vram.write(self.mqd.vram.addr, COMPUTE_MQD.pack(**m).ljust(MQD_SIZE, b"\0"))
         self.gpu.nbio.hdp_flush()

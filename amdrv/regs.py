@@ -231,12 +231,13 @@ class Register:
         self.mmio.write32(self.addr, value)
         return value
 
-    def update(self, **fields: int) -> int:
-        """Read-modify-write: only the named fields change; returns the value written."""
+    def update(self, old: int | None = None, /, **fields: int) -> int:
+        """Read-modify-write: only the named fields change; returns the value written. old: the register's value,
+        read already (read_all, with nothing written to it since), else it is read now."""
         if not fields:
             raise TypeError(f"{self.name}.update() needs at least one field")
         mask, bits = self.defn.bits(**fields)
-        value = (self.read() & ~mask) | bits
+        value = ((self.read() if old is None else old) & ~mask) | bits
         self.mmio.write32(self.addr, value)
         return value
 
@@ -249,6 +250,16 @@ class Register:
 
     def __repr__(self) -> str:
         return f"<{self.defn.block} {self.name} @ {self.addr:#x}>"
+
+
+def read_all(registers) -> list[int]:
+    """The registers' values, in order, read as one batch where they share an MMIO view that batches
+    (BAR.read32_many: one USB round trip for several); for reads that depend on nothing written between them."""
+    registers = list(registers)
+    mmio = registers[0].mmio if registers else None
+    if mmio is not None and all(r.mmio is mmio for r in registers) and hasattr(mmio, "read32_many"):
+        return list(mmio.read32_many([r.addr for r in registers]))
+    return [r.read() for r in registers]
 
 
 class IPBlock:

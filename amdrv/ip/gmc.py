@@ -50,7 +50,7 @@ import bisect
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from amdrv import pagetable, placement
+from amdrv import pagetable, placement, regs
 from amdrv.autogen import ih as IHIDS
 from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import NBIO
@@ -259,6 +259,12 @@ class GMC(IPBlock):
         dev = self.dev
         vram_start, vram_end = dev.fb_base, dev.fb_base + dev.vram.size - 1
         base = self.pt.page_table_base
+        # The read-modify-writes' reads first, as one batch (one round trip over USB): no write below changes them
+        rmw = [hub.vmr(n) for n in ("L2_PROTECTION_FAULT_CNTL2", "L2_CNTL", "L2_CNTL2", "CONTEXT0_CNTL",
+                                    "L2_PROTECTION_FAULT_CNTL")] + [hub.mcr("MX_L1_TLB_CNTL")]
+        if hub.name == "GC":
+            rmw.append(hub.regs.CP_DEBUG)
+        old = dict(zip((r.name for r in rmw), regs.read_all(rmw)))
         hub.vmr("CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32").write(base & 0xFFFFFFFF)
         hub.vmr("CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32").write(base >> 32)
         hub.vmr("CONTEXT0_PAGE_TABLE_START_ADDR_LO32").write(0)
@@ -277,22 +283,23 @@ class GMC(IPBlock):
         dummy = self.dummy_page.bus_address(0)
         hub.vmr("L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32").write((dummy >> 12) & 0xFFFFFFFF)
         hub.vmr("L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32").write(dummy >> 44)
-        hub.vmr("L2_PROTECTION_FAULT_CNTL2").update(ACTIVE_PAGE_MIGRATION_PTE_READ_RETRY=1)
+        hub.vmr("L2_PROTECTION_FAULT_CNTL2").update(old[hub.vm + "L2_PROTECTION_FAULT_CNTL2"],
+                                                    ACTIVE_PAGE_MIGRATION_PTE_READ_RETRY=1)
         # L1 TLB and L2 cache
-        hub.mcr("MX_L1_TLB_CNTL").update(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3, ENABLE_ADVANCED_DRIVER_MODEL=1,
+        hub.mcr("MX_L1_TLB_CNTL").update(old[hub.mc + "MX_L1_TLB_CNTL"], ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3, ENABLE_ADVANCED_DRIVER_MODEL=1,
                                          SYSTEM_APERTURE_UNMAPPED_ACCESS=0, ECO_BITS=0, MTYPE=MTYPE_UC)
-        hub.vmr("L2_CNTL").update(ENABLE_L2_CACHE=1, ENABLE_L2_FRAGMENT_PROCESSING=0,
+        hub.vmr("L2_CNTL").update(old[hub.vm + "L2_CNTL"], ENABLE_L2_CACHE=1, ENABLE_L2_FRAGMENT_PROCESSING=0,
                                   ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1, L2_PDE0_CACHE_TAG_GENERATION_MODE=0,
                                   PDE_FAULT_CLASSIFICATION=0, CONTEXT1_IDENTITY_ACCESS_MODE=1,
                                   IDENTITY_MODE_FRAGMENT_SIZE=0)
-        hub.vmr("L2_CNTL2").update(INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1)
+        hub.vmr("L2_CNTL2").update(old[hub.vm + "L2_CNTL2"], INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1)
         cntl3, cntl4, cntl5 = L2_DEFAULTS[hub.name]
         hub.vmr("L2_CNTL3").write(cntl3, BANK_SELECT=9, L2_CACHE_BIGK_FRAGMENT_SIZE=6)
         hub.vmr("L2_CNTL4").write(cntl4, VMC_TAP_PDE_REQUEST_PHYSICAL=0, VMC_TAP_PTE_REQUEST_PHYSICAL=0)
         hub.vmr("L2_CNTL5").write(cntl5, L2_CACHE_SMALLK_FRAGMENT_SIZE=0)
         # context 0: four levels (see the module docstring), fault interrupts on
         interrupts = {f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT": 1 for k in FAULT_KINDS}
-        hub.vmr("CONTEXT0_CNTL").update(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=3, PAGE_TABLE_BLOCK_SIZE=0,
+        hub.vmr("CONTEXT0_CNTL").update(old[hub.vm + "CONTEXT0_CNTL"], ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=3, PAGE_TABLE_BLOCK_SIZE=0,
                                         RETRY_PERMISSION_OR_INVALID_PAGE_FAULT=0, **interrupts)
         hub.vmr("L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32").write(0xFFFFFFFF)
         hub.vmr("L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32").write(0x0000000F)
@@ -306,22 +313,26 @@ class GMC(IPBlock):
         for eng in range(N_ENGINES):
             hub.vmr(f"INVALIDATE_ENG{eng}_ADDR_RANGE_HI32").write(0x1F)
         self.nbio.hdp_flush()
-        self._set_fault_enable_default(hub)
+        self._set_fault_enable_default(hub, old)
         hub.enabled = True
         self._flush_hub(hub, 0)
 
-    def _set_fault_enable_default(self, hub: _Hub) -> None:
-        """gfxhub/mmhub_v3_0_set_fault_enable_default(true): faults answered with the default page."""
+    def _set_fault_enable_default(self, hub: _Hub, old: dict[str, int] | None = None) -> None:
+        """gfxhub/mmhub_v3_0_set_fault_enable_default(true): faults answered with the default page. old: register
+        values read already (by name), with nothing written to them since."""
+        old = old or {}
         if hub.name == "GC":
             gc = hub.regs
-            gc.CP_DEBUG.update(CPG_UTCL1_ERROR_HALT_DISABLE=1)
+            gc.CP_DEBUG.update(old.get("CP_DEBUG"), CPG_UTCL1_ERROR_HALT_DISABLE=1)
             gc.GRBM_GFX_INDEX.write(0xE0000000)  # regGRBM_GFX_INDEX_DEFAULT: broadcast
-            gc.GL1C_UTCL0_CNTL1.update(RESP_MODE=0, RESP_FAULT_MODE=2)
-            gc.SQG_CONFIG.update(XNACK_INTR_MASK=0xFFFF)
+            # read after the broadcast select (they are per shader engine), together
+            gl1c, sqg = regs.read_all([gc.GL1C_UTCL0_CNTL1, gc.SQG_CONFIG])
+            gc.GL1C_UTCL0_CNTL1.update(gl1c, RESP_MODE=0, RESP_FAULT_MODE=2)
+            gc.SQG_CONFIG.update(sqg, XNACK_INTR_MASK=0xFFFF)
         defaults = {f"{k}_PROTECTION_FAULT_ENABLE_DEFAULT": 1 for k in (
             "RANGE", "PDE0", "PDE1", "PDE2", "TRANSLATE_FURTHER", "NACK", "DUMMY_PAGE", "VALID", "READ", "WRITE",
             "EXECUTE")}
-        hub.vmr("L2_PROTECTION_FAULT_CNTL").update(**defaults)
+        hub.vmr("L2_PROTECTION_FAULT_CNTL").update(old.get(hub.vm + "L2_PROTECTION_FAULT_CNTL"), **defaults)
 
     # ---------------------------------------------------------------- TLB
     def flush_tlb(self, vmid: int = 0) -> None:

@@ -153,6 +153,8 @@ class BOTLink:
     """Opens the bridge's mass-storage interface (detaching usb-storage/uas where the OS lets us) and
     runs SCSI commands. Every command adds one to `access.round_trips`."""
 
+    pipelined = False       # one command per round trip: a batch saves none (transport.USBBAR.read32_many)
+
     def __init__(self, dev, access: AccessCounters, timeout_ms: int = DEFAULT_TIMEOUT_MS):
         self.dev, self.access, self.timeout = dev, access, timeout_ms
         self.name = f"USB bridge {name_of(dev)} ({dev.idVendor:04x}:{dev.idProduct:04x})"

@@ -114,6 +114,8 @@ class USBBAR(BAR):
         """Several reads in one batch behind the queued writes: each request followed by the reads of its status
         and completion, the next request after them (the bridge runs a batch in order)."""
         offsets = list(offsets)
+        if not getattr(self.fn.link, "pipelined", True):
+            return [self.read32(o) for o in offsets]   # each read alone keeps its data for a write that follows
         for o in offsets:
             self._check(o, 4, 4)
         self.fn.counters.mmio_reads += len(offsets)
@@ -208,6 +210,7 @@ class USBFunction(PCIFunction):
     # assumption: no public documentation of the bridges says how (or whether) a GPU's MSI write could
     # become a USB event the host can wait on; the transport does not use one
     msi_unavailable = "the USB bridge delivers no interrupts to the host"
+    dma_coherent = False    # alloc_dma's buffers are host shadows of the bridge's SRAM (push/pull)
 
     def __init__(self, dev, timeout_ms: int = 1000, lock_dir=None):
         super().__init__(f"usb:{name_of(dev)}")

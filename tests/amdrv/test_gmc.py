@@ -424,8 +424,8 @@ class InvertedRegister:
         self._reg.mmio.write32(self._reg.addr, value)
         return value
 
-    def update(self, **fields):
-        return self.write(self._reg.read(), **fields)
+    def update(self, old=None, /, **fields):     # old: the value read already (amdrv.regs.Register.update)
+        return self.write(self._reg.read() if old is None else old, **fields)
 
     def __getattr__(self, name):
         return getattr(self._reg, name)
