@@ -1,0 +1,52 @@
+"""BAR.read32_many through the simulated bridge: several register reads in one batch (each request followed by
+its status and completion reads, or by its 0xF0 IN report), the same values as one read at a time, fewer round
+trips, and the same errors when the GPU does not answer."""
+import pytest
+
+usb_bridge = pytest.importorskip("gpusim.usb_bridge")
+from amdrv.usb.transport import GPUNotAnswering, open_function  # noqa: E402
+
+SCRATCH = 4 * 0xC040        # GC SCRATCH_REG0..7 (dword 0xC040 on): plain registers
+
+
+@pytest.mark.parametrize("firmware, link, most", [("stock", "uas", 3), ("stock", "bot", None), ("open", None, 1)])
+def test_batched_reads_equal_single_reads(sim_bus, monkeypatch, firmware, link, most):
+    if link:
+        monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
+    backend = usb_bridge.backend("navi31", fresh=True, bus=sim_bus, firmware=firmware)
+    f = open_function(backend=backend)
+    try:
+        regs = f.bar(5)
+        offsets = [SCRATCH + 4 * i for i in range(8)]
+        for i, o in enumerate(offsets):
+            regs.write32(o, 0x01020304 * (i + 1) & 0xFFFFFFFF)
+        single = [regs.read32(o) for o in offsets]
+        c0 = f.counters.snapshot()
+        batch = regs.read32_many(offsets)
+        spent = f.counters - c0
+        assert batch == single and spent.mmio_reads == 8
+        if most is not None:
+            assert spent.round_trips <= most, spent          # 8 one at a time: 8 round trips
+        regs.write32(offsets[0], 0xDEADBEEF)                 # a write after the batch lands whole
+        assert regs.read32(offsets[0]) == 0xDEADBEEF
+        assert regs.read32_many([]) == []
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("firmware", ["stock", "open"])
+def test_batched_reads_of_a_silent_gpu_fail_as_single_reads_do(sim_bus, firmware):
+    """No completion for a read in the batch: it is sent again alone, with its retries, and the error is the one a
+    single read gives (GPUNotAnswering), not a value."""
+    backend = usb_bridge.backend("navi31", fresh=True, bus=sim_bus, firmware=firmware)
+    f = open_function(backend=backend)
+    try:
+        regs = f.bar(5)
+        backend.bridge.inject("gpu_silent")
+        with pytest.raises(GPUNotAnswering):
+            regs.read32_many([SCRATCH, SCRATCH + 4])
+        backend.bridge.heal()
+        regs.write32(SCRATCH, 7)
+        assert regs.read32_many([SCRATCH]) == [7]
+    finally:
+        f.close()
