@@ -173,8 +173,7 @@ def test_bar_writes_on_the_open_firmware_are_stream_writes(sim_bus):
 
 def test_hcq_open_on_the_open_firmware(sim_bus, debian_firmware, monkeypatch):
     """The warm boot and hcq's open on the open firmware: the MQDs and EOP buffers stay in VRAM (the CP writes EOP records, and a
-    push of a neighbour in a shared SRAM slot would resend them from the host's view), written by stream writes:
-    186 round trips before, 94 now."""
+    push of a neighbour in a shared SRAM slot would resend them), written by 0xF0 stream writes (86 round trips)."""
     from amdrv.hcq import AMHCQDevice
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     monkeypatch.setenv("DRIVERLESS_PUBLISH_S", "0")
