@@ -12,7 +12,8 @@ launch slots (a 64-byte hsa_kernel_dispatch_packet, then the kernarg segment). C
 loaded into VRAM whole, so the descriptor and code keep their relative addresses.
 
 A kernel launch is the program's precomputed PM4 template (ACQUIRE_MEM; SET_SH_REG of COMPUTE_PGM_LO/HI,
-RSRC1/2/3, TMPRING_SIZE, USER_DATA_0..15, START_X..Z, NUM_THREAD_X..Z, RESOURCE_LIMITS; DISPATCH_DIRECT)
+RSRC1/2/3, TMPRING_SIZE (and DISPATCH_SCRATCH_BASE_LO/HI for kernels with private memory: scratch.py),
+USER_DATA_0..15, START_X..Z, NUM_THREAD_X..Z, RESOURCE_LIMITS; DISPATCH_DIRECT)
 copied into the queue's dword array and patched at known indices: the user SGPRs the kernel descriptor
 enables (AMDGPUUsage order: private segment buffer, dispatch ptr, queue ptr, kernarg segment ptr,
 dispatch id, flat scratch init, private segment size), the work-group size and the workgroup counts.

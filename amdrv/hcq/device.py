@@ -19,6 +19,7 @@ from rdna3.codeobj import CodeObject, CodeObjectError
 from pcie import open_function
 from amdrv.kernargs import kernel_args
 from amdrv.hcq.graph import GraphBuilder
+from amdrv.hcq import scratch
 from amdrv.hcq.launch import PACKET_BYTES, _Kernel, write_dispatch
 from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
 from hcq.api import ArgLayout, Buffer, HCQDevice, HCQError, HCQFault, HCQTimeout, Program, Signal
@@ -165,6 +166,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         self.timeline_value = 0
         self._timing = (self.new_signal(), self.new_signal())
         self._code_images: list = []     # (GPU address, size, CodeObject) of loaded programs: names a wave's PC
+        self._scratch = None             # the scratch buffer of kernels with private memory (amdrv.hcq.scratch)
         self._buffers = weakref.WeakSet()   # live buffers (not views): a close marks them dead
         self._dropped: list = []             # (mapping, timeline value when dropped) of collected buffers
         # copyin/copyout up to this many bytes go through BAR0 when it reaches the buffer; larger ones by
@@ -669,10 +671,13 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         if not kern.descriptor.wave32:
             raise HCQError(f"kernel {name} is wave64; the AM HCQ backend launches wave32 kernels")
         layout = ArgLayout(name, kernel_args(kern.metadata.get(".args", [])), kern.kernarg_size)
+        units = scratch.wavesize_units(kern)
+        if units:    # private memory: the device's scratch buffer, grown when this kernel needs more
+            self._scratch = scratch.ring_for(self, self._scratch, units, name)
         image = self._load_image(co)
         self._code_images = [c for c in self._code_images if c[0] != image.va] + [(image.va, image.size, co)]
         try:
-            k = _Kernel(self.gc, kern, image, layout)
+            k = _Kernel(self.gc, kern, image, layout, self._scratch if units else None)
         except BaseException:
             self.free(image)
             raise

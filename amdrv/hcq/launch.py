@@ -25,18 +25,14 @@ class _Kernel:
     """What a launch needs of a loaded kernel, precomputed: the PM4 template and its patch indices."""
 
     __slots__ = ("template", "i_dp", "i_ka", "i_threads", "i_dispatch", "slot", "kd_va", "group", "private",
-                 "hidden", "image")
+                 "hidden", "image", "scratch")
 
-    def __init__(self, gc, kern, image: Buffer, layout: ArgLayout):
+    def __init__(self, gc, kern, image: Buffer, layout: ArgLayout, scratch=None):
         kd = kern.descriptor
         self.image, self.group, self.private = image, kd.group_segment_fixed_size, kd.private_segment_fixed_size
         group = self.group
         user = {name: at for name, at, _ in kd.user_sgpr_layout()}
-        scratch = [n for n in ("private_segment_buffer", "flat_scratch_init") if n in user]
-        if scratch or self.private:
-            raise HCQError(f"kernel {kern.name} uses private (scratch) memory ({self.private} bytes per work-item"
-                           f"{', asks for ' + ' and '.join(scratch) if scratch else ''}); the AM HCQ backend does "
-                           "not set up scratch yet")
+        self.scratch = scratch   # the program keeps the scratch buffer its launches name
         base = image.va
         self.kd_va = base + kern.descriptor_address
         entry = base + kern.code_address
@@ -52,7 +48,12 @@ class _Kernel:
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_LO"), (entry >> 8) & _M32, entry >> 40)
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC1"), kd.compute_pgm_rsrc1, rsrc2)
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_PGM_RSRC3"), kd.compute_pgm_rsrc3)
-        b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_TMPRING_SIZE"), 0)
+        if scratch is None:
+            b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_TMPRING_SIZE"), 0)
+        else:   # private memory: the device's scratch buffer (amdrv.hcq.scratch), base as address >> 8
+            sva = scratch.buffer.va
+            b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_TMPRING_SIZE"), scratch.tmpring_size(gc))
+            b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_DISPATCH_SCRATCH_BASE_LO"), (sva >> 8) & _M32, sva >> 40)
         i_user = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_USER_DATA_0"), *(0,) * _USER_SGPR_REGS)
         b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_START_X"), 0, 0, 0)
         self.i_threads = b.set_sh_reg(pm4.sh_offset(gc, "COMPUTE_NUM_THREAD_X"), 1, 1, 1)
