@@ -43,9 +43,9 @@ import time
 
 from amdrv import placement, sdma_packets
 from amdrv.queue import SDMAQueue
-from amdrv.usb import protocol as p
-from amdrv.usb.link import Bulk, Control
-from amdrv.usb.transport import BusWindow, sram_dma_request, xdata_writes
+from pcie.usb import protocol as p
+from pcie.usb.link import Bulk, Control
+from pcie.usb.transport import BusWindow, sram_dma_request, xdata_writes
 
 MAX_WINDOW_SLOTS = 16         # 256 KiB a window at most (issue 16's design: two 256 KiB windows)
 WINDOWS = 2                   # used in turn: a window is refilled once the fence read at the start of a round

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amdrv import chips
-from amdrv.usb import transport as usb_transport
+from pcie.usb import transport as usb_transport
 from hcq import cache as hcq_cache
 from pcie import PCIError, PCIFunction, open_function
 from pcie import discover
@@ -136,7 +136,7 @@ def pick_real_gpu(sysfs: Path = discover.SYSFS, usb_backend=None) -> tuple[str |
         else:
             return f"am:{gpu.address}", ""
     try:
-        from amdrv.usb import link    # pyusb: imported only when USB is searched
+        from pcie.usb import link    # pyusb: imported only when USB is searched
         bridges = link.find_bridges(usb_backend)
     except Exception as e:  # no libusb (usb.core.NoBackendError), no permission to list: USB is not there
         bridges = None

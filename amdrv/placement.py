@@ -5,7 +5,7 @@ page tables below the root) live, per transport: the one placement policy (docs/
   bridge that is its SRAM: the host writes VRAM only one TLP per 0xE5-written dword there, while a window
   page goes out as one WRITE(16).
 - A USB bridge on the open firmware (`pci.sram_dma`): VRAM, written through BAR0 by 0xF0 streamed posted writes
-  (one round trip for up to 256 KiB, amdrv.usb.transport) and made visible to the engines by an HDP flush
+  (one round trip for up to 256 KiB, pcie.usb.transport) and made visible to the engines by an HDP flush
   (hdp_v6_0_flush_hdp, as amdgpu flushes before an engine reads what the CPU wrote). The bridge's 512 KiB SRAM
   is then left to the bulk copies' windows (amdrv.bridge_copy) and to host buffers.
 

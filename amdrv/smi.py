@@ -86,11 +86,11 @@ def targets(devices: list[str] | None = None, sysfs: Path = discover.SYSFS) -> l
 
 
 def usb_targets(backend=None) -> list[Target]:
-    """Every ASM24xx USB-to-PCIe bridge (amdrv.usb.link.find_bridges, what `am:usb` opens), by its USB path
+    """Every ASM24xx USB-to-PCIe bridge (pcie.usb.link.find_bridges, what `am:usb` opens), by its USB path
     BUS-ADDR. What GPU sits behind one is known only once it is opened (the holder's metrics say). No
     libusb, or no permission to list devices: no USB targets."""
     try:
-        from amdrv.usb import link    # pyusb: imported only when USB is searched
+        from pcie.usb import link    # pyusb: imported only when USB is searched
         bridges = link.find_bridges(backend)
     except Exception:  # noqa: BLE001 - usb.core.NoBackendError, USBError: USB is not there for this user
         return []

@@ -6,7 +6,7 @@
 Every figure is measured over each link the driver has (docs/usb.md, Driver transport): on the stock
 firmware UAS with bulk streams (16 commands per round trip) and Bulk-Only Transport (one per round trip);
 on the open firmware its vendor requests and SRAM DMA ("open").
-Counts are exact, from amdrv.usb's counters (the simulated bridge counts the same round trips):
+Counts are exact, from pcie.usb's counters (the simulated bridge counts the same round trips):
   open               round trips to enumerate the bridges, size and place the BARs
   mmio_write/read    round trips per posted 32-bit register write (amortized, flushed) and per read
   to_vram/from_vram  KIB KiB through BAR0 as one-dword TLPs: round trips per MiB, payload efficiency
@@ -42,7 +42,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from amdrv.usb.transport import open_function  # noqa: E402
+from pcie.usb.transport import open_function  # noqa: E402
 from gpusim.bus import HostBus  # noqa: E402
 
 LINKS = ("uas", "bot")

@@ -388,7 +388,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             self._wait(*gate, self.default_timeout if timeout is None else timeout)
 
     def _bridge_copies(self):
-        """The SRAM-DMA copier where the transport offers it (amdrv.usb's open-firmware function), else None."""
+        """The SRAM-DMA copier where the transport offers it (pcie.usb's open-firmware function), else None."""
         if self._bridge is None and getattr(self.gpu.dev.pci, "sram_dma", False):
             from amdrv.bridge_copy import BridgeCopier
             self._bridge = BridgeCopier(self)

@@ -128,7 +128,7 @@ class _Bridge:
 @pytest.fixture
 def usb_listing(monkeypatch):
     """Sets what the USB search finds: a list of bridges, or an exception to raise."""
-    from amdrv.usb import link
+    from pcie.usb import link
     found = {"bridges": []}
 
     def find_bridges(backend=None):

@@ -521,7 +521,7 @@ def test_amdevice_through_the_bridge_reads_the_binary_once(sim_bus, link, monkey
     open of the same GPU reads its binary header and harvest list only."""
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     from amdrv.device import AMDevice
-    from amdrv.usb.transport import open_function
+    from pcie.usb.transport import open_function
     monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
     spent = []
     for fresh in (True, False):
@@ -546,7 +546,7 @@ def test_warm_boot_through_the_bridge_fills_then_uses_the_cache(sim_bus, link, d
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     import pcie
     from amdrv.am import AMGPU
-    from amdrv.usb.transport import open_function
+    from pcie.usb.transport import open_function
     monkeypatch.setenv("DRIVERLESS_USB_LINK", link)
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
     monkeypatch.setenv("DRIVERLESS_CACHE", str(tmp_path / "cache"))

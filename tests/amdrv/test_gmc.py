@@ -184,7 +184,7 @@ def bridged(sim_bus, monkeypatch, tmp_path):
     """NBIO + GMC up on a simulated Navi31 behind the simulated ASM24xx bridge (UAS): DMA memory is the
     bridge's SRAM window, not coherent."""
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-    from amdrv.usb.transport import open_function
+    from pcie.usb.transport import open_function
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "uas")
     br = usb_bridge.open_bridge("navi31", bus=sim_bus, fresh=True)
     fn = open_function(backend=usb_bridge.backend(bridge=br), lock_dir=tmp_path)

@@ -444,7 +444,7 @@ def test_usb_bridges_are_listed_by_usb_path_and_read_from_their_holder(nosys, mo
     metrics are found beside the transport's lock (usb:BUS-ADDR) and name the GPU behind it."""
     from types import SimpleNamespace
 
-    from amdrv.usb import link
+    from pcie.usb import link
     from pcie.lock import DeviceLock
     monkeypatch.setenv("DRIVERLESS_LOCK_DIR", str(tmp_path))
     monkeypatch.setattr(link, "find_bridges", lambda backend=None: [SimpleNamespace(bus=3, address=7)])

@@ -1,4 +1,4 @@
-"""amdrv.usb: the PCI function behind an ASM24xx bridge, against a TEST DOUBLE of the bridge.
+"""pcie.usb: the PCI function behind an ASM24xx bridge, against a TEST DOUBLE of the bridge.
 
 FakeBridge below is a test double, not the simulator: a pyusb backend that implements only what the
 driver's protocol needs, from the same public facts (Bulk-Only Transport; vendor SCSI 0xE4/0xE5 on XDATA;
@@ -15,9 +15,9 @@ import pytest
 import usb.backend
 import usb.core
 
-from amdrv.usb import protocol as p
-from amdrv.usb.link import BridgeError, BridgeNotFound, TransferStalled
-from amdrv.usb.transport import GPUNotAnswering, LinkDown, open_function, parse_device_string
+from pcie.usb import protocol as p
+from pcie.usb.link import BridgeError, BridgeNotFound, TransferStalled
+from pcie.usb.transport import GPUNotAnswering, LinkDown, open_function, parse_device_string
 from pcie.interface import PCIError
 from pcie.lock import DeviceLock
 
@@ -237,7 +237,7 @@ class FakeBridge(usb.backend.IBackend):
 @pytest.fixture(autouse=True)
 def _private_locks(tmp_path, monkeypatch):
     """Bridge locks in a folder of this test's own (every fake bridge is 3-7, a simulated one 1-(2 + slot))."""
-    from amdrv.usb import transport
+    from pcie.usb import transport
     monkeypatch.setattr(transport, "DeviceLock", lambda address, directory=None: DeviceLock(address, tmp_path))
 
 
@@ -399,7 +399,7 @@ def test_device_strings():
 @pytest.fixture
 def sim(sim_bus, monkeypatch):
     """The simulated bridge over Bulk-Only Transport, whose counts these tests spell out command by command
-    (tests/amdrv/test_usb_uas.py covers the pipelining link)."""
+    (tests/pcie/test_usb_uas.py covers the pipelining link)."""
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     monkeypatch.setenv("DRIVERLESS_USB_LINK", "bot")
     return usb_bridge.backend("navi31", fresh=True, bus=sim_bus)
@@ -421,7 +421,7 @@ def test_a_driver_that_takes_the_sram_for_larger_is_refused(sim, monkeypatch):
     """The simulated bridge's SRAM is 512 KiB: a transport that believed the old 6 MiB (its page map, its
     WRITE(16)s) places a buffer past it, and the push is refused by the bridge (CHECK CONDITION, LBA out of
     range) instead of landing somewhere."""
-    from amdrv.usb import protocol
+    from pcie.usb import protocol
     monkeypatch.setattr(protocol, "WINDOW_SIZE", 6 << 20)
     f = open_function(backend=sim)
     try:

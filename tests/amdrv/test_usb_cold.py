@@ -19,7 +19,7 @@ BOUNDS = {"uas": (3_500, 2_850), "bot": (52_500, 43_000)}   # (whole boot, PSP s
 def bridge(sim_bus, debian_firmware, monkeypatch, tmp_path):
     usb_bridge = pytest.importorskip("gpusim.usb_bridge")
     monkeypatch.setenv("DRIVERLESS_FIRMWARE_DIR", str(debian_firmware))
-    from amdrv.usb.transport import open_function
+    from pcie.usb.transport import open_function
 
     def open_fresh(link: str):
         monkeypatch.setenv("DRIVERLESS_USB_LINK", link)

@@ -1,4 +1,4 @@
-"""The driver's transport for the bridge running the open firmware (amdrv.usb: detect_firmware, VendorLink,
+"""The driver's transport for the bridge running the open firmware (pcie.usb: detect_firmware, VendorLink,
 OpenUSBFunction) and its bulk copies (amdrv.bridge_copy), against the simulated bridge
 (gpusim.usb_open_firmware). Negative tests: each driver step the copies depend on, left out, fails."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pcie.interface import PCIError
 
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
 from amdrv import bridge_copy  # noqa: E402
-from amdrv.usb import link as usb_link  # noqa: E402
-from amdrv.usb import protocol as p  # noqa: E402
-from amdrv.usb.link import BridgeError, VendorLink, detect_firmware  # noqa: E402
-from amdrv.usb.transport import OpenUSBFunction, USBFunction, open_function  # noqa: E402
+from pcie.usb import link as usb_link  # noqa: E402
+from pcie.usb import protocol as p  # noqa: E402
+from pcie.usb.link import BridgeError, VendorLink, detect_firmware  # noqa: E402
+from pcie.usb.transport import OpenUSBFunction, USBFunction, open_function  # noqa: E402
 
 RNG = np.random.default_rng(5)
 
@@ -211,7 +211,7 @@ def test_cold_boot_through_the_open_firmware(sim_bus, debian_firmware, monkeypat
 
 
 def test_sram_dma_requests_stay_within_what_0xf2_names(fn):
-    from amdrv.usb.transport import sram_dma_request
+    from pcie.usb.transport import sram_dma_request
     buf = fn.alloc_dma(p.SRAM_SLOT)
     c = sram_dma_request(buf, 3 * 512 + 1, to_host=True)
     assert (c.request_type, c.request, c.value, c.index) == (0x40, 0xF2, 0x8000 | 4, 1 | (1 << 8))
@@ -482,7 +482,7 @@ class _ScriptedLibusb:
 
     def alloc_transfer(self, iso):
         import ctypes
-        from amdrv.usb import streams
+        from pcie.usb import streams
         t = streams.LibusbTransfer()
         self.live[ctypes.addressof(t)] = t
         return ctypes.pointer(t)
@@ -532,11 +532,11 @@ class _ScriptedLibusb:
 
 def test_libusb_batches_vendor_requests_and_bulk_data():
     """On pyusb's libusb backend the open firmware's link sends each batch through libusb's asynchronous
-    API (amdrv.usb.streams.LibusbAsync): control transfers with their setup packets, in order, the bulk data
+    API (pcie.usb.streams.LibusbAsync): control transfers with their setup packets, in order, the bulk data
     with them, one round trip; a request after bulk data goes in the next one."""
     from pcie.interface import AccessCounters
-    from amdrv.usb import streams
-    from amdrv.usb.link import Bulk, Control, LinkCounters
+    from pcie.usb import streams
+    from pcie.usb.link import Bulk, Control, LinkCounters
     lib = _ScriptedLibusb({0xE4: b"fence-ok"})
     link = object.__new__(VendorLink)
     link.dev, link.access, link.timeout, link.name, link.stats = None, AccessCounters(), 1000, "test", LinkCounters()

@@ -9,7 +9,7 @@ from amdrv.autogen.smu_13_0_0 import PPSMC_MSG_GetDriverIfVersion
 from amdrv.queue import ComputeQueue
 
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-from amdrv.usb.transport import open_function  # noqa: E402
+from pcie.usb.transport import open_function  # noqa: E402
 
 
 @pytest.fixture

@@ -642,7 +642,7 @@ def test_default_slot_skips_a_gpu_behind_a_bridge(sim_bus):
 def test_two_simulated_bridges_on_one_bus_have_their_own_usb_paths_and_locks(sim_bus, tmp_path):
     """Each simulated enclosure enumerates at its own USB address (2 + its GPU's slot on the bus), so the
     transport's per-bridge locks (usb:BUS-ADDR) of two simulated USB GPUs do not collide (both were usb:1-2)."""
-    from amdrv.usb.transport import open_function
+    from pcie.usb.transport import open_function
     a = open_function(backend=usb_bridge.backend("navi31", fresh=True, small_bar=True, vram_size=1 << 30,
                                                  bus=sim_bus), lock_dir=tmp_path)
     try:

@@ -14,7 +14,7 @@ from amdrv.am import AMGPU
 from amdrv.hcq import SIGNAL_AREA, SIGNAL_BYTES, AMHCQDevice
 
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-from amdrv.usb.transport import open_function  # noqa: E402
+from pcie.usb.transport import open_function  # noqa: E402
 
 RNG = np.random.default_rng(11)
 

@@ -13,7 +13,7 @@ from amdrv.am import AMGPU
 from amdrv.hcq import AMHCQDevice
 
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-from amdrv.usb.transport import OpenUSBFunction, open_function  # noqa: E402
+from pcie.usb.transport import OpenUSBFunction, open_function  # noqa: E402
 
 RNG = np.random.default_rng(16)
 

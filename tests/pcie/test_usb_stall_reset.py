@@ -3,16 +3,16 @@ transport resets the device (port reset, interface claimed again) before asking 
 open works without touching the cable; where the reset does not help, the error says replug."""
 import pytest
 
-from amdrv.usb import link
-from amdrv.usb.link import TransferStalled
-from amdrv.usb.transport import open_function
+from pcie.usb import link
+from pcie.usb.link import TransferStalled
+from pcie.usb.transport import open_function
 from pcie.lock import DeviceLock
 
 
 
 @pytest.fixture(autouse=True)
 def _private_locks(tmp_path, monkeypatch):
-    from amdrv.usb import transport
+    from pcie.usb import transport
     monkeypatch.setattr(transport, "DeviceLock", lambda address, directory=None: DeviceLock(address, tmp_path))
 
 

@@ -5,7 +5,7 @@
 - `UASLink` (alternate setting 1, USB Attached SCSI, interface protocol 0x62): up to 16 commands in
   flight, each on its own bulk stream (stream = tag), all of a batch submitted at once and waited for
   together: one round trip per 16 commands, as tinygrad drives this bridge. The streams come from
-  amdrv.usb.streams (the pyusb backend's own, or libusb-1.0 through ctypes).
+  pcie.usb.streams (the pyusb backend's own, or libusb-1.0 through ctypes).
 
 - `VendorLink` (the open replacement firmware, ids ADD1:0001): vendor control requests and bulk data, no SCSI.
 
@@ -24,8 +24,8 @@ import usb.core
 import usb.util
 
 from pcie.interface import AccessCounters, PCIError
-from amdrv.usb import protocol as p
-from amdrv.usb import streams as st
+from pcie.usb import protocol as p
+from pcie.usb import streams as st
 
 DEFAULT_TIMEOUT_MS = 1000
 
@@ -459,7 +459,7 @@ class UASLink:
 
 @dataclass(frozen=True)
 class Control:
-    """A vendor control request (amdrv.usb.protocol, open firmware): OUT with `data`, or IN of `length`."""
+    """A vendor control request (pcie.usb.protocol, open firmware): OUT with `data`, or IN of `length`."""
     request_type: int
     request: int
     value: int = 0
@@ -629,7 +629,7 @@ LINKS = ("uas", "bot")
 def make_link(dev, access: AccessCounters, timeout_ms: int = DEFAULT_TIMEOUT_MS, link: str | None = None):
     """The link to a bridge. `link` ("uas" or "bot"), else the environment's DRIVERLESS_USB_LINK, forces
     one; otherwise UAS with bulk streams where the bridge has the UAS alternate setting and a stream engine
-    is available (amdrv.usb.streams), falling back to Bulk-Only Transport on alternate setting 0 (the ROM
+    is available (pcie.usb.streams), falling back to Bulk-Only Transport on alternate setting 0 (the ROM
     174c:2463 has no UAS; pyusb backends without streams; a host that refuses streams)."""
     if detect_firmware(dev) == "open":
         return VendorLink(dev, access, timeout_ms)

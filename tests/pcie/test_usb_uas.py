@@ -1,4 +1,4 @@
-"""amdrv.usb: the UAS link with USB 3 bulk streams (amdrv.usb.link.UASLink, amdrv.usb.streams).
+"""pcie.usb: the UAS link with USB 3 bulk streams (pcie.usb.link.UASLink, pcie.usb.streams).
 
 - The ctypes declarations of libusb's stream API: struct libusb_transfer compared with the C layout
   (compiled against <libusb-1.0/libusb.h>), and every declared symbol resolved in the system libusb.
@@ -15,10 +15,10 @@ import subprocess
 
 import pytest
 
-from amdrv.usb import link as L
-from amdrv.usb import protocol as p
-from amdrv.usb import streams
-from amdrv.usb.link import BOTLink, BridgeError, Command, TransferStalled, UASLink
+from pcie.usb import link as L
+from pcie.usb import protocol as p
+from pcie.usb import streams
+from pcie.usb.link import BOTLink, BridgeError, Command, TransferStalled, UASLink
 from pcie.lock import DeviceLock
 
 
@@ -114,7 +114,7 @@ def test_command_iu_and_status_iu():
 
 @pytest.fixture(autouse=True)
 def _private_locks(tmp_path, monkeypatch):
-    from amdrv.usb import transport
+    from pcie.usb import transport
     monkeypatch.setattr(transport, "DeviceLock", lambda address, directory=None: DeviceLock(address, tmp_path))
     monkeypatch.delenv("DRIVERLESS_USB_LINK", raising=False)
 
@@ -125,7 +125,7 @@ def _sim(bus, **kw):
 
 
 def _open(backend, **kw):
-    from amdrv.usb.transport import open_function
+    from pcie.usb.transport import open_function
     return open_function("", backend=backend, **kw)
 
 

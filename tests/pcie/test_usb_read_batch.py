@@ -4,7 +4,7 @@ trips, and the same errors when the GPU does not answer."""
 import pytest
 
 usb_bridge = pytest.importorskip("gpusim.usb_bridge")
-from amdrv.usb.transport import GPUNotAnswering, open_function  # noqa: E402
+from pcie.usb.transport import GPUNotAnswering, open_function  # noqa: E402
 
 SCRATCH = 4 * 0xC040        # GC SCRATCH_REG0..7 (dword 0xC040 on): plain registers
 

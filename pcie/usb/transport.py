@@ -3,7 +3,7 @@
     open_function(spec="", *, backend=None, timeout_ms=1000) -> USBFunction
     parse_device_string("am:usb" | "am:usb:BUS-ADDR") -> (provider, args)
 
-Config space and MMIO are TLPs the bridge's engine sends (amdrv.usb.protocol). Posted memory writes are
+Config space and MMIO are TLPs the bridge's engine sends (pcie.usb.protocol). Posted memory writes are
 queued and sent at `BAR.flush()` or before the next read, which is the ordering PCIe gives posted writes
 anyway; the engine's address/byte-enable/type bytes are cached so unchanged ones are not rewritten.
 At open the driver walks the bridges from bus 0 to the first display-class endpoint, programs each
@@ -23,8 +23,8 @@ import time
 
 from pcie.interface import BAR, DMABuffer, PCIError, PCIFunction
 from pcie.lock import DeviceLock
-from amdrv.usb import protocol as p
-from amdrv.usb.link import (BridgeError, BridgeNotFound, Bulk, Command, Control, detect_firmware, find_bridges,
+from pcie.usb import protocol as p
+from pcie.usb.link import (BridgeError, BridgeNotFound, Bulk, Command, Control, detect_firmware, find_bridges,
                             make_link, name_of)
 
 MAX_BRIDGE_DEPTH = 8
@@ -658,7 +658,7 @@ class ScratchBuffer(SlotBuffer):
 
 
 class OpenUSBFunction(USBFunction):
-    """The bridge running the open firmware (amdrv.usb.protocol; link.VendorLink): TLPs by 0xF0 requests (a
+    """The bridge running the open firmware (pcie.usb.protocol; link.VendorLink): TLPs by 0xF0 requests (a
     read: the request and its 8-byte completion report in one round trip), XDATA by 0xE4 (512 bytes a read)
     and 0xE5, DMA buffers in the SRAM's 32 slots of 16 KiB (alloc_dma), pushed by 0xF2 and bulk OUT."""
 
