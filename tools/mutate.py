@@ -269,59 +269,14 @@ class Workload:
 
     def generic(self, phase: str) -> None:
         """generic_lds_private: flat loads through the LDS and the private aperture (SH_MEM_BASES of the
-        dispatching VMID; tests/gpusim/test_cp.py). hcq refuses kernels with private memory (no scratch set
-        up yet), so this launch is built as tests/gpusim/test_cp.py's kernel_packets does, on the driver's
-        compute queue: COMPUTE_TMPRING_SIZE sized for the kernel's private segment and a scratch buffer of 32
-        such wave slots at COMPUTE_DISPATCH_SCRATCH_BASE (gpusim.dispatch), the user SGPRs its descriptor
-        enables (dispatch and kernarg pointers filled; gfx11 kernels ask for no scratch ones)."""
+        dispatching VMID; tests/gpusim/test_cp.py), its private memory in the scratch buffer hcq sets up
+        (amdrv/hcq/scratch.py: COMPUTE_TMPRING_SIZE and COMPUTE_DISPATCH_SCRATCH_BASE in the launch)."""
         np, dev = self.np, self.dev
-        from amdrv import pm4
-        from rdna3.codeobj import CodeObject
-        from amdrv.kernargs import kernel_args
-        from hcq.api import ArgLayout
-        from amdrv import hcq as amhcq
-        n, gc = 64, dev.gc
-        co = CodeObject(self.k["generic_lds_private"])
-        kern = co.kernel("generic_lds_private")
-        kd = kern.descriptor
-        image = dev._load_image(co)
+        n = 64
         a = self.rng.integers(-1000, 1000, n).astype(np.int32)
         ba, out = self._f32(a), dev.alloc(4 * n)
-        layout = ArgLayout(kern.name, kernel_args(kern.metadata.get(".args", [])), kern.kernarg_size)
-        mem = bytearray(256 + max(kern.kernarg_size, 16))
-        args = dev.alloc(len(mem))
-        layout.pack_into(mem, 64, [out, ba, n])
-        amhcq._PACKET.pack_into(mem, 0, amhcq._HSA_PACKET_TYPE_KERNEL_DISPATCH, 1, n, 1, 1, 0, n, 1, 1,
-                                kd.private_segment_fixed_size, kd.group_segment_fixed_size,
-                                image.va + kern.descriptor_address, args.va + 64, 0, 0)
-        dev.copyin(args, mem)
-        user = [0] * 16
-        values = {"dispatch_ptr": args.va, "kernarg_segment_ptr": args.va + 64}
-        for name, at, count in kd.user_sgpr_layout():
-            v = values.get(name, 0)
-            user[at:at + count] = [(v >> (32 * j)) & 0xFFFFFFFF for j in range(count)]
-        entry = image.va + kern.code_address
-        rsrc2 = kd.compute_pgm_rsrc2 | -(-kd.group_segment_fixed_size // 512) << 15
-        wavesize = -(-kd.private_segment_fixed_size * 32 // 256)     # TMPRING_SIZE.WAVESIZE, 256-byte units
-        sh = lambda r, *v: b.set_sh_reg(pm4.sh_offset(gc, r), *v)  # noqa: E731
-        q = dev.compute_queue()
-        b = q.b
-        b.acquire_mem()
-        sh("COMPUTE_PGM_LO", (entry >> 8) & 0xFFFFFFFF, entry >> 40)
-        sh("COMPUTE_PGM_RSRC1", kd.compute_pgm_rsrc1, rsrc2)
-        sh("COMPUTE_PGM_RSRC3", kd.compute_pgm_rsrc3)
-        sh("COMPUTE_TMPRING_SIZE", 32 | wavesize << 12)
-        ring = dev.alloc(32 * wavesize * 256)         # the scratch buffer: 32 wave slots of WAVESIZE
-        sh("COMPUTE_DISPATCH_SCRATCH_BASE_LO", (ring.va >> 8) & 0xFFFFFFFF, ring.va >> 40)
-        sh("COMPUTE_USER_DATA_0", *user)
-        sh("COMPUTE_START_X", 0, 0, 0)
-        sh("COMPUTE_NUM_THREAD_X", n, 1, 1)
-        sh("COMPUTE_RESOURCE_LIMITS", 0)
-        b.dispatch_direct(1, 1, 1, gc.COMPUTE_DISPATCH_INITIATOR.encode(COMPUTE_SHADER_EN=1, FORCE_START_AT_000=1,
-                                                                         CS_W32_EN=1))
-        q.signal(dev.timeline, dev.next_timeline())
-        q.submit()
-        dev.timeline.wait(dev.timeline_value, KERNEL_TIMEOUT)
+        prog = dev.program(self.k["generic_lds_private"], "generic_lds_private")
+        prog(out, ba, n, global_size=(1,), local_size=(n,), wait=True, timeout=KERNEL_TIMEOUT)
         got = np.frombuffer(dev.copyout(out), np.int32)
         i = np.arange(n)
         want = np.where(a & 1, a[(i + 1) % n] * 3, a[(i + (a & 15)) % n] + (a & 15))
