@@ -327,16 +327,8 @@ class USBFunction(PCIFunction):
         for o in range(4):   # the data register now holds the completion data, just read: a write that
             self._cache[p.TLP_DATA + o] = raw[o]   # follows (read-modify-write) resends changed bytes only
         cpl = struct.unpack_from(">H", raw, p.TLP_COMPLETION - p.TLP_DATA)[0]
-        status, count = cpl >> 13, cpl & 0xFFF
-        if status:
-            raise _CompletionError(status, f"{self.address}: {what}: "
-                                           f"{p.COMPLETION_STATUS.get(status, f'reserved status {status:#05b}')}")
-        expected = 4 if fmt_type & 0xBE == p.CFGRD0 else size
-        if value is None and count != expected:
-            raise BridgeError(f"{self.address}: {what}: completion byte count {count} (expected {expected})")
-        if value is None:
-            return (struct.unpack_from(">I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
-        return None
+        return _completion(f"{self.address}: {what}", cpl, struct.unpack_from(">I", raw, 0)[0], fmt_type, size,
+                           offset, value)
 
     def _poll(self, what: str) -> tuple[int, bytes]:
         """The engine's status and completion registers, read in the batch that carries the queued request
@@ -596,6 +588,21 @@ class _CompletionError(BridgeError):
         self.status = status
 
 
+def _completion(where: str, cpl: int, data: int, fmt_type: int, size: int, offset: int, value: int | None):
+    """A TLP's completion (status and byte count from its completion word; data: the completion's data dword,
+    as both firmwares return it): a read's value, None for a write; an error status or a short completion
+    raises, naming the request (where)."""
+    status, count = cpl >> 13, cpl & 0xFFF
+    if status:
+        raise _CompletionError(status, f"{where}: {p.COMPLETION_STATUS.get(status, f'reserved status {status:#05b}')}")
+    expected = 4 if fmt_type & 0xBE == p.CFGRD0 else size
+    if value is None and count != expected:
+        raise BridgeError(f"{where}: completion byte count {count} (expected {expected})")
+    if value is None:
+        return (data >> 8 * offset) & ((1 << 8 * size) - 1)
+    return None
+
+
 class SlotBuffer(WindowBuffer):
     """A DMA buffer on the open firmware: pages of the SRAM, pushed by its DMA (0xF2), which starts at a 16 KiB
     slot: push() sends from the start of the slot the range touches to the sector that holds its end. The host
@@ -709,17 +716,8 @@ class OpenUSBFunction(USBFunction):
                 self._pending.append(send)          # no completion or the error bit: resend (as the stock path)
         else:
             raise self._no_answer(what)
-        cpl = (raw[4] << 8) | raw[5]
-        status, count = cpl >> 13, cpl & 0xFFF
-        if status:
-            raise _CompletionError(status, f"{self.address}: {what}: "
-                                           f"{p.COMPLETION_STATUS.get(status, f'reserved status {status:#05b}')}")
-        expected = 4 if fmt_type & 0xBE == p.CFGRD0 else size
-        if value is None and count != expected:
-            raise BridgeError(f"{self.address}: {what}: completion byte count {count} (expected {expected})")
-        if value is None:
-            return (struct.unpack_from("<I", raw, 0)[0] >> 8 * offset) & ((1 << 8 * size) - 1)
-        return None
+        return _completion(f"{self.address}: {what}", (raw[4] << 8) | raw[5], struct.unpack_from("<I", raw, 0)[0],
+                           fmt_type, size, offset, value)
 
     def _mem_reads(self, addresses: list[int]) -> list[int]:
         """Dword reads as one batch: each 0xF0 request followed by its report; one whose report is not a completion
