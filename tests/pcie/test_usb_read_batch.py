@@ -50,3 +50,23 @@ def test_batched_reads_of_a_silent_gpu_fail_as_single_reads_do(sim_bus, firmware
         assert regs.read32_many([SCRATCH]) == [7]
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("firmware", ["stock", "open"])
+def test_a_read_answered_unsupported_request_raises_naming_it(sim_bus, firmware):
+    """With the GPU's memory decoding off, its BAR answers reads with an Unsupported Request completion: both
+    firmwares' paths raise a BridgeError naming the status and the request, never a value."""
+    from pcie.usb.link import BridgeError
+    backend = usb_bridge.backend("navi31", fresh=True, bus=sim_bus, firmware=firmware)
+    f = open_function(backend=backend)
+    try:
+        regs = f.bar(5)
+        cmd = f.config_read(4, 2)
+        f.config_write(4, 2, cmd & ~0x2)                     # PCI_COMMAND.MEMORY off
+        with pytest.raises(BridgeError, match=r"unsupported request \(UR\)"):
+            regs.read32(SCRATCH)
+        f.config_write(4, 2, cmd)
+        regs.write32(SCRATCH, 0x5A5A5A5A)
+        assert regs.read32(SCRATCH) == 0x5A5A5A5A
+    finally:
+        f.close()
