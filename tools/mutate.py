@@ -1551,9 +1551,12 @@ EXPECTED = {
     "(0xE0000000) after, as gfxhub_v3_0_set_fault_enable_default does before GL1C_UTCL0_CNTL1/SQG_CONFIG; the "
     "power-on value is that broadcast value (gc_11_0_0_default.h): its index fields are 0 and its broadcast "
     "bits name writes (*_BROADCAST_WRITES, gc_11_0_0_sh_mask.h), so reads go to SE 0/SA 0 too (assumption)",
-    "reg-drop:GC.RLC_SRM_CNTL": "the save restore machine (gfx_v11_0_rlc_enable_srm) saves and restores the RLC's "
-    "register list around GFX power gating; the workload lets GFX power off only after fini (GFXOFF allowed "
-    "there) and every next boot programs GC again or finds it as fini left it (assumption: no other user)",
+    "reg-drop:GC.RLC_SRM_CNTL": "the save restore machine (gfx_v11_0_rlc_enable_srm, with the RLC's "
+    "save_restore_list_srm firmware) restores the RLC's register list around GFX power gating. The workload's "
+    "gfxoff phase powers GFX off and on mid-run, and the model keeps every GC register across GFXOFF (no save or "
+    "restore is modelled), so SRM_ENABLE decides nothing there; what the SRM restores at a GFXOFF exit, and "
+    "what GFXOFF does with it off, is not public (assumption: GC state survives GFXOFF without it; left at the "
+    "power-on 0x2, SRM_ENABLE 0, by the drop)",
     "reg-drop:GC.SDMA[01]_UTCL1_CNTL": "RESP_MODE 3/REDO_DELAY 9 (sdma_v6_0_gfx_resume) set how the SDMA's UTCL1 "
     "answers and re-issues a translation that comes back for a retry; every SDMA access of the workload "
     "translates (assumption: the fields change nothing for a translation that succeeds)",
@@ -1578,6 +1581,36 @@ EXPECTED = {
     "recover() then writes every HQD register the CP uses for each queue it sets up again (gfx_v11_0_kiq_init_"
     "register's list, the pointers zeroed too), and the other HQDs were never activated (assumption: the bit "
     "resets HQD registers only)",
+    # flips of GC registers (issue 11's uncaught flips, decided one by one; docs/fidelity.md "CP" and "NBIO ...")
+    "reg-flip:GC.CP_HQD_PQ_WPTR_HI": "written 0 by MMIO for the KIQ alone (the compute queues' comes from their "
+    "MQD), inverted 0xFFFFFFFF over a WPTR_LO of 0: a compute ring's write pointer is 64 bits and never masked "
+    "(amdgpu_ring_init: ptr_mask all ones with support_64bit_ptrs), so the CP takes it modulo its ring and reads "
+    "an empty one, and the first doorbell (WDOORBELL64, gfx_v11_0_ring_set_wptr_compute) replaces both halves "
+    "(modeled: tests/gpusim/test_cp.py::test_the_write_pointer_counts_modulo_the_ring_and_the_doorbell_sets_both_"
+    "halves)",
+    "reg-flip:GC.CP_ME_CNTL": "recover()'s writes 0x143C0000/0x14000000 inverted unhalt the graphics ME and PFP but "
+    "with both of their pipes disabled (PIPE0/1_DISABLE), then held in reset (PIPE0/1_RESET): a pipe starts only "
+    "out of reset (gfx_v11_0_config_gfx_rs64 releases the resets to start them), so nothing runs, as with the "
+    "halt (modeled: tests/gpusim/test_gfx.py::test_me_and_pfp_unhalted_with_their_pipes_held_in_reset_or_disabled_"
+    "run_nothing; assumption: a disabled pipe runs nothing either, and the CE and *_STEP bits, for a CE gfx11 "
+    "does not use and single-stepping, do nothing to held pipes); the driver runs no graphics ring",
+    "reg-flip:GC.CP_VMID_RESET": "0xFFFFFFFE inverted is 0x1: a reset request for VMID 0 (RESET_REQUEST bit 0) "
+    "with no PIPE0/1_QUEUES selected, made by gfx_v11_0_soft_reset's sequence after every MEC queue was dequeued "
+    "with RESET_WAVES and before the GRBM soft reset of CP/GFX/CPF/CPC/CPG, after which every queue is set up "
+    "again (assumption: what a VMID reset clears there, the GRBM reset and the set-up clear too); the request "
+    "self-clears either way, which the driver polls for",
+    "reg-flip:GC.SPI_COMPUTE_QUEUE_RESET": "1 inverted is 0xFFFFFFFE: RESET (bit 0, the register's only field in "
+    "gc_11_0_0_sh_mask.h) clear, so no reset is requested, as with the drop (see its reason); the other 31 bits "
+    "name nothing (assumption: they do nothing)",
+    "reg-flip:GC.SDMA[01]_UTCL1_CNTL": "0x2C000689 (sdma_v6_0_gfx_resume: RESP_MODE 3, REDO_DELAY 9 over the "
+    "power-on 0x2C000288) inverted: RESP_MODE 0, how the UTCL1 answers a translation that comes back for a retry "
+    "(upstream: 'Set up RESP_MODE to non-copy addresses'), and the driver's VMID 0 faults are no-retry (CONTEXT0_"
+    "CNTL.RETRY_PERMISSION_OR_INVALID_PAGE_FAULT 0); RD/WR_EXE_PERMS_CTRL set, and every page the driver maps "
+    "is executable (amdrv.pagetable: READABLE | WRITEABLE | EXECUTABLE by default, no caller passes less), so "
+    "an execute-permission check on reads and writes, whatever it checks, passes; the rest are delays "
+    "(REDO_DELAY, PAGE_WAIT_DELAY, INVACK_DELAY), L2 request credits (REQL2_CREDIT 0x13, not 0) and forced "
+    "invalidations (FORCE_INVALIDATION, FORCE_INVREQ_HEAVY: translations fetched again) (assumption: these "
+    "change when an access completes, not where it goes)",
     "pkt-*:PM4.ACQUIRE_MEM.COHER_[SB][IA][ZS]E*": "gfx_v11_0_emit_mem_sync's GCR_CNTL asks for whole-cache "
     "actions (GLI_INV 1 'ALL', GL1_RANGE 0 and GL2_RANGE 0 'ALL': nvd.h), so the COHER_BASE/SIZE range limits "
     "none of them (assumption: with no graphics surface named in COHER_CNTL the range selects nothing else)",
@@ -1700,6 +1733,11 @@ CAUGHT_BY_TESTS = {
     "loses_the_default_page (the workload has no MMHUB-client fault)",
     "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_*": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_"
     "fault_setting_loses_the_default_page (the workload has no MMHUB-client fault)",
+    "reg-flip:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_kiq_with_an_inverted_pq_control_fails_once_"
+    "its_ring_wraps (only the KIQ's HQD is written by MMIO; the inverted value sets NO_UPDATE_RPTR, so the CP "
+    "reports no rptr, and QUEUE_SIZE 0x35, a CP ring far larger than the driver's 2048 dwords: both bite only "
+    "once the KIQ's ring wraps, which no run of the workload reaches; simulator side tests/gpusim/test_cp.py::"
+    "test_the_cp_wraps_at_its_own_queue_size_and_reports_no_rptr_with_no_update_rptr)",
 }
 
 

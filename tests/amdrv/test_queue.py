@@ -697,3 +697,56 @@ def test_a_kiq_without_its_rptr_report_address_stalls_once_its_ring_fills(gpu, m
         for _ in range(200):             # ~28 dwords per set-up: the 2048-dword ring is full after ~73
             q.init()
     assert gpu.kiq.wptr >= 2048 - 32
+
+
+class _InvertedWrites:
+    """A register block whose registers named in `names` get every written value with all 32 bits inverted
+    (tools/mutate.py's reg-flip), for the HQD registers the GFX block writes by MMIO."""
+
+    def __init__(self, regs, names):
+        self._regs, self._names = regs, names
+
+    def __getattr__(self, name):
+        r = getattr(self._regs, name)
+        if name not in self._names:
+            return r
+
+        class Inverted:
+            def write(self, value):
+                r.write(~value & 0xFFFFFFFF)
+
+            def __getattr__(self, attr):
+                return getattr(r, attr)
+        return Inverted()
+
+
+def test_a_kiq_with_an_inverted_pq_control_fails_once_its_ring_wraps(gpu, monkeypatch):
+    """tools/mutate.py's reg-flip:GC.CP_HQD_PQ_CONTROL (the KIQ's, the one HQD written by MMIO): the inverted
+    value has QUEUE_SIZE 0x35, a ring of 2^54 dwords for the CP where the driver's is 2048 (gfx_v11_0_kiq_init_
+    register: order_base_2(ring_size / 4) - 1), and NO_UPDATE_RPTR 1 (no rptr report: what kfd sets for AQL
+    queues, whose read index the CP reports otherwise). The workload's KIQ never passes 2048 dwords; here it
+    does, and the driver either waits for room the CP never reports or wraps where the CP does not."""
+    monkeypatch.setattr(gpu.gfx, "gc", _InvertedWrites(gpu.gfx.gc, {"CP_HQD_PQ_CONTROL"}))
+    q = ComputeQueue(gpu)
+    monkeypatch.undo()
+    with gpu.gfx.selected(1, gpu.kiq.pipe, gpu.kiq.queue) as gc:
+        assert gc.CP_HQD_PQ_CONTROL.decode()["QUEUE_SIZE"] == 0x35
+    with pytest.raises(QueueError, match="ring stays full|did not complete"):
+        for _ in range(200):             # ~23 dwords per set-up: past 2048 dwords after ~90
+            q.init()
+    assert gpu.kiq.wptr >= 2048 - 32
+
+
+def test_a_kiq_with_its_pq_control_right_runs_past_its_ring_size(gpu):
+    """The counterpart of the test above: the KIQ as the driver programs it wraps its 2048-dword ring and
+    goes on mapping (a compute queue set up again 100 times: ~2300 dwords)."""
+    q = ComputeQueue(gpu)
+    for _ in range(100):
+        q.init()
+    assert gpu.kiq.wptr > 2048
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    b = pm4.PM4()
+    b.release_mem(done.va, 1)
+    q.submit(b.buf)
+    q.wait(done, 1, timeout_s=5)

@@ -1252,3 +1252,41 @@ def test_a_reset_waves_dequeue_takes_a_hung_queue_off_the_pipe_stays_faulted_unt
     cp_soft_reset(gpu)
     wait_mec(gpu)
     assert not busy(gpu)
+
+
+def test_the_cp_wraps_at_its_own_queue_size_and_reports_no_rptr_with_no_update_rptr(gpu, sim, queue):
+    """CP_HQD_PQ_CONTROL as tools/mutate.py's reg-flip leaves it for the KIQ (tests/amdrv/test_queue.py::
+    test_a_kiq_with_an_inverted_pq_control_fails_once_its_ring_wraps): NO_UPDATE_RPTR set, the CP writes no
+    read pointer to the report address (the field's name; kfd_mqd_manager_v11 sets it for AQL queues, whose
+    read index is reported otherwise), and a QUEUE_SIZE above the ring the host wraps at makes the CP read on
+    past the ring's end (2^(QUEUE_SIZE+1) dwords, gfx_v11_0_kiq_init_register's order_base_2(ring_size / 4) - 1),
+    where the wrapped packets are not."""
+    out = buf(gpu)
+    with queue.selected():
+        queue.gc.CP_HQD_PQ_CONTROL.update(NO_UPDATE_RPTR=1)
+    queue.submit(write_data(out.va, 1))
+    assert u32(gpu, out) == [1] and queue.rptr_report() == 0          # the work ran; nothing reported
+    with queue.selected():
+        queue.gc.CP_HQD_PQ_CONTROL.update(NO_UPDATE_RPTR=0, QUEUE_SIZE=(RING_BYTES // 4).bit_length() - 1)
+    n = RING_BYTES // 4
+    queue.submit(pkt3(P.PACKET3_NOP, *[0] * (n - queue.wptr - 1)))    # up to the ring's end
+    assert queue.rptr_report() == n and not busy(gpu)
+    queue.submit(write_data(out.va + 4, 2))                            # at the start of the host's ring
+    assert u32(gpu, out, 4) == [0]                                     # never run: the CP read on past the end,
+    assert busy(gpu) and "header" in sim.errors[-1].message            # where the next page holds no packet
+
+
+def test_the_write_pointer_counts_modulo_the_ring_and_the_doorbell_sets_both_halves(gpu, sim, queue):
+    """Compute rings keep a 64-bit write pointer that is never masked (amdgpu_ring_init: ptr_mask all ones with
+    support_64bit_ptrs; gfx_v11_0_ring_set_wptr_compute rings WDOORBELL64 with it), so the CP takes it modulo
+    its ring: a CP_HQD_PQ_WPTR_HI of all ones over a LO of 0 (tools/mutate.py's reg-flip of the KIQ's
+    write of 0, an EXPECTED survivor) reads as an empty ring, and the first doorbell replaces both halves."""
+    out = buf(gpu)
+    with queue.selected():
+        queue.gc.CP_HQD_PQ_WPTR_HI.write(0xFFFFFFFF)
+        assert queue.gc.CP_HQD_PQ_RPTR.read() == 0 and not busy(gpu)      # nothing to read
+    queue.submit(write_data(out.va, 7))
+    assert u32(gpu, out) == [7]
+    with queue.selected():
+        assert queue.gc.CP_HQD_PQ_WPTR_HI.read() == 0 and queue.gc.CP_HQD_PQ_WPTR_LO.read() == queue.wptr
+    assert not sim.errors, sim.errors

@@ -362,3 +362,22 @@ def test_rlc_autoload_takes_longer_than_the_boot_reads_before_its_poll(firmware)
     polls = wait_for_rlc_autoload_complete(gc)
     assert polls is not None and dev.steps - start >= AUTOLOAD_MIN_STEPS and polls >= 10
 
+
+
+def test_me_and_pfp_unhalted_with_their_pipes_held_in_reset_or_disabled_run_nothing(firmware):
+    """What tools/mutate.py's reg-flip:GC.CP_ME_CNTL leaves after recover() (an EXPECTED survivor): the driver
+    keeps the graphics ME/PFP halted (it gives them no start address), and the inverted writes unhalt them with
+    both pipes disabled (ME/PFP_PIPE0/1_DISABLE, 0xEBC3FFFF), then held in reset (0xEBFFFFFF): a pipe runs only
+    unhalted, out of reset and enabled (gfx_v11_0_config_gfx_rs64 starts the pipes by releasing their resets),
+    so nothing starts; upstream's CP_ME_CNTL = 0 starts them at their PRGRM_CNTR_START, here 0: a hang."""
+    dev, gc, fw = build(firmware)
+    g = dev.blocks["GFX"]
+    psp_load_everything(dev, fw)
+    assert wait_for_rlc_autoload_complete(gc) is not None
+    for value in (~0x143C0000 & 0xFFFFFFFF, ~0x14000000 & 0xFFFFFFFF):   # recover()'s two writes, inverted
+        gc.w("CP_ME_CNTL", value)
+        assert gc.f("CP_ME_CNTL", "ME_HALT") == 0 and gc.f("CP_ME_CNTL", "PFP_HALT") == 0
+        assert not g.pipes_running("ME") and not g.pipes_running("PFP") and gc.r("CP_STAT") == 0
+    assert dev.errors == []
+    gc.w("CP_ME_CNTL", 0)
+    assert gc.r("CP_STAT") and "runs garbage" in dev.errors[-1].message
