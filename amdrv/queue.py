@@ -207,12 +207,7 @@ class _Queue:
         if n >= self.ring_dw:
             raise QueueError(f"{self.name}: {n} dwords do not fit the {self.ring_dw}-dword ring; "
                              "submit in parts or use an indirect buffer")
-        # One dword short of full: a full ring would read as empty. The last rptr seen can only be behind
-        # the engine, so the ring is read again only when that one says there is no room.
-        if (self.wptr - self.rptr_seen) % self.ring_dw + n >= self.ring_dw:
-            self.rptr_seen = self.rptr
-            if self.pending + n >= self.ring_dw:
-                self._wait_room(n)
+        self._room(n)
         at = self.wptr % self.ring_dw
         first = min(n, self.ring_dw - at)
         self.ring[at:at + first] = dwords[:first]
@@ -231,6 +226,20 @@ class _Queue:
         self.doorbell.write64(self.doorbell_index * 4, value)
         if flush:
             self.doorbell.flush()   # an ordering point: transports that queue posted writes (USB) send them now
+
+    def _room(self, n: int) -> None:
+        # One dword short of full: a full ring would read as empty. The last rptr seen can only be behind
+        # the engine, so the ring is read again only when that one says there is no room.
+        if (self.wptr - self.rptr_seen) % self.ring_dw + n >= self.ring_dw:
+            self.rptr_seen = self.rptr
+            if (self.wptr - self.rptr_seen) % self.ring_dw + n >= self.ring_dw:   # pending, without a 2nd read
+                self._wait_room(n)
+
+    def consumed(self, upto: int) -> None:
+        """The engine is known to have read the ring up to dword `upto` (counted since set-up: a fence after it
+        was seen), so the room check needs no rptr read until there."""
+        if 0 <= self.wptr - upto < (self.wptr - self.rptr_seen) % self.ring_dw:
+            self.rptr_seen = upto % self.ring_dw
 
     def _wait_room(self, n: int) -> None:
         # polls an always-on register (OSSSYS), not the engine's GC status: GFX may be coming out of GFXOFF
@@ -332,6 +341,21 @@ class ComputeQueue(_Queue):
 
     def _doorbell_index(self) -> int:
         return (DOORBELL_MEC_RING0 + self.ring_id) << 1
+
+    def skip_to_start(self) -> None:
+        """Fills the ring from the write pointer to its end with one NOP (PM4 type 3: the CP skips its count + 1
+        body dwords; PACKET3(NOP, 0x3FFF) is one dword) so that the next submit starts at dword 0, in one piece.
+        Only the header is written (the body's stale bytes are skipped): behind a bridge one posted dword that
+        goes out with the next push; the doorbell is the next submit's."""
+        n = -self.wptr % self.ring_dw
+        if not n:
+            return
+        self._room(n)
+        at = self.wptr % self.ring_dw
+        self.ring[at] = pm4.NOP_1DW if n == 1 else pm4.header(pm4.P.PACKET3_NOP, n - 2)
+        self.wptr += n
+        if not self.coherent:
+            self.mem.dma.push(at * 4, 4)
 
     @property
     def name(self) -> str:

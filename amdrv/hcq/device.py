@@ -20,7 +20,7 @@ from pcie import open_function
 from amdrv.kernargs import kernel_args
 from amdrv.hcq.graph import GraphBuilder
 from amdrv.hcq import scratch
-from amdrv.hcq.launch import PACKET_BYTES, _Kernel, write_dispatch
+from amdrv.hcq.launch import PACKET_BYTES, RingSlots, _Kernel, write_dispatch
 from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
 from hcq.api import ArgLayout, Buffer, HCQDevice, HCQError, HCQFault, HCQTimeout, Program, Signal
 
@@ -164,6 +164,9 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         self.timeline = self.new_signal(0)
         self.timeline.name = f"{name} timeline"
         self.timeline_value = 0
+        # where a launch's writes cost a round trip each (VRAM behind the open bridge firmware), its kernargs
+        # ride in the ring, next to its PM4: one write (amdrv.hcq.launch.RingSlots)
+        self._ring_slots = RingSlots(self, self.compute) if placement.in_vram(gpu.dev.pci) else None
         self._timing = (self.new_signal(), self.new_signal())
         self._code_images: list = []     # (GPU address, size, CodeObject) of loaded programs: names a wave's PC
         self._scratch = None             # the scratch buffer of kernels with private memory (amdrv.hcq.scratch)
@@ -653,6 +656,8 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
                 self.irq.sources(True)
         self.timeline.value = self.timeline_value
         self.arena.at, self.arena.fence = 0, 0
+        if self._ring_slots is not None:
+            self._ring_slots.reset()
         return faults
 
     # ------------------------------------------------------------------ programs
@@ -730,20 +735,37 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         if self._closed:
             self._open_check(f"launch of {prog.name}")
         g, l_ = prog.check_sizes(global_size, local_size)
-        q = AMComputeQueue(self)
-        if wait:
-            t0, t1 = self._timing
-            q.timestamp(t0)
-            q.exec(prog, args, g, l_)
-            q.timestamp(t1)
+        if self._ring_slots is not None and self._ring_slots.fits(prog.handle):
+            self._ring_launch(prog, args, g, l_, wait)
         else:
-            q.exec(prog, args, g, l_)
-        q.signal(self.timeline, self.next_timeline())
-        q._submit()
+            q = AMComputeQueue(self)
+            if wait:
+                t0, t1 = self._timing
+                q.timestamp(t0)
+                q.exec(prog, args, g, l_)
+                q.timestamp(t1)
+            else:
+                q.exec(prog, args, g, l_)
+            q.signal(self.timeline, self.next_timeline())
+            q._submit()
         if wait:
             self.timeline.wait(self.timeline_value, timeout)
+            t0, t1 = self._timing
             return (t1.mem[1] - t0.mem[1]) / XCLK_HZ
         return None
+
+    def _ring_launch(self, prog: Program, args, g, l_, wait: bool) -> None:
+        """_launch with the launch's slot in the compute ring (RingSlots, the open bridge firmware): before the
+        kernel the wait behind a bridge copy-in and the first timestamp, after it the second and the signal."""
+        pre, post = AMComputeQueue(self), AMComputeQueue(self)
+        gate = self._bridge.pending() if self._bridge is not None else None
+        if gate is not None:
+            pre.wait(*gate)
+        if wait:
+            pre.timestamp(self._timing[0])
+            post.timestamp(self._timing[1])
+        post.signal(self.timeline, self.timeline_value + 1)    # the value RingSlots.submit takes once packed
+        self._ring_slots.submit(prog.handle, prog.layout, args, g, l_, pre.buf, post.buf)
 
     # ------------------------------------------------------------------ graphs (amdrv.hcq.graph builds and replays)
     def _host_copy(self, dwords: array) -> tuple[int, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections import deque
 
 from amdrv import pm4
 from rdna3.codeobj import RSRC2
@@ -124,3 +125,95 @@ def _patch_exec(b: array, at: int, k: _Kernel, va: int, g, l_) -> None:
     b[t], b[t + 1], b[t + 2] = l_
     t = at + k.i_dispatch
     b[t], b[t + 1], b[t + 2] = g
+
+
+_SLOT_ALIGN_DW = PACKET_BYTES // 4   # the slot's dispatch packet 64-byte aligned (an AQL packet), kernargs at +64
+_OTHER_DW = 40    # a launch's commands but its kernel's: a gate WAIT_REG_MEM (7), two timestamps and the signal
+                  # (RELEASE_MEM, 8 each), the NOP's header
+
+
+class RingSlots:
+    """Launch slots in the compute ring itself, where a launch's writes cost a round trip each (the open bridge
+    firmware: the ring and the arena are VRAM written by 0xF0 streamed writes, amdrv.placement): the dispatch
+    packet and kernargs ride in the body of a PM4 NOP that the CP skips (PM4 type 3: count + 1 body dwords,
+    pm4.py), just before the launch's PM4, so kernargs, PM4 and signal are one contiguous write, then the HDP
+    flush and the doorbell: 2 round trips instead of 3 (docs/usb.md). The dispatch packet is 64-byte aligned
+    (the NOP's body is padded to it) and the kernargs follow at +64, as in the arena (AMDGPUUsage: the kernarg
+    segment 16-byte aligned at least). A launch never wraps: the ring's end is skipped with a NOP first
+    (ComputeQueue.skip_to_start). The CP reading past a launch's packets says nothing about its waves, which read
+    the kernargs while they run: the ring's dwords where an earlier launch's submission started are written
+    again only once its timeline value is seen (`live`). A launch larger than half the ring goes to the arena."""
+
+    __slots__ = ("dev", "ring", "live", "max_dw")
+
+    def __init__(self, dev, ring):
+        self.dev, self.ring = dev, ring
+        self.live: deque = deque()        # (first dword, end dword: counted since set-up, timeline value)
+        self.max_dw = ring.ring_dw // 2
+
+    def fits(self, k: _Kernel) -> bool:
+        """Whether a launch of k goes in the ring (else the arena): with its other commands (a gate wait, two
+        timestamps, the signal: under _OTHER_DW) in half the ring at most."""
+        return k.slot // 4 + len(k.template) + _OTHER_DW + _SLOT_ALIGN_DW <= self.max_dw
+
+    def reset(self) -> None:
+        """The ring was reset (recover): nothing in it is in flight any more."""
+        self.live.clear()
+
+    def submit(self, k: _Kernel, layout: ArgLayout, args, g, l_, pre: array, post: array) -> None:
+        """Submits pre (dwords: a gate wait, a timestamp), the launch of k with its slot in the ring, then post
+        (a timestamp, the signal of the device's next timeline value, taken once the kernargs are packed)."""
+        ring = self.ring
+        rdw, slot_dw = ring.ring_dw, k.slot // 4
+        start = ring.wptr
+        at = start % rdw
+        after = len(k.template) + len(post)
+        body, s, n = _nop_layout(at, len(pre), slot_dw, after)
+        if at + n > rdw:                        # one piece: the ring's end skipped first
+            start += rdw - at
+            at = 0
+            body, s, n = _nop_layout(0, len(pre), slot_dw, after)
+        va = ring.ring_va + 4 * s
+        slot = bytearray(k.slot)
+        layout.pack_into(slot, PACKET_BYTES, args)
+        write_dispatch(slot, 0, k, va, g, l_)
+        lo = ring.wptr
+        self._retire(lo, start + n)
+        value = self.dev.next_timeline()
+        if start != lo:
+            ring.skip_to_start()
+        b = array("I", pre)
+        b.append(pm4.header(pm4.P.PACKET3_NOP, body - 1))
+        pad = s - at - len(b)
+        if pad:
+            b.frombytes(bytes(4 * pad))
+        b.frombytes(slot)
+        i = len(b)
+        b.extend(k.template)
+        _patch_exec(b, i, k, va, g, l_)
+        b.extend(post)
+        ring.submit(b)
+        self.live.append((lo, start + n, value))     # the skipped end with it: the CP reads it before the signal
+
+    def _retire(self, lo: int, hi: int) -> None:
+        """Before the ring's dwords [lo, hi) (counted since set-up) are written: the launches submitted a lap
+        earlier from there on are done (their waves may still read their kernargs otherwise). The timeline's
+        last value seen answers without a read where it can; a value seen also tells the CP read past that
+        submission, so the ring's room check needs no rptr read up to there."""
+        live, limit, need, end = self.live, hi - self.ring.ring_dw, 0, 0
+        while live and live[0][0] <= limit:    # <=: the room check wants the CP one dword past
+            _, end, need = live.popleft()
+        if need:
+            tl = self.dev.timeline
+            if tl.mem[0] < need:
+                tl.wait(need)
+            self.ring.consumed(end)
+
+
+def _nop_layout(at: int, before: int, slot_dw: int, after: int) -> tuple[int, int, int]:
+    """(NOP body dwords, ring dword of the slot, submission dwords) for a submission at ring dword `at`: `before`
+    dwords, the NOP header, its body (padding to the slot's 64-byte alignment, then the slot), `after` dwords."""
+    h = at + before
+    s = (h + _SLOT_ALIGN_DW) & -_SLOT_ALIGN_DW
+    body = s - h - 1 + slot_dw
+    return body, s, before + 1 + body + after
