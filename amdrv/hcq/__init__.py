@@ -8,8 +8,10 @@
 
 Memory the CPU writes per launch lives in host memory the GPU reaches through the GMC (pcie DMA
 buffers mapped with gmc.map_system): signals (16 bytes each: value, timestamp), and an arena of
-launch slots (a 64-byte hsa_kernel_dispatch_packet, then the kernarg segment). Code objects are
-loaded into VRAM whole, so the descriptor and code keep their relative addresses.
+launch slots (a 64-byte hsa_kernel_dispatch_packet, then the kernarg segment). Behind the open USB bridge
+firmware, where each write into VRAM is a round trip, `prog(...)` puts its slot in the compute ring instead,
+in a PM4 NOP's body just before its PM4 (launch.RingSlots). Code objects are loaded into VRAM whole, so the
+descriptor and code keep their relative addresses.
 
 A kernel launch is the program's precomputed PM4 template (ACQUIRE_MEM; SET_SH_REG of COMPUTE_PGM_LO/HI,
 RSRC1/2/3, TMPRING_SIZE (and DISPATCH_SCRATCH_BASE_LO/HI for kernels with private memory: scratch.py),
@@ -25,7 +27,7 @@ Timestamps are RELEASE_MEM writes of the GPU clock counter (DATA_SEL 3), 100 MHz
 (soc21_get_xclk: the reference clock).
 
 The package: device.py (AMHCQDevice and open_device: memory, copies, signals, waits, reports, programs),
-launch.py (the kernel's PM4 template, the dispatch packet, hidden arguments), queues.py (the compute and
+launch.py (the kernel's PM4 template, the dispatch packet, hidden arguments, slots in the ring), queues.py (the compute and
 copy queues), graph.py (graph build and replay). The public names are re-exported here; the private ones a
 test patches (the packet templates _C_*) are not, so a patch names the module that uses them.
 """
