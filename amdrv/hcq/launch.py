@@ -195,6 +195,13 @@ class RingSlots:
         ring.submit(b)
         self.live.append((lo, start + n, value))     # the skipped end with it: the CP reads it before the signal
 
+    def before_write(self, n: int) -> None:
+        """Another submission of n dwords is about to be written into the ring (a queue built through the hcq
+        API: its kernargs in the arena): the launches whose slots it overwrites are done first."""
+        if self.live:
+            w = self.ring.wptr
+            self._retire(w, w + n)
+
     def _retire(self, lo: int, hi: int) -> None:
         """Before the ring's dwords [lo, hi) (counted since set-up) are written: the launches submitted a lap
         earlier from there on are done (their waves may still read their kernargs otherwise). The timeline's

@@ -153,8 +153,12 @@ class AMComputeQueue(_AMQueue):
 
     def _submit(self) -> None:
         """submit() for a queue built just now by the device itself (its arguments were live when packed)."""
-        self.dev.arena.push()
-        self.dev.compute.submit(self.dev._behind_bridge_copy(self))
+        dev = self.dev
+        dev.arena.push()
+        dwords = dev._behind_bridge_copy(self)
+        if dev._ring_slots is not None:     # launches with kernargs in the ring a lap back: done first
+            dev._ring_slots.before_write(len(dwords))
+        dev.compute.submit(dwords)
 
 
 def _submit_check(dev: AMHCQDevice, refs: list) -> None:

@@ -257,35 +257,55 @@ def test_kernargs_in_the_ring_need_the_skipped_end(dev, kernel_corpus, monkeypat
 
 def test_kernargs_in_the_ring_wait_for_the_lap_before(dev, kernel_corpus, monkeypatch):
     """The CP reading past a launch says nothing about its waves, which read its kernargs while they run (the
-    simulated CP finishes a dispatch before reading on, so no wrong sums show here): a dword of the ring where an
-    earlier launch's submission lies is written again only once the host has seen that launch's timeline value.
-    Checked at each write into the ring; without RingSlots._retire it fails."""
-    ring, seen, written = dev.compute, dev.timeline.mem, []
+    simulated CP finishes a dispatch before reading on, so no wrong sums show here): a dword of the ring where a
+    launch's slot submission lies is written again, by a launch or by a queue built through the hcq API, only
+    once the host has seen that launch's timeline value. Checked at each write into the ring; without
+    RingSlots._retire it fails."""
+    from amdrv.hcq.launch import RingSlots
+    ring, seen, slots = dev.compute, dev.timeline.mem, []
     rdw = ring.ring_dw
 
     def check(lo, hi):
-        late = [v for a, b, v in written if a < hi - rdw and b > lo - rdw and v > seen[0]]
+        late = [v for a, b, v in slots if a < hi - rdw and b > lo - rdw and v > seen[0]]
         assert not late, f"ring dwords [{lo}, {hi}) written while launches {late} a lap back were not seen done"
 
-    submit, skip = type(ring).submit, type(ring).skip_to_start
+    submit, skip, slot_submit = type(ring).submit, type(ring).skip_to_start, RingSlots.submit
 
     def checked_submit(self, dwords, flush=True):
-        lo = self.wptr
-        check(lo, lo + len(dwords))
+        check(self.wptr, self.wptr + len(dwords))
         submit(self, dwords, flush)
-        written.append((lo, self.wptr, dev.timeline_value))
 
     def checked_skip(self):
         check(self.wptr, self.wptr + 1)
         skip(self)
 
+    def recorded(self, *a):
+        slot_submit(self, *a)
+        slots.append(self.live[-1])
+
     monkeypatch.setattr(type(ring), "submit", checked_submit)
     monkeypatch.setattr(type(ring), "skip_to_start", checked_skip)
+    monkeypatch.setattr(RingSlots, "submit", recorded)
     _, laps, ok = _saxpy_laps(dev, kernel_corpus)
     assert ok and laps > 2
-    monkeypatch.setattr(type(dev._ring_slots), "_retire", lambda self, lo, hi: None)
+    add = dev.program(kernel_corpus["add_f32"], "add_f32")
+    a = dev.alloc(4 * 64)
+    dev.copyin(a, np.zeros(64, np.float32))
+
+    def mixed():     # launches with their slots in the ring, then API queues over them: a lap and more
+        for _ in range(12):
+            add(a, a, a, 64, global_size=(1,), local_size=(64,))
+        for _ in range(30):
+            q = dev.compute_queue()
+            q.exec(add, (a, a, a, 64), (1,), (64,))
+            q.signal(dev.timeline, dev.next_timeline())
+            q.submit()
+        dev.synchronize()
+
+    mixed()
+    monkeypatch.setattr(RingSlots, "_retire", lambda self, lo, hi: None)
     with pytest.raises(AssertionError, match="a lap back were not seen done"):
-        _saxpy_laps(dev, kernel_corpus)
+        mixed()
 
 
 def test_a_launch_too_large_for_the_ring_goes_to_the_arena(dev, kernel_corpus, monkeypatch):
