@@ -403,17 +403,25 @@ def _mode_aware(name, rtype, stypes, fn, rd, mods, fast):
         default |= ops.MODE_DX10_CLAMP
     if rtype == ops.F16:
         bits |= ops.MODE_FP16_OVFL      # default 0 (clang-15's descriptors)
+    minmax = name in ops.MINMAX         # MODE.IEEE picks their NaN rules; default 1 (clang-15's descriptors)
+    if minmax:
+        bits |= ops.MODE_IEEE
+        default |= ops.MODE_IEEE
+    keep_sources = name in ops.KEEP_SOURCE_DENORMALS
     float_result = rtype in FLOATS
     exact = ops.DIRECTED.get(name) if float_result else None
     posts = {dx10: _post(rtype, mods, dx10) for dx10 in (False, True)} if float_result else {}
 
     def slow(g, m):
         vals = [f(g) for f in rd]
-        vals = [ops.flush_denormals(v) if t in FLOATS and ops.flushes_source(m, t) else v
-                for v, t in zip(vals, stypes)]
+        if not keep_sources:
+            vals = [ops.flush_denormals(v) if t in FLOATS and ops.flushes_source(m, t) else v
+                    for v, t in zip(vals, stypes)]
         rmode = ops.round_mode(m, rtype) if float_result else ops.ROUND_NEAREST
         if exact is not None and rmode != ops.ROUND_NEAREST:
             r = ops.round_directed(*exact(*vals), rtype, rmode)
+        elif minmax and not m & ops.MODE_IEEE:
+            r = ops.IEEE_OFF[name](*vals)
         else:
             r = fn(*vals)
         if not float_result:
@@ -424,7 +432,7 @@ def _mode_aware(name, rtype, stypes, fn, rd, mods, fast):
         post = posts[bool(m & ops.MODE_DX10_CLAMP)]
         if post is not None:
             r = post(r)
-        return ops.flush_denormals(r) if ops.flushes_result(m, rtype) else r
+        return ops.flush_denormals(r) if ops.flushes_result(m, rtype) and not minmax else r
 
     def compute(g):
         m = g._fpmode
@@ -440,6 +448,27 @@ def _mode_aware(name, rtype, stypes, fn, rd, mods, fast):
     return compute
 
 
+def _flushing_compare(t, fn, a, b):
+    """compute(g) for a float compare whose denormal sources are zeros of their sign where the waves' MODE
+    flushes sources of type t (RDNA3 ISA, MODE register: "Denorm mode affects float ops in: VALU"; the
+    compare pages add no exception). v_cmp_class reads its source unflushed (assumption: LLVM lowers
+    llvm.is.fpclass, which ignores the denormal mode, to it)."""
+    shift = ops.MODE_DENORM_SHIFT[t]
+
+    def flushed(g):
+        return fn(ops.flush_denormals(a(g)), ops.flush_denormals(b(g)))
+
+    def compute(g):
+        m = g._fpmode
+        if m is None:
+            m = g.fpmode()
+        if m >= 0:
+            return flushed(g) if ops.flushes_source(m, t) else fn(a(g), b(g))
+        flush = np.isin((g.s[MODE] >> U32(shift)) & U32(3), (0, 2))
+        return np.where(flush[:, None], flushed(g), fn(a(g), b(g)))
+    return compute
+
+
 def _valu_compute(name, dsts, srcs, mods, prog, src0_wrap=None):
     """(compute(g) -> result(s), write(g, result, mask)) for a VALU instruction; `src0_wrap`
     wraps the first source's reader (DPP lane permutation)."""
@@ -451,6 +480,9 @@ def _valu_compute(name, dsts, srcs, mods, prog, src0_wrap=None):
         stypes, fn, to_exec = cmp
         rd = [vreader(o, t, bool(opsel >> i & 1), nv) for i, (o, t) in enumerate(zip(srcs, stypes))]
         a, b = wrap(rd[0]), rd[1]
+        compute = (lambda g: fn(a(g), b(g)))
+        if stypes[0] in FLOATS and not name.startswith(("v_cmp_class", "v_cmpx_class")):
+            compute = _flushing_compare(stypes[0], fn, a, b)
         if to_exec:
             def write(g, r, m):
                 g.s[EXEC] = pack_lanes(r & m)
@@ -463,7 +495,7 @@ def _valu_compute(name, dsts, srcs, mods, prog, src0_wrap=None):
                     g.s[dst] = pack_lanes(r & m)
                     if dst == EXEC:
                         g._exec = None
-        return (lambda g: fn(a(g), b(g))), write
+        return compute, write
 
     if name in ops.CARRY:
         rtype, stypes, fn = ops.CARRY[name]
@@ -666,10 +698,15 @@ def _packed(name, inst, prog):
     # f16 halves follow the f16/f64 round and denormal modes and FP16_OVFL of MODE, as the VALU ops (_mode_aware)
     bits, default = ops.mode_bits(ops.F16) | ops.MODE_FP16_OVFL, ops.mode_default(ops.F16)
     exact = ops.DIRECTED.get("v_" + name[len("v_pk_"):])
+    minmax = name in ops.MINMAX       # MODE.IEEE picks the NaN rules, results not flushed (as v_min_f16)
+    if minmax:
+        bits, default = bits | ops.MODE_IEEE, default | ops.MODE_IEEE
 
     def moded(m):
         rmode, fin, fout = ops.round_mode(m, ops.F16), ops.flushes_source(m, ops.F16), ops.flushes_result(m, ops.F16)
         ovfl = bool(m & ops.MODE_FP16_OVFL)
+        f = ops.IEEE_OFF[name] if minmax and not m & ops.MODE_IEEE else fn
+        fout = fout and not minmax
 
         def op(*h):
             if fin:
@@ -677,7 +714,7 @@ def _packed(name, inst, prog):
             if exact is not None and rmode != ops.ROUND_NEAREST:
                 r = ops.round_directed(*exact(*h), ops.F16, rmode)
             else:
-                r = np.asarray(fn(*h)).astype(ops.F16, copy=False)
+                r = np.asarray(f(*h)).astype(ops.F16, copy=False)
             if ovfl and t == ops.F16:
                 r = ops.fp16_overflow_clamp(r, h)
             return ops.flush_denormals(r) if fout else r

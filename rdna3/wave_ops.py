@@ -8,7 +8,8 @@ Exactness. Integer ops and f32/f64 add, sub, mul, fma, min, max, conversions are
 round-to-nearest-even, which is what gfx11 does with denormals enabled (clang's default mode for
 gfx1100, FLOAT_DENORM_MODE 3). Other MODE register settings (round toward +inf, -inf or zero; denormals
 flushed) are applied around these functions by rdna3.wave_compile, with the helpers at the end of this
-module (DIRECTED, round_directed, flush_denormals). fma is computed in float64 with round-to-odd before the final rounding
+module (DIRECTED, round_directed, flush_denormals), and MODE.IEEE picks the NaN rules of the float
+min/max ops (IEEE_OFF holds their IEEE-clear forms). fma is computed in float64 with round-to-odd before the final rounding
 to float32, which makes the single rounding exact. The transcendental units are approximations on
 the hardware; the model computes them in float64 and rounds once to float32 (error <= 0.5 ulp plus
 the float64 error), i.e. inside the hardware's documented bound of 1 ulp for v_exp_f32, v_log_f32,
@@ -244,8 +245,71 @@ def med3(a, b, c):
     return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
-def med3_f(a, b, c):
-    return np.fmax(np.fmin(a, b), np.fmin(np.fmax(a, b), c))
+# Float min/max (RDNA3 ISA, V_MIN_F32/V_MAX_F32 and their f16/f64 forms): -0 orders below +0 ("differs from
+# IEEE"); with MODE.IEEE a signalling NaN operand (S0 first) gives that NaN quieted and a quiet NaN gives the
+# other operand; with IEEE clear any NaN gives the other operand (S1's checked first), a signalling NaN passing
+# unquieted ("IEEE==0: ... pass signaling NaN", MODE register). MIN3/MAX3/MINMAX/MAXMIN are compositions
+# of these, MED3 their median with min3's answer when any source is a NaN.
+_QUIET_BIT = {F32: (U32, 1 << 22), F16: (U16, 1 << 9), F64: (U64, 1 << 51)}
+
+
+def _quieted(x):
+    """x with the quiet bit of its NaNs set (cvtToQuietNAN)."""
+    it, q = _QUIET_BIT[x.dtype.type]
+    return np.where(np.isnan(x), x.view(it) | it(q), x.view(it)).view(x.dtype)
+
+
+def _signalling(x):
+    it, q = _QUIET_BIT[x.dtype.type]
+    return np.isnan(x) & ((x.view(it) & it(q)) == 0)
+
+
+def _minmax(a, b, is_max: bool, ieee: bool):
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    # the common case (no NaN, no zero) needs none of the special rules: one select and one check
+    r = np.maximum(a, b) if is_max else np.minimum(a, b)
+    if (np.abs(r) > 0).all():
+        return r
+    zeros = (a == 0) & (b == 0) & (np.signbit(a) != np.signbit(b))
+    take_a = (a > b) if is_max else (a < b)
+    take_a = take_a | (zeros & (np.signbit(b) if is_max else np.signbit(a)))
+    r = np.where(take_a, a, b)
+    na, nb = np.isnan(a), np.isnan(b)
+    r = np.where(na, b, r)
+    r = np.where(nb, a, r)
+    if ieee:
+        r = np.where(_signalling(b), _quieted(b), r)
+        r = np.where(_signalling(a), _quieted(a), r)
+    return r
+
+
+def fmin_ieee(a, b):
+    return _minmax(a, b, False, True)
+
+
+def fmax_ieee(a, b):
+    return _minmax(a, b, True, True)
+
+
+def fmin_dx10(a, b):
+    return _minmax(a, b, False, False)
+
+
+def fmax_dx10(a, b):
+    return _minmax(a, b, True, False)
+
+
+def _med3(mn, mx):
+    def med3(a, b, c):
+        a, b, c = np.broadcast_arrays(np.asarray(a), np.asarray(b), np.asarray(c))
+        top = mx(mx(a, b), c)
+        r = np.where(top == a, mx(b, c), np.where(top == b, mx(a, c), mx(a, b)))
+        nan = np.isnan(a) | np.isnan(b) | np.isnan(c)
+        return np.where(nan, mn(mn(a, b), c), r) if nan.any() else r
+    return med3
+
+
+med3_f, med3_f_dx10 = _med3(fmin_ieee, fmax_ieee), _med3(fmin_dx10, fmax_dx10)
 
 
 def lo32(x):
@@ -359,7 +423,7 @@ _v("v_mul_hi_i32_i24", I32, (U32, U32),
 _v("v_mad_i32_i16", I32, (I16, I16, I32), lambda a, b, c: a.astype(I32) * b.astype(I32) + c)
 # V_MAXMIN_*: D = min(max(S0, S1), S2); V_MINMAX_*: D = max(min(S0, S1), S2) (RDNA3 ISA, VOP3 opcodes
 # 0x25e-0x265); the float forms follow v_max/v_min's NaN rule (a NaN operand yields the other)
-for _t, _n, _mx, _mn in (("f32", F32, np.fmax, np.fmin), ("f16", F16, np.fmax, np.fmin),
+for _t, _n, _mx, _mn in (("f32", F32, fmax_ieee, fmin_ieee), ("f16", F16, fmax_ieee, fmin_ieee),
                          ("i32", I32, np.maximum, np.minimum), ("u32", U32, np.maximum, np.minimum)):
     _v(f"v_maxmin_{_t}", _n, (_n,) * 3, lambda a, b, c, mx=_mx, mn=_mn: mn(mx(a, b), c))
     _v(f"v_minmax_{_t}", _n, (_n,) * 3, lambda a, b, c, mx=_mx, mn=_mn: mx(mn(a, b), c))
@@ -432,10 +496,10 @@ _v("v_mul_f32", F32, f2, np.multiply)
 _v("v_mul_legacy_f32 v_mul_dx9_zero_f32", F32, f2, lambda a, b: np.where((a == 0) | (b == 0), F32(0), a * b))
 _v("v_fma_f32 v_fmamk_f32 v_fmaak_f32", F32, f3, fma_f32)
 _v("v_fmac_f32", F32, f3, fma_f32)     # the accumulator is appended as third source by the executor
-_v("v_min_f32", F32, f2, np.fmin)
-_v("v_max_f32", F32, f2, np.fmax)
-_v("v_min3_f32", F32, f3, lambda a, b, c: np.fmin(np.fmin(a, b), c))
-_v("v_max3_f32", F32, f3, lambda a, b, c: np.fmax(np.fmax(a, b), c))
+_v("v_min_f32", F32, f2, fmin_ieee)
+_v("v_max_f32", F32, f2, fmax_ieee)
+_v("v_min3_f32", F32, f3, lambda a, b, c: fmin_ieee(fmin_ieee(a, b), c))
+_v("v_max3_f32", F32, f3, lambda a, b, c: fmax_ieee(fmax_ieee(a, b), c))
 _v("v_med3_f32", F32, f3, med3_f)
 _v("v_ldexp_f32", F32, (F32, I32), lambda a, e: to_f32(np.ldexp(a.astype(F64), np.clip(e, -400, 400))))
 _v("v_floor_f32", F32, f1, np.floor)
@@ -475,8 +539,8 @@ for _k in range(4):
 _v("v_add_f64", F64, d2, np.add)
 _v("v_mul_f64", F64, d2, np.multiply)
 _v("v_fma_f64", F64, d3, fma_f64)
-_v("v_min_f64", F64, d2, np.fmin)
-_v("v_max_f64", F64, d2, np.fmax)
+_v("v_min_f64", F64, d2, fmin_ieee)
+_v("v_max_f64", F64, d2, fmax_ieee)
 _v("v_ldexp_f64", F64, (F64, I32), lambda a, e: np.ldexp(a, np.clip(e, -2200, 2200)))
 _v("v_rcp_f64", F64, d1, lambda a: 1.0 / a)
 _v("v_rsq_f64", F64, d1, lambda a: 1.0 / np.sqrt(a))
@@ -497,10 +561,10 @@ _v("v_sub_f16", F16, h2, np.subtract)
 _v("v_subrev_f16", F16, h2, lambda a, b: b - a)
 _v("v_mul_f16", F16, h2, np.multiply)
 _v("v_fma_f16 v_fmac_f16 v_fmamk_f16 v_fmaak_f16", F16, h3, fma_f16)
-_v("v_min_f16", F16, h2, np.fmin)
-_v("v_max_f16", F16, h2, np.fmax)
-_v("v_min3_f16", F16, h3, lambda a, b, c: np.fmin(np.fmin(a, b), c))
-_v("v_max3_f16", F16, h3, lambda a, b, c: np.fmax(np.fmax(a, b), c))
+_v("v_min_f16", F16, h2, fmin_ieee)
+_v("v_max_f16", F16, h2, fmax_ieee)
+_v("v_min3_f16", F16, h3, lambda a, b, c: fmin_ieee(fmin_ieee(a, b), c))
+_v("v_max3_f16", F16, h3, lambda a, b, c: fmax_ieee(fmax_ieee(a, b), c))
 _v("v_med3_f16", F16, h3, med3_f)
 _v("v_ldexp_f16", F16, (F16, I16), lambda a, e: np.ldexp(a.astype(F64), e).astype(F16))
 _v("v_floor_f16", F16, h1, np.floor)
@@ -526,7 +590,7 @@ _v("v_cvt_pk_rtz_f16_f32", U32, f2, lambda a, b: _pk_rtz(a) | (_pk_rtz(b) << U32
 # VOP3P packed math: mnemonic -> (half type, fn on one half)
 PACKED = {
     "v_pk_add_f16": (F16, np.add), "v_pk_mul_f16": (F16, np.multiply), "v_pk_fma_f16": (F16, fma_f16),
-    "v_pk_max_f16": (F16, np.fmax), "v_pk_min_f16": (F16, np.fmin),
+    "v_pk_max_f16": (F16, fmax_ieee), "v_pk_min_f16": (F16, fmin_ieee),
     "v_pk_add_u16": (U16, np.add), "v_pk_sub_u16": (U16, np.subtract),
     "v_pk_add_i16": (I16, np.add), "v_pk_sub_i16": (I16, np.subtract),
     "v_pk_mul_lo_u16": (U16, np.multiply), "v_pk_mad_u16": (U16, lambda a, b, c: a * b + c),
@@ -537,6 +601,32 @@ PACKED = {
     "v_pk_lshrrev_b16": (U16, lambda s, a: a >> (s & U16(15))),
     "v_pk_ashrrev_i16": (I16, lambda s, a: a >> (s & I16(15))),
 }
+
+
+# Float min/max ops with MODE.IEEE clear (the entries above are MODE.IEEE set, clang-15's descriptors):
+# rdna3.wave_compile picks these by the wave's MODE. Their results are never flushed: "denorm flushing for
+# this operation is effectively controlled by the input denorm mode" (RDNA3 ISA, V_MIN_F32 notes).
+IEEE_OFF = {}
+for _t in ("f16", "f32", "f64"):
+    IEEE_OFF[f"v_min_{_t}"], IEEE_OFF[f"v_max_{_t}"] = fmin_dx10, fmax_dx10
+for _t in ("f16", "f32"):
+    IEEE_OFF[f"v_min3_{_t}"] = lambda a, b, c: fmin_dx10(fmin_dx10(a, b), c)
+    IEEE_OFF[f"v_max3_{_t}"] = lambda a, b, c: fmax_dx10(fmax_dx10(a, b), c)
+    IEEE_OFF[f"v_med3_{_t}"] = med3_f_dx10
+    IEEE_OFF[f"v_maxmin_{_t}"] = lambda a, b, c: fmin_dx10(fmax_dx10(a, b), c)
+    IEEE_OFF[f"v_minmax_{_t}"] = lambda a, b, c: fmax_dx10(fmin_dx10(a, b), c)
+IEEE_OFF["v_pk_min_f16"], IEEE_OFF["v_pk_max_f16"] = fmin_dx10, fmax_dx10
+MINMAX = frozenset(IEEE_OFF)
+
+# The f32 transcendental units flush denormal sources and results whatever MODE says (RDNA3 ISA, V_EXP_F32,
+# V_LOG_F32, V_RCP_F32, V_RSQ_F32, V_SQRT_F32: "denormals are flushed"; LLVM's SIISelLowering: "v_rcp_f32 and
+# v_rsq_f32 do not support denormals"); their f16 forms, sin/cos and the f64 ones support denormals (same
+# pages), so the MODE decides for those.
+for _n in ("v_exp_f32", "v_log_f32", "v_rcp_f32", "v_rsq_f32", "v_sqrt_f32"):
+    _r, _s, _f = VALU[_n]
+    VALU[_n] = (_r, _s, lambda a, f=_f: flush_denormals(f(flush_denormals(a))))
+# V_DIV_FMAS_F32/F64: "Input denormals are not flushed, but output flushing is allowed" (RDNA3 ISA)
+KEEP_SOURCE_DENORMALS = frozenset({"v_div_fmas_f32", "v_div_fmas_f64"})
 
 
 # ------------------------------------------------------------------------------------------------

@@ -71,3 +71,50 @@ def test_a_kernel_built_to_flush_denormals_flushes_through_hcq(dev, kernel_corpu
     flush = np.where(np.abs(a) < tiny, 0, a) + np.where(np.abs(b) < tiny, 0, b)
     flush = np.where(np.abs(flush) < tiny, 0, flush).astype(f32)
     assert np.array_equal(got, flush) and not np.array_equal(got, keep)
+
+
+# fmin/fmax as clang-15 builds them in IEEE mode (v_max_f32 x, x quiets a possible signalling NaN, then
+# v_min/v_max), and a compare of denormals: what RSRC1's IEEE_MODE and FLOAT_MODE say decides the results
+FMODE_CL = """#include "common.h"
+__kernel void fmode(__global float *out, __global const float *a, __global const float *b, uint n) {
+  uint i = gid(0);
+  if (i >= n) return;
+  out[3 * i] = __builtin_fminf(a[i], b[i]);
+  out[3 * i + 1] = __builtin_fmaxf(a[i], b[i]);
+  out[3 * i + 2] = a[i] < b[i] ? 1.0f : 0.0f;
+}
+"""
+SNAN, SNAN_QUIETED, QNAN = 0x7FA00000, 0x7FE00000, 0x7FC00001
+IEEE_MODE = 1 << 23          # COMPUTE_PGM_RSRC1.IEEE_MODE (gc_11_0_0_sh_mask.h)
+
+
+def _fmode(dev, so: bytes, n=32):
+    a = np.resize(np.array([SNAN, f32(-1e-39).view(np.uint32), f32(1.0).view(np.uint32)], np.uint32), n)
+    b = np.resize(np.array([QNAN, 0, f32(2.0).view(np.uint32)], np.uint32), n)
+    ba, bb, out = dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(12 * n)
+    dev.copyin(ba, a)
+    dev.copyin(bb, b)
+    dev.program(so, "fmode")(out, ba, bb, n, global_size=(1,), local_size=(n,), wait=True)
+    return np.frombuffer(dev.copyout(out), np.uint32).reshape(n, 3)
+
+
+def test_ieee_mode_and_the_denormal_mode_reach_min_max_and_compares(dev, tmp_path, monkeypatch):
+    from tests.conftest import CLANG_CL
+    (tmp_path / "fmode.cl").write_text(FMODE_CL)
+    obj, so = tmp_path / "fmode.o", tmp_path / "fmode.so"
+    for cmd in (CLANG_CL + [str(tmp_path / "fmode.cl"), "-o", str(obj)], ["ld.lld-15", "-shared", str(obj), "-o", str(so)]):
+        subprocess.run(cmd, check=True, capture_output=True)
+    code = so.read_bytes()
+    got = _fmode(dev, code)
+    # IEEE mode: fmin/fmax of (sNaN, qNaN) give the sNaN quieted; -1e-39 < 0 with denormals kept
+    assert list(got[0, :2]) == [SNAN_QUIETED, SNAN_QUIETED] and got[1, 2] == f32(1.0).view(np.uint32)
+    assert list(got[2]) == [f32(1.0).view(np.uint32), f32(2.0).view(np.uint32), f32(1.0).view(np.uint32)]
+    # a driver that drops RSRC1.IEEE_MODE: the signalling NaN comes through unquieted
+    change = _rsrc1_written_as(monkeypatch, dev)
+    change[0] = lambda v: v & ~IEEE_MODE
+    got = _fmode(dev, code)
+    assert list(got[0, :2]) == [SNAN, SNAN]
+    # a driver that leaves FLOAT_MODE 0 (flush denormal sources): the compare sees -0 < 0, false
+    change[0] = lambda v: v & ~(0xFF << 12)
+    got = _fmode(dev, code)
+    assert got[1, 2] == 0 and list(got[0, :2]) == [SNAN_QUIETED, SNAN_QUIETED]

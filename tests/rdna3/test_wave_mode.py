@@ -354,3 +354,158 @@ def test_a_flush_mode_division_switches_denormals_on_around_its_scaling(kernel_c
     got = _run_kernel(so, a, b)
     assert np.array_equal(got, flushed(a / b))
     assert got[60] == 0 and got[61] == 0 and np.signbit(got[61])
+
+
+# ------------------------------------------------------------------------------------------------
+# MODE.IEEE: the NaN rules of the float min/max ops (RDNA3 ISA, V_MIN_F32 and its kin; MODE register)
+
+SNAN, SNAN_Q, QNAN, QNAN2, ONE = 0x7FA00000, 0x7FE00000, 0x7FC00001, 0xFFC00002, 0x3F800000
+
+
+def _f32_pairs(pairs):
+    a = np.array([p[0] for p in pairs] * (32 // len(pairs) + 1), u32)[:32]
+    b = np.array([p[1] for p in pairs] * (32 // len(pairs) + 1), u32)[:32]
+    return a, b
+
+
+@pytest.mark.parametrize("op", ["v_min_f32", "v_max_f32"])
+def test_ieee_mode_decides_whether_min_max_quiet_a_signalling_nan(op):
+    # (S0, S1, result with IEEE, result without): with IEEE an sNaN (S0 first) comes back quieted and a quiet
+    # NaN yields the other operand; without, any NaN yields the other operand (S1's NaN checked first) and an
+    # sNaN passes unquieted
+    cases = [(SNAN, ONE, SNAN_Q, ONE), (ONE, SNAN, SNAN_Q, ONE), (QNAN, ONE, ONE, ONE), (ONE, QNAN, ONE, ONE),
+             (SNAN, QNAN, SNAN_Q, SNAN), (QNAN, SNAN, SNAN_Q, QNAN), (QNAN, QNAN2, QNAN, QNAN)]
+    a, b = _f32_pairs(cases)
+    base = default_rsrc1()
+    ieee = run_valu(f"{op} v4, v1, v2", a, b, lanes=32, rsrc1=base)
+    dx10 = run_valu(f"{op} v4, v1, v2", a, b, lanes=32, rsrc1=base & ~IEEE_MODE)
+    assert [hex(v) for v in ieee[:len(cases)]] == [hex(c[2]) for c in cases]
+    assert [hex(v) for v in dx10[:len(cases)]] == [hex(c[3]) for c in cases]
+    # the three-source forms compose them (V_MIN3_F32 = v_min_f32(v_min_f32(S0, S1), S2))
+    three = f"{op.replace('_f32', '3_f32')} v4, v1, v2, v3"
+    c = np.full(32, QNAN, u32)
+    ieee = run_valu(three, a, b, c, lanes=32, rsrc1=base)
+    dx10 = run_valu(three, a, b, c, lanes=32, rsrc1=base & ~IEEE_MODE)
+    assert [hex(v) for v in ieee[[0, 4]]] == [hex(SNAN_Q)] * 2
+    assert [hex(v) for v in dx10[[0, 4]]] == [hex(ONE), hex(SNAN)]
+
+
+def test_ieee_mode_min_max_in_f16_f64_and_packed_math():
+    h_snan, h_snan_q, h_one = 0x7D00, 0x7F00, 0x3C00
+    a = np.array([h_snan, h_one] * 16, u32)
+    b = np.array([h_one, h_snan] * 16, u32)
+    base = default_rsrc1()
+    ieee = run_valu("v_max_f16 v4, v1, v2", a, b, lanes=32, rsrc1=base) & 0xFFFF
+    dx10 = run_valu("v_max_f16 v4, v1, v2", a, b, lanes=32, rsrc1=base & ~IEEE_MODE) & 0xFFFF
+    assert list(ieee[:2]) == [h_snan_q, h_snan_q] and list(dx10[:2]) == [h_one, h_one]
+    pk = (a | a << 16).astype(u32)
+    got = run_valu("v_pk_min_f16 v4, v1, v2", pk, (b | b << 16).astype(u32), lanes=32, rsrc1=base)
+    assert got[0] == h_snan_q | h_snan_q << 16
+    got = run_valu("v_pk_min_f16 v4, v1, v2", pk, (b | b << 16).astype(u32), lanes=32, rsrc1=base & ~IEEE_MODE)
+    assert got[0] == h_one | h_one << 16
+    d_snan, d_one = 0x7FF4000000000000, 0x3FF0000000000000
+    da = np.array([d_snan, d_one] * 16, u64)
+    db = np.array([d_one, d_snan] * 16, u64)
+    got = run_valu("v_min_f64 v[4:5], v[1:2], v[3:4]", da, db, lanes=32, rsrc1=base, dwords=2)
+    assert list(got[:2]) == [d_snan | 1 << 51] * 2
+    got = run_valu("v_min_f64 v[4:5], v[1:2], v[3:4]", da, db, lanes=32, rsrc1=base & ~IEEE_MODE, dwords=2)
+    assert list(got[:2]) == [d_one] * 2
+
+
+def test_min_max_order_minus_zero_below_plus_zero_in_both_modes():
+    z, nz = 0x00000000, 0x80000000
+    a, b = _f32_pairs([(z, nz), (nz, z), (nz, nz), (z, z)])
+    for r1 in (default_rsrc1(), default_rsrc1() & ~IEEE_MODE):
+        assert list(run_valu("v_min_f32 v4, v1, v2", a, b, lanes=32, rsrc1=r1)[:4]) == [nz, nz, nz, z]
+        assert list(run_valu("v_max_f32 v4, v1, v2", a, b, lanes=32, rsrc1=r1)[:4]) == [z, z, nz, z]
+
+
+def test_med3_with_a_nan_source_is_min3_of_its_sources():
+    nan = np.float32(np.nan)
+    a = np.array([1.0, nan, 1.0, 5.0] * 8, f32)
+    b = np.array([2.0, 1.0, nan, 1.0] * 8, f32)
+    c = np.array([nan, 2.0, 2.0, 3.0] * 8, f32)
+    got = run_valu("v_med3_f32 v4, v1, v2, v3", a, b, c, lanes=32).view(f32)
+    # min3 ignores a quiet NaN: (1, 2, NaN) -> 1, where a min/max sandwich would give 2
+    assert list(got[:4]) == [1.0, 1.0, 1.0, 3.0]
+
+
+def test_min_max_results_follow_the_input_denormal_mode_only():
+    """RDNA3 ISA, V_MIN_F32: with input denormals allowed the min/max result is a denormal "regardless of output
+    denorm mode"; with them flushed it cannot be one. Other ops flush their results under mode 1."""
+    d = np.full(32, 1e-39, f32)
+    for mode, keeps in ((FLUSH_NONE, True), (FLUSH_DST, True), (FLUSH_SRC, False), (FLUSH_BOTH, False)):
+        r1 = with_float_mode(default_rsrc1(), denorm32=mode)
+        got = run_valu("v_max_f32 v4, v1, v1", d, lanes=32, rsrc1=r1).view(f32)
+        assert (got == (d if keeps else 0)).all(), mode
+    r1 = with_float_mode(default_rsrc1(), denorm32=FLUSH_DST)
+    assert (run_valu("v_mul_f32 v4, 1.0, v1", d, lanes=32, rsrc1=r1).view(f32) == 0).all()
+    h = np.full(32, np.float16(6e-6).view(np.uint16), u32)
+    r1 = with_float_mode(default_rsrc1(), denorm16_64=FLUSH_DST)
+    assert ((run_valu("v_pk_max_f16 v4, v1, v1", h, lanes=32, rsrc1=r1) & 0xFFFF) == h).all()
+
+
+# ------------------------------------------------------------------------------------------------
+# denormals in compares, transcendentals and v_div_fmas
+
+
+@pytest.mark.parametrize("mode", [FLUSH_BOTH, FLUSH_DST, FLUSH_SRC, FLUSH_NONE])
+def test_compares_see_a_flushed_denormal_source_as_zero(mode):
+    d = np.array([1e-39, -1e-39, 1.0, 0.0] * 8, f32)
+    flush = mode in (FLUSH_BOTH, FLUSH_SRC)
+    r1 = with_float_mode(default_rsrc1(), denorm32=mode)
+    text = "v_cmp_eq_f32 vcc_lo, 0, v1\nv_cndmask_b32 v4, 0, 1, vcc_lo"
+    assert list(run_valu(text, d, lanes=32, rsrc1=r1)[:4]) == [int(flush), int(flush), 0, 1]
+    text = "v_cmp_lt_f32 vcc_lo, v1, 0\nv_cndmask_b32 v4, 0, 1, vcc_lo"     # -d < 0 only when kept
+    assert list(run_valu(text, d, lanes=32, rsrc1=r1)[:4]) == [0, int(not flush), 0, 0]
+    # v_cmpx writes EXEC from the same flushed compare
+    text = "v_cmpx_neq_f32 0, v1\nv_mov_b32 v4, 7"
+    assert list(run_valu(text, d, lanes=32, rsrc1=r1)[:4]) == [0 if flush else 7, 0 if flush else 7, 7, 0]
+    # v_cmp_class reads the raw bits: +denormal (bit 7) whatever the mode
+    text = "v_cmp_class_f32 vcc_lo, v1, 0x80\nv_cndmask_b32 v4, 0, 1, vcc_lo"
+    assert list(run_valu(text, d, lanes=32, rsrc1=r1)[:4]) == [1, 0, 0, 0]
+
+
+def test_f16_and_f64_compares_follow_the_f16_f64_denormal_mode():
+    h = np.full(32, np.float16(6e-6).view(np.uint16), u32)
+    text = "v_cmp_eq_f16 vcc_lo, 0, v1\nv_cndmask_b32 v4, 0, 1, vcc_lo"
+    for d16, want in ((FLUSH_NONE, 0), (FLUSH_SRC, 1)):
+        r1 = with_float_mode(default_rsrc1(), denorm32=FLUSH_BOTH, denorm16_64=d16)
+        assert (run_valu(text, h, lanes=32, rsrc1=r1) == want).all()
+    dd = np.full(32, 1e-310, f64)
+    text = "v_cmp_gt_f64 vcc_lo, v[1:2], 0\nv_cndmask_b32 v4, 0, 1, vcc_lo\nv_mov_b32 v5, 0"
+    for d16, want in ((FLUSH_NONE, 1), (FLUSH_BOTH, 0)):
+        r1 = with_float_mode(default_rsrc1(), denorm16_64=d16)
+        assert (run_valu(text, dd, lanes=32, rsrc1=r1, dwords=2) == want).all()
+
+
+def test_f32_transcendentals_flush_denormals_in_every_mode():
+    """RDNA3 ISA: V_EXP/LOG/RCP/RSQ/SQRT_F32 "denormals are flushed"; their f16 forms and V_SIN_F32 support
+    denormals, so the mode decides there."""
+    d = np.full(32, 1e-39, f32)
+    r1 = with_float_mode(default_rsrc1(), denorm32=FLUSH_NONE)
+    assert (run_valu("v_sqrt_f32 v4, v1", d, lanes=32, rsrc1=r1).view(f32) == 0).all()
+    assert (run_valu("v_log_f32 v4, v1", d, lanes=32, rsrc1=r1).view(f32) == -np.inf).all()
+    assert (run_valu("v_rsq_f32 v4, v1", d, lanes=32, rsrc1=r1).view(f32) == np.inf).all()
+    assert (run_valu("v_rcp_f32 v4, v1", -d, lanes=32, rsrc1=r1).view(f32) == -np.inf).all()
+    # results: 2**-130 and 1 / (1.5 * 2**127) are f32 denormals
+    got = run_valu("v_exp_f32 v4, v1", np.full(32, -130.0, f32), lanes=32, rsrc1=r1).view(f32)
+    assert (got == 0).all()
+    got = run_valu("v_rcp_f32 v4, v1", np.full(32, 1.5 * 2.0 ** 127, f32), lanes=32, rsrc1=r1).view(f32)
+    assert (got == 0).all()
+    # v_sin_f32 keeps a denormal under mode 3 (sin(2 pi x) ~ 2 pi x, still a denormal)
+    got = run_valu("v_sin_f32 v4, v1", d, lanes=32, rsrc1=r1).view(f32)
+    assert (got > 0).all() and (got < np.finfo(f32).tiny).all()
+    h = np.full(32, np.float16(2.0 ** -20).view(np.uint16), u32)
+    got = (run_valu("v_sqrt_f16 v4, v1", h, lanes=32, rsrc1=r1) & 0xFFFF).astype(np.uint16).view(np.float16)
+    assert (got == np.float16(2.0 ** -10)).all()
+
+
+def test_div_fmas_does_not_flush_its_sources():
+    """RDNA3 ISA, V_DIV_FMAS_F32: "Input denormals are not flushed, but output flushing is allowed"."""
+    d = np.full(32, 1e-39, f32)
+    big = np.full(32, 2.0 ** 100, f32)
+    r1 = with_float_mode(default_rsrc1(), denorm32=FLUSH_BOTH)
+    fmas = run_valu("s_mov_b32 vcc_lo, 0\nv_div_fmas_f32 v4, v1, v2, 0", d, big, lanes=32, rsrc1=r1).view(f32)
+    fma = run_valu("v_fma_f32 v4, v1, v2, 0", d, big, lanes=32, rsrc1=r1).view(f32)
+    assert (fmas == f32(d[0] * f32(2.0 ** 100))).all() and (fma == 0).all()
