@@ -190,8 +190,9 @@ def stopped_waves(e: ExecError) -> list[dict]:
     stopped for running too long (resident, still running there)."""
     trapsts = TRAPSTS_ILLEGAL_INST if e.kind == "illegal" else 0
     execs = e.execs or [0] * len(e.waves)
-    return [{"pc": e.pc, "exec": x, "halt": e.kind != "running", "trapsts": trapsts, "id": w}
-            for w, x in zip(e.waves, execs)]
+    modes = e.modes or [0] * len(e.waves)
+    return [{"pc": e.pc, "exec": x, "halt": e.kind != "running", "trapsts": trapsts, "id": w, "mode": m}
+            for w, x, m in zip(e.waves, execs, modes)]
 
 
 def run_dispatch(dev, sh: dict, dims, initiator: int, vmid: int, max_steps: int, apertures=(0, 0),

@@ -6,7 +6,8 @@ gc_11_0_0_sh_mask.h): a driver writes SQ_IND_INDEX with WAVE_ID (4:0) and INDEX 
 register number), then reads the register through SQ_IND_DATA; AUTO_INCR (bit 11) steps INDEX after each
 read. SQ_WAVE_STATUS.VALID (16) marks a resident wave, HALT (13) a halted one; SQ_WAVE_TRAPSTS.ILLEGAL_INST
 (11) records an illegal instruction; SQ_WAVE_PC_LO/HI hold the wave's program counter and
-SQ_WAVE_EXEC_LO its EXEC mask.
+SQ_WAVE_EXEC_LO its EXEC mask, SQ_WAVE_MODE the wave's MODE register (the float round and denormal modes,
+DX10_CLAMP, IEEE, FP16_OVFL: what s_getreg HW_REG_MODE reads; gfx_v11_0_read_wave_data reads it too).
 
 Simulator choices: the CP hands the SQ the waves of a dispatch that stopped (gpusim.dispatch
 DispatchFailed.waves), which stay resident while their queue is hung (until a dequeue, a pipe or CP reset,
@@ -24,7 +25,7 @@ from gpusim.device import Block
 
 GC = "GC"
 # gc_11_0_0_offset.h
-IX_STATUS, IX_TRAPSTS, IX_PC_LO, IX_PC_HI, IX_EXEC_LO = 0x102, 0x103, 0x108, 0x109, 0x27E
+IX_MODE, IX_STATUS, IX_TRAPSTS, IX_PC_LO, IX_PC_HI, IX_EXEC_LO = 0x101, 0x102, 0x103, 0x108, 0x109, 0x27E
 # gc_11_0_0_sh_mask.h
 STATUS_EXECZ, STATUS_HALT, STATUS_VALID = 1 << 9, 1 << 13, 1 << 16
 TRAPSTS_ILLEGAL_INST = 1 << 11
@@ -46,7 +47,7 @@ class SQ(Block):
         self.generation = None
 
     def hold(self, queue, waves: list[dict]) -> None:
-        """The stopped waves of `queue`'s dispatch: dicts with pc, exec, halt, trapsts."""
+        """The stopped waves of `queue`'s dispatch: dicts with pc, exec, halt, trapsts, mode."""
         self.queue, self.waves = queue, list(waves)[:MAX_WAVES]
         self.generation = getattr(queue, "generation", None)
 
@@ -84,4 +85,6 @@ class SQ(Block):
             return w["pc"] >> 32 & 0xFFFF
         if reg == IX_EXEC_LO:
             return w["exec"]
+        if reg == IX_MODE:
+            return w.get("mode", 0)
         return 0

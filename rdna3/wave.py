@@ -42,10 +42,11 @@ class ExecError(RuntimeError):
     # kind: "illegal" (no gfx11 instruction decodes there), "unsupported" (an instruction the executor
     # does not model), "fault" (a memory access), "running" (out of steps: hung), "error" (anything else)
     def __init__(self, pc: int, text: str, why: str, waves=None, where: str = "", kind: str = "error",
-                 execs=None):
+                 execs=None, modes=None):
         self.pc, self.text, self.why, self.kind = pc, text, why, kind
         self.waves = [] if waves is None else [int(w) for w in waves]
         self.execs = [] if execs is None else [int(e) for e in execs]     # EXEC of each of `waves`
+        self.modes = [] if modes is None else [int(m) for m in modes]     # MODE register of each of `waves`
         who = ""
         if self.waves:
             more = f" and {len(self.waves) - 4} more" if len(self.waves) > 4 else ""
@@ -285,7 +286,7 @@ class Executor:
                     live -= np.bincount(g.slot, minlength=self.n_slots)
                 if steps > max_steps:
                     raise ExecError(g.pc, prog.at(g.pc).text, f"still running after {max_steps} instructions",
-                                    g.ids, prog.where(g.pc), "running", g.s[EXEC])
+                                    g.ids, prog.where(g.pc), "running", g.s[EXEC], g.s[MODE])
             if pause is not None and steps >= pause and groups:
                 pause = steps + slice_steps
                 yield steps
@@ -354,14 +355,15 @@ class Executor:
                     return steps
         except ExecError as e:
             if not e.waves:
-                raise ExecError(e.pc, e.text, e.why, g.ids, prog.where(e.pc), e.kind, g.s[EXEC]) from None
+                raise ExecError(e.pc, e.text, e.why, g.ids, prog.where(e.pc), e.kind, g.s[EXEC], g.s[MODE]) from None
             raise
         except MemoryFault as e:
             raise ExecError(pc, cache[pc].text, f"memory fault: {e}", g.ids, prog.where(pc), "fault",
-                            g.s[EXEC]) from None
+                            g.s[EXEC], g.s[MODE]) from None
         except Exception as e:
             text = cache[pc].text if pc in cache else "?"
-            raise ExecError(pc, text, f"{type(e).__name__}: {e}", g.ids, prog.where(pc), "error", g.s[EXEC]) from e
+            raise ExecError(pc, text, f"{type(e).__name__}: {e}", g.ids, prog.where(pc), "error", g.s[EXEC],
+                            g.s[MODE]) from e
 
 
 # ------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import pytest
 from rdna3.wave import ExecError
 from gpusim import board
 from gpusim.dispatch import stopped_waves
-from gpusim.sq import IX_EXEC_LO, IX_PC_HI, IX_PC_LO, IX_STATUS, IX_TRAPSTS
+from gpusim.sq import IX_EXEC_LO, IX_MODE, IX_PC_HI, IX_PC_LO, IX_STATUS, IX_TRAPSTS
 
 
 class _Q:
@@ -59,3 +59,22 @@ def test_waves_do_not_come_back_when_the_queue_set_up_again_hangs_for_another_re
     q.hung, q.generation = None, 2            # reset and set up again (cp: _deactivate/_activate)
     q.hung = "unknown PM4 opcode 0x6d"        # a new hang, with no dispatch
     assert ind(dev, 0, IX_STATUS) == 0
+
+
+def test_sq_wave_mode_reads_the_mode_each_stopped_wave_had(dev):
+    """ixSQ_WAVE_MODE (gc_11_0_0_offset.h 0x101, read by gfx_v11_0_read_wave_data): the wave's MODE register as
+    the executor held it when the wave stopped, here after the kernel changed its round mode and cleared IEEE."""
+    import numpy as np
+    from rdna3 import assemble
+    from rdna3.wave import launch_regs
+    from rdna3.wave_memory import FlatMemory
+    code = assemble("s_round_mode 0x3\ns_setreg_imm32_b32 hwreg(HW_REG_MODE, 9, 1), 0\nv_sad_u8 v1, v1, v1, v1\n"
+                    "s_endpgm")
+    mem = FlatMemory()
+    at = mem.upload(np.frombuffer(code.ljust(4096, b"\0"), np.uint8), 4096)     # fetched a page at a time
+    rsrc1 = 1 | 0xF0 << 12 | 1 << 21 | 1 << 23          # clang-15's FLOAT_MODE 0xf0, DX10_CLAMP, IEEE_MODE
+    with pytest.raises(ExecError) as e:
+        launch_regs(at, mem, (64, 1, 1), (32, 1, 1), [], rsrc1, 0)
+    assert e.value.modes == [0x1F3, 0x1F3]              # 0x3f0: round toward zero, IEEE cleared
+    dev.blocks["SQ"].hold(_Q(), stopped_waves(e.value))
+    assert ind(dev, 0, IX_MODE) == 0x1F3 and ind(dev, 1, IX_MODE) == 0x1F3 and ind(dev, 2, IX_MODE) == 0
