@@ -420,6 +420,8 @@ def _mode_aware(name, rtype, stypes, fn, rd, mods, fast):
         rmode = ops.round_mode(m, rtype) if float_result else ops.ROUND_NEAREST
         if exact is not None and rmode != ops.ROUND_NEAREST:
             r = ops.round_directed(*exact(*vals), rtype, rmode)
+            if name in ops.DIRECTED_CLAMP:
+                r = ops.DIRECTED_CLAMP[name](r)
         elif minmax and not m & ops.MODE_IEEE:
             r = ops.IEEE_OFF[name](*vals)
         else:

@@ -265,11 +265,11 @@ def _signalling(x):
 
 
 def _minmax(a, b, is_max: bool, ieee: bool):
-    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     # the common case (no NaN, no zero) needs none of the special rules: one select and one check
     r = np.maximum(a, b) if is_max else np.minimum(a, b)
     if (np.abs(r) > 0).all():
         return r
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     zeros = (a == 0) & (b == 0) & (np.signbit(a) != np.signbit(b))
     take_a = (a > b) if is_max else (a < b)
     take_a = take_a | (zeros & (np.signbit(b) if is_max else np.signbit(a)))
@@ -946,6 +946,11 @@ DIRECTED.update({
     "v_mul_legacy_f32": lambda a, b: (np.where((a == 0) | (b == 0), 0.0, np.asarray(a, F64) * b), F64(0), None),
 })
 DIRECTED["v_mul_dx9_zero_f32"] = DIRECTED["v_mul_legacy_f32"]
+# V_FRACT_F32/F64: S0 + -floor(S0), "obey round mode, result clamped to 0x3f7fffff" (0x3fefffffffffffff)
+# (RDNA3 ISA): the exact difference rounded, then the clamp (DIRECTED_CLAMP, applied after the rounding)
+DIRECTED["v_fract_f32"] = DIRECTED["v_fract_f64"] = lambda a: _exact_add(a, -np.floor(np.asarray(a, F64)))
+DIRECTED_CLAMP = {"v_fract_f32": lambda r: np.minimum(r, F32(0.99999994)),
+                  "v_fract_f64": lambda r: np.minimum(r, F64(0.9999999999999999))}
 
 
 def round_directed(s, err, neg_zero, t, mode: int):

@@ -509,3 +509,14 @@ def test_div_fmas_does_not_flush_its_sources():
     fmas = run_valu("s_mov_b32 vcc_lo, 0\nv_div_fmas_f32 v4, v1, v2, 0", d, big, lanes=32, rsrc1=r1).view(f32)
     fma = run_valu("v_fma_f32 v4, v1, v2, 0", d, big, lanes=32, rsrc1=r1).view(f32)
     assert (fmas == f32(d[0] * f32(2.0 ** 100))).all() and (fma == 0).all()
+
+
+def test_fract_obeys_the_round_mode_and_keeps_its_clamp():
+    """RDNA3 ISA, V_FRACT_F32: S0 + -floor(S0), "obey round mode, result clamped to 0x3f7fffff"."""
+    x = np.array([-(0.25 + 2.0 ** -25), -1e-9, 2.5, -np.inf] * 8, f32)   # 0.75 - 2**-25: a tie; 1 - 1e-9
+    want = {NEAREST: [0.75, 0.99999994], UP: [0.75, 0.99999994], DOWN: [0.75 - 2.0 ** -24, 0.99999994],
+            ZERO: [0.75 - 2.0 ** -24, 0.99999994]}
+    for mode, w in want.items():
+        got = run_valu("v_fract_f32 v4, v1", x, lanes=32, rsrc1=with_float_mode(default_rsrc1(), round32=mode))
+        got = got.view(f32)
+        assert list(got[:3]) == [f32(w[0]), f32(w[1]), 0.5] and np.isnan(got[3]), mode
