@@ -24,10 +24,14 @@ interrupts through the IH), fini; a fresh GPU whose cold boot dies in the PSP bo
 the platform (PCI) reset that then needs, with a kernel and fini; the SMU firmware stopped after that fini
 while the boot state still says clean (the next boot must be cold), with a kernel and fini; last, a second board whose
 PSP reports no SCPM boots (the driver sends the SMU's allowed-features mask there), has an SDMA write fault
-read from the IH ring through the AM driver's own API before hcq takes it, and runs a kernel. The
+read from the IH ring through the AM driver's own API before hcq takes it, and runs a kernel; that board has
+a small BAR (VRAM beyond 256 MiB through MM_INDEX/MM_DATA), and after its fini it boots warm once more. The
 OUTCOME of a run is what a user of the driver can observe: per phase
-the boot kind, the hashes of the output buffers, the exceptions raised (type and message with the numbers
-taken out), and whether the fault was reported. A mutation is CAUGHT when the outcome differs from the
+the boot kind, the SMU firmware version the driver reports, what each boot that follows a run on the same GPU
+cost as the GPU saw it (BootCost:
+the SMU messages its mailbox answered, by name and count, the VBIOS ROM dwords read, the discovery bytes read
+from VRAM: what the boot records exist to spare, a slower boot over USB), the hashes of the output buffers,
+the exceptions raised (type and message with the numbers taken out), and whether the fault was reported. A mutation is CAUGHT when the outcome differs from the
 unmutated baseline (an error, wrong data, a fault not reported, a boot of another kind, or a hang: no
 outcome within --timeout seconds), SURVIVED when it is the same. The simulator's own error log
 (gpusim's dev.errors) is not part of the outcome (no driver can read it), but new entries are shown next
@@ -161,6 +165,55 @@ def _h(data) -> str:
 SLOW = {"reg-flip:GC.CP_PQ_WPTR_POLL_CNTL": 4 * DEFAULT_TIMEOUT}
 
 
+class BootCost:
+    """What the simulated GPU itself sees a boot cost, as a bus analyser would (counted on the simulator's side,
+    never from what the driver says of itself): the messages its SMU mailbox answered (gpusim.smu.SMU._handle),
+    the VBIOS ROM dwords read through SMUIO ROM_DATA (gpusim.vbios.VBIOS._r_data) and the IP discovery bytes
+    the host read from VRAM (gpusim.device.VRAM.host_read in [VRAM size - 64 KiB, + 4 KiB): BAR0 and MM_DATA
+    reads; a large BAR's direct mapping is not seen, and the driver reads the binary whole there anyway). The
+    boot records (nbio.RECORD_REGS, DRIVER_SCRATCH_5) exist to spare exactly these on the next open: a lost
+    record is a warm boot that asks again, which over USB is round trips a user waits for. No register
+    counts and no timing: every dropped write changes those."""
+
+    def __init__(self):
+        self.messages: dict[str, int] = {}
+        self.rom_dwords = self.discovery_bytes = 0
+
+    def install(self) -> None:
+        from amdrv.discovery import DISCOVERY_TMR_OFFSET, DISCOVERY_TMR_SIZE
+        from gpusim import device, smu, vbios
+        cost = self
+        handle, r_data, host_read = smu.SMU._handle, vbios.VBIOS._r_data, device.VRAM.host_read
+
+        def counted_handle(model, msg, p):
+            name = smu._MSG_NAMES.get(msg, f"message {msg:#x}").removeprefix("PPSMC_MSG_")
+            cost.messages[name] = cost.messages.get(name, 0) + 1
+            return handle(model, msg, p)
+
+        def counted_r_data(model):
+            cost.rom_dwords += 1
+            return r_data(model)
+
+        def counted_host_read(vram, addr, n):
+            lo = vram.size - DISCOVERY_TMR_OFFSET
+            cost.discovery_bytes += max(0, min(addr + n, lo + DISCOVERY_TMR_SIZE) - max(addr, lo))
+            return host_read(vram, addr, n)
+
+        smu.SMU._handle, vbios.VBIOS._r_data = counted_handle, counted_r_data
+        device.VRAM.host_read = counted_host_read
+
+    def start(self) -> None:
+        self.__init__()
+
+    def __str__(self) -> str:
+        msgs = ", ".join(f"{k} x{n}" for k, n in sorted(self.messages.items()))
+        return (f"boot cost seen by the GPU: SMU messages {msgs or 'none'}; {self.rom_dwords} ROM dwords; "
+                f"{self.discovery_bytes} discovery bytes")
+
+
+COST = BootCost()   # the child's, installed by child_run
+
+
 class Killed(BaseException):
     """The driver's process ends here (a BaseException: no except clause of the driver handles it)."""
 
@@ -199,7 +252,7 @@ class Workload:
                   ("pci reset boot", self.pci_reset_boot), ("pci reset kernel", self.one_kernel),
                   ("pci reset fini", self.fini), ("firmware stopped boot", self.firmware_stopped_boot),
                   ("firmware stopped kernel", self.one_kernel), ("firmware stopped fini", self.fini),
-                  ("board without scpm", self.no_scpm)]
+                  ("board without scpm", self.no_scpm), ("small bar warm boot", self.small_bar_warm_boot)]
         for name, fn in phases:
             try:
                 fn(name)
@@ -218,11 +271,24 @@ class Workload:
     # ------------------------------------------------------------ phases
     def _open(self, phase: str, **kw) -> None:
         import hcq
+        COST.start()
         self.dev = hcq.open("am:sim", bus=self.bus, slot=SLOT, **kw)
         self.dev.default_timeout = KERNEL_TIMEOUT
-        r = self.dev.gpu.boot_report
+        self._booted(phase, self.dev.gpu, cost=not kw.get("fresh"))
+
+    def _booted(self, phase: str, gpu, cost: bool) -> None:
+        """What a user sees of a boot: its kind, the SMU's enabled features, the SMU firmware version the driver
+        reports (AMGPU.firmware_versions, `python -m amdrv info`: a warm boot takes it from the boot records),
+        and, for a boot that follows a run on the same GPU (cost=True), what it cost as the GPU saw it (BootCost,
+        counted since COST.start()): what that run's records exist to spare. A fresh board's first boot has
+        no records to go by, so its cost is left out: a driver that skips a read there (the VBIOS, say) boots
+        faster, which a user cannot tell from right (step:vbios-reserved-ignored is judged by its own test)."""
+        r = gpu.boot_report
         self.note(phase, f"{r.kind} boot{' after mode1 reset' if r.mode1_reset else ''}, "
-                         f"SMU features {self.dev.gpu.smu.enabled_features():#x}")
+                         f"SMU features {gpu.smu.enabled_features():#x}")
+        self.note(phase, f"SMU firmware reports {gpu.smu.version_str()}, driver interface {gpu.smu.if_version:#x}")
+        if cost:
+            self.note(phase, str(COST))
 
     def cold_boot(self, phase: str) -> None:
         self._open(phase, fresh=True)
@@ -635,14 +701,30 @@ class Workload:
         from amdrv.am import AMGPU
         from amdrv.hcq import AMHCQDevice
         from pcie import open_function
+        COST.start()
         gpu = AMGPU.open(open_function("sim", "navi31", fresh=True, bus=self.bus, slot=SLOT_NO_SCPM,
-                                          scpm=False))
-        self.note(phase, f"{gpu.boot_report.kind} boot, SMU features {gpu.smu.enabled_features():#x}")
+                                          scpm=False, small_bar=True))
+        self._booted(phase, gpu, cost=False)
         self.am_alone(phase, gpu)
         self.dev = AMHCQDevice(gpu, "am:sim#no-scpm")
         self.dev.default_timeout = KERNEL_TIMEOUT
         self.one_kernel(phase)
         self.fini(phase)
+
+    def small_bar_warm_boot(self, phase: str) -> None:
+        """The second board (a small BAR: VRAM beyond 256 MiB only through MM_INDEX/MM_DATA) opened again after
+        its fini: a warm boot that takes the discovery binary from the host's cache by the key the last run
+        recorded (DRIVER_SCRATCH_6/7: no discovery dword read from VRAM), the SMU firmware's versions and top
+        clock levels from the records (no GetSmuVersion, no GetMaxDpmFreq) and the reserved VRAM size from
+        DRIVER_SCRATCH_5 (no ROM read): its cost is noted as the GPU sees it (BootCost;
+        tests/amdrv/test_usb_open_costs.py does the same over USB)."""
+        from amdrv.am import AMGPU
+        from pcie import open_function
+        COST.start()
+        gpu = AMGPU.open(open_function("sim", "navi31", bus=self.bus, slot=SLOT_NO_SCPM))
+        self._booted(phase, gpu, cost=True)
+        gpu.fini()
+        self.note(phase, "closed")
 
 
 # ====================================================================== interception
@@ -1279,6 +1361,7 @@ def child_run(m: Mutation, kernels: dict[str, bytes], record: bool) -> dict:
     hooks = Hooks()
     hooks.record = record
     hooks.install()
+    COST.install()
     t0 = time.perf_counter()
     if m.kind == "regs":
         hooks.reg_mut[m.reg] = m.mode
@@ -1289,8 +1372,18 @@ def child_run(m: Mutation, kernels: dict[str, bytes], record: bool) -> dict:
             m.step.apply(Ctx(hooks))
         except (AttributeError, KeyError, ImportError) as e:
             return {"na": f"the driver has no such target any more: {type(e).__name__}: {e}"}
+    # A cache of its own (the discovery copies, hcq's): every run starts as the first on this host, so what a
+    # boot reads (BootCost) does not depend on which run stored a copy first.
+    root = os.environ.get("DRIVERLESS_CACHE")
+    if root:
+        os.makedirs(root, exist_ok=True)
+    cache = tempfile.mkdtemp(prefix="cache-", dir=root)
+    os.environ["DRIVERLESS_CACHE"] = cache
     w = Workload(kernels)
-    outcome = w.run()
+    try:
+        outcome = w.run()
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     dev = w.bus.slots.get(SLOT)
     errors = [f"{e.block}: {norm(e.message)}" for e in dev.errors] if dev is not None else []
     out = {"outcome": outcome, "hits": hooks.hits, "seconds": time.perf_counter() - t0, "errors": errors}
@@ -1474,16 +1567,11 @@ EXPECTED = {
     "IH_DUMMY_RD_OVERRIDE 0, assumption: nbio_4_3_0 publishes no defaults; 0 = on without MSI, nbio_v4_3_ih_control) "
     "or inverted (OVERRIDE 1 with IH_DUMMY_RD_EN 1); IH_REQ_NONSNOOP_EN and the rest concern snooping and interrupt "
     "signalling, not where the IH writes (the page itself is caught: BIF_BX0_INTERRUPT_CNTL2)",
-    "reg-*:NBIO.BIF_BX0_DRIVER_SCRATCH_5": "the driver's own record of the VBIOS's fw_reserved_size_in_kb (a cache): "
-    "without it, or with a value out of range, the next open reads the ROM again and gets the same size",
-    "reg-*:NBIO.BIF_BX0_DRIVER_SCRATCH_[6-9]": "the driver's own records for the next run (nbio.RECORD_REGS), which "
-    "the card never reads: the discovery key (one naming no cached copy is no hit: the header is read, "
-    "tests/amdrv/test_usb_open_costs.py; the workload's large BAR reads the binary whole anyway) and the SMU "
-    "firmware's versions (what the driver reports; 0 is asked again)",
-    "reg-*:NBIO.BIF_BX0_DRIVER_SCRATCH_1[01]": "the driver's own record of each clock's top DPM level for the next "
-    "warm boot's soft maximum: dropped, the previous run's (the same) or 0 (asked again: GetMaxDpmFreq); inverted, "
-    "above the top level, which the SMU clamps a soft limit to (assumption, gpusim.smu _limit); a wrong level "
-    "recorded leaves the clock capped: tests/amdrv/test_usb_open_costs.py checks each soft maximum at its top",
+    "reg-flip:NBIO.BIF_BX0_DRIVER_SCRATCH_1[01]": "the driver's own record of each clock's top DPM level for the "
+    "next warm boot's soft maximum, inverted: above the top level, which the SMU clamps a soft limit to "
+    "(assumption, gpusim.smu _limit), and asked in the same messages (SetSoftMaxByFreq) as the right one; a wrong "
+    "level recorded leaves the clock capped: tests/amdrv/test_usb_open_costs.py checks each soft maximum at its "
+    "top (dropped, the warm boot asks GetMaxDpmFreq again: caught by the boot's cost, BootCost)",
     "reg-*:NBIO.RCC_DEV0_EPF2_STRAP2": "STRAP_NO_SOFT_RESET_DEV0_F2 (nbio_v4_3_init_registers clears it) concerns "
     "PCI function 2, which neither the driver nor the workload uses (assumption: it changes nothing for function 0)",
     "reg-*:NBIO.S2A_DOORBELL_ENTRY_[03]_CTRL": "nbio_v4_3_gc_doorbell_init's two GC entries (AWID 3 and 6); which one "

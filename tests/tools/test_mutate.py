@@ -64,9 +64,9 @@ def seen_first(base, phase):
 def test_baseline_is_deterministic_and_complete(rig):
     kernels, base = rig
     phases = [p for p, _ in base["outcome"]]
-    assert phases[0] == "cold boot" and phases[-1] == "board without scpm" and "final fini" in phases
+    assert phases[0] == "cold boot" and phases[-1] == "small bar warm boot" and "final fini" in phases
     out = dict((p, w) for p, w in base["outcome"])
-    boots = [out["cold boot"], out["warm boot"], out["mode1 boot"], seen_first(base, "board without scpm")]
+    boots = [seen_first(base, p) for p in ("cold boot", "warm boot", "mode1 boot", "board without scpm")]
     assert [b.split(",")[0] for b in boots] == ["cold boot", "warm boot", "cold boot after mode1 reset", "cold boot"]
     assert not any(b.endswith("SMU features 0x0") for b in boots)     # DPM up on every boot
     assert out["fault"].startswith("fault reported") and out["recover"] == "poke after recover 77"
@@ -86,9 +86,20 @@ def test_baseline_is_deterministic_and_complete(rig):
     assert "AM alone: fence 1, copy right, words right, 1 fault(s) on the IH ring, none latched" in seen("board without scpm")
     assert out["thermal alert"] == "thermal interrupts: above below"
     assert out["death in the bootloader"] == "died in the bootloader"
-    assert seen("pci reset boot") == ["cold boot, SMU features 0x7ffffffffffff", "platform reset: bus"]
+    assert seen("pci reset boot")[0] == "cold boot, SMU features 0x7ffffffffffff"
+    assert seen("pci reset boot")[-1] == "platform reset: bus"
     assert seen("firmware stopped boot")[0].startswith("cold boot,")
-    assert "the SMU no longer runs" in seen("firmware stopped boot")[1]
+    assert "the SMU no longer runs" in seen("firmware stopped boot")[-1]
+    # what each boot that follows a run on the same GPU cost as the GPU saw it (BootCost): the warm boots take the
+    # SMU versions, top clock levels, reserved-VRAM size and (small BAR) discovery key from that run's records
+    cost = {p: [w for q, w in base["outcome"] if q == p and w.startswith("boot cost")]
+            for p in ("cold boot", "warm boot", "mode1 boot", "board without scpm", "small bar warm boot")}
+    assert cost["cold boot"] == cost["board without scpm"] == []
+    assert "GetSmuVersion x1" in cost["mode1 boot"][0] and "Mode1Reset x1" in cost["mode1 boot"][0]
+    for p in ("warm boot", "small bar warm boot"):
+        assert "GetSmuVersion" not in cost[p][0] and "GetMaxDpmFreq" not in cost[p][0], cost[p]
+        assert cost[p][0].endswith("; 0 ROM dwords; 0 discovery bytes"), cost[p]
+    assert seen("warm boot")[1].startswith("SMU firmware reports ") and "interface 0x" in seen("warm boot")[1]
     names = {n for (_, n), *_ in base["regs"].values()}
     assert {"CP_HQD_PQ_BASE", "MMVM_INVALIDATE_ENG17_REQ", "S2A_DOORBELL_ENTRY_2_CTRL"} <= names
     # the index/data path is resolved to its target register
@@ -109,6 +120,21 @@ def test_mutations_that_break_the_workload_are_caught(rig):
     results = M.run(muts, base, kernels, jobs=2)
     for r in results:
         assert r.status == "caught" and r.how and "FirmwareError" not in r.how, (r.mutation, r.status, r.how)
+
+
+def test_a_lost_boot_record_is_caught_by_what_the_warm_boot_asks_again(rig):
+    """The boot records (nbio.RECORD_REGS, DRIVER_SCRATCH_5) change no result, only what the next boot costs:
+    dropped, the warm boot asks the SMU for its versions again, and the small-BAR board's warm boot reads the
+    discovery header through MM_DATA again (BootCost counts both on the simulator's side)."""
+    kernels, base = rig
+    muts, _ = M.mutations(base, "regs", ["reg-drop:NBIO.BIF_BX0_DRIVER_SCRATCH_8",
+                                         "reg-drop:NBIO.BIF_BX0_DRIVER_SCRATCH_6"])
+    res = {r.mutation: r for r in M.run(muts, base, kernels, jobs=2)}
+    versions, key = res["reg-drop:NBIO.BIF_BX0_DRIVER_SCRATCH_8"], res["reg-drop:NBIO.BIF_BX0_DRIVER_SCRATCH_6"]
+    assert versions.status == "caught" and versions.how.startswith("warm boot: boot cost"), versions
+    assert "GetDriverIfVersion x1" in versions.how and "GetSmuVersion x1" in versions.how, versions
+    assert key.status == "caught" and key.how.startswith("small bar warm boot: boot cost"), key
+    assert " 0 discovery bytes" not in key.how, key
 
 
 def test_a_harmless_mutation_survives_and_a_spin_is_a_hang(rig):
