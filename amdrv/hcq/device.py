@@ -98,15 +98,15 @@ def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
 
 class _Arena:
     """Launch slots in mapped host memory, handed out round-robin. Before the cursor wraps onto memory
-    an earlier launch may still read, the device waits for the timeline value the wrap recorded.
+    an earlier launch may still read, the device waits for the launches submitted so far (_wrap).
     Where DMA memory is not coherent (USB), [lo, hi) is what the host wrote since the last push."""
 
-    __slots__ = ("buf", "map", "mem", "va", "size", "at", "fence", "lo", "hi")
+    __slots__ = ("buf", "map", "mem", "va", "size", "at", "lo", "hi")
 
     def __init__(self, gpu, size: int):
         self.buf = placement.host_written(gpu, _pages(size + KERNARG_TAIL), "kernarg arena")
         self.map = gpu.gmc.map_system(self.buf)
-        self.mem, self.va, self.size, self.at, self.fence = self.buf.view, self.map.va, size, 0, 0
+        self.mem, self.va, self.size, self.at = self.buf.view, self.map.va, size, 0
         self.lo, self.hi = self.buf.size, 0
 
     def touch(self, lo: int, hi: int) -> None:
@@ -655,7 +655,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             if self.irq is not None:     # the reset's engines come back with their interrupts off
                 self.irq.sources(True)
         self.timeline.value = self.timeline_value
-        self.arena.at, self.arena.fence = 0, 0
+        self.arena.at = 0
         if self._ring_slots is not None:
             self._ring_slots.reset()
         return faults
@@ -723,13 +723,21 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         return va
 
     def _wrap(self) -> int:
-        """The arena is full: start over at 0 once launches that used that memory are done."""
+        """The arena is full: start over at 0 once the launches that used that memory, the last lap's, are done
+        (their waves read their kernargs while they run)."""
         a = self.arena
         a.push()
-        if a.fence:
-            self.timeline.wait(a.fence)
-        a.fence, a.at = self.timeline_value, 0
+        if self.timeline_value:
+            self.timeline.wait(self.timeline_value)
+        a.at = 0
         return 0
+
+    def _kernarg_arena(self, size: int) -> _Arena:
+        """Launch slots of size bytes for one user (a graph, which patches them in place at each replay), kept
+        for the device's lifetime as graph indirect buffers are."""
+        a = _Arena(self.gpu, size)
+        self._host_keep.append((a.buf, a.map))
+        return a
 
     def _launch(self, prog: Program, args, global_size, local_size, wait: bool, timeout) -> float | None:
         if self._closed:

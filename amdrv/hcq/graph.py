@@ -19,27 +19,35 @@ class GraphBuilder:
         sync = self.new_signal()
         bodies: list = []   # per run: [queue, index of its leading wait or -1]; compute queues hold launches only
         patches: dict[str, list] = {}
-        for step in graph.steps:
-            compute = step[0] == "exec"
-            if not bodies or isinstance(bodies[-1][0], AMComputeQueue) != compute:
-                q = AMComputeQueue(self) if compute else AMCopyQueue(self)
-                bodies.append([q, q.wait(sync, 0) if bodies and not compute else -1])
-            q = bodies[-1][0]
-            if compute:
-                _, prog, args, g, l_ = step
-                idx = q.exec(prog, [values[a.name] if isinstance(a, Var) else a for a in args], g, l_)
-                mem, base = q.kernarg_slot(idx)
-                lay = prog.layout
-                for i, a in enumerate(args):
-                    if isinstance(a, Var):
-                        patches.setdefault(a.name, []).append(
-                            (mem, base + lay.arg_offsets[i], lay.arg_structs[i], lay.is_buffer[i]))
-            else:
-                _, dst, src, n = step
-                idx = q.copy(*(values[x.name] if isinstance(x, Var) else x for x in (dst, src)), n)
-                for x, field in ((dst, "dst"), (src, "src")):
-                    if isinstance(x, Var):
-                        patches.setdefault(x.name, []).append((q, idx, None, field))
+        # the launches' slots in an arena of the graph's own: replays patch them in place, which the device's
+        # round-robin arena would hand to other launches once it wraps
+        arena = self._kernarg_arena(sum(step[1].handle.slot for step in graph.steps if step[0] == "exec"))
+        launch_arena, self.arena = self.arena, arena
+        try:
+            for step in graph.steps:
+                compute = step[0] == "exec"
+                if not bodies or isinstance(bodies[-1][0], AMComputeQueue) != compute:
+                    q = AMComputeQueue(self) if compute else AMCopyQueue(self)
+                    bodies.append([q, q.wait(sync, 0) if bodies and not compute else -1])
+                q = bodies[-1][0]
+                if compute:
+                    _, prog, args, g, l_ = step
+                    idx = q.exec(prog, [values[a.name] if isinstance(a, Var) else a for a in args], g, l_)
+                    mem, base = q.kernarg_slot(idx)
+                    lay = prog.layout
+                    for i, a in enumerate(args):
+                        if isinstance(a, Var):
+                            patches.setdefault(a.name, []).append(
+                                (mem, base + lay.arg_offsets[i], lay.arg_structs[i], lay.is_buffer[i]))
+                else:
+                    _, dst, src, n = step
+                    idx = q.copy(*(values[x.name] if isinstance(x, Var) else x for x in (dst, src)), n)
+                    for x, field in ((dst, "dst"), (src, "src")):
+                        if isinstance(x, Var):
+                            patches.setdefault(x.name, []).append((q, idx, None, field))
+        finally:
+            self.arena = launch_arena
+        arena.push()
         runs: list[tuple] = []       # (queue, index of its leading wait or -1, index of its tail signal)
         for i, (q, w) in enumerate(bodies):
             if isinstance(q, AMComputeQueue):
@@ -48,12 +56,12 @@ class GraphBuilder:
                 w = q.wait(sync, 0) if i else -1
                 q.indirect(ib)
             runs.append((q, w, q.signal(self.timeline if i == len(bodies) - 1 else sync, 0)))
-        # the kernarg bytes replays patch in the arena (pushed after patching where DMA is not coherent)
+        # the kernarg bytes replays patch in the graph's arena (pushed after patching where DMA is not coherent)
         spans = [(off, off + st.size) for uses in patches.values() for mem, off, st, _ in uses if st is not None]
         span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans and not self.coherent else None
         for q, _, _ in runs:
             q.refs = {}     # the graph keeps and checks its own buffers (Graph.held, Graph.bound)
-        graph.backend = (runs, sync, patches, span)
+        graph.backend = (runs, sync, patches, span, arena)
         graph.fence, graph.seq = 0, 0
         self._replay_graph(graph, {})
 
@@ -62,7 +70,7 @@ class GraphBuilder:
             self._open_check("graph replay")
         if graph.fence:
             self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
-        runs, sync, patches, span = graph.backend
+        runs, sync, patches, span, arena = graph.backend
         for name, v in values.items():
             try:
                 uses = patches[name]
@@ -74,5 +82,6 @@ class GraphBuilder:
                 else:
                     st.pack_into(mem, off, v.va if field else v)
         if span and values:
-            self.arena.touch(*span)
+            arena.touch(*span)
+            arena.push()
         self._submit_graph_runs(graph, runs)

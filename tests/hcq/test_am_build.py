@@ -130,7 +130,7 @@ def test_graph_replay_patches_only_variables(offline, kernel_corpus):
         g.exec(prog, y, xv, av, 1024, global_size=(4,), local_size=(256,))
     dev.timeline.value = 1 << 40  # nothing executes here: let replays see the previous one as done
     g(x=x1, alpha=2.0)
-    runs, _, patches, _ = g.backend
+    runs, _, patches, _, _ = g.backend
     assert len(patches["x"]) == 3 and len(dev.compute.submitted) == 1
     g(x=x2, alpha=0.5)
     for mem, off, st, is_buffer in patches["x"]:

@@ -257,3 +257,66 @@ def test_host_and_uncached_buffers(dev, kernel_corpus):
         dev.free(buf)
     with pytest.raises(hcq.HCQError):
         dev.copyout(ha)
+
+
+def _old_wrap(dev):
+    """The arena's wrap as it was: it waited only for the launches of the lap before the last one."""
+    fence = [0]
+
+    def wrap():
+        a = dev.arena
+        a.push()
+        if fence[0]:
+            dev.timeline.wait(fence[0])
+        fence[0], a.at = dev.timeline_value, 0
+        return 0
+    return wrap
+
+
+@pytest.mark.parametrize("wrap", ["waits for the launches before", "waits for a lap earlier only"])
+def test_the_kernarg_arena_wraps_onto_finished_launches_only(dev, kernel_corpus, monkeypatch, wrap):
+    """The launch arena hands out slots round-robin: when it wraps, the launches that used the memory it is
+    about to overwrite (the last lap's) must be done, their waves may still read their kernargs. Launches with
+    their own alphas over two laps of a small arena, queued behind a wait the host releases later: waiting
+    only for the lap before the last one lets a queued launch read a later launch's arguments."""
+    import threading
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    ys, x = [dev.alloc(4 * 64) for _ in range(4)], f32(dev, np.ones(64, np.float32))
+    for y in ys:
+        dev.copyin(y, np.zeros(64, np.float32).tobytes())
+    monkeypatch.setattr(dev.arena, "size", 24 * saxpy.handle.slot)
+    if wrap != "waits for the launches before":
+        monkeypatch.setattr(dev, "_wrap", _old_wrap(dev))
+    gate, q = dev.new_signal(0), dev.compute_queue()
+    q.wait(gate, 1)
+    q.submit()
+    release = threading.Timer(0.3, lambda: setattr(gate, "value", 1))
+    release.start()
+    for i in range(60):
+        saxpy(ys[i % 4], x, float(i + 1), 64, global_size=(1,), local_size=(64,))
+    release.join()
+    dev.synchronize()
+    ok = all(np.all(read(dev, y, np.float32) == sum(range(j + 1, 61, 4))) for j, y in enumerate(ys))
+    assert ok == (wrap == "waits for the launches before")
+
+
+@pytest.mark.parametrize("slots", ["the graph's own", "the launch arena's"])
+def test_graph_kernargs_outlive_the_launch_arena(dev, kernel_corpus, monkeypatch, slots):
+    """A graph's replays patch its launches' kernargs in place, so they are the graph's own (an arena of the
+    graph's): launches that wrap the device's round-robin arena do not overwrite them (with slots in the launch
+    arena they did: the replay ran with another launch's alpha)."""
+    if slots == "the launch arena's":
+        monkeypatch.setattr(dev, "_kernarg_arena", lambda size: dev.arena)
+    n = 64
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    y, z, x = dev.alloc(4 * n), dev.alloc(4 * n), f32(dev, np.ones(n, np.float32))
+    dev.copyin(y, np.zeros(n, np.float32).tobytes())
+    g = dev.graph()
+    g.exec(saxpy, y, x, g.var("alpha"), n, global_size=(1,), local_size=(64,))
+    g(alpha=1.0, wait=True)
+    monkeypatch.setattr(dev.arena, "size", 8 * saxpy.handle.slot)
+    for _ in range(12):                                # more than a lap of the launch arena
+        saxpy(z, x, 0.0, n, global_size=(1,), local_size=(64,))
+    dev.synchronize()
+    g(wait=True)                                       # alpha stays 1.0
+    assert np.all(read(dev, y, np.float32) == 2.0) == (slots == "the graph's own")
