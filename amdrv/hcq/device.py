@@ -117,6 +117,16 @@ class _Arena:
             self.buf.push(self.lo, self.hi - self.lo)
             self.lo, self.hi = self.buf.size, 0
 
+    def take_end(self, size: int) -> _Arena:
+        """The round robin's last `size` bytes, taken out of it for good (a graph's slots, which its replays
+        patch in place): an arena over them, the same memory and buffer, that never wraps."""
+        part = object.__new__(_Arena)
+        self.size -= size
+        self.at = min(self.at, self.size)
+        part.buf, part.map, part.mem, part.va = self.buf, self.map, self.mem, self.va
+        part.at, part.size, part.lo, part.hi = self.size, self.size + size, self.buf.size, 0
+        return part
+
 
 class _BridgeSignal(Signal):
     """A signal in DMA memory the host sees through a shadow (USB): reads fetch it, writes send it."""
@@ -734,10 +744,17 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
 
     def _kernarg_arena(self, size: int) -> _Arena:
         """Launch slots of size bytes for one user (a graph, which patches them in place at each replay), kept
-        for the device's lifetime as graph indirect buffers are."""
-        a = _Arena(self.gpu, size)
-        self._host_keep.append((a.buf, a.map))
-        return a
+        for the device's lifetime as graph indirect buffers are: the launch arena's end while it keeps an
+        eighth of its memory for the round robin (no new memory: the bridge's SRAM is scarce), once the
+        launches that used that end are done; else memory of their own."""
+        a = self.arena
+        if a.size - size >= (ARENA_BYTES if self.coherent else ARENA_BYTES_BRIDGE) // 8:
+            if self.timeline_value and self.timeline.mem[0] < self.timeline_value:
+                self.timeline.wait(self.timeline_value)
+            return a.take_end(size)
+        own = _Arena(self.gpu, size)
+        self._host_keep.append((own.buf, own.map))
+        return own
 
     def _launch(self, prog: Program, args, global_size, local_size, wait: bool, timeout) -> float | None:
         if self._closed:

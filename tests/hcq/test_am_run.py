@@ -300,23 +300,31 @@ def test_the_kernarg_arena_wraps_onto_finished_launches_only(dev, kernel_corpus,
     assert ok == (wrap == "waits for the launches before")
 
 
-@pytest.mark.parametrize("slots", ["the graph's own", "the launch arena's"])
+@pytest.mark.parametrize("slots", ["the launch arena's end", "memory of its own", "the launch arena's round robin"])
 def test_graph_kernargs_outlive_the_launch_arena(dev, kernel_corpus, monkeypatch, slots):
-    """A graph's replays patch its launches' kernargs in place, so they are the graph's own (an arena of the
-    graph's): launches that wrap the device's round-robin arena do not overwrite them (with slots in the launch
-    arena they did: the replay ran with another launch's alpha)."""
-    if slots == "the launch arena's":
-        monkeypatch.setattr(dev, "_kernarg_arena", lambda size: dev.arena)
+    """A graph's replays patch its launches' kernargs in place, so they are the graph's own: the launch arena's
+    end taken out of its round robin, or memory of their own where that would leave the round robin under an
+    eighth of the arena. Launches that wrap the round-robin arena do not overwrite them (in the round robin
+    they did: the replay ran with another launch's alpha)."""
     n = 64
     saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
     y, z, x = dev.alloc(4 * n), dev.alloc(4 * n), f32(dev, np.ones(n, np.float32))
     dev.copyin(y, np.zeros(n, np.float32).tobytes())
+    size = dev.arena.size
+    if slots == "the launch arena's round robin":
+        monkeypatch.setattr(dev, "_kernarg_arena", lambda size: dev.arena)
+    elif slots == "memory of its own":
+        monkeypatch.setattr(dev.arena, "size", 16 * saxpy.handle.slot)
     g = dev.graph()
     g.exec(saxpy, y, x, g.var("alpha"), n, global_size=(1,), local_size=(64,))
     g(alpha=1.0, wait=True)
+    arena = g.backend[-1]
+    assert (arena.buf is dev.arena.buf) == (slots != "memory of its own")
+    if slots == "the launch arena's end":
+        assert dev.arena.size == size - saxpy.handle.slot and arena.size == size
     monkeypatch.setattr(dev.arena, "size", 8 * saxpy.handle.slot)
     for _ in range(12):                                # more than a lap of the launch arena
         saxpy(z, x, 0.0, n, global_size=(1,), local_size=(64,))
     dev.synchronize()
     g(wait=True)                                       # alpha stays 1.0
-    assert np.all(read(dev, y, np.float32) == 2.0) == (slots == "the graph's own")
+    assert np.all(read(dev, y, np.float32) == 2.0) == (slots != "the launch arena's round robin")
