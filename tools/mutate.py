@@ -48,7 +48,9 @@ Mutations:
   BIF_BX0_PCIE_INDEX2/DATA2). For each register: `reg-drop:` drops every host write to it, `reg-flip:`
   writes each value with all 32 bits inverted. Left out, as issue 11 counts: the address-range registers
   of invalidation engines 0-16 (the driver invalidates with engine 17 only) and the GDS/GWS/OA registers
-  of VMIDs 1-15 (nothing the driver runs uses them).
+  of VMIDs 1-15 (nothing the driver runs uses them). Counted apart by the same words, still mutated (APART:
+  the summary gives the drop figure with and without them): the identity aperture of contexts 1-15, and
+  CP_VMID_RESET and CP_ME_CNTL while what the driver writes concerns VMIDs 1-15 / the graphics ME alone.
 - Packet fields (--kind packets): interception at the ring write, `amdrv.queue._Queue.submit`, the one
   place every PM4 and SDMA dword the driver emits passes (hcq's queues, the driver's own): the submitted
   dwords are split into packets (PM4 type-3 headers; SDMA headers by opcode) and each (engine, packet,
@@ -112,6 +114,42 @@ UNHOOKED = [False]         # set by the workload around submissions whose packet
 # left out of the register count, as issue 11 counts (see the module docstring)
 EXCLUDE = (re.compile(r"(GC|MM)VM_INVALIDATE_ENG([0-9]|1[0-6])_ADDR_RANGE_(LO|HI)32$"),
            re.compile(r"GDS_(VMID([1-9]|1[0-5])_(BASE|SIZE)|GWS_VMID([1-9]|1[0-5])|OA_VMID([1-9]|1[0-5]))$"))
+# Counted apart by the same words ("leaving out engines and VMIDs it never uses"), but still mutated, run and
+# reported: the summary prints the drop figure both with and without them (summary(); apart_reason()).
+APART = (
+    (re.compile(r"(GC|MM)VM_L2_CONTEXT1_IDENTITY_APERTURE_(LOW|HIGH)_ADDR_(LO|HI)32$"),
+     "the identity aperture of contexts 1-15 (the CONTEXT1 registers program VMIDs 1-15, as GCVM_CONTEXT1_CNTL + i "
+     "in gfxhub_v3_0_setup_vmid_config; GCVM_L2_CNTL.CONTEXT1_IDENTITY_ACCESS_MODE; gfxhub_v3_0/mmhub_v3_0_"
+     "disable_identity_aperture): the driver runs everything in VMID 0"),
+    (re.compile(r"(GC|MM)VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_(LO|HI)32$"),
+     "the physical offset of that contexts 1-15 identity aperture (written beside it by *_disable_identity_"
+     "aperture; no context 0 identity aperture exists in gc_11_0_0_sh_mask.h): the driver runs in VMID 0"),
+    (re.compile(r"CP_VMID_RESET$"),
+     "every value the driver writes requests VMIDs 1-15 alone (RESET_REQUEST bit 0, VMID 0, clear: "
+     "gfx_v11_0_soft_reset's 0xfffffffe), and the driver runs in VMID 0"),
+    (re.compile(r"CP_ME_CNTL$"),
+     "every field concerns the graphics CE/PFP/ME (gc_11_0_0_sh_mask.h: no MEC field), engines this driver "
+     "never runs"),
+)
+
+
+def apart_reason(name: str, values=None) -> str | None:
+    """Why a written register (its name without the IP) is counted apart (APART), or None. values: what the
+    baseline wrote to it (None where an old --json did not record them: the name decides); CP_VMID_RESET is
+    apart only while every value leaves VMID 0 out and asks for some VMID; CP_ME_CNTL only while the generated
+    table gives it no field outside CE/PFP/ME."""
+    why = next((w for p, w in APART if p.match(name)), None)
+    if why is None:
+        return None
+    if name == "CP_VMID_RESET" and values is not None and not all(v & 0xFFFF and not v & 1 for v in values):
+        return None
+    if name == "CP_ME_CNTL":
+        from amdrv import regs as R
+        from gpusim import discovery
+        fields = R.load(discovery.layout("navi31").register_table("GC"))["CP_ME_CNTL"].fields
+        if not all(f.startswith(("CE_", "PFP_", "ME_")) for f in fields):
+            return None
+    return why
 
 
 # ====================================================================== environment and kernels
@@ -847,6 +885,7 @@ class Hooks:
         self.reg_writes: dict[int, int] = {}         # dword address -> host writes
         self.reg_via: dict[int, str] = {}            # dword address -> index/data pair used, if any
         self.reg_not_power_on: set[int] = set()      # dword addresses written with other than their power-on value
+        self.reg_values: dict[int, set] = {}         # dword address -> the distinct values written (up to 16)
         self.pkt_seen: dict[tuple, int] = {}
         self.reg_mut: dict[int, str] = {}
         self.pkt_mut: dict[tuple, str] = {}
@@ -888,6 +927,9 @@ class Hooks:
                 hooks.reg_writes[target] = hooks.reg_writes.get(target, 0) + 1
                 if target not in dev.power_on_published or value != dev.regs.defaults.get(target, 0):
                     hooks.reg_not_power_on.add(target)
+                seen = hooks.reg_values.setdefault(target, set())
+                if len(seen) < 16:
+                    seen.add(value & 0xFFFFFFFF)
                 if pair is not None and target != dw:
                     hooks.reg_via[target] = pair[0]
             mode = hooks.reg_mut.get(target)
@@ -1391,6 +1433,7 @@ def child_run(m: Mutation, kernels: dict[str, bytes], record: bool) -> dict:
         out["regs"] = {a: (name_of(dev, a), n, hooks.reg_via.get(a), a not in hooks.reg_not_power_on)
                        for a, n in hooks.reg_writes.items()}
         out["packets"] = dict(hooks.pkt_seen)
+        out["reg_values"] = {a: sorted(v) for a, v in hooks.reg_values.items()}
     return out
 
 
@@ -1839,6 +1882,17 @@ def _group(ip: str, name: str) -> str:
     return f"{ip}/{head}"
 
 
+def apart_registers(base: dict) -> dict[str, str]:
+    """{"IP.NAME": reason} for the registers the baseline wrote that APART counts apart (apart_reason)."""
+    values = base.get("reg_values", {})
+    out = {}
+    for addr, ((ip, name), *_) in base["regs"].items():
+        why = apart_reason(name, values.get(addr))
+        if why and not any(p.match(name) for p in EXCLUDE):
+            out[f"{ip}.{name}"] = why
+    return dict(sorted(out.items()))
+
+
 def register_mutations(base: dict, modes=("drop", "flip")) -> tuple[list[Mutation], list[str]]:
     muts, excluded = [], []
     for addr, ((ip, name), n, via, *_) in sorted(base["regs"].items(), key=lambda kv: (kv[1][0], kv[0])):
@@ -1866,7 +1920,10 @@ def step_mutations() -> list[Mutation]:
 
 
 # ====================================================================== the report
-def summary(results: list[Result], excluded: list[str]) -> list[str]:
+def summary(results: list[Result], excluded: list[str], apart: dict[str, str] | None = None) -> list[str]:
+    """The figures. Register drops are given twice: over every register left after issue 11's own exclusion
+    (EXCLUDE), and also without the registers APART counts apart (`apart`: {"IP.NAME": reason}; None: decided
+    from the names alone, as for a --json that did not record them)."""
     lines = []
 
     def fig(kind, prefix=""):
@@ -1882,6 +1939,13 @@ def summary(results: list[Result], excluded: list[str]) -> list[str]:
         c, n = sum(regs.values()), len(regs)
         lines.append(f"registers caught {c} of {n} ({100 * c / max(n, 1):.0f}%) by dropping their writes"
                      f" ({len(set(excluded))} left out: invalidation-engine ranges 0-16, GDS/GWS/OA of VMIDs 1-15)")
+        if apart is None:
+            apart = {k: w for k in regs if (w := apart_reason(k.split(".", 1)[1]))}
+        rest = {k: v for k, v in regs.items() if k not in apart}
+        c2, n2 = sum(rest.values()), len(rest)
+        lines.append(f"registers caught {c2} of {n2} ({100 * c2 / max(n2, 1):.0f}%) by dropping their writes when "
+                     f"also leaving out the {n - n2} that concern contexts 1-15 or the graphics ME alone (APART: "
+                     f"identity aperture, CP_VMID_RESET, CP_ME_CNTL; still mutated and listed)")
         held = sum(r.status == "caught" or r.how.startswith(("expected", "caught by")) for r in drops)
         lines.append(f"register drops the simulator holds the driver to, or that the card lets pass too: {held} of "
                      f"{n} ({100 * held / max(n, 1):.0f}%): caught by the workload, caught by a dedicated test "
@@ -1921,7 +1985,8 @@ def survived_by_group(results: list[Result]) -> dict[str, list[str]]:
     return out
 
 
-def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float) -> str:
+def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float,
+             apart: dict[str, str] | None = None) -> str:
     """The "Mutation figures" body for docs/fidelity.md: date, commit, figures, survivors by block."""
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -1931,13 +1996,13 @@ def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float)
     out = [f"Full run of {time.strftime('%Y-%m-%d', time.gmtime())} at commit {commit} (`python -m tools.mutate "
            f"-j {jobs}`, {len(results)} mutations, {seconds / 60:.0f} min):", ""]
     out += [f"- {x}" for x in lines]
-    apart = ("expected", "caught by")
-    surv = survived_by_group([r for r in results if not r.how.startswith(apart)])
+    aside = ("expected", "caught by")
+    surv = survived_by_group([r for r in results if not r.how.startswith(aside)])
     out += ["", "Survivors, by block (`reg-drop`/`reg-flip`: dropping / inverting every write to the register; "
             "`pkt-zero`/`pkt-flip`: that packet dword; `step`: the named driver step):", ""]
     modes: dict[str, list[str]] = {}
     for r in results:
-        if r.status == "survived" and not r.how.startswith(apart):
+        if r.status == "survived" and not r.how.startswith(aside):
             modes.setdefault(r.mutation.split(":", 1)[1], []).append(r.mutation.split(":", 1)[0])
     for g, names in sorted(surv.items()):
         items = []
@@ -1968,6 +2033,16 @@ def markdown(results: list[Result], lines: list[str], jobs: int, seconds: float)
                 "simulator enforces them, the workload does not reach the case; counted as survivors above):", ""]
         out += [f"- `{r.mutation}`: {r.how.removeprefix('caught by ').removesuffix(', not by the workload')}"
                 for r in by_test]
+    if apart is None:
+        apart = {k: w for r in results if r.mutation.startswith("reg-drop:")
+                 for k in [r.mutation.split(":", 1)[1]] if (w := apart_reason(k.split(".", 1)[1]))}
+    if apart:
+        out += ["", f"Counted apart in the second register-drop figure ({len(apart)}, `APART` in tools/mutate.py: "
+                "registers of contexts 1-15 or of the graphics ME, which the driver never uses; still mutated, "
+                "their results above):", ""]
+        for why in dict.fromkeys(apart.values()):
+            names = [k for k, w in apart.items() if w == why]
+            out.append(f"- {', '.join(f'`{n}`' for n in names)}: {why}")
     na = [r.mutation for r in results if r.status == "n/a"]
     if na:
         out += ["", "Not applicable (the driver no longer has the target): " + ", ".join(f"`{n}`" for n in na)]
@@ -2044,11 +2119,11 @@ def main(argv=None) -> int:
                     why = POWER_ON_WHY
                 r.how = f"expected: {why}" if why else f"caught by {test}, not by the workload" if test else ""
         print_table(results)
-        lines = summary(results, d.get("excluded", [])) + d["summary"][-1:]
+        lines = summary(results, d.get("excluded", []), d.get("apart")) + d["summary"][-1:]
         print("\n".join(lines))
         if a.markdown:
             secs = float(d["summary"][-1].split(" in ")[1].split(" s")[0]) if " in " in d["summary"][-1] else 0
-            Path(a.markdown).write_text(markdown(results, lines[:-1], a.jobs, secs))
+            Path(a.markdown).write_text(markdown(results, lines[:-1], a.jobs, secs, d.get("apart")))
         return 0
 
     with tempfile.TemporaryDirectory(prefix="mutate-") as tmp:
@@ -2084,15 +2159,16 @@ def main(argv=None) -> int:
             print(f"{g}: {', '.join(names)}")
     else:
         print_table(results)
-    lines = summary(results, excluded)
+    apart = apart_registers(base)
+    lines = summary(results, excluded, apart)
     lines.append(f"{len(results)} mutations in {elapsed:.0f} s with -j {a.jobs}")
     print("\n".join(lines))
     if a.markdown:
-        Path(a.markdown).write_text(markdown(results, lines[:-1], a.jobs, elapsed))
+        Path(a.markdown).write_text(markdown(results, lines[:-1], a.jobs, elapsed, apart))
     if a.json:
         Path(a.json).write_text(json.dumps({
             "baseline": base["outcome"], "baseline_seconds": base["seconds"], "summary": lines,
-            "excluded": sorted(set(excluded)),
+            "excluded": sorted(set(excluded)), "apart": apart,
             "power_on_drops": [f"reg-drop:{ip}.{name}" for (ip, name), _, _, *p in base["regs"].values() if p and p[0]],
             "results": [r.__dict__ for r in results],
             "survived_by_group": survived_by_group(results)}, indent=1))

@@ -110,6 +110,10 @@ def test_baseline_is_deterministic_and_complete(rig):
     muts, excluded = M.mutations(base, "regs")
     assert "GCVM_INVALIDATE_ENG3_ADDR_RANGE_LO32" in excluded and "GDS_OA_VMID15" in excluded
     assert not any("ENG3_ADDR_RANGE" in m.name or "GDS_VMID7" in m.name for m in muts)
+    # counted apart (still mutated): CP_VMID_RESET as recover() writes it (0xfffffffe: VMIDs 1-15), CP_ME_CNTL
+    apart = M.apart_registers(base)
+    assert {"GC.CP_VMID_RESET", "GC.CP_ME_CNTL", "MMHUB.MMVM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_LO32"} <= set(apart)
+    assert any(m.name == "reg-drop:GC.CP_VMID_RESET" for m in muts) and "GC.CP_HQD_PQ_BASE" not in apart
     assert any(k[:2] == ("PM4", "SET_SH_REG") and k[2] == "COMPUTE_PGM_LO" for k in base["packets"])
 
 
@@ -164,5 +168,21 @@ def test_the_summary_counts_drops_held_or_expected():
                R("reg-drop:GC.D", "regs", "GC/D", "survived", "")]
     lines = M.summary(results, [])
     assert lines[0].startswith("registers caught 1 of 4 (25%)")
-    assert lines[1].startswith("register drops the simulator holds the driver to, or that the card lets pass "
+    assert lines[2].startswith("register drops the simulator holds the driver to, or that the card lets pass "
                                "too: 3 of 4 (75%)")
+
+
+def test_the_summary_prints_the_drop_figure_with_and_without_the_registers_counted_apart():
+    """Issue 11's exclusion (EXCLUDE, left out of both) and the registers of contexts 1-15 and the graphics ME
+    (APART): both figures are printed, so the denominator never moves quietly."""
+    R = M.Result
+    results = [R("reg-drop:GC.A", "regs", "GC/A", "caught", "boot: error"),
+               R("reg-drop:GC.GCVM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32", "regs", "GC/GCVM", "survived", ""),
+               R("reg-drop:GC.CP_ME_CNTL", "regs", "GC/CP", "survived", ""),
+               R("reg-drop:GC.D", "regs", "GC/D", "survived", "")]
+    lines = M.summary(results, ["GCVM_INVALIDATE_ENG3_ADDR_RANGE_LO32"])
+    assert lines[0].startswith("registers caught 1 of 4 (25%) by dropping their writes (1 left out")
+    assert lines[1].startswith("registers caught 1 of 2 (50%) by dropping their writes when also leaving out the 2 ")
+    # CP_VMID_RESET is apart only while what the driver writes asks for VMIDs 1-15 alone
+    assert M.apart_reason("CP_VMID_RESET", [0xFFFFFFFE]) and not M.apart_reason("CP_VMID_RESET", [0xFFFFFFFF])
+    assert M.apart_reason("MMVM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_HI32") and not M.apart_reason("CP_MEC_CNTL")
