@@ -945,6 +945,8 @@ def _global(name, inst, prog):
         return run
     if rest.startswith("atomic_"):
         aop, dtype, k = ops.atomic_type(rest[len("atomic_"):])
+        if aop == "add_f32":
+            aop = "add_f32_ftz"      # through the cache: denormal inputs flushed (wave_ops.ATOMICS)
         data = _find(inst, "data", "vdata").index
         ret = inst.dsts[0].index if inst.ndst else None
 
@@ -1026,7 +1028,9 @@ def _flat_atomic(g, m, full, x, op, a, new, dtype, cmp):
         return x.memory.atomic(op, a, new, dtype, cmp)
     out = np.zeros((len(a), np.dtype(dtype).itemsize // 4), U32)
     for sel, space, off in parts:
-        out[sel] = space.atomic(op, off, new[sel], dtype, None if cmp is None else cmp[sel])
+        # a flat atomic into the LDS aperture is an LDS atomic: no cache flush rule
+        sop = "add_f32" if op == "add_f32_ftz" and space is x.lds else op
+        out[sel] = space.atomic(sop, off, new[sel], dtype, None if cmp is None else cmp[sel])
     return out
 
 

@@ -794,6 +794,10 @@ ATOMICS = {
     "inc": lambda o, d: np.where(o >= d, 0, o + 1).astype(o.dtype),
     "dec": lambda o, d: np.where((o == 0) | (o > d), d, o - 1).astype(o.dtype),
     "add_f32": lambda o, d: o + d,
+    # a cache (global, flat, scratch, buffer) atomic float add flushes its denormal inputs whatever MODE says
+    # (RDNA3 ISA 13.2, "Cache Atomic Float Denormal": Add_F32 "Flush" = flush all input denorm); LDS's follows
+    # the MODE (assumption: the executor keeps LDS denormals, the mode clang-15's descriptors ask for)
+    "add_f32_ftz": lambda o, d: flush_denormals(o) + flush_denormals(d),
 }
 
 

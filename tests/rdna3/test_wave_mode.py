@@ -520,3 +520,23 @@ def test_fract_obeys_the_round_mode_and_keeps_its_clamp():
         got = run_valu("v_fract_f32 v4, v1", x, lanes=32, rsrc1=with_float_mode(default_rsrc1(), round32=mode))
         got = got.view(f32)
         assert list(got[:3]) == [f32(w[0]), f32(w[1]), 0.5] and np.isnan(got[3]), mode
+
+
+def test_a_global_float_atomic_add_flushes_its_denormal_inputs_in_every_mode():
+    """RDNA3 ISA 13.2 ("Cache Atomic Float Denormal"): a global/flat/scratch Add_F32 flushes all input denormals,
+    the memory's value and the data, whatever MODE says (LDS's follows the MODE)."""
+    d, tiny = f32(1e-39), np.finfo(f32).tiny
+    a = np.array([d, d, 1.0, 0.0] * 8, f32)          # stored first: the memory's old value
+    b = np.array([0.0, tiny, d, d] * 8, f32)         # then added atomically
+    text = """
+        global_store_b32 v10, v1, s[4:5]
+        global_atomic_add_f32 v10, v2, s[4:5]
+        s_waitcnt vmcnt(0)
+        global_load_b32 v4, v10, s[4:5]
+        s_waitcnt vmcnt(0)
+    """
+    got = run_valu(text, a, b, lanes=32, rsrc1=with_float_mode(default_rsrc1(), denorm32=FLUSH_NONE)).view(f32)
+    assert list(got[:4]) == [0.0, tiny, 1.0, 0.0]
+    # the same sum through the VALU keeps them under this mode
+    got = run_valu("v_add_f32 v4, v1, v2", a, b, lanes=32).view(f32)
+    assert got[0] == d and got[3] == d
