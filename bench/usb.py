@@ -26,6 +26,9 @@ Modeled throughput (gpusim.usb_bridge.LinkTiming): wire bytes at USB 3.2 Gen 2's
 microframe plus one round-trip latency per round trip (--rtt-us, default 100 us: an assumption, not a
 measurement; no bridge is attached to this machine). Copies also give estimated_MBps: the same with the
 bytes moved no faster than the bridge's engine was measured to move them (ENGINE_BYTES_PER_S, sourced).
+wall_s (and open_wall_s, launch_and_sync_wall_s, a median) is how long the simulation took on this machine, cpu_s
+the process's CPU time for it (the better figure on a loaded machine): what the model costs to run, not what the
+link would take.
 The launch's kernel is an s_endpgm in a code object of our own writer, so no compiler is needed.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 # This file is named usb.py: drop its own folder from the path, or `import usb` (pyusb) would find it.
@@ -72,15 +76,18 @@ def _estimate(cost: dict, rtt_s: float, engine: float | None) -> float | None:
 
 def _cost(fn, run, payload: int, rtt_s: float) -> dict:
     c0, l0 = fn.counters.snapshot(), fn.link.stats.snapshot()
+    t0, p0 = time.perf_counter(), time.process_time()
     run()
     fn.flush()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - p0
     c, s = fn.counters - c0, fn.link.stats - l0
     wire = s.wire_out + s.wire_in
     mib = payload / (1 << 20)
     return {"payload_bytes": payload, "round_trips": c.round_trips,
             "round_trips_per_mib": round(c.round_trips / mib, 2) if payload else None,
             "wire_bytes": wire, "payload_efficiency": round(payload / wire, 4) if payload else None,
-            "modeled_MBps_10G": round(_timing(rtt_s).mb_per_s(payload, wire, c.round_trips), 3) if payload else None}
+            "modeled_MBps_10G": round(_timing(rtt_s).mb_per_s(payload, wire, c.round_trips), 3) if payload else None,
+            "wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
 
 
 def transport(kib: int, rtt: float, firmware: str = "stock") -> dict:
@@ -127,32 +134,35 @@ def gpu_costs(sizes: list[int], rtt: float, launches: int = 9, firmware: str = "
     except FirmwareError as e:
         return {"skipped": f"no firmware: {e}"}
     fn = open_function(backend=usb_bridge.backend("navi31", bus=bus, firmware=firmware))
-    before = fn.counters.snapshot()
+    before, t0, p0 = fn.counters.snapshot(), time.perf_counter(), time.process_time()
     gpu = AMGPU.open(fn)
-    spent = fn.counters - before
+    spent, wall, cpu = fn.counters - before, time.perf_counter() - t0, time.process_time() - p0
     boot = {"kind": gpu.boot_report.kind, "round_trips": spent.round_trips, "mmio_reads": spent.mmio_reads,
             "mmio_writes": spent.mmio_writes, "bulk_write_bytes": spent.bulk_write_bytes, "aim": 60,
+            "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "steps": {s.name: s.round_trips for s in gpu.boot_report.steps}}
     # What no step counts: the device's open (the discovery binary's header and harvest list, the rest
     # from the host cache) and the boot-state reads and writes around the steps.
     boot["steps"]["outside steps"] = spent.round_trips - sum(boot["steps"].values())
-    c0 = fn.counters.snapshot()
+    c0, t0 = fn.counters.snapshot(), time.perf_counter()
     os.environ.setdefault("DRIVERLESS_PUBLISH_S", "0")  # the driver's own traffic: no metrics publishing
     dev = AMHCQDevice(gpu, "am:sim:usb")
-    out = {"open_round_trips": (fn.counters - c0).round_trips}
+    out = {"open_round_trips": (fn.counters - c0).round_trips, "open_wall_s": round(time.perf_counter() - t0, 3)}
     try:
         prog = dev.program(_code_object(), "nop")
         buf = dev.alloc(4096)
         prog(buf, 1, global_size=(1,), local_size=(32,), wait=True)
-        launch, poll = [], []
+        launch, poll, walls = [], [], []
         for _ in range(launches):
-            c0 = fn.counters.snapshot()
+            c0, t0 = fn.counters.snapshot(), time.perf_counter()
             prog(buf, 1, global_size=(1,), local_size=(32,))
             c1 = fn.counters.snapshot()
             dev.synchronize()
+            walls.append(time.perf_counter() - t0)
             launch.append((c1 - c0).round_trips)
             poll.append((fn.counters - c1).round_trips)
         out["launch_round_trips"] = statistics.median(launch)
+        out["launch_and_sync_wall_s"] = round(statistics.median(walls), 4)
         out["launch_aim"] = 2
         out["synchronize_round_trips"] = statistics.median(poll)
         dev.copyin(buf, bytes(4096))                 # what a first copy sets up once (bridge_copy's windows)

@@ -35,7 +35,10 @@ publishes one (`<block>_default.h`, through the generated table's `power_on_valu
 - `dev.post_interrupt(IVEntry(...))`: hands an interrupt to the IH model (`dev.ih_sink`); counted as
   dropped when no IH model is attached. `dev.send_msi()`: the function's MSI message (the IH raises it
   after an IV); `dev.msi_sink` (the host side: the provider's eventfd) hears it, `dev.msis_sent` counts.
-- `dev.schedule(steps, fn, *args)`: run fn after `steps` clock steps. `dev.step(n)` advances; in the
+- `dev.schedule(steps, fn, *args)`: run fn after `steps` clock steps. `dev.schedule_poll(steps, key, fn, skip,
+  *args)`: a look at something that only other events change (memory, a plain register); `dev.step(n)`
+  skips the looks that would find nothing (`SimGPU.fast_forward`; tests/gpusim/test_clock.py shows the result is
+  the same as running them). `dev.step(n)` advances; in the
   stepped mode (default, deterministic) a BAR5 read also steps once, so a driver polling a status
   register makes progress exactly as it would on hardware. `dev.start_async()` steps from a thread instead;
   every access takes `dev.lock`.
@@ -136,6 +139,23 @@ class WorkLock:
 _MAIN_IDENT = threading.main_thread().ident
 
 
+class _Poll:
+    """A poll in the event queue (SimGPU.schedule_poll): its look, its skip, the steps between looks, and the
+    value of the device's `_quiet` when its poller last found nothing (equal to it now: nothing has happened
+    since)."""
+    __slots__ = ("fn", "skip", "period", "quiet")
+
+    def __init__(self, fn, skip, period: int):
+        self.fn, self.skip, self.period, self.quiet = fn, skip, period, -1
+
+    def __getstate__(self):
+        return (self.fn, self.skip, self.period)
+
+    def __setstate__(self, state):
+        self.fn, self.skip, self.period = state
+        self.quiet = -1
+
+
 class DMAError(Exception):
     """A device-initiated access to host memory that the bus refused."""
 
@@ -184,6 +204,7 @@ class VRAM:
         self.host_view = memoryview(self._host)
         self._host_base = ctypes.addressof(ctypes.c_char.from_buffer(self._host))
         self.host_pending = 0      # host-written pages merged by the last flush, for tests
+        self.writes = 0            # engine writes (SimGPU._fingerprint)
         self.protected: tuple[int, int] | None = None   # [first, end) no host write reaches (gpusim.vbios)
         self._refused = None
 
@@ -210,6 +231,7 @@ class VRAM:
         (the host's pending bytes are then lost where both wrote: assumption, a race either way)."""
         n = len(data)
         self._check(addr, n)
+        self.writes += 1
         self.view[addr:addr + n] = data
         if n:
             for page in self._host_pages(addr >> 12, ((addr + n - 1) >> 12) + 1):
@@ -360,6 +382,7 @@ class RegisterSpace:
         self.defaults: dict[int, int] = {}     # power-on values that are not 0 (SimGPU._power_on_values)
         self.read_handlers: dict[int, object] = {}
         self.write_handlers: dict[int, object] = {}
+        self.writes = 0         # every write and poke: what a poll's no-change check watches (SimGPU._fingerprint)
 
     def read(self, addr: int) -> int:
         fn = self.read_handlers.get(addr)
@@ -370,6 +393,7 @@ class RegisterSpace:
 
     def write(self, addr: int, value: int) -> None:
         value &= 0xFFFFFFFF
+        self.writes += 1
         fn = self.write_handlers.get(addr)
         if fn is not None:
             stored = fn(value)
@@ -386,9 +410,11 @@ class RegisterSpace:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("writes", 0)
         self.defaults = {}
 
     def poke(self, addr: int, value: int) -> None:
+        self.writes += 1
         self.store[addr] = value & 0xFFFFFFFF
 
 
@@ -445,6 +471,11 @@ class SimGPU:
         self.steps = 0
         self._events: list = []
         self._seq = 0
+        self._poll_seq = 0
+        self._quiet = 0
+        self.polls_skipped = 0      # looks step(n) skipped (fast_forward): for tests and benchmarks
+        self.interrupts_posted = 0
+        self.dma_writes = 0
         self.stepped = True
         self._init_runtime()
         self.regs.defaults = self._power_on_values()
@@ -550,6 +581,7 @@ class SimGPU:
             raise
 
     def dma_write(self, bus_addr: int, data) -> None:
+        self.dma_writes += 1
         nbio = self.blocks.get("NBIO")
         if nbio is not None and nbio.selfring is not None and nbio.selfring_write(bus_addr, data):
             return   # the doorbell self-ring aperture (gpusim.nbio): it never reaches the bus
@@ -563,6 +595,7 @@ class SimGPU:
     # -- interrupts, errors -------------------------------------------------------------------------
     def post_interrupt(self, entry: IVEntry) -> None:
         entry.timestamp = entry.timestamp or self.steps * self.STEP_NS
+        self.interrupts_posted += 1
         if self.ih_sink is None:
             self.interrupts_dropped += 1
             return
@@ -584,30 +617,90 @@ class SimGPU:
         self.errors.append(SimError(self.steps, block, message))
 
     # -- clock ----------------------------------------------------------------------------------
+    # The event queue holds (due step, kind, order, seq, fn, args): kind 0 for plain events, in the order they
+    # were scheduled; kind 1 for polls (schedule_poll), after the plain events due in the same step, in the
+    # order of their pollers' keys. Polls have a place of their own so that skipping them (fast_forward) does
+    # not change the order of anything else.
+    fast_forward = True     # step(n) skips polls that would find nothing (a class-wide switch; tests set it)
+
     def schedule(self, steps: int, fn, *args) -> None:
         """Runs fn(*args) once `steps` clock steps have passed (0: at the next step)."""
         self._seq += 1
-        heapq.heappush(self._events, (self.steps + max(steps, 0), self._seq, fn, args))
+        heapq.heappush(self._events, (self.steps + max(steps, 0), 0, 0, self._seq, fn, args))
+
+    def schedule_poll(self, steps: int, key: tuple, fn, skip, *args) -> None:
+        """A poll: a block's look, `steps` (at least 1) from now and every `steps` after, at something it waits
+        for (a word in memory, a register with no read handler) that changes only when something else happens.
+        fn(*args) looks once and, when it finds nothing, schedules its next look with schedule_poll again (the
+        same steps), changing nothing else but its own counters. skip(n, *args) does what n such looks would
+        do without looking: it counts m <= n looks that found nothing (fewer where a retry limit makes a look
+        act) and returns (m, the next look's args). `key` orders polls due in the same step (one key per
+        poller, e.g. ("SDMA", 0)). With fast_forward, step(n) skips the looks of a poller that found nothing
+        while nothing else has happened since: they would find the same nothing. The result is the same as
+        running every look (tests/gpusim/test_clock.py)."""
+        self._poll_seq += 1
+        steps = max(steps, 1)
+        heapq.heappush(self._events, (self.steps + steps, 1, key, self._poll_seq, _Poll(fn, skip, steps), args))
+
+    def _fingerprint(self) -> tuple:
+        """What moves when anything observable happens: registers written, events scheduled, errors recorded,
+        interrupts posted, VRAM and host memory written."""
+        return (self.regs.writes, self._seq, len(self.errors), self.interrupts_posted, self.vram.writes,
+                self.dma_writes)
 
     def step(self, n: int = 1) -> None:
         with self.lock:
-            if not self._steppers:
-                # Nothing works per step: jump from event to event (models that integrate over time,
-                # like the SMU's thermals, read `now_ns`), so long waits cost nothing.
-                end = self.steps + n
-                while self._events and self._events[0][0] <= end:
-                    due, _, fn, args = heapq.heappop(self._events)
-                    self.steps = max(self.steps, due)
-                    fn(*args)
-                self.steps = end
+            if self._steppers:
+                for _ in range(n):
+                    self.steps += 1
+                    self._run_due(self.steps, False)
+                    for b in self._steppers:
+                        b.step()
                 return
-            for _ in range(n):
-                self.steps += 1
-                while self._events and self._events[0][0] <= self.steps:
-                    _, _, fn, args = heapq.heappop(self._events)
-                    fn(*args)
-                for b in self._steppers:
-                    b.step()
+            # Nothing works per step: jump from event to event (models that integrate over time, like the
+            # SMU's thermals, read `now_ns`), so long waits cost nothing.
+            end = self.steps + n
+            self._run_due(end, self.fast_forward)
+            self.steps = end
+
+    def _run_due(self, end: int, skip: bool) -> None:
+        """Runs the events due by step `end`, in order. With skip, the look of a poll whose poller found
+        nothing, with nothing else run since (`_quiet`), is skipped (its skip()) as long as every event ahead
+        of the look is such a poll too: then nothing has happened that the look could see. Stops before the
+        first other event (which may change what the polls watch) and after step `end`."""
+        events = self._events
+        self._quiet += 1          # the host may have done anything since the last call
+        while events and events[0][0] <= end:
+            due, kind, key, seq, fn, args = heapq.heappop(events)
+            if due > self.steps:
+                self.steps = due
+            if kind == 0:
+                fn(*args)
+                self._quiet += 1
+                continue
+            if skip and fn.quiet == self._quiet:
+                quiet = self._quiet
+                stop = min([(e[0], e[1], e[2]) for e in events if e[1] == 0 or e[4].quiet != quiet]
+                           + [(end + 1, 0, 0)])
+                # looks at due, due + period, ... ahead of `stop` in the queue's order
+                last = stop[0] if (1, key) < stop[1:] else stop[0] - 1
+                n = (last - due) // fn.period + 1 if last >= due else 0
+                if n:
+                    m, args = fn.skip(n, *args)
+                    self.polls_skipped += m
+                    due += m * fn.period
+                    if m == n or due != self.steps:
+                        self._poll_seq += 1
+                        heapq.heappush(events, (due, 1, key, self._poll_seq, fn, args))
+                        continue
+            before, first = self._fingerprint(), self._poll_seq
+            fn.fn(*args)
+            again = [e for e in events if e[1] == 1 and e[3] > first] if self._poll_seq == first + 1 else ()
+            if len(again) == 1 and again[0][2] == key and again[0][4].fn == fn.fn \
+                    and self._fingerprint() == before:
+                again[0][4].quiet = self._quiet       # it found nothing: its next looks may be skipped
+            else:
+                self._quiet += 1
 
     @property
     def now_ns(self) -> int:
@@ -662,6 +755,10 @@ class SimGPU:
         self.__dict__.update(s)
         self.__dict__.setdefault("gfx_gate", None)    # a state file saved before GFXOFF was modeled
         self.__dict__.setdefault("msis_sent", 0)
+        for k in ("_poll_seq", "_quiet", "polls_skipped", "interrupts_posted", "dma_writes"):   # saved before polls
+            self.__dict__.setdefault(k, 0)
+        self._events = [e if len(e) == 6 else (e[0], 0, 0) + tuple(e[1:]) for e in self._events]
+        heapq.heapify(self._events)
         self.bus = None
         self._init_runtime()
         self.regs.defaults = self._power_on_values()

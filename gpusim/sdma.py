@@ -652,13 +652,31 @@ class SDMA(Block):
         if retries != RETRY_FOREVER and q.poll[1] >= retries:
             raise Hang(f"no match after {retries} retries: {value:#x} & {mask:#x} vs {ref:#x} (FUNC {func})")
         q.gen += 1
-        self.dev.schedule(max(1, interval), self._poll_retry, i, q.gen)
+        if mem or (d[1] >> 2) not in self.dev.regs.read_handlers:
+            # memory, or a register that is plain storage: it changes only when something else happens, so the
+            # clock may skip the retries while nothing does (SimGPU.schedule_poll)
+            self.dev.schedule_poll(max(1, interval), ("SDMA", i), self._poll_retry, self._poll_skip, i, q.gen,
+                                   retries, interval)
+        else:
+            self.dev.schedule(max(1, interval), self._poll_retry, i, q.gen)
         return False
 
-    def _poll_retry(self, i: int, gen: int) -> None:
+    def _poll_retry(self, i: int, gen: int, *_) -> None:
         """A blocked poll's retry, or a copy's next slice: unless a reset or hang came since."""
         if self.queues[i].gen == gen:
             self._event_kick(i)
+
+    def _poll_skip(self, n: int, i: int, gen: int, retries: int, interval: int):
+        """What n of _poll_retry's looks do when the poll finds no match and nothing has changed since its last
+        look (SimGPU.schedule_poll): each counts a retry and schedules the next; not the one that would reach
+        RETRY_COUNT (it hangs the queue)."""
+        q = self.queues[i]
+        if q.gen != gen or q.poll is None:
+            return 0, (i, gen, retries, interval)
+        m = n if retries == RETRY_FOREVER else max(0, min(n, retries - 1 - q.poll[1]))
+        q.poll[1] += m
+        q.gen += m
+        return m, (i, q.gen, retries, interval)
 
     def _indirect(self, i: int, d: list[int], in_ib: bool) -> bool:
         if in_ib:
