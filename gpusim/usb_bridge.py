@@ -26,6 +26,7 @@ behind the bridge is down: no TLP gets a completion, posted writes vanish).
 from __future__ import annotations
 
 import errno
+import functools
 import struct
 from collections import deque
 from dataclasses import dataclass
@@ -251,6 +252,7 @@ class ASM24Bridge:
         self.status, self.sense = 0, (0, 0)
         self._cdb, self._last_sense = b"", bytes(18)
         self.on_completion = None           # the open firmware's DMA engine listens for completion writes
+        self._owed = 0                      # clock steps of link latency the GPU has still to run (round_trip)
         # Nothing enumerates the GPU behind a USB bridge: its BARs are unassigned, decode and mastering off.
         for off in (0x10, 0x14, 0x18, 0x1C, 0x20, 0x24):
             fn.config_write(off, 4, 0)
@@ -417,6 +419,24 @@ class ASM24Bridge:
             bar.write32(off, (old & ~mask) | (value & mask))
         return CPL_SC, 0
 
+    def round_trip(self) -> None:
+        """One more round trip on the link: the host waits the link's latency (USB3_GEN2.round_trip_s, a stated
+        setting: 100 us, an assumption) for the bridge's answer, and the GPU runs meanwhile, on the stepped clock
+        for that long (the open firmware's model does the same, gpusim.usb_open_firmware _latency). The steps are
+        run by run_gpu before the bridge's next access to the GPU or its SRAM, and at the end of the transfer
+        (one clock run instead of two: the clock skips polls that find nothing, SimGPU.schedule_poll, but each
+        run looks once)."""
+        self.counters.round_trips += 1
+        if self.dev.stepped:
+            self._owed += round(USB3_GEN2.round_trip_s * 1e9) // self.dev.STEP_NS
+
+    def run_gpu(self, steps: int = 0) -> None:
+        """The GPU runs the round trips' latency not run yet, plus `steps` (stepped mode)."""
+        if self.dev.stepped:
+            n, self._owed = self._owed + steps, 0
+            if n:
+                self.dev.step(n)
+
     # -- SCSI -----------------------------------------------------------------------------------
     def begin(self, cdb: bytes, counted: bool = True) -> int:
         """Starts a SCSI command; returns its data phase: +n bytes it takes, -n bytes it offers, 0 none.
@@ -425,11 +445,12 @@ class ASM24Bridge:
         self._last_sense = self.sense_data()        # REQUEST SENSE reports the previous command's
         if counted:
             self.counters.commands += 1
-            self.counters.round_trips += 1
+            self.round_trip()
         self._cdb, self.status, self.sense = bytes(cdb), 0, (0, 0)
-        # The GPU runs while the bridge works: on the simulator's stepped clock one command is one step,
-        # so a host polling memory through the bridge (no register read) still sees the GPU progress.
-        self.dev.poll_tick()
+        # The GPU runs while the bridge works: on the simulator's stepped clock one step a command, on top of
+        # the round trip's latency (round_trip), so a host polling memory through the bridge (no register
+        # read) sees the GPU progress as it would over the wire.
+        self.run_gpu(1)
         op = cdb[0] if cdb else None
         if op == OP_XDATA_READ:
             return -cdb[1]
@@ -459,6 +480,7 @@ class ASM24Bridge:
         return bytes(out)
 
     def data_in(self, n: int) -> bytes:
+        self.run_gpu()
         cdb = self._cdb
         if cdb[0] == OP_XDATA_READ:
             return self.xdata_read((cdb[2] << 16) | (cdb[3] << 8) | cdb[4], n)
@@ -466,6 +488,7 @@ class ASM24Bridge:
 
     def data_out(self, at: int, data: bytes) -> None:
         """WRITE(16) data: into the SRAM from LBA * 512 on."""
+        self.run_gpu()
         base = struct.unpack_from(">Q", self._cdb, 2)[0] * BLOCK + at
         self.sram[base:base + len(data)] = data
 
@@ -500,6 +523,17 @@ UAS_PIPES = {EP_COMMAND: 1, EP_STATUS: 2, EP_DATA_IN: 3, EP_DATA_OUT: 4}
 UAS_STREAMS_LOG2 = 5            # 32 streams per endpoint in the SuperSpeed endpoint companion
 MAX_STREAMS = 1 << UAS_STREAMS_LOG2
 STREAM_ENDPOINTS = (EP_DATA_IN, EP_STATUS, EP_DATA_OUT)
+
+
+def _runs_gpu(transfer):
+    """A backend call the host waits for: the GPU has run the latency of its round trips when it returns."""
+    @functools.wraps(transfer)
+    def call(self, *args, **kwargs):
+        try:
+            return transfer(self, *args, **kwargs)
+        finally:
+            self.bridge.run_gpu()
+    return call
 
 
 def _endpoint(addr: int, uas: bool) -> _Desc:
@@ -636,6 +670,7 @@ class BridgeBackend(usb.backend.IBackend):
     def _pipe(why: str):
         return usb.core.USBError(f"Pipe error ({why})", LIBUSB_ERROR_PIPE, errno.EPIPE)
 
+    @_runs_gpu
     def bulk_write(self, dev_handle, ep, intf, data, timeout):
         data = bytes(data)
         self._no_stream_id(ep)
@@ -643,7 +678,7 @@ class BridgeBackend(usb.backend.IBackend):
         if uas and ep == EP_COMMAND and self.streams:      # into the task set; answered on a status stream
             self._check_iu(data)
             self._transfer(len(data))
-            self.bridge.counters.round_trips += 1
+            self.bridge.round_trip()
             self._receive(data)
             self._run({})
             return len(data)
@@ -678,6 +713,7 @@ class BridgeBackend(usb.backend.IBackend):
         self.moved = 0
         self.phase = ("in" if self.host_in else "out") if self.expect else "status"
 
+    @_runs_gpu
     def bulk_read(self, dev_handle, ep, intf, buff, timeout):
         self._no_stream_id(ep)
         uas = self.alt == 1
@@ -721,10 +757,11 @@ class BridgeBackend(usb.backend.IBackend):
         residue = self.expect - (min(offered, self.expect) if agree else 0)
         return struct.pack("<IIIB", BOT_CSW_SIG, self.tag, residue, status)
 
+    @_runs_gpu
     def ctrl_transfer(self, dev_handle, bmRequestType, bRequest, wValue, wIndex, data, timeout):
         self._alive()
         b = self.bridge
-        b.counters.round_trips += 1
+        b.round_trip()
         n = len(data) if data is not None else 0
         self._transfer(n, bulk=False)
         if bmRequestType == 0x21 and bRequest == 0xFF:          # Bulk-Only Mass Storage Reset
@@ -781,6 +818,7 @@ class BridgeBackend(usb.backend.IBackend):
             del self.streams[e]
         self.tasks.clear()
 
+    @_runs_gpu
     def submit_streams(self, dev_handle, transfers, timeout: int) -> None:
         """Submits every transfer at once and waits until all complete: ONE round trip.
 
@@ -853,7 +891,7 @@ class BridgeBackend(usb.backend.IBackend):
         self._transfer(n)
         if not self._trip:
             self._trip = True
-            self.bridge.counters.round_trips += 1
+            self.bridge.round_trip()
         t.actual, t.status = n, "completed"
 
     def _check_iu(self, iu: bytes) -> None:

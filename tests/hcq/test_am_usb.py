@@ -184,3 +184,32 @@ def test_copy_out_needs_the_go_word(dev, monkeypatch):
         dev.copyout(buf)
     monkeypatch.undo()
     dev.recover()
+
+
+def test_an_sdma_wait_that_gives_up_fails_at_usb_time_scales(dev, monkeypatch):
+    """The bridge's round trip (usb_bridge.USB3_GEN2.round_trip_s, 100 us) runs the GPU's clock that long, so
+    the copy-out's SDMA waits about a round trip for each go word the host raises. A driver whose POLL_REGMEM
+    gives up after 64 retries of 1 us (upstream waits with RETRY_COUNT 0xFFF, forever: sdma_v6_0_ring_emit_
+    reg_wait) hangs its queue at USB time scales; with no link latency (a clock step per round trip, the old
+    model) the same driver passes."""
+    import dataclasses
+
+    from amdrv.bridge_copy import PIECE
+    from amdrv.sdma_packets import SDMABuilder
+    from hcq import HCQTimeout
+    big = dev.alloc(3 * PIECE)
+    data = RNG.integers(0, 256, big.size, dtype=np.uint8).tobytes()
+    dev.copyin(big, data)
+    poll_mem = SDMABuilder.poll_mem
+    monkeypatch.setattr(SDMABuilder, "poll_mem", lambda self, *a, **k: poll_mem(self, *a, **{**k, "retry": 64}))
+    with monkeypatch.context() as m:
+        m.setattr(usb_bridge, "USB3_GEN2", dataclasses.replace(usb_bridge.USB3_GEN2, round_trip_s=1e-6))
+        assert dev.copyout(big) == data
+    assert not any("retries" in str(e) for e in dev.bridge.dev.errors)
+    dev.default_timeout = 0.5
+    with pytest.raises(HCQTimeout, match="copy-out through the USB bridge"):
+        dev.copyout(big)
+    assert any("SDMA0 gfx ring hung" in str(e) and "no match after 64 retries" in str(e) for e in dev.bridge.dev.errors)
+    monkeypatch.undo()
+    dev.recover()
+    assert dev.copyout(big) == data
