@@ -62,7 +62,11 @@ Mutations:
   passes the ring): the workload's SDMA INDIRECT packets are mutated, the copies in their IBs are not.
 - Named steps (--kind steps): the STEPS table below, one small monkeypatch of the driver each (skip a
   flush, a wait, a message, a reset; rewrite one packet bit). Add an entry to extend it; an entry whose
-  target the driver no longer has is reported "n/a" instead of failing the run.
+  target the driver no longer has is reported "n/a" instead of failing the run. The `step:usb-*` ones are
+  driver steps that exist only behind the USB bridge: their runs add two USB phases at the end (the
+  small-BAR board behind the stock UAS firmware, the first board behind the open one: open, a copy in, one
+  kernel, a copy out, on the open firmware 1 MiB in and out, close) and are judged against a baseline of
+  their own (two more runs, made only when such a step is selected); the other runs skip those phases.
 
 Each mutation runs in a forked child (os.fork after the kernels are built and everything is imported)
 with a fresh simulated GPU, -j workers at a time (default 2), results in a fixed order. Two baseline runs
@@ -259,8 +263,9 @@ class Killed(BaseException):
 class Workload:
     """Runs the phases in order into `outcome` ([phase, what] pairs); stops at the first unexpected error."""
 
-    def __init__(self, kernels: dict[str, bytes]):
+    def __init__(self, kernels: dict[str, bytes], usb: bool = False):
         self.k = kernels
+        self.usb = usb      # the USB phases too (run for the step:usb-* mutations only: usb_phases())
         self.outcome: list[list[str]] = []
         self.dev = None
         # A simulated host bus of the run's own (gpusim.bus.HostBus, as the tests' sim_bus fixture): its GPUs
@@ -291,6 +296,9 @@ class Workload:
                   ("pci reset fini", self.fini), ("firmware stopped boot", self.firmware_stopped_boot),
                   ("firmware stopped kernel", self.one_kernel), ("firmware stopped fini", self.fini),
                   ("board without scpm", self.no_scpm), ("small bar warm boot", self.small_bar_warm_boot)]
+        if self.usb:
+            phases += [("usb stock firmware", functools.partial(self.usb_phase, firmware="stock")),
+                       ("usb open firmware", functools.partial(self.usb_phase, firmware="open"))]
         for name, fn in phases:
             try:
                 fn(name)
@@ -749,6 +757,38 @@ class Workload:
         self.one_kernel(phase)
         self.fini(phase)
 
+    def usb_phase(self, phase: str, firmware: str) -> None:
+        """The small-BAR board, left warm, behind the simulated ASM24xx bridge (gpusim.usb_bridge): hcq over the
+        stock UAS firmware, then the open one (docs/usb.md): open, a copy in, one kernel, a copy out, close.
+        Steps that exist only there are judged here: the MQD page pushed into the bridge SRAM before
+        MAP_QUEUES (stock), the HDP flush after a push into a VRAM ring or kernarg arena (open)."""
+        from amdrv.am import AMGPU
+        from amdrv.hcq import AMHCQDevice
+        from gpusim import usb_bridge
+        from pcie.usb.transport import open_function
+        os.environ["DRIVERLESS_PUBLISH_S"] = "0"     # no metrics thread: its SMU messages would race the workload
+        # each firmware has a board (an enclosure) of its own: the small-BAR board behind the stock one, the first
+        # board behind the open one (both left warm by a clean fini)
+        slot = SLOT_NO_SCPM if firmware == "stock" else SLOT
+        backend = usb_bridge.backend("navi31", bus=self.bus, slot=slot, firmware=firmware)
+        dev = AMHCQDevice(AMGPU.open(open_function(backend=backend)), f"am:sim:usb#{firmware}")
+        dev.default_timeout = KERNEL_TIMEOUT
+        self.dev = dev
+        self.note(phase, f"{dev.gpu.boot_report.kind} boot")
+        np = self.np
+        a = self.rng.random(N, np.float32)
+        ba, out = self._f32(a), dev.alloc(4 * N)
+        add = dev.program(self.k["add_f32"], "add_f32")
+        add(out, ba, ba, N, global_size=(1,), local_size=(N,), wait=True, timeout=KERNEL_TIMEOUT)
+        self.note(phase, "add " + _h(dev.copyout(out)))
+        if firmware == "open":   # 1 MiB in and out: four chunks, each 256 KiB window used twice (amdrv.bridge_copy)
+            data = self.rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+            big = dev.alloc(len(data))
+            dev.copyin(big, data)
+            self.note(phase, f"1 MiB copied in and out {'right' if dev.copyout(big) == data else 'wrong'}")
+        dev.close()
+        self.note(phase, "closed")
+
     def small_bar_warm_boot(self, phase: str) -> None:
         """The second board (a small BAR: VRAM beyond 256 MiB only through MM_INDEX/MM_DATA) opened again after
         its fini: a warm boot that takes the discovery binary from the host's cache by the key the last run
@@ -949,9 +989,9 @@ class Hooks:
         provider.RegisterBAR.write32 = write32
         orig_submit = queue._Queue.submit
 
-        def submit(q, dwords):
+        def submit(q, dwords, *a, **kw):     # the rest (flush=, on the USB paths) passed through as it came
             if UNHOOKED[0]:
-                return orig_submit(q, dwords)
+                return orig_submit(q, dwords, *a, **kw)
             engine = "PM4" if q.kind == "compute" else "SDMA"
             dw = [int(x) for x in (dwords if not isinstance(dwords, memoryview) else dwords.tolist())]
             pkts = parse_pm4(dw, functools.partial(hooks.sh_name, q)) if engine == "PM4" else parse_sdma(dw)
@@ -971,7 +1011,7 @@ class Hooks:
                 for f in hooks.pkt_filters:
                     words = f(engine, p, words)
                 out.extend(words)
-            return orig_submit(q, array("I", out))
+            return orig_submit(q, array("I", out), *a, **kw)
 
         queue._Queue.submit = submit
 
@@ -1260,6 +1300,61 @@ def _step_no_sh_mem_bases_vmid0(ctx: Ctx) -> None:
     ctx.patch(gfx.GFX, "constants_init", make)
 
 
+def _step_usb_vram_push_unflushed(ctx: Ctx) -> None:
+    """Open firmware: a push into a VRAM ring or kernarg arena (amdrv.placement.VRAMBuffer) without its HDP flush."""
+    from amdrv import placement
+
+    def make(orig):
+        def push(self, offset=0, size=None, flush=True):
+            if flush:
+                ctx.hooks.hits += 1
+            return orig(self, offset, size, flush=False)
+        return push
+    ctx.patch(placement.VRAMBuffer, "push", make)
+
+
+def _step_usb_mqd_page_not_pushed(ctx: Ctx) -> None:
+    """Stock firmware: a compute queue's MQD page (a host shadow of the bridge SRAM) written but not pushed before
+    MAP_QUEUES (the KIQ's own MQD, set up by MMIO, is left alone)."""
+    from amdrv.queue import KIQ, ComputeQueue
+
+    def make(orig):
+        def write_mqd(self):
+            if self.mqd_host is None or isinstance(self, KIQ):
+                return orig(self)
+            dma, cls = self.mem.dma, type(self.mem.dma)
+            push = cls.push
+
+            def unpushed(buf, *a, **kw):
+                if buf is dma:
+                    ctx.hooks.hits += 1
+                    return None
+                return push(buf, *a, **kw)
+            cls.push = unpushed
+            try:
+                return orig(self)
+            finally:
+                cls.push = push
+        return write_mqd
+    ctx.patch(ComputeQueue, "_write_mqd", make)
+
+
+def _step_usb_copy_no_sentinel_wait(ctx: Ctx) -> None:
+    """Open firmware: the copy-in descriptor's POLL_REGMEM on the window's sentinel (its last dword differing from
+    the marker: the chunk has landed) replaced by a NOP of the same 6 dwords (amdrv.bridge_copy._in_desc)."""
+    from amdrv import bridge_copy, sdma_packets
+
+    def make(orig):
+        def in_desc(self, *a, **kw):
+            words = orig(self, *a, **kw)
+            nop = sdma_packets.SDMABuilder()
+            nop.nop(6)
+            ctx.hooks.hits += 1
+            return nop.buf.tobytes() + words[4 * 6:]
+        return in_desc
+    ctx.patch(bridge_copy.BridgeCopier, "_in_desc", make)
+
+
 def _steps() -> list[Step]:
     from amdrv import am, hcq as amhcq, queue, vbios
     from amdrv.ip import gfx, gmc, nbio, sdma, smu
@@ -1367,6 +1462,15 @@ def _steps() -> list[Step]:
         Step("vbios-reserved-ignored", "the firmware-reserved VRAM taken as the fixed 64 KiB instead of the VBIOS "
              "firmwareinfo's fw_reserved_size_in_kb (amdgpu_ttm_reserve_tmr)",
              lambda c: c.skip(vbios, "read_fw_reserved", result=vbios.FirmwareReserved(64 << 10, "fixed"))),
+        # USB-only driver steps (docs/usb.md), judged by the workload's USB phases (Workload.usb_phase)
+        Step("usb-vram-push-without-hdp-flush", "open firmware: a ring or kernarg push into VRAM through BAR0 "
+             "without the HDP flush after it (hdp_v6_0_flush_hdp; amdrv.placement.VRAMBuffer.push)",
+             _step_usb_vram_push_unflushed),
+        Step("usb-mqd-page-not-pushed", "stock firmware: a compute queue's MQD page not pushed into the bridge "
+             "SRAM before MAP_QUEUES (amdrv.queue.ComputeQueue._write_mqd)", _step_usb_mqd_page_not_pushed),
+        Step("usb-copy-without-sentinel-wait", "open firmware: a copy-in chunk copied without waiting for its "
+             "window's sentinel to differ from the marker (amdrv.bridge_copy: POLL_REGMEM NE)",
+             _step_usb_copy_no_sentinel_wait),
         Step("pagetable-2m-at-1g-level", "a 2 MiB fragment placed at the 1 GiB level (issue 17: the map loop spun "
              "forever; amdgpu_vm_ptes_update's level choice)", _step_pagetable_level),
     ]
@@ -1421,7 +1525,10 @@ def child_run(m: Mutation, kernels: dict[str, bytes], record: bool) -> dict:
         os.makedirs(root, exist_ok=True)
     cache = tempfile.mkdtemp(prefix="cache-", dir=root)
     os.environ["DRIVERLESS_CACHE"] = cache
-    w = Workload(kernels)
+    # and a lock directory: two runs at once each open "their" simulated USB bridge under the same device name
+    os.environ["DRIVERLESS_LOCK_DIR"] = os.path.join(cache, "locks")
+    os.makedirs(os.environ["DRIVERLESS_LOCK_DIR"])
+    w = Workload(kernels, usb=m.name.startswith(USB_STEPS) or m.name == "baseline-usb")
     try:
         outcome = w.run()
     finally:
@@ -1500,6 +1607,9 @@ def run_all(muts: list[Mutation], kernels: dict[str, bytes], jobs: int, timeout:
     return results
 
 
+USB_STEPS = "step:usb-"      # the mutations whose runs add the USB phases (and are judged against their baseline)
+
+
 def judge(m: Mutation, base: dict, r: dict | None, timeout: float) -> Result:
     res = Result(m.name, m.kind, m.group, "survived")
     if r is None:
@@ -1512,7 +1622,7 @@ def judge(m: Mutation, base: dict, r: dict | None, timeout: float) -> Result:
         res.status, res.how = "caught", r["crash"]
         return res
     res.hits, res.seconds = r["hits"], r["seconds"]
-    got, want = r["outcome"], base["outcome"]
+    got, want = r["outcome"], base["usb_outcome" if m.name.startswith(USB_STEPS) else "outcome"]
     if got == want:
         why, test = expected(m.name), caught_by_test(m.name)
         if not why and m.mode == "drop" and m.reg is not None and _writes_power_on(base, m.reg):
@@ -2071,6 +2181,24 @@ def baseline(kernels: dict[str, bytes], jobs: int = 2, timeout: float = DEFAULT_
     return b1
 
 
+def usb_baseline(kernels: dict[str, bytes], jobs: int = 2, timeout: float = DEFAULT_TIMEOUT) -> list:
+    """The outcome of two unmutated runs with the USB phases (they must agree and not fail): what the step:usb-*
+    mutations are judged against. Run only when one of them is (run())."""
+    bu = Mutation("baseline-usb", "baseline")
+    u1, u2 = run_all([bu, bu], kernels, max(1, min(jobs, 2)), timeout)
+    for r in (u1, u2):
+        if r is None or "outcome" not in r:
+            raise MutateError(f"the unmutated workload with the USB phases did not finish: "
+                              f"{'no outcome within %g s' % timeout if r is None else r.get('crash')}")
+    if u1["outcome"] != u2["outcome"]:
+        diff = [f"{x} != {y}" for x, y in zip(u1["outcome"], u2["outcome"]) if x != y]
+        raise MutateError("two baseline runs with the USB phases disagree: " + "; ".join(diff[:3]))
+    bad = [o for o in u1["outcome"] if o[1].startswith("error")]
+    if bad:
+        raise MutateError(f"the unmutated workload fails in its USB phases: {bad[0][0]}: {bad[0][1]}")
+    return u1["outcome"]
+
+
 def mutations(base: dict, kind: str = "all", only=None) -> tuple[list[Mutation], list[str]]:
     """The mutations of a kind ("regs", "packets", "steps", "all") for this baseline, filtered by
     fnmatch patterns; and the register names left out of the count."""
@@ -2092,6 +2220,8 @@ def mutations(base: dict, kind: str = "all", only=None) -> tuple[list[Mutation],
 
 def run(muts: list[Mutation], base: dict, kernels: dict[str, bytes], jobs: int = 2,
         timeout: float = DEFAULT_TIMEOUT, progress: Callable | None = None) -> list[Result]:
+    if any(m.name.startswith(USB_STEPS) for m in muts) and "usb_outcome" not in base:
+        base["usb_outcome"] = usb_baseline(kernels, jobs, timeout)
     raw = run_all(muts, kernels, jobs, timeout, progress=progress)
     return [judge(m, base, r, timeout) for m, r in zip(muts, raw)]
 
@@ -2151,7 +2281,11 @@ def main(argv=None) -> int:
         def progress(done, total, m, r):
             if not a.quiet:
                 print(f"[{done}/{total}] {m.name}", file=sys.stderr, flush=True)
-        results = run(muts, base, kernels, a.jobs, a.timeout, progress)
+        try:
+            results = run(muts, base, kernels, a.jobs, a.timeout, progress)
+        except MutateError as e:
+            print(f"mutate: {e}", file=sys.stderr)
+            return 2
         elapsed = time.perf_counter() - t0
 
     if a.survived:

@@ -141,6 +141,23 @@ def test_a_lost_boot_record_is_caught_by_what_the_warm_boot_asks_again(rig):
     assert " 0 discovery bytes" not in key.how, key
 
 
+def test_usb_only_steps_are_caught_by_the_usb_phases(rig):
+    """The driver steps that exist only behind the USB bridge (docs/usb.md), judged by the workload's USB phases
+    (run for the step:usb-* mutations alone, against a baseline of their own): the stock firmware's MQD page
+    not pushed before MAP_QUEUES leaves the queue dead; on the open firmware a VRAM ring push without its HDP flush
+    leaves the KIQ reading stale packets, and a copy-in chunk copied without its sentinel wait lands stale bytes
+    (here the kernel's code: the wave halts)."""
+    kernels, base = rig
+    names = ["step:usb-mqd-page-not-pushed", "step:usb-vram-push-without-hdp-flush", "step:usb-copy-without-sentinel-wait"]
+    muts, _ = M.mutations(base, "steps", names)
+    res = {r.mutation: r for r in M.run(muts, base, kernels, jobs=2)}
+    assert [p for p, _ in base["usb_outcome"][-8:]].count("usb open firmware") == 4
+    mqd, hdp, sentinel = (res[n] for n in names)
+    assert mqd.status == "caught" and mqd.how.startswith("usb stock firmware: error HCQTimeout"), mqd
+    assert hdp.status == "caught" and hdp.how.startswith("usb open firmware: error"), hdp
+    assert sentinel.status == "caught" and sentinel.how.startswith("usb open firmware: error"), sentinel
+
+
 def test_a_harmless_mutation_survives_and_a_spin_is_a_hang(rig):
     kernels, base = rig
     noop = M.Mutation("step:noop", "steps", step=M.Step("noop", "changes nothing", lambda c: None))
