@@ -99,15 +99,30 @@ def open_device(spec: str = "am:sim", **kwargs) -> AMHCQDevice:
 class _Arena:
     """Launch slots in mapped host memory, handed out round-robin. Before the cursor wraps onto memory
     an earlier launch may still read, the device waits for the launches submitted so far (_wrap).
-    Where DMA memory is not coherent (USB), [lo, hi) is what the host wrote since the last push."""
+    Where DMA memory is not coherent (USB), [lo, hi) is what the host wrote since the last push.
+    `lap` counts the cursor's returns to 0; `gen` changes whenever a slot handed out may have been handed out
+    again (a wrap, a recover, the end taken for a graph), so a built queue re-checks its slots (holds) only then."""
 
-    __slots__ = ("buf", "map", "mem", "va", "size", "at", "lo", "hi")
+    __slots__ = ("buf", "map", "mem", "va", "size", "at", "lo", "hi", "lap", "gen")
 
     def __init__(self, gpu, size: int):
         self.buf = placement.host_written(gpu, _pages(size + KERNARG_TAIL), "kernarg arena")
         self.map = gpu.gmc.map_system(self.buf)
         self.mem, self.va, self.size, self.at = self.buf.view, self.map.va, size, 0
         self.lo, self.hi = self.buf.size, 0
+        self.lap = self.gen = 0
+
+    def holds(self, off: int, end: int, lap: int) -> bool:
+        """Whether the slot [off, end) handed out in lap `lap` may be submitted as it is: in the round robin
+        still and of this lap (the next wrap waits for it once submitted; a slot of the last lap submitted now
+        would be overwritten by this lap's cursor without a wait)."""
+        return lap == self.lap and end <= self.size
+
+    def restart(self) -> None:
+        """The cursor back to 0 (a wrap, or a recover): slots of the last lap before it are handed out again."""
+        self.at = 0
+        self.lap += 1
+        self.gen += 1
 
     def touch(self, lo: int, hi: int) -> None:
         self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
@@ -123,8 +138,10 @@ class _Arena:
         part = object.__new__(_Arena)
         self.size -= size
         self.at = min(self.at, self.size)
+        self.gen += 1
         part.buf, part.map, part.mem, part.va = self.buf, self.map, self.mem, self.va
         part.at, part.size, part.lo, part.hi = self.size, self.size + size, self.buf.size, 0
+        part.lap = part.gen = 0
         return part
 
 
@@ -665,7 +682,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             if self.irq is not None:     # the reset's engines come back with their interrupts off
                 self.irq.sources(True)
         self.timeline.value = self.timeline_value
-        self.arena.at = 0
+        self.arena.restart()
         if self._ring_slots is not None:
             self._ring_slots.reset()
         return faults
@@ -732,14 +749,16 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         write_dispatch(mem, at, k, va, g, l_)
         return va
 
-    def _wrap(self) -> int:
+    def _wrap(self, submitted: int | None = None) -> int:
         """The arena is full: start over at 0 once the launches that used that memory, the last lap's, are done
-        (their waves read their kernargs while they run)."""
+        (their waves read their kernargs while they run): the timeline's last value handed out, or `submitted`,
+        the last one submitted where a queue being submitted holds a later one."""
         a = self.arena
         a.push()
-        if self.timeline_value:
-            self.timeline.wait(self.timeline_value)
-        a.at = 0
+        want = self.timeline_value if submitted is None else min(submitted, self.timeline_value)
+        if want:
+            self.timeline.wait(want)
+        a.restart()
         return 0
 
     def _kernarg_arena(self, size: int) -> _Arena:

@@ -32,14 +32,15 @@ class _AMQueue(HWQueue):
     """What the compute and copy queues share: a packet builder whose dword array is submitted, the
     commands by index for update_*, and the buffers each command names."""
 
-    __slots__ = ("dev", "b", "buf", "cmds", "refs")
+    __slots__ = ("dev", "b", "buf", "cmds", "refs", "gen")
     builder = None    # the packet builder class: amdrv.pm4.PM4 or amdrv.sdma_packets.SDMABuilder
 
     def __init__(self, dev: AMHCQDevice):
         self.dev, self.b = dev, self.builder()
         self.buf = self.b.buf
-        self.cmds: list[tuple] = []   # (kind, dword index[, launch slot address, program])
+        self.cmds: list[tuple] = []   # (kind, dword index[, slot address, program, args, sizes, arena, lap])
         self.refs: dict = {}          # command index -> the buffers it names: kept alive, checked at submit
+        self.gen = None               # the launch arena's gen when its launch slots were last known its own
 
     def _add(self, kind: str, where) -> int:
         """Records a command the builder just wrote at `where` (what its builder returned); its index."""
@@ -99,8 +100,10 @@ class AMComputeQueue(_AMQueue):
         g, l_ = global_size, local_size
         if len(g) != 3 or len(l_) != 3 or not 0 < l_[0] * l_[1] * l_[2] <= prog.max_local or min(g) < 1:
             g, l_ = prog.check_sizes(g, l_)
+        args = tuple(args)      # kept: a submit after the arena wrapped writes them into a fresh slot
+        dev = self.dev
         try:
-            va = self.dev._write_launch(k, prog.layout, args, g, l_)
+            va = dev._write_launch(k, prog.layout, args, g, l_)
             b = self.buf
             at = len(b)
             b.extend(k.template)
@@ -108,7 +111,10 @@ class AMComputeQueue(_AMQueue):
         except (struct.error, TypeError, OverflowError):
             prog.check_sizes(global_size, local_size)  # says what does not fit
             raise
-        self.cmds.append(("exec", at, va, prog))
+        a = dev.arena
+        if self.gen is None:
+            self.gen = a.gen
+        self.cmds.append(("exec", at, va, prog, args, g, l_, a, a.lap))
         if prog.layout.buffer_index:
             self.refs[len(self.cmds) - 1] = args
         return len(self.cmds) - 1
@@ -119,9 +125,9 @@ class AMComputeQueue(_AMQueue):
 
     def kernarg_slot(self, index: int) -> tuple[memoryview, int]:
         """(memory, offset) of a launch's kernarg segment, for graphs that patch single arguments."""
-        kind, _, va, _ = self._cmd(index, "exec")
-        a = self.dev.arena
-        return a.mem, va - a.va + PACKET_BYTES
+        c = self._cmd(index, "exec")
+        a = c[7]
+        return a.mem, c[2] - a.va + PACKET_BYTES
 
     def update_signal(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
         i = self._cmd(index, "signal")[1]
@@ -132,24 +138,59 @@ class AMComputeQueue(_AMQueue):
             b[i + 2], b[i + 3] = value & _M32, value >> 32
 
     def update_exec(self, index: int, args=None, global_size=None, local_size=None) -> None:
-        _, at, va, prog = self._cmd(index, "exec")
-        a, k = self.dev.arena, prog.handle
-        off = va - a.va
-        a.touch(off, off + k.slot)
+        _, at, va, prog, old_args, g, l_, a, lap = self._cmd(index, "exec")
+        k, off = prog.handle, va - a.va
+        resize = global_size is not None or local_size is not None
+        if resize:
+            g, l_ = prog.check_sizes(global_size or g, local_size or l_)
         if args is not None:
-            prog.layout.pack_into(a.mem, off + PACKET_BYTES, args)
+            args = tuple(args)
             self.refs[index] = args
-        if global_size is not None or local_size is not None:
-            p = _PACKET.unpack_from(a.mem, off)
-            old_l = p[2:5]
-            g, l_ = prog.check_sizes(global_size or tuple(n // m for n, m in zip(p[6:9], old_l)),
-                                     local_size or old_l)
-            write_dispatch(a.mem, off, k, va, g, l_)
-            _patch_exec(self.buf, at, k, va, g, l_)
+        else:
+            args = old_args
+        if a.holds(off, off + k.slot, lap):     # still the queue's slot: patched in place
+            a.touch(off, off + k.slot)
+            if args is not old_args:
+                prog.layout.pack_into(a.mem, off + PACKET_BYTES, args)
+            if resize:
+                write_dispatch(a.mem, off, k, va, g, l_)
+                _patch_exec(self.buf, at, k, va, g, l_)
+        else:       # the round robin may have handed it to a later launch: the submit writes a fresh one
+            self.gen = -1
+        self.cmds[index] = ("exec", at, va, prog, args, g, l_, a, lap)
 
     def submit(self) -> None:
-        _submit_check(self.dev, self.refs)
+        dev = self.dev
+        _submit_check(dev, self.refs)
+        if self.gen != dev.arena.gen and self.gen is not None:
+            self._own_slots()
         self._submit()
+
+    def _own_slots(self) -> None:
+        """Since the queue's launches were written the launch arena wrapped (or lost its end to a graph, or was
+        reset): if a slot is no longer the queue's to submit (Arena.holds), all its launches get fresh slots of
+        this lap, written again from their kept arguments (all, and in one lap, so that no write wraps onto
+        another); a wrap needed for that waits for what was submitted before, not for this queue's signal."""
+        dev, a = self.dev, self.dev.arena
+        execs = [(n, c) for n, c in enumerate(self.cmds) if c[0] == "exec"]
+        if all(c[7].holds(c[2] - c[7].va, c[2] - c[7].va + c[3].handle.slot, c[8]) for _, c in execs):
+            self.gen = a.gen
+            return
+        need = sum(c[3].handle.slot for _, c in execs)
+        if need > a.size:
+            raise HCQError(f"{dev.name}: this compute queue's {len(execs)} launches need {need} bytes of launch "
+                           f"slots at once, more than the launch arena holds ({a.size} bytes): split it into "
+                           f"smaller queues, or record the launches as a graph (dev.graph()), whose slots are its own")
+        if a.at + need > a.size:
+            mine = [self.buf[i + 2] | self.buf[i + 3] << 32 for kind, i, *_ in self.cmds
+                    if kind == "signal" and self.buf[i] | self.buf[i + 1] << 32 == dev.timeline.va]
+            dev._wrap(min(mine) - 1 if mine else None)
+        for n, (_, at, _, prog, args, g, l_, _, _) in execs:
+            k = prog.handle
+            va = dev._write_launch(k, prog.layout, args, g, l_)
+            _patch_exec(self.buf, at, k, va, g, l_)
+            self.cmds[n] = ("exec", at, va, prog, args, g, l_, a, a.lap)
+        self.gen = a.gen
 
     def _submit(self) -> None:
         """submit() for a queue built just now by the device itself (its arguments were live when packed)."""

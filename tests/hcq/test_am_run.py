@@ -328,3 +328,79 @@ def test_graph_kernargs_outlive_the_launch_arena(dev, kernel_corpus, monkeypatch
     dev.synchronize()
     g(wait=True)                                       # alpha stays 1.0
     assert np.all(read(dev, y, np.float32) == 2.0) == (slots != "the launch arena's round robin")
+
+
+def _saxpy_queue(dev, saxpy, y, x, alpha, n=64):
+    q = dev.compute_queue()
+    q.exec(saxpy, [y, x, alpha, n], (1,), (64,))
+    q.signal(dev.timeline, 0)                          # its value set at each submit (_resubmit)
+    return q
+
+
+def _resubmit(dev, q):
+    """A built queue submitted (again): its signal patched to the device's next timeline value."""
+    q.update_signal(len(q.cmds) - 1, value=dev.next_timeline())
+    q.submit()
+    dev.synchronize()
+
+
+@pytest.mark.parametrize("when", ["resubmitted after the wrap", "first submitted after the wrap"])
+def test_a_built_queue_keeps_its_kernargs_across_arena_wraps(dev, kernel_corpus, monkeypatch, when):
+    """A queue built through the hcq API may be submitted any number of times, at any time: launches that
+    wrap the round-robin arena meanwhile take its launch slot, so a submit finds its arguments gone and
+    writes them into a fresh slot (before: the kernel ran with another launch's alpha, y = 1 instead of 2)."""
+    n = 64
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    y, z, x = dev.alloc(4 * n), dev.alloc(4 * n), f32(dev, np.ones(n, np.float32))
+    dev.copyin(y, np.zeros(n, np.float32).tobytes())
+    monkeypatch.setattr(dev.arena, "size", 8 * saxpy.handle.slot)
+    q = _saxpy_queue(dev, saxpy, y, x, 1.0)
+    if when == "resubmitted after the wrap":
+        _resubmit(dev, q)
+    for _ in range(12):                                # more than a lap of the arena, another alpha
+        saxpy(z, x, 0.0, n, global_size=(1,), local_size=(64,))
+    dev.synchronize()
+    _resubmit(dev, q)
+    want = 2.0 if when == "resubmitted after the wrap" else 1.0
+    assert np.all(read(dev, y, np.float32) == want)
+    _resubmit(dev, q)                                  # and again, without a wrap between
+    assert np.all(read(dev, y, np.float32) == want + 1)
+
+
+def test_update_exec_after_the_wrap_leaves_other_launches_slots_alone(dev, kernel_corpus, monkeypatch):
+    """update_exec on a built queue whose slot the round robin handed to a later launch writes a fresh slot,
+    not the later launch's kernargs (queued behind a gate here, so it reads them after the update)."""
+    n = 64
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    y, z, x = dev.alloc(4 * n), dev.alloc(4 * n), f32(dev, np.ones(n, np.float32))
+    for b in (y, z):
+        dev.copyin(b, np.zeros(n, np.float32).tobytes())
+    monkeypatch.setattr(dev.arena, "size", 4 * saxpy.handle.slot)
+    q = _saxpy_queue(dev, saxpy, y, x, 1.0)
+    gate = dev.new_signal(0)
+    g = dev.compute_queue()
+    g.wait(gate, 1)
+    for _ in range(4):                                 # a full lap: the last one takes q's slot back
+        g.exec(saxpy, [z, x, 1.0, n], (1,), (64,))
+    g.signal(dev.timeline, dev.next_timeline())
+    g.submit()
+    q.update_exec(0, args=[y, x, 5.0, n])              # the queued launches still to read their kernargs
+    gate.value = 1
+    dev.synchronize()
+    assert np.all(read(dev, z, np.float32) == 4.0)
+    _resubmit(dev, q)
+    assert np.all(read(dev, y, np.float32) == 5.0)
+
+
+def test_a_queue_whose_launches_outgrow_the_arena_is_refused(dev, kernel_corpus, monkeypatch):
+    """A queue's launch slots are all live at its submit: more launches than the arena holds at once would
+    overwrite the queue's own first ones; the submit says so (naming the device and what to do) instead."""
+    saxpy = dev.program(kernel_corpus["saxpy"], "saxpy")
+    y, x = dev.alloc(4 * 64), f32(dev, np.ones(64, np.float32))
+    monkeypatch.setattr(dev.arena, "size", 4 * saxpy.handle.slot)
+    q = dev.compute_queue()
+    for _ in range(5):
+        q.exec(saxpy, [y, x, 1.0, 64], (1,), (64,))
+    q.signal(dev.timeline, dev.next_timeline())
+    with pytest.raises(hcq.HCQError, match=f"{dev.name}.*launch arena.*graph|{dev.name}.*launch arena.*split"):
+        q.submit()
