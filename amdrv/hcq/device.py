@@ -756,7 +756,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         a = self.arena
         a.push()
         want = self.timeline_value if submitted is None else min(submitted, self.timeline_value)
-        if want:
+        if want > 0:
             self.timeline.wait(want)
         a.restart()
         return 0

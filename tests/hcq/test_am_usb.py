@@ -33,6 +33,7 @@ test_timestamps_monotonic = _run.test_timestamps_monotonic
 test_fault_is_decoded_then_recover = _run.test_fault_is_decoded_then_recover
 test_graph_larger_than_the_ring = _run.test_graph_larger_than_the_ring
 test_host_and_uncached_buffers = _run.test_host_and_uncached_buffers
+test_a_built_queue_keeps_its_kernargs_across_arena_wraps = _run.test_a_built_queue_keeps_its_kernargs_across_arena_wraps
 # test_am_faults: a fault found after its fence through the IH write-back in the read-back page
 _fspec = importlib.util.spec_from_file_location("hcq_am_faults_contract", Path(__file__).with_name("test_am_faults.py"))
 _faults = importlib.util.module_from_spec(_fspec)
