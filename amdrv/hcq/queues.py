@@ -7,7 +7,7 @@ from array import array
 from typing import TYPE_CHECKING
 
 from amdrv import pm4, sdma_packets
-from amdrv.hcq.launch import _M32, _PACKET, PACKET_BYTES, _patch_exec, write_dispatch
+from amdrv.hcq.launch import _M32, PACKET_BYTES, _patch_exec, write_dispatch
 from hcq.api import Buffer, HCQError, HWQueue, Program, Signal
 
 if TYPE_CHECKING:
