@@ -2164,39 +2164,34 @@ class MutateError(RuntimeError):
     """The unmutated workload fails or is not deterministic: nothing can be measured against it."""
 
 
-def baseline(kernels: dict[str, bytes], jobs: int = 2, timeout: float = DEFAULT_TIMEOUT) -> dict:
-    """Two recorded unmutated runs (in parallel with jobs >= 2); they must agree and must not fail."""
-    b = Mutation("baseline", "baseline")
-    b1, b2 = run_all([b, b], kernels, max(1, min(jobs, 2)), timeout, record=True)
-    for r in (b1, b2):
+def _agreeing_pair(name: str, what: str, kernels: dict[str, bytes], jobs: int, timeout: float,
+                   record: bool = False) -> dict:
+    """Two unmutated runs of Mutation(name) (in parallel with jobs >= 2): they must finish, agree and not fail
+    (`what` names the workload in the errors); returns the first."""
+    b = Mutation(name, "baseline")
+    r1, r2 = run_all([b, b], kernels, max(1, min(jobs, 2)), timeout, record=record)
+    for r in (r1, r2):
         if r is None or "outcome" not in r:
-            raise MutateError(f"the unmutated workload did not finish: "
+            raise MutateError(f"the unmutated {what} did not finish: "
                               f"{'no outcome within %g s' % timeout if r is None else r.get('crash')}")
-    if b1["outcome"] != b2["outcome"]:
-        diff = [f"{x} != {y}" for x, y in zip(b1["outcome"], b2["outcome"]) if x != y]
-        raise MutateError("two baseline runs disagree; the workload is not deterministic: " + "; ".join(diff[:3]))
-    bad = [o for o in b1["outcome"] if o[1].startswith("error")]
+    if r1["outcome"] != r2["outcome"]:
+        diff = [f"{x} != {y}" for x, y in zip(r1["outcome"], r2["outcome"]) if x != y]
+        raise MutateError(f"two runs of the unmutated {what} disagree; it is not deterministic: " + "; ".join(diff[:3]))
+    bad = [o for o in r1["outcome"] if o[1].startswith("error")]
     if bad:
-        raise MutateError(f"the unmutated workload fails: {bad[0][0]}: {bad[0][1]}")
-    return b1
+        raise MutateError(f"the unmutated {what} fails: {bad[0][0]}: {bad[0][1]}")
+    return r1
+
+
+def baseline(kernels: dict[str, bytes], jobs: int = 2, timeout: float = DEFAULT_TIMEOUT) -> dict:
+    """Two recorded unmutated runs; they must agree and must not fail."""
+    return _agreeing_pair("baseline", "workload", kernels, jobs, timeout, record=True)
 
 
 def usb_baseline(kernels: dict[str, bytes], jobs: int = 2, timeout: float = DEFAULT_TIMEOUT) -> list:
     """The outcome of two unmutated runs with the USB phases (they must agree and not fail): what the step:usb-*
     mutations are judged against. Run only when one of them is (run())."""
-    bu = Mutation("baseline-usb", "baseline")
-    u1, u2 = run_all([bu, bu], kernels, max(1, min(jobs, 2)), timeout)
-    for r in (u1, u2):
-        if r is None or "outcome" not in r:
-            raise MutateError(f"the unmutated workload with the USB phases did not finish: "
-                              f"{'no outcome within %g s' % timeout if r is None else r.get('crash')}")
-    if u1["outcome"] != u2["outcome"]:
-        diff = [f"{x} != {y}" for x, y in zip(u1["outcome"], u2["outcome"]) if x != y]
-        raise MutateError("two baseline runs with the USB phases disagree: " + "; ".join(diff[:3]))
-    bad = [o for o in u1["outcome"] if o[1].startswith("error")]
-    if bad:
-        raise MutateError(f"the unmutated workload fails in its USB phases: {bad[0][0]}: {bad[0][1]}")
-    return u1["outcome"]
+    return _agreeing_pair("baseline-usb", "workload with the USB phases", kernels, jobs, timeout)["outcome"]
 
 
 def mutations(base: dict, kind: str = "all", only=None) -> tuple[list[Mutation], list[str]]:
