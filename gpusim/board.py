@@ -34,6 +34,18 @@ BLOCKS = [
 _PARALLEL = {"gpusim.ih", "gpusim.gmc", "gpusim.psp"}
 
 
+def block_names() -> set[str]:
+    """The blocks build() gives a device (a state file saved by an older simulator may lack some)."""
+    names = {DiscoveryTMR.name, VBIOS.name}
+    for mod, cls in BLOCKS:
+        try:
+            names.add(getattr(importlib.import_module(mod), cls).name)
+        except ModuleNotFoundError as e:
+            if not (mod in _PARALLEL and e.name == mod):
+                raise
+    return names
+
+
 class DiscoveryTMR(Block):
     """What the boot firmware leaves at power-on: the IP discovery binary at VRAM end - 64 KiB."""
     name = "DISCOVERY"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 import weakref
 from pathlib import Path
 
@@ -375,6 +376,11 @@ def _open(chip, vram_size, small_bar, state, lock, host: HostBus, slot, fresh, a
     dev = None if fresh else host.slots.get(slot)
     if state is not None and state.exists() and not fresh:
         dev = persist.load(state)    # the file is what the last user (maybe another process) left
+        missing = board.block_names() - set(dev.blocks)
+        if missing:   # saved by an older simulator: that GPU cannot be modelled on; unplugged, a fresh one in its place
+            warnings.warn(f"sim: {state} holds a GPU saved by an older simulator (no {', '.join(sorted(missing))} "
+                          f"block); powering on a fresh {chip} in its place (the next boot is cold)", stacklevel=2)
+            dev = None
     if dev is not None and dev.chip != chip:
         raise PCIError(f"sim: slot {slot} holds a {dev.chip}, not a {chip}; pass fresh=True or another slot")
     if dev is None:

@@ -103,3 +103,22 @@ def test_a_device_that_ran_on_its_own_clock_can_be_saved(tmp_path):
     dev.stop_async()
     persist.save(dev, tmp_path / "ran.state")
     assert persist.load(tmp_path / "ran.state").chip == "navi31"
+
+
+def test_a_state_saved_by_an_older_simulator_gives_way_to_a_fresh_gpu(sim_bus, tmp_path):
+    """A state file from before a block was modelled (here: the VBIOS ROM) cannot be simulated on: the driver
+    would read an empty ROM and blame the card. The provider warns and powers on a fresh GPU in its place."""
+    import pytest
+    from gpusim import persist
+    state = tmp_path / "old.state"
+    f = provider.open_function("navi31", state=state, fresh=True, bus=sim_bus)
+    f.bar(5).write32(f.dev.reg_addr("GC", "SCRATCH_REG5") * 4, 0x5EED)
+    f.close()
+    dev = persist.load(state)
+    del dev.blocks["VBIOS"]                          # as a state saved before gpusim.vbios existed
+    persist.save(dev, state)
+    with pytest.warns(UserWarning, match=r"older simulator \(no VBIOS block\); powering on a fresh navi31"):
+        g = provider.open_function("navi31", state=state, bus=sim_bus)
+    assert "VBIOS" in g.dev.blocks and g.bar(5).read32(g.dev.reg_addr("GC", "SCRATCH_REG5") * 4) == 0
+    g.close()
+    assert "VBIOS" in persist.load(state).blocks     # the fresh one is what the file keeps now
