@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rdna3.wave_ops import ATOMICS
+from rdna3.wave_ops import ATOMICS, flush_denormals
 
 U8, U32, U64 = np.uint8, np.uint32, np.uint64
 
@@ -32,7 +32,22 @@ class MemoryFault(Exception):
 # lane's old value is the previous lane's data)
 SEGMENT_UFUNCS = {"add": np.add, "sub": np.subtract, "and": np.bitwise_and, "or": np.bitwise_or,
                   "xor": np.bitwise_xor, "min": np.minimum, "max": np.maximum, "add_f32": np.add,
-                  "swap": None}
+                  "add_f32_ftz": np.add, "swap": None}
+
+
+def _ftz_running_sums(seq: np.ndarray) -> np.ndarray:
+    """add_f32_ftz over one address: seq[0] the old value, then each lane's data; returns [old, r1, ..., rn]
+    where r_i = flush(r_(i-1)) + flush(d_i) (the cache's float add flushes denormal inputs, wave_ops.ATOMICS).
+    One accumulate of the flushed inputs gives the same sums unless a partial sum is itself denormal (it would
+    be flushed before the next add): then step by step."""
+    acc = np.add.accumulate(flush_denormals(seq), dtype=seq.dtype)
+    inner = acc[1:-1]
+    if np.any((inner != 0) & (np.abs(inner) < np.finfo(seq.dtype).tiny)):
+        acc = seq.copy()
+        for i in range(1, len(seq)):
+            acc[i] = flush_denormals(acc[i - 1:i])[0] + flush_denormals(seq[i:i + 1])[0]
+    acc[0] = seq[0]
+    return acc
 
 
 class ByteSpace:
@@ -96,7 +111,10 @@ class ByteSpace:
             for a, b in zip(bounds[:-1], bounds[1:]):
                 o = cast(self.load(so[a:a + 1], 4 * k))
                 seq = np.concatenate([o, sdata[a:b]])
-                seq = seq if f is None else f.accumulate(seq, dtype=seq.dtype)   # no upcast: wrap
+                if op == "add_f32_ftz":
+                    seq = _ftz_running_sums(seq)
+                else:
+                    seq = seq if f is None else f.accumulate(seq, dtype=seq.dtype)   # no upcast: wrap
                 olds[a:b] = seq[:-1]
                 self.store(so[a:a + 1], np.ascontiguousarray(seq[-1:]).view(U32).reshape(1, k), 4 * k)
             out[order] = olds.view(U32).reshape(-1, k)

@@ -632,7 +632,7 @@ def test_running_off_the_end_is_reported(tmp_path):
 
 
 @pytest.mark.parametrize("op,dtype", [("add", u32), ("max", i32), ("swap", u32), ("sub", u32), ("add_f32", f32),
-                                      ("cmpswap", u32), ("inc", u32), ("add", u64)])
+                                      ("add_f32_ftz", f32), ("cmpswap", u32), ("inc", u32), ("add", u64)])
 @pytest.mark.parametrize("addresses", [3, 200])
 def test_atomics_apply_in_lane_order(op, dtype, addresses):
     """Vectorized atomics (rounds of distinct addresses, or one accumulate per address) equal a
@@ -660,6 +660,26 @@ def test_atomics_apply_in_lane_order(op, dtype, addresses):
                                                    None if cmp is None else cmp[i].view(dtype))).view(u32)
     assert np.array_equal(old, np.array(want_old, u32))
     assert np.array_equal(space.u32, ref)
+
+
+@pytest.mark.parametrize("case", ["denormal inputs", "a partial sum that is denormal"])
+def test_a_cache_float_add_on_one_address_flushes_at_every_step(case):
+    """add_f32_ftz (global/flat float atomic add: denormal inputs flushed) with many lanes on one address takes
+    the one-accumulate path; it must equal lane-by-lane application, also where a running sum is denormal."""
+    from rdna3.wave_memory import ByteSpace
+    tiny = np.finfo(f32).tiny
+    if case == "denormal inputs":
+        data = np.array([2 * tiny, tiny / 2, tiny / 4, 3 * tiny] * 8, f32)   # running sums stay normal
+    else:      # 1.5 tiny - 1.25 tiny = 0.25 tiny, a denormal that the next add flushes
+        data = np.array([1.5 * tiny, -1.25 * tiny, tiny, 3 * tiny] * 8, f32)
+    space = ByteSpace(64)
+    old = space.atomic("add_f32_ftz", np.zeros(len(data), np.int64), data.view(u32).reshape(-1, 1), f32)
+    ref, want = f32(0), []
+    for d in data:
+        want.append(ref)
+        ref = np.asarray(ByteSpace._apply("add_f32_ftz", np.array([ref], f32), np.array([d], f32), None))[0]
+    assert np.array_equal(old.view(f32).reshape(-1), np.array(want, f32))
+    assert space.u32[:1].view(f32)[0] == ref
 
 
 def test_flat_memory_faults():
