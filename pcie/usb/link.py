@@ -99,6 +99,16 @@ def _claim(dev, intf, name: str) -> None:
                           f"(docs/usb.md, udev rule) or run as root") from None
 
 
+def _release(dev, intf) -> None:
+    """_claim's undoing at close: the interface released (a bridge already gone is no error) and libusb's
+    handle dropped."""
+    try:
+        usb.util.release_interface(dev, intf)
+    except usb.core.USBError:
+        pass
+    usb.util.dispose_resources(dev)
+
+
 def _alt_settings(dev, number: int) -> int:
     return sum(1 for cfg in dev for i in cfg if i.bInterfaceNumber == number)
 
@@ -179,11 +189,7 @@ class BOTLink:
                           f"is it running the stock firmware?")
 
     def close(self) -> None:
-        try:
-            usb.util.release_interface(self.dev, self.intf)
-        except usb.core.USBError:
-            pass
-        usb.util.dispose_resources(self.dev)
+        _release(self.dev, self.intf)
 
     # -- commands
 
@@ -368,11 +374,7 @@ class UASLink:
             self.engine.close()
         except usb.core.USBError:
             pass
-        try:
-            usb.util.release_interface(self.dev, self.intf)
-        except usb.core.USBError:
-            pass
-        usb.util.dispose_resources(self.dev)
+        _release(self.dev, self.intf)
 
     def reattach(self) -> None:
         """After a USB reset: the bridge is back at alternate setting 0 with no streams; UAS selected and
@@ -521,11 +523,7 @@ class VendorLink:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
-        try:
-            usb.util.release_interface(self.dev, self.intf)
-        except usb.core.USBError:
-            pass
-        usb.util.dispose_resources(self.dev)
+        _release(self.dev, self.intf)
 
     def _recover(self) -> None:
         for ep in (self.ep_in, self.ep_out):

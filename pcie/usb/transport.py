@@ -199,11 +199,13 @@ class WindowBuffer(DMABuffer):
         if size:
             self._view[offset:offset + size] = self.fn._xdata_read(p.WINDOW_XDATA + offset, size)
 
+    _slots = "_window"     # the function's table of taken pages this buffer's pages are marked in
+
     def free(self) -> None:
         if self._view is not None:
             self._view.release()
             self._view = None
-            self.fn._window[self.first:self.first + self.pages] = [False] * self.pages
+            getattr(self.fn, self._slots)[self.first:self.first + self.pages] = [False] * self.pages
 
 
 class USBFunction(PCIFunction):
@@ -657,11 +659,8 @@ class ScratchBuffer(SlotBuffer):
         raise PCIError(f"{self.fn.address}: a scratch page (bus {self.bus_address():#x}) is not pushed: its bytes are "
                        "nobody's (the bulk copies' windows overwrite them)")
 
-    def free(self) -> None:
-        if self._view is not None:
-            self._view.release()
-            self._view = None
-            self.fn._scratch_used[self.first:self.first + self.pages] = [False] * self.pages
+    _slots = "_scratch_used"
+    free = WindowBuffer.free     # its pages are marked in the scratch table, not SlotBuffer's slots
 
 
 class OpenUSBFunction(USBFunction):
