@@ -138,7 +138,12 @@ class BridgeCopier:
         self.in_window = [0] * WINDOWS        # the copy-in chunk last sent into each window (0: none pending)
         self.unseen = 0                       # the last copy-in's last chunk, until a fence read shows it copied
         self.markers: list[int] | None = None  # what each window's last dword holds (None: not known)
-        self.go = 0                           # the SRAM's first dword as the host last wrote it
+        # The SRAM's first dword as the host last wrote it; None: unknown. The bridge's SRAM keeps what the last
+        # user left there (a run before this one, or the stock firmware's read-back page), so the first go is
+        # written whole: a go that only patched the bytes differing from an assumed 0 left a stale value, which
+        # either let the GPU copy and release before the DMA's arm (a stale go equal to the chunk's number: the
+        # release is lost, the bulk IN stalls) or never matched (the GPU waits for ever).
+        self.go: int | None = None
         self.store(0, self._descriptors(), whole=True)
         engines = [e for e in dev.gpu.sdma.engines if e != dev.sdma.engine]
         if not engines:
@@ -197,8 +202,9 @@ class BridgeCopier:
 
     def _set_go(self, value: int) -> None:
         """The go word (the SRAM's first dword) by 0xE5 writes, queued: the bytes that differ from what the
-        host last put there."""
-        old, new = struct.pack("<I", self.go), struct.pack("<I", value)
+        host last put there (all four while that is unknown)."""
+        new = struct.pack("<I", value)
+        old = struct.pack("<I", ~value & _M32) if self.go is None else struct.pack("<I", self.go)
         for i in range(4):
             if old[i] != new[i]:
                 self.fn.queue(xdata_writes(p.WINDOW_XDATA + GO_AT + i, new[i:i + 1])[0])
@@ -414,9 +420,12 @@ def bounce_out(dev, va: int, n: int, dst: memoryview) -> None:
             q.b.fence(m.va + DONE, s)
         if r + BOUNCE_ROUND >= len(pieces):
             q.signal(dev.timeline, dev.next_timeline())
-        dev.sdma.submit(dev._behind_bridge_copy(q), flush=False)
         go = base + 1
-        fn.queue_xdata(*_changed(dma.view, GO, go))
+        if not base:
+            _first_words(fn, dma.view, go)
+        dev.sdma.submit(dev._behind_bridge_copy(q), flush=False)
+        if base:
+            fn.queue_xdata(*_changed(dma.view, GO, go))
         fn.flush()
         got: set[int] = set()
         seen, end = 0, time.perf_counter() + dev.default_timeout
@@ -446,6 +455,15 @@ def bounce_out(dev, va: int, n: int, dst: memoryview) -> None:
                 dev._wait(dev.timeline, dev.timeline_value, dev.default_timeout, pull_from=0)
                 dst[at:at + k] = dma.view[:k]
     dev._wait(dev.timeline, dev.timeline_value, dev.default_timeout)     # the fault check (one poll)
+
+
+def _first_words(fn, view, go: int) -> None:
+    """A run's first bounce: done and start 0, go = go, written whole (queued, before the doorbell: the engine may
+    run at once). The page holds what the last user of the bridge left there (its SRAM keeps it across a close
+    and reopen), not the zeros of the host's shadow: a stale go lets the engine run ahead of the reads, and a
+    stale done == start in this round's numbers would be taken for a piece of this copy (wrong bytes)."""
+    view[DONE:GO + 4] = struct.pack("<3I", 0, 0, go)
+    fn.queue_xdata(p.WINDOW_XDATA + DONE, bytes(view[DONE:GO + 4]))
 
 
 def _changed(view, offset: int, value: int) -> tuple[int, bytes]:
