@@ -93,10 +93,12 @@ class ArgLayout:
     is one pack_into. Hidden arguments are listed for the backend (hidden_fill)."""
 
     __slots__ = ("kernel", "args", "explicit", "hidden", "size", "struct", "start", "is_buffer", "n",
-                 "buffer_index", "untyped_index", "arg_offsets", "arg_structs")
+                 "buffer_index", "untyped_index", "arg_offsets", "arg_structs", "device")
 
-    def __init__(self, kernel: str, args: Sequence[KernelArg], size: int):
-        self.kernel, self.args, self.size = kernel, list(args), size
+    def __init__(self, kernel: str, args: Sequence[KernelArg], size: int, device: HCQDevice | None = None):
+        """device: the one whose kernels these are; a pointer argument must be a Buffer of it (another GPU's
+        address would name whatever this GPU maps there). None (a layout on its own) takes any Buffer."""
+        self.kernel, self.args, self.size, self.device = kernel, list(args), size, device
         self.explicit = [a for a in self.args if a.kind != "hidden"]
         self.hidden = [a for a in self.args if a.kind == "hidden"]
         self.n = len(self.explicit)
@@ -123,12 +125,12 @@ class ArgLayout:
         if len(args) != self.n:
             raise self._count_error(args)
         try:
-            vals = [a.va if b else a for a, b in zip(args, self.is_buffer)]
+            vals = [self._va(a) if b else a for a, b in zip(args, self.is_buffer)]
         except AttributeError:
             raise self.diagnose(args) from None
         for i in self.untyped_index:
             if isinstance(vals[i], Buffer):
-                vals[i] = vals[i].va
+                vals[i] = self._va(vals[i])
         if None in vals:    # a dead buffer's va
             raise self.diagnose(args)
         return vals
@@ -137,13 +139,14 @@ class ArgLayout:
         """Writes the explicit arguments at view[offset + their offsets]."""
         if len(args) != self.n:
             raise self._count_error(args)
-        vals = list(args)
+        vals, dev = list(args), self.device
         try:
             for i in self.buffer_index:
-                vals[i] = vals[i].va
+                b = vals[i]     # another device's buffer: None, which the pack refuses (then diagnose says why)
+                vals[i] = b.va if b.device is dev or dev is None else None
             for i in self.untyped_index:
                 if isinstance(vals[i], Buffer):
-                    vals[i] = vals[i].va
+                    vals[i] = self._va(vals[i])
             self.struct.pack_into(view, offset + self.start, *vals)
         except (AttributeError, struct.error, TypeError, OverflowError):
             vals = self._untyped(args)
@@ -151,15 +154,18 @@ class ArgLayout:
                 raise self.diagnose(args) from None
             self.struct.pack_into(view, offset + self.start, *vals)
 
+    def _va(self, b: Buffer) -> int | None:
+        """b's address, None (refused by the pack) when b is another device's."""
+        return b.va if self.device is None or b.device is self.device else None
+
     def _untyped(self, args: Sequence) -> list | None:
         """Values for parameters the metadata gives no type name: a float becomes the bits of an IEEE
         float of the parameter's size, a negative int its two's complement. None if that does not help."""
         out = []
         for a, v in zip(self.explicit, args):
             if a.kind == "buffer" or isinstance(v, Buffer) and a.kind == "untyped" and a.size == 8:
-                if not isinstance(v, Buffer):
+                if not isinstance(v, Buffer) or (v := self._va(v)) is None:
                     return None
-                v = v.va
             else:
                 v = _untyped_value(a, v)
             out.append(v)
@@ -180,26 +186,47 @@ class ArgLayout:
 
     def diagnose(self, args: Sequence) -> ArgumentError:
         """The first argument that does not fit its parameter, in words (the slow path of pack_into)."""
-        for i, (a, v) in enumerate(zip(self.explicit, args)):
-            where = f"kernel {self.kernel}: argument {i} ({a.name}: {a.type_name or a.kind}, {a.size} bytes)"
-            if a.kind == "buffer":
-                if not isinstance(v, Buffer):
-                    return ArgumentError(f"{where} is a pointer: pass a Buffer, not {type(v).__name__} {v!r:.40}")
-                if v.gone is not None:
-                    return ArgumentError(f"{where}: {v!r} {v.gone}; allocate a new buffer")
-                continue
-            if isinstance(v, Buffer) and a.kind == "untyped" and a.size == 8:
-                if v.gone is not None:
-                    return ArgumentError(f"{where}: {v!r} {v.gone}; allocate a new buffer")
-                continue
-            if isinstance(v, Buffer):
-                return ArgumentError(f"{where} is a scalar: pass a number, not a Buffer")
-            try:
-                struct.pack("<" + a.code, _untyped_value(a, v))
-            except (struct.error, TypeError, OverflowError) as e:
-                kind = "a float" if a.code in "fde" else "bytes" if a.code.endswith("s") else "an integer"
-                return ArgumentError(f"{where} needs {kind} that fits: {v!r:.40} does not ({e})")
+        for i, v in zip(range(self.n), args):
+            e = self._misfit(i, v)
+            if e is not None:
+                return e
         return ArgumentError(f"kernel {self.kernel}: arguments {args!r:.80} do not fit its parameters")
+
+    def arg_value(self, i: int, v):
+        """What arg_structs[i] (explicit parameter i) takes for v, as pack_into converts it (graph replays patch
+        single arguments): a live Buffer of this device its address, a number that fits (an untyped parameter's
+        float its bits); else ArgumentError naming the parameter."""
+        e = self._misfit(i, v)
+        if e is not None:
+            raise e
+        return self._va(v) if isinstance(v, Buffer) else _untyped_value(self.explicit[i], v)
+
+    def diagnose_one(self, i: int, v) -> ArgumentError:
+        """Why v does not fit explicit parameter i, in words (a caller that found it does not)."""
+        return self._misfit(i, v) or ArgumentError(f"kernel {self.kernel}: argument {i}: {v!r:.40} does not fit")
+
+    def _misfit(self, i: int, v) -> ArgumentError | None:
+        """Why v does not fit explicit parameter i, or None."""
+        a = self.explicit[i]
+        where = f"kernel {self.kernel}: argument {i} ({a.name}: {a.type_name or a.kind}, {a.size} bytes)"
+        if a.kind == "buffer" or isinstance(v, Buffer) and a.kind == "untyped" and a.size == 8:
+            if not isinstance(v, Buffer):
+                return ArgumentError(f"{where} is a pointer: pass a Buffer, not {type(v).__name__} {v!r:.40}")
+            if v.gone is not None:
+                return ArgumentError(f"{where}: {v!r} {v.gone}; allocate a new buffer")
+            if self._va(v) is None:
+                return ArgumentError(f"{where}: {v!r} is memory of {v.device.name}, and this kernel runs on "
+                                     f"{self.device.name}, which would reach whatever it maps at that address; "
+                                     f"copy the data over (dev.copy) or allocate it on {self.device.name}")
+            return None
+        if isinstance(v, Buffer):
+            return ArgumentError(f"{where} is a scalar: pass a number, not a Buffer")
+        try:
+            struct.pack("<" + a.code, _untyped_value(a, v))
+        except (struct.error, TypeError, OverflowError) as e:
+            kind = "a float" if a.code in "fde" else "bytes" if a.code.endswith("s") else "an integer"
+            return ArgumentError(f"{where} needs {kind} that fits: {v!r:.40} does not ({e})")
+        return None
 
 
 def _untyped_value(a: KernelArg, v):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import operator
 import struct
 import time
 import weakref
@@ -49,6 +50,7 @@ CMD_ARENA = 1 << 20                # per channel: pushbuffer segments (host memo
 LAUNCH_ARENA = 4 << 20             # compute launch slots: QMD + constant bank 0 (host memory)
 STAGING = 4 << 20                  # copyin/copyout bounce buffer (host memory)
 SIGNAL_BYTES = 16
+COPY_LINE = 1 << 31                # bytes per LAUNCH_DMA line of a copy (LINE_LENGTH_IN: 32 bits, below 4 GiB)
 TIMESTAMP_HZ = 1e9                 # semaphore timestamps are PTIMER nanoseconds
 SM_VERSION = 90                    # H100 and H200 (GH100): compute capability 9.0
 XID_NAMES = {13: "graphics engine exception (a bad method or QMD)", 31: "MMU fault (an address no mapping covers)",
@@ -322,10 +324,12 @@ class NVHCQDevice(HCQDevice):
             raise HCQError(f"{self.name}: {what} of {n} bytes at {offset} outside a {buf.size}-byte buffer")
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int | None = None) -> None:
+        """Copies nbytes (default: all of src, as hcq.HCQDevice.copy says) by the copy engine; returns when done.
+        A dst smaller than that is an error, not a shorter copy."""
         dst.live("copy"), src.live("copy")
-        n = min(dst.size, src.size) if nbytes is None else nbytes
-        if n > dst.size or n > src.size:
-            raise HCQError(f"{self.name}: copy of {n} bytes between buffers of {dst.size} and {src.size} bytes")
+        n = src.size if nbytes is None else nbytes
+        if n == 0:
+            return      # as a copyin or copyout of nothing
         q = self.copy_queue()
         q.copy(dst, src, n)
         q.signal(self.timeline, self.next_timeline())
@@ -421,7 +425,7 @@ class NVHCQDevice(HCQDevice):
             raise HCQError(f"{self.name}: kernel {name} uses {k.frame_size} bytes of stack (local memory), which nvdrv "
                            "does not set up yet")
         args = [KernelArg(f"arg{i}", off, size, kind) for i, (off, size, kind) in enumerate(k.arg_entries())]
-        layout = ArgLayout(name, args, k.param_size)
+        layout = ArgLayout(name, args, k.param_size, device=self)
         image = self.alloc(len(k.code) + 256)
         self.copyin(image, k.code)
         max_local = 1024
@@ -486,14 +490,21 @@ class NVHCQDevice(HCQDevice):
         if graph.fence:
             self.timeline.wait(graph.fence)     # launch slots are rewritten in place: the last replay must be done
         runs, sync, patches = graph.backend
+        writes = []     # every value checked against every use before any is patched (a refused replay changes nothing)
         for name, v in values.items():
             if name not in patches:
                 raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has {sorted(patches)}")
             for q, idx, what in patches[name]:
                 if isinstance(what, int):
-                    q.update_arg(idx, what, v)
+                    writes.append((q, idx, what, q.arg_value(idx, what, v)))
                 else:
-                    q.update_copy(idx, **{what: v})
+                    q.check_copy(idx, **{what: v})
+                    writes.append((q, idx, what, v))
+        for q, idx, what, v in writes:
+            if isinstance(what, int):
+                q.update_arg(idx, what, v)
+            else:
+                q.update_copy(idx, **{what: v})
         self._submit_graph_runs(graph, runs)
 
     # ------------------------------------------------------------------------------------------ misc
@@ -703,6 +714,9 @@ class NVComputeQueue(_Queue):
 
     def exec(self, prog: Program, args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> int:
         g, l_ = prog.check_sizes(global_size, local_size)
+        if prog.device is not self.dev:
+            raise HCQError(f"{self.dev.name}: kernel {prog.name} was loaded on {prog.device.name}; its code and "
+                           "constants are at that GPU's addresses: load it here too (dev.program)")
         k: _Kernel = prog.handle
         arena = self.arena or self.dev.launch_arena
         off = arena.take(C.QMD_BYTES + k.cb0_bytes)
@@ -725,12 +739,16 @@ class NVComputeQueue(_Queue):
             pushbuf.patch_qmd(view, off, g, l_)
             self.cmds[index] = (kind, i, (prog, off, (g, l_), arena))
 
+    def arg_value(self, index: int, arg: int, value):
+        """What update_arg writes for value (ArgLayout.arg_value: a Buffer of this device, a number that fits)."""
+        return self._cmd(index, "exec")[2][0].layout.arg_value(arg, value)
+
     def update_arg(self, index: int, arg: int, value) -> None:
-        """One argument of a built launch (graph replays)."""
+        """One argument of a built launch (graph replays); ArgumentError if value does not fit it."""
         _, _, (prog, off, _, arena) = self._cmd(index, "exec")
         lay = prog.layout
         at = off + C.QMD_BYTES + prog.handle.k.param_base + lay.arg_offsets[arg]
-        lay.arg_structs[arg].pack_into(arena.view, at, value.va if isinstance(value, Buffer) else value)
+        lay.arg_structs[arg].pack_into(arena.view, at, lay.arg_value(arg, value))
 
 
 class NVCopyQueue(_Queue):
@@ -740,17 +758,44 @@ class NVCopyQueue(_Queue):
         return self.dev.copier
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
-        dst.live("copy"), src.live("copy")
-        if nbytes > dst.size or nbytes > src.size:
-            raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes between buffers of {dst.size} and {src.size}")
-        return self._add("copy", pushbuf.copy(self.pb, dst.va, src.va, nbytes))
+        try:
+            n = operator.index(nbytes)
+        except TypeError:
+            n = 0
+        if n <= 0:
+            raise HCQError(f"{self.dev.name}: copy of {nbytes!r:.40} bytes from {src} to {dst}; copy a positive "
+                           "integer count")
+        nbytes = n
+        self._fits(dst, "copy to", nbytes), self._fits(src, "copy from", nbytes)
+        # one LAUNCH_DMA line moves less than 4 GiB (LINE_LENGTH_IN is 32 bits): larger copies are several lines
+        lines = [pushbuf.copy(self.pb, dst.va + at, src.va + at, min(COPY_LINE, nbytes - at))
+                 for at in range(0, nbytes, COPY_LINE)]
+        return self._add("copy", lines[0], (lines, nbytes))
+
+    def _fits(self, buf: Buffer, what: str, nbytes: int) -> None:
+        """HCQError unless buf is live memory of this device with room for nbytes (the copy engine reaches this
+        GPU's virtual addresses: another GPU's buffer would name whatever this one maps there)."""
+        buf.live(what)
+        if buf.device is not self.dev:
+            raise HCQError(f"{self.dev.name}: {what} {buf}: a copy queue reaches its own GPU's memory only; copy "
+                           "between NVIDIA GPUs through host memory (copyout, then copyin)")
+        if nbytes > buf.size:
+            raise HCQError(f"{self.dev.name}: {what} {buf}: the copy of {nbytes} bytes overruns it")
+
+    def check_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
+        """HCQError unless update_copy(index, dst, src) names buffers the copy fits (a smaller one would let the
+        copy engine write past it into the next allocation)."""
+        n = self._cmd(index, "copy")[2][1]
+        for buf, what in ((dst, "copy to"), (src, "copy from")):
+            if buf is not None:
+                self._fits(buf, what, n)
 
     def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
-        _, i, _ = self._cmd(index, "copy")
-        for b in (dst, src):
-            if b is not None:
-                b.live("update_copy")
-        pushbuf.patch_copy(self.pb.words, i, dst.va if dst is not None else None, src.va if src is not None else None)
+        self.check_copy(index, dst, src)
+        for k, i in enumerate(self._cmd(index, "copy")[2][0]):
+            at = k * COPY_LINE
+            pushbuf.patch_copy(self.pb.words, i, dst.va + at if dst is not None else None,
+                               src.va + at if src is not None else None)
 
 
 def open_device(spec: str = "nv", **kwargs) -> NVHCQDevice:

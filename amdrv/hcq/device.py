@@ -466,9 +466,16 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         self._open_check("copy")
         src.live("copy from")
         dst.live("copy to")
-        n = src.size if nbytes is None else nbytes
+        try:
+            n = src.size if nbytes is None else operator.index(nbytes)
+        except TypeError:
+            raise HCQError(f"{self.name}: copy of {nbytes!r:.40} bytes; a byte count is an integer") from None
+        if n < 0:
+            raise HCQError(f"{self.name}: copy of {n} bytes from {src} to {dst}; a byte count is not negative")
         if n > src.size or n > dst.size:
             raise HCQError(f"{self.name}: copy of {n} bytes from {src} to {dst} overruns a buffer")
+        if not n:
+            return        # as copyin and copyout of nothing: no engine work
         if src.device is self and dst.device is self:    # both checked live just now
             self._sdma_copy(dst.va, src.va, n)
             return
@@ -702,7 +709,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             raise HCQError(f"{self.name}: {e}") from None
         if not kern.descriptor.wave32:
             raise HCQError(f"kernel {name} is wave64; the AM HCQ backend launches wave32 kernels")
-        layout = ArgLayout(name, kernel_args(kern.metadata.get(".args", [])), kern.kernarg_size)
+        layout = ArgLayout(name, kernel_args(kern.metadata.get(".args", [])), kern.kernarg_size, device=self)
         units = scratch.wavesize_units(kern)
         if units:    # private memory: the device's scratch buffer, grown when this kernel needs more
             self._scratch = scratch.ring_for(self, self._scratch, units, name)

@@ -2,8 +2,10 @@
 new values patched in (hcq.api.Graph)."""
 from __future__ import annotations
 
+import struct
+
 from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
-from hcq.api import Graph, HCQError, Var
+from hcq.api import Buffer, Graph, HCQError, Var
 
 
 class GraphBuilder:
@@ -37,14 +39,14 @@ class GraphBuilder:
                     lay = prog.layout
                     for i, a in enumerate(args):
                         if isinstance(a, Var):
-                            patches.setdefault(a.name, []).append(
-                                (mem, base + lay.arg_offsets[i], lay.arg_structs[i], lay.is_buffer[i]))
+                            patches.setdefault(a.name, []).append((mem, base + lay.arg_offsets[i], lay.arg_structs[i],
+                                                                   lay, i))
                 else:
                     _, dst, src, n = step
                     idx = q.copy(*(values[x.name] if isinstance(x, Var) else x for x in (dst, src)), n)
                     for x, field in ((dst, "dst"), (src, "src")):
                         if isinstance(x, Var):
-                            patches.setdefault(x.name, []).append((q, idx, None, field))
+                            patches.setdefault(x.name, []).append((q, idx, None, field, None))
         finally:
             self.arena = launch_arena
         arena.push()
@@ -57,7 +59,7 @@ class GraphBuilder:
                 q.indirect(ib)
             runs.append((q, w, q.signal(self.timeline if i == len(bodies) - 1 else sync, 0)))
         # the kernarg bytes replays patch in the graph's arena (pushed after patching where DMA is not coherent)
-        spans = [(off, off + st.size) for uses in patches.values() for mem, off, st, _ in uses if st is not None]
+        spans = [(off, off + st.size) for uses in patches.values() for mem, off, st, *_ in uses if st is not None]
         span = (min(a for a, _ in spans), max(b for _, b in spans)) if spans and not self.coherent else None
         for q, _, _ in runs:
             q.refs = {}     # the graph keeps and checks its own buffers (Graph.held, Graph.bound)
@@ -71,17 +73,46 @@ class GraphBuilder:
         if graph.fence:
             self.timeline.wait(graph.fence)  # kernargs are rewritten in place: the last replay must be done
         runs, sync, patches, span, arena = graph.backend
-        for name, v in values.items():
-            try:
-                uses = patches[name]
-            except KeyError:
-                raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has {sorted(patches)}") from None
-            for mem, off, st, field in uses:
-                if st is None:
-                    mem.update_copy(off, **{field: v})
-                else:
-                    st.pack_into(mem, off, v.va if field else v)
+        done = []
+        try:
+            for name, v in values.items():
+                try:
+                    uses = patches[name]
+                except KeyError:
+                    raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has {sorted(patches)}") from None
+                done.append(name)
+                _patch(uses, v)
+        except BaseException:
+            # a value refused (of a kind that does not fit, another GPU's buffer, one too small for a copy): the
+            # variables patched so far get their last replay's values back, so the graph is as that one left it
+            for name in done:
+                if name in graph.bound:
+                    _patch(patches[name], graph.bound[name])
+            raise
         if span and values:
             arena.touch(*span)
             arena.push()
         self._submit_graph_runs(graph, runs)
+
+
+def _patch(uses: list, v) -> None:
+    """Writes v at each use of one graph variable: kernarg bytes (a Buffer of this device where the parameter
+    is a pointer, a number converted as a launch's pack converts it), or a copy command's address
+    (update_copy checks the buffer's device and room first). ArgumentError where v does not fit."""
+    if type(v) is Buffer:
+        for mem, off, st, lay, i in uses:
+            if st is None:
+                mem.update_copy(off, **{lay: v})
+            elif v.device is lay.device and (lay.is_buffer[i] or i in lay.untyped_index):
+                st.pack_into(mem, off, v.va)
+            else:
+                raise lay.diagnose_one(i, v)
+        return
+    for mem, off, st, lay, i in uses:
+        if st is None or lay.is_buffer[i]:
+            raise (lay.diagnose_one(i, v) if st is not None else
+                   HCQError(f"{mem.dev.name}: a graph copy's {lay} is a Buffer, not {type(v).__name__} {v!r:.40}"))
+        try:
+            st.pack_into(mem, off, v)
+        except (struct.error, TypeError, OverflowError):
+            st.pack_into(mem, off, lay.arg_value(i, v))    # an untyped parameter's float or negative int

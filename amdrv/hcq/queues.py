@@ -2,6 +2,7 @@
 SDMA queue, built from prebuilt packet templates and patched in place by update_*."""
 from __future__ import annotations
 
+import operator
 import struct
 from array import array
 from typing import TYPE_CHECKING
@@ -97,6 +98,9 @@ class AMComputeQueue(_AMQueue):
 
     def exec(self, prog: Program, args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> int:
         k = prog.handle
+        if prog.device is not self.dev:
+            raise HCQError(f"{self.dev.name}: kernel {prog.name} was loaded on {prog.device.name}; its code and "
+                           f"arguments are at that GPU's addresses: load it here too (dev.program)")
         g, l_ = global_size, local_size
         if len(g) != 3 or len(l_) != 3 or not 0 < l_[0] * l_[1] * l_[2] <= prog.max_local or min(g) < 1:
             g, l_ = prog.check_sizes(g, l_)
@@ -234,13 +238,41 @@ class AMCopyQueue(_AMQueue):
         return self._add("barrier", self.b.gcr())
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
-        dst.live("copy to")
-        src.live("copy from")
-        if nbytes > dst.size or nbytes > src.size:
-            raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes from {src} to {dst} overruns a buffer")
+        if type(nbytes) is not int:
+            try:
+                nbytes = operator.index(nbytes)
+            except TypeError:
+                raise HCQError(f"{self.dev.name}: copy of {nbytes!r:.40} bytes; a byte count is an integer") from None
+        if nbytes <= 0:
+            raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes from {src} to {dst}; copy a positive count")
+        self._fits(dst, "copy to", nbytes)
+        self._fits(src, "copy from", nbytes)
         i = self.copy_va(dst.va, src.va, nbytes)
         self.refs[i] = (dst, src)
         return i
+
+    def _fits(self, buf: Buffer, what: str, nbytes: int) -> Buffer:
+        """buf, if a copy of nbytes may name it here: live, this device's (SDMA reaches this GPU's addresses
+        only: another's buffer would name whatever this one maps there) and large enough; else HCQError."""
+        buf.live(what)
+        if buf.device is not self.dev:
+            raise HCQError(f"{self.dev.name}: {what} {buf}: a copy queue reaches its own GPU's memory only; copy "
+                           f"between GPUs with dev.copy(dst, src), which goes through host memory both map")
+        if nbytes > buf.size:
+            raise HCQError(f"{self.dev.name}: {what} {buf}: the copy of {nbytes} bytes overruns it")
+        return buf
+
+    def _copy_bytes(self, index: int) -> int:
+        """The byte count of copy command index (its packets' counts, each stored minus one)."""
+        return sum(self.buf[i] + 1 for i in self._cmd(index, "copy")[1])
+
+    def check_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
+        """HCQError unless update_copy(index, dst, src) would name buffers the copy fits (graph replays check
+        every value before they patch any)."""
+        n = self._copy_bytes(index)
+        for buf, what in ((dst, "copy to"), (src, "copy from")):
+            if buf is not None:
+                self._fits(buf, what, n)
 
     def copy_va(self, dst: int, src: int, nbytes: int) -> int:
         return self._add("copy", self.b.copy(dst, src, nbytes))
@@ -257,9 +289,9 @@ class AMCopyQueue(_AMQueue):
 
     def update_copy(self, index: int, dst: Buffer | None = None, src: Buffer | None = None) -> None:
         b = self.buf
+        self.check_copy(index, dst, src)     # a smaller buffer would let the copy run over into the next one
         old_dst, old_src = self.refs.get(index, (None, None))
-        self.refs[index] = (dst.live("copy to") if dst is not None else old_dst,
-                            src.live("copy from") if src is not None else old_src)
+        self.refs[index] = (dst if dst is not None else old_dst, src if src is not None else old_src)
         for n, i in enumerate(self._cmd(index, "copy")[1]):
             step = n * sdma_packets.COPY_MAX_BYTES
             for buf, at in ((src, i + 2), (dst, i + 4)):

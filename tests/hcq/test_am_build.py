@@ -133,8 +133,8 @@ def test_graph_replay_patches_only_variables(offline, kernel_corpus):
     runs, _, patches, _, _ = g.backend
     assert len(patches["x"]) == 3 and len(dev.compute.submitted) == 1
     g(x=x2, alpha=0.5)
-    for mem, off, st, is_buffer in patches["x"]:
-        assert is_buffer and struct.unpack_from("<QQfI", mem, off - 8) == (y.va, x2.va, 0.5, 1024)
+    for mem, off, st, layout, i in patches["x"]:
+        assert layout.is_buffer[i] and struct.unpack_from("<QQfI", mem, off - 8) == (y.va, x2.va, 0.5, 1024)
     # the launches sit in an indirect buffer: a replay submits a wait-free IB packet and a signal
     assert len(dev.compute.submitted[-1]) // 4 < 16
     with pytest.raises(hcq.HCQError, match="no variable 'z'"):
