@@ -67,10 +67,13 @@ are listed here.  (changes: none yet)
 """
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass
 from typing import Iterator
 
 DTYPES = ("float32", "int32", "bool")
+INT32_MAX = 2**31 - 1
 BUF_DTYPES = ("float32", "int32")
 UNARY = ("neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh")
 BINARY = ("add", "sub", "mul", "div", "max", "idiv", "mod")
@@ -251,6 +254,13 @@ def _format_body(body, lines, ind):
 
 
 # ----------------------------------------------------------------------------------------- validator
+def _fits_int32(v) -> bool:
+    try:
+        return -INT32_MAX - 1 <= operator.index(v) <= INT32_MAX
+    except TypeError:
+        return False
+
+
 def validate(k: Kernel) -> None:
     """Raises IRError when k breaks a rule in this module's docstring."""
     def err(msg, op=None):
@@ -261,9 +271,14 @@ def validate(k: Kernel) -> None:
         err("name is not an identifier")
     if k.size < 1:
         err(f"size {k.size} < 1")
+    # gid, indices and loop counters are int32: past 2**31 - 1 they wrap, and loads and stores land elsewhere
+    if k.size > INT32_MAX:
+        err(f"size {k.size} work items is more than int32 indices reach ({INT32_MAX}); split the tensor")
     for b in k.bufs:
         if b.dtype not in BUF_DTYPES or b.access not in ("r", "w") or b.size < 1:
             err(f"bad buffer parameter {b}")
+        if b.size > INT32_MAX + 1:
+            err(f"buffer {b.name} of {b.size} elements is more than int32 indices reach ({INT32_MAX + 1}); split it")
     for s in k.scalars:
         if s.dtype not in BUF_DTYPES:
             err(f"bad scalar parameter {s}")
@@ -314,9 +329,11 @@ def validate(k: Kernel) -> None:
                     err(f"where of {sd} to {d}", op)
             elif o == "cast" and len(sd) != 1:
                 err("cast takes one operand", op)
+            elif o == "const" and d == "int32" and not _fits_int32(op.arg):
+                err(f"int32 constant {op.arg!r} is not an integer in int32's range (generators would wrap it)", op)
             elif o == "reduce":
                 r = op.arg
-                if not isinstance(r, Reduce) or r.kind not in ("sum", "max") or r.length < 1:
+                if not isinstance(r, Reduce) or r.kind not in ("sum", "max") or not 1 <= r.length <= INT32_MAX:
                     err(f"bad reduce {r}", op)
                 if r.var in seen or r.var in scope:
                     err("loop index id reused", op)

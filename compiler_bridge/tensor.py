@@ -52,6 +52,8 @@ class Tensor:
         else:
             arr = np.asarray(data)
             dt = dtype or _np_dtype(arr.dtype)
+            if dt == "int32":
+                _check_int32(arr)
             arr = np.array(arr, {"float32": np.float32, "int32": np.int32, "bool": np.bool_}[dt], order="C")
             self.node = Node("buffer", shape=arr.shape, dtype=dt, data=arr)
         self.device = device or runtime.default_device()
@@ -345,7 +347,32 @@ def _scalar_dtype(v, other: str) -> str:
 
 
 def _coerce(v, dtype):
+    if dtype == "int32":
+        _check_int32(np.asarray(v))
     return float(v) if dtype == "float32" else bool(v) if dtype == "bool" else int(v)
+
+
+def _check_int32(arr: np.ndarray) -> None:
+    """OverflowError unless every value of arr is an int32 as it is: the narrowing to int32 (the widest integer
+    dtype here) would wrap an int64 or uint32 past it, and turn a NaN, an infinity or a float past it into
+    whatever the conversion gives, silently."""
+    if arr.dtype == np.int32 or arr.dtype.kind == "b" or arr.size == 0:
+        return
+    if arr.dtype.kind in "iu":
+        if np.iinfo(arr.dtype).min >= -2**31 and np.iinfo(arr.dtype).max < 2**31:
+            return
+        bad = (arr < -2**31) | (arr > 2**31 - 1)
+    elif arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(arr) | (arr <= -2**31 - 1) | (arr >= 2**31)
+    else:
+        return      # not a number: the conversion says so itself
+    if bad.any():
+        at = np.unravel_index(int(np.argmax(bad)), arr.shape) if arr.ndim else ()
+        where = f" at index {tuple(map(int, at))} (one of {int(bad.sum())})" if arr.ndim else ""
+        raise OverflowError(f"Tensor: {arr[at].item()!r}{where} does not fit int32, the widest integer dtype here "
+                            f"({-2**31}..{2**31 - 1}); narrowing would change it silently: scale the values into that "
+                            "range, or use float32")
 
 
 def realize(*tensors: Tensor) -> None:
