@@ -201,9 +201,16 @@ class _Queue:
         n = len(dwords)
         if not isinstance(dwords, memoryview):
             try:
-                dwords = memoryview(dwords).cast("B").cast("I")
+                mv = memoryview(dwords)
+                if mv.itemsize != 4:    # int64 numpy, array('L'/'Q'): its bytes are not n dwords; by value below
+                    raise TypeError
+                dwords = mv.cast("B").cast("I")
             except TypeError:
-                dwords = memoryview(struct.pack(f"<{n}I", *dwords)).cast("I")
+                try:
+                    dwords = memoryview(struct.pack(f"<{n}I", *dwords)).cast("I")
+                except struct.error as e:
+                    raise QueueError(f"{self.name}: submit of {n} values that are not all 32-bit unsigned dwords "
+                                     f"({e}); pass array('I') or a numpy uint32 array") from None
         if n >= self.ring_dw:
             raise QueueError(f"{self.name}: {n} dwords do not fit the {self.ring_dw}-dword ring; "
                              "submit in parts or use an indirect buffer")

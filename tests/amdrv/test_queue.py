@@ -2,6 +2,7 @@
 a clang kernel dispatched through PM4 and checked with numpy, hangs and faults named in the error,
 and recovery after which the next submission works."""
 import struct
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -750,3 +751,18 @@ def test_a_kiq_with_its_pq_control_right_runs_past_its_ring_size(gpu):
     b.release_mem(done.va, 1)
     q.submit(b.buf)
     q.wait(done, 1, timeout_s=5)
+
+
+def test_submit_takes_dwords_by_value_whatever_the_array_type(gpu):
+    """An int64 numpy array's (or array('Q')'s) bytes are not its dwords: they used to be copied as if they were,
+    the first n dwords of 2n, so the engine read half a packet stream and hung."""
+    s = SDMAQueue(gpu)
+    host = HostBuffer(gpu, 4096)
+    done = Fence(host, 0)
+    for value, wrap in ((1, lambda b: np.array(b, np.int64)), (2, lambda b: array("Q", b)), (3, list)):
+        b = S.SDMABuilder()
+        b.fence(done.va, value)
+        s.submit(wrap(b.buf))
+        s.wait(done, value, timeout_s=5)
+    with pytest.raises(QueueError, match=r"SDMA0 queue 0: submit of 2 values that are not all 32-bit unsigned"):
+        s.submit([1, 1 << 32])
