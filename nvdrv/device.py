@@ -287,7 +287,8 @@ class NVHCQDevice(HCQDevice):
         return buf.mem.view if buf.mem is not None else None
 
     def copyin(self, buf: Buffer, data, offset: int = 0) -> None:
-        src = memoryview(data).cast("B")
+        src = memoryview(data)
+        src = src.cast("B") if src.c_contiguous else memoryview(src.tobytes())   # a strided view: in C order
         self._bounds(buf, offset, len(src), "copyin")
         view = self._host_view(buf)
         self.synchronize()
@@ -667,7 +668,19 @@ class _Queue(HWQueue):
         return self._add("signal", pushbuf.sem_release(self.pb, self.subchannel, signal.va, value))
 
     def timestamp(self, signal: Signal) -> int:
-        return self._add("signal", pushbuf.sem_release(self.pb, self.subchannel, signal.va, signal.value))
+        """A release with timestamp writes its 64-bit payload too (the value word before the time): the value
+        this queue's last signal command gave `signal` (kept in step by update_signal), else its value now.
+        A timestamp after q.signal(s, 5) released s's value as it was at build time (0), undoing the signal."""
+        last = next((n for n in range(len(self.cmds) - 1, -1, -1)
+                     if self.cmds[n][0] == "signal" and self._sem_va(self.cmds[n][1]) == signal.va), None)
+        value = signal.value if last is None else self._sem_value(self.cmds[last][1])
+        return self._add("signal", pushbuf.sem_release(self.pb, self.subchannel, signal.va, value), ("after", last))
+
+    def _sem_va(self, i: int) -> int:
+        return self.pb.words[i] | self.pb.words[i + 1] << 32
+
+    def _sem_value(self, i: int) -> int:
+        return self.pb.words[i + 2] | self.pb.words[i + 3] << 32
 
     def memory_barrier(self) -> int:
         return self._add("barrier", self.pb.methods(self.subchannel, C.NVC86F_WFI, 1))
@@ -687,6 +700,9 @@ class _Queue(HWQueue):
             pushbuf.patch_address(self.pb.words, i, signal.va)
         if value is not None:
             pushbuf.patch_value(self.pb.words, i, value)
+            for kind, j, extra in self.cmds:     # the timestamps that release this signal's value after it
+                if extra == ("after", index) and self._sem_va(j) == self._sem_va(i):
+                    pushbuf.patch_value(self.pb.words, j, value)
 
     def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
         _, i, _ = self._cmd(index, "wait")

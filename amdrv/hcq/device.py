@@ -352,7 +352,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
     def copyin(self, buf: Buffer, data, offset: int = 0) -> None:
         self._open_check("copyin")
         buf.live("copyin")
-        mv = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else memoryview(data)
+        mv = _bytes_of(data)
         n = mv.nbytes
         if offset < 0 or offset + n > buf.size:
             raise HCQError(f"{self.name}: copyin of {n} bytes at offset {offset} overruns {buf}")
@@ -708,7 +708,8 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         except CodeObjectError as e:
             raise HCQError(f"{self.name}: {e}") from None
         if not kern.descriptor.wave32:
-            raise HCQError(f"kernel {name} is wave64; the AM HCQ backend launches wave32 kernels")
+            raise HCQError(f"{self.name}: kernel {name} is wave64; the AM HCQ backend launches wave32 kernels: build "
+                           "it without -mwavefrontsize64 (gfx11 code is wave32 by default)")
         layout = ArgLayout(name, kernel_args(kern.metadata.get(".args", [])), kern.kernarg_size, device=self)
         units = scratch.wavesize_units(kern)
         if units:    # private memory: the device's scratch buffer, grown when this kernel needs more
@@ -847,6 +848,15 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         if self._bridge is not None:        # its windows are no longer the function's to take back
             self._bridge.detach()
         self.gpu.fini()
+
+
+def _bytes_of(data) -> memoryview:
+    """copyin's bytes of data: a bytes-like object as it is; a strided view (a transposed or sliced numpy array)
+    in its logical, C order, as numpy's tobytes() gives them (a byte cast refuses anything not C-contiguous)."""
+    if isinstance(data, (bytes, bytearray)):
+        return memoryview(data)
+    mv = memoryview(data)
+    return mv.cast("B") if mv.c_contiguous else memoryview(mv.tobytes())
 
 
 def _dropped(dev_ref, mapping) -> None:

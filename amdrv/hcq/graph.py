@@ -79,7 +79,8 @@ class GraphBuilder:
                 try:
                     uses = patches[name]
                 except KeyError:
-                    raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has {sorted(patches)}") from None
+                    raise HCQError(f"{self.name}: the graph has no variable {name!r}; it has "
+                                   f"{sorted(patches)}") from None
                 done.append(name)
                 _patch(uses, v)
         except BaseException:

@@ -61,7 +61,8 @@ def test_buffers_and_programs_of_another_gpu_are_refused(dev, sim_bus, kernel_co
         add = dev.program(kernel_corpus["add_f32"], "add_f32")
         a, out = u32(dev, 1024, 0), dev.alloc(4096)
         theirs = other.alloc(4096)
-        with pytest.raises(hcq.ArgumentError, match=rf"argument 1 .*is memory of {other.name}, and this kernel runs on {dev.name}"):
+        with pytest.raises(hcq.ArgumentError,
+                           match=rf"argument 1 .*is memory of {other.name}, and this kernel runs on {dev.name}"):
             add(out, theirs, a, 1024, global_size=(4,), local_size=(256,))
         q = dev.compute_queue()
         with pytest.raises(hcq.ArgumentError, match="is memory of"):
@@ -93,3 +94,13 @@ def test_copy_byte_counts_are_checked(dev):
     dev.copy(a, b, 0)                  # nothing to copy: as copyin of nothing
     with pytest.raises(hcq.HCQError, match=f"{dev.name}: copy of 0 bytes"):
         dev.copy_queue().copy(a, b, 0)
+
+
+def test_copyin_takes_a_strided_array_in_its_logical_order(dev):
+    """A transposed or sliced numpy array (not C-contiguous) went to a bare TypeError from memoryview's cast."""
+    a = np.arange(12, dtype=np.uint32).reshape(3, 4)
+    b = dev.alloc(a.nbytes)
+    dev.copyin(b, a.T)
+    assert (words(dev, b) == a.T.ravel()).all()
+    dev.copyin(b, a.ravel()[::2], offset=4)
+    assert (words(dev, b)[1:7] == a.ravel()[::2]).all()
