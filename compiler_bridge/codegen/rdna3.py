@@ -703,8 +703,16 @@ def optimize(k: ir.Kernel) -> ir.Kernel:
     return out
 
 
+MAX_BUF_ELEMENTS = 1 << 30    # the 32-bit VGPR byte offset (idx * 4) of global_load/store reaches 4 GiB
+
+
 def assembly(k: ir.Kernel, opt: bool = True) -> str:
     ir.validate(k)
+    for b in k.bufs:    # past it idx * 4 wraps, and the access lands at the start of the buffer instead
+        if b.size > MAX_BUF_ELEMENTS:
+            raise CodegenError(f"kernel {k.name}: buffer {b.name} has {b.size} elements; this generator addresses a "
+                               f"buffer by a 32-bit byte offset, {MAX_BUF_ELEMENTS} 4-byte elements at most (4 GiB): "
+                               "split the tensor, or use the LLVM generator (CODEGEN=llvm)")
     return _Gen(optimize(k) if opt else k).run()
 
 

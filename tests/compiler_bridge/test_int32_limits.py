@@ -49,3 +49,17 @@ def test_the_ir_refuses_what_int32_indices_cannot_reach():
         ir.validate(kernel(const=2**32))
     with pytest.raises(ir.IRError, match="bad reduce"):
         ir.validate(kernel(length=2**31))
+
+
+def test_the_rdna3_generator_refuses_buffers_its_32_bit_byte_offsets_cannot_reach():
+    from compiler_bridge.codegen import rdna3
+
+    def kernel(n):
+        b = ir.Builder()
+        i = b.gid()
+        b.store(1, i, b.load(0, i, "float32"))
+        return ir.Kernel("copy_k", (ir.BufParam("x", "float32", n, "r"), ir.BufParam("y", "float32", 16, "w")), (),
+                         16, tuple(b._stack[0]))
+    assert "global_load_b32" in rdna3.assembly(kernel(1 << 30))
+    with pytest.raises(rdna3.CodegenError, match="buffer x has 1073741825 elements; .* 32-bit byte offset"):
+        rdna3.assembly(kernel((1 << 30) + 1))
