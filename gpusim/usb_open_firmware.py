@@ -287,7 +287,9 @@ def _timeout(why: str):
 class OpenFirmwareBackend(usb.backend.IBackend):
     """pyusb backend presenting one ASM2464PD with the open firmware. Every synchronous transfer is a round
     trip; `submit_async` (the backend's extension, as libusb's asynchronous transfers) runs a batch of
-    control and bulk transfers waited for together: one round trip."""
+    control and bulk transfers waited for together: one round trip. Every round trip, whatever its transfer
+    kind, gives the GPU the same time: the link's round-trip latency (half while the request travels, half
+    while the answer comes back), plus the time its bulk bytes take on the wire (OpenFirmware._run_gpu)."""
 
     def __init__(self, bridge: ub.ASM24Bridge, usb2: bool = False, bus: int = 2, address: int | None = None):
         self.bridge, self.bus, self.address, self.usb2 = bridge, bus, ub.usb_address(bridge, address), usb2
@@ -374,7 +376,9 @@ class OpenFirmwareBackend(usb.backend.IBackend):
 
     def _latency(self) -> None:
         """Half a round trip's latency (usb_bridge.USB3_GEN2.round_trip_s, a stated setting) on the GPU's
-        stepped clock (1 us a step): the GPU runs while requests and answers travel."""
+        stepped clock (1 us a step): the GPU runs while requests and answers travel. Each round trip runs it
+        twice, on every transfer kind (a round trip is a round trip: the stock firmware's model runs the same
+        latency per round trip, usb_bridge.ASM24Bridge.round_trip)."""
         dev = self.bridge.dev
         if dev.stepped:
             dev.step(max(1, int(ub.USB3_GEN2.round_trip_s * 1e6) // 2))
@@ -398,6 +402,8 @@ class OpenFirmwareBackend(usb.backend.IBackend):
             got = self.fw.control(bmRequestType, bRequest, wValue, wIndex, out, length)
         except ValueError as e:
             raise _pipe(str(e)) from None
+        finally:
+            self._latency()             # the answer (data, status or STALL) travels back
         if got is None:
             return length
         data[:len(got)] = ub._as(data, got)
@@ -409,15 +415,23 @@ class OpenFirmwareBackend(usb.backend.IBackend):
         self._count(len(data), True)
         if ep != EP_OUT:
             raise _pipe(f"endpoint {ep:#04x} is not the bulk OUT endpoint {EP_OUT:#04x}")
-        if self.fw.bulk_out(data) is None:
-            raise _timeout(f"bulk OUT of {len(data)} bytes: the endpoint is not armed for them")
+        self._latency()
+        try:
+            if self.fw.bulk_out(data) is None:
+                raise _timeout(f"bulk OUT of {len(data)} bytes: the endpoint is not armed for them")
+        finally:
+            self._latency()
         return len(data)
 
     def bulk_read(self, dev_handle, ep, intf, buff, timeout):
         self._alive()
         if ep != EP_IN:
             raise _pipe(f"endpoint {ep:#04x} is not the bulk IN endpoint {EP_IN:#04x}")
-        got = self.fw.bulk_in(len(buff))
+        self._latency()
+        try:
+            got = self.fw.bulk_in(len(buff))
+        finally:
+            self._latency()
         self._count(len(got or b""), True)
         if got is None:
             raise _timeout(f"bulk IN of {len(buff)} bytes: nothing armed, or no completion write yet")

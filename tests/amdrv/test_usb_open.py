@@ -195,6 +195,34 @@ def test_without_asynchronous_transfers_each_is_a_round_trip(sim_bus, monkeypatc
         f.close()
 
 
+def test_every_round_trip_gives_the_gpu_the_same_time(sim_bus):
+    """A round trip is a round trip: a synchronous control transfer, a synchronous bulk OUT and IN, and an
+    asynchronous batch each give the GPU the link's round-trip latency (usb_bridge.USB3_GEN2.round_trip_s on
+    its 1 us clock), plus a step or two for the request and the bytes; before, a control transfer ran half of
+    it and a bulk transfer none."""
+    from gpusim import usb_open_firmware as of
+    be = usb_bridge.backend("navi31", fresh=True, bus=sim_bus, firmware="open")
+    dev = be.bridge.dev
+    assert dev.stepped
+    rtt = int(usb_bridge.USB3_GEN2.round_trip_s * 1e6)
+
+    def steps(transfer):
+        s0 = dev.steps
+        transfer()
+        return dev.steps - s0
+
+    ctrl_in = 0xC0
+    got = {"control": steps(lambda: be.ctrl_transfer(be, ctrl_in, of.REQ_XDATA_READ, 0xF000, 0, bytearray(4), 100))}
+    be.fw.control(0x40, of.REQ_SRAM_DMA, 1, 1, b"", 0)           # one sector into slot 1
+    got["bulk out"] = steps(lambda: be.bulk_write(be, of.EP_OUT, 0, bytes(512), 100))
+    be.fw.control(0x40, of.REQ_SRAM_DMA, 0x8001, 1, b"", 0)      # one sector of slot 1 to the host
+    be.fw._completion()                 # the GPU's release write
+    got["bulk in"] = steps(lambda: be.bulk_read(be, of.EP_IN, 0, bytearray(512), 100))
+    got["batch"] = steps(lambda: be.submit_async(be, [of.Transfer(0, bytearray(4), ctrl_in, of.REQ_XDATA_READ, 0xF000)],
+                                                 100))
+    assert all(rtt <= n <= rtt + 3 for n in got.values()), got
+
+
 def test_cold_boot_through_the_open_firmware(sim_bus, debian_firmware, monkeypatch):
     """A cold boot (PSP, SMU, firmware staged in SRAM slots) through the open firmware: 829 round trips
     measured with the discovery cache filled, ~980 without (UAS on the stock firmware: ~3 200)."""
