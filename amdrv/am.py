@@ -40,7 +40,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from amdrv import device_spec, pci_state
+from amdrv import device_spec, pci_state, regs
 from amdrv.device import AMDevice
 from amdrv.firmware import FirmwareError, FirmwareStore, files_for, parse
 from amdrv.ip.base import BLOCK_ORDER, IPBlock
@@ -150,7 +150,8 @@ class AMGPU:
         SMU's response register is 0 from power-on or a reset until its firmware, loaded by the PSP, says it
         is ready for messages, and between a driver clearing it and the firmware answering that driver's
         message (amdrv.ip.smu.SMU.mailbox_cleared)."""
-        sos, answers = self.psp.sos_alive(), self.smu.resp_reg.read() != 0
+        sos_word, resp = regs.read_all([self.psp.c2pmsg[81], self.smu.resp_reg])   # one batch (one USB round trip)
+        sos, answers = sos_word != 0, resp != 0      # as psp.sos_alive() and the SMU's response register
         return sos, answers, not answers and self.smu.mailbox_cleared()
 
     def _decide(self, state, force_cold: bool) -> tuple[str, str, bool, bool]:
@@ -182,10 +183,10 @@ class AMGPU:
         elif not (sos and smu):
             down = " and ".join(w for w, up in (("the PSP's sOS", sos), ("the SMU", smu)) if not up)
             cold_reason = f"the previous AM run ended with fini but {down} no longer runs"
-        elif (token := self._gc_token()) != GC_TOKEN:
+        elif (token := (gc_words := self._gc_token())[0]) != GC_TOKEN:
             cold_reason = (f"GC SCRATCH_REG7 reads {token:#x}, not the {GC_TOKEN:#x} fini left: the GPU was reset "
                            f"since (another driver, such as amdgpu, ran: it resets a GPU whose firmware is alive)")
-        elif fault := self.dev.reg("GC").GCVM_L2_PROTECTION_FAULT_STATUS.read():
+        elif fault := gc_words[1]:
             cold_reason = f"a GPU VM fault is latched (GCVM_L2_PROTECTION_FAULT_STATUS {fault:#x})"
         elif (state.boot_base, state.boot_size) != (mm.boot_base, mm.boot_end - mm.boot_base):
             cold_reason = (f"the previous AM run's boot region ({state.boot_size:#x} bytes at "
@@ -196,12 +197,15 @@ class AMGPU:
             cold_reason += "; the sOS runs without SMU firmware, so the PSP load carries on from it"
         return "cold", cold_reason, smu, False
 
-    def _gc_token(self) -> int:
-        """GC SCRATCH_REG7, read with GFX powered: fini left GFXOFF allowed (the idle floor between
-        runs), and GC registers are not reachable while GFX is off, so DisallowGfxOff first
-        (amdgpu_gfx_off_ctrl(adev, false) before GC access); the boot keeps GFX on from here."""
+    def _gc_token(self) -> tuple[int, int]:
+        """GC SCRATCH_REG7 and GCVM_L2_PROTECTION_FAULT_STATUS (one batch: one USB round trip), read with GFX
+        powered: fini left GFXOFF allowed (the idle floor between runs), and GC registers are not reachable
+        while GFX is off, so DisallowGfxOff first (amdgpu_gfx_off_ctrl(adev, false) before GC access); the boot
+        keeps GFX on from here."""
         self.smu.gfx_off(False)
-        return self.dev.reg("GC").SCRATCH_REG7.read()
+        gc = self.dev.reg("GC")
+        token, fault = regs.read_all([gc.SCRATCH_REG7, gc.GCVM_L2_PROTECTION_FAULT_STATUS])
+        return token, fault
 
     def boot(self, force_cold: bool = False, t0: float | None = None) -> BootReport:
         t0 = time.perf_counter() if t0 is None else t0

@@ -64,7 +64,7 @@ from __future__ import annotations
 import struct
 import time
 
-from amdrv import placement, pm4, structs
+from amdrv import placement, pm4, regs, structs
 from amdrv.autogen import mqd_v11
 from amdrv.ip.gfx import (DOORBELL_KIQ, DOORBELL_MEC_RING0, DOORBELL_USERQUEUE_END, MEC_PIPES,
                           MEC_QUEUES_PER_PIPE)
@@ -402,6 +402,10 @@ class ComputeQueue(_Queue):
         gc = self.gc
         eop = self.eop.va >> 8
         pq = self.ring_va >> 8
+        # the five registers whose other fields the MQD keeps, read as one batch (one USB round trip)
+        eop_cntl, mqd_cntl, pq_cntl, persistent, ib_cntl = regs.read_all([
+            gc.CP_HQD_EOP_CONTROL, gc.CP_MQD_CONTROL, gc.CP_HQD_PQ_CONTROL, gc.CP_HQD_PERSISTENT_STATE,
+            gc.CP_HQD_IB_CONTROL])
         return dict(
             header=MQD_HEADER, compute_pipelinestat_enable=1,
             compute_static_thread_mgmt_se0=0xFFFFFFFF, compute_static_thread_mgmt_se1=0xFFFFFFFF,
@@ -409,15 +413,15 @@ class ComputeQueue(_Queue):
             compute_misc_reserved=7,
             cp_hqd_eop_base_addr_lo=eop & 0xFFFFFFFF, cp_hqd_eop_base_addr_hi=eop >> 32,
             cp_hqd_eop_control=gc.CP_HQD_EOP_CONTROL.defn.encode(
-                gc.CP_HQD_EOP_CONTROL.read(), EOP_SIZE=_log2(GFX11_MEC_HPD_SIZE // 4, "EOP") - 1),
+                eop_cntl, EOP_SIZE=_log2(GFX11_MEC_HPD_SIZE // 4, "EOP") - 1),
             cp_hqd_pq_doorbell_control=gc.CP_HQD_PQ_DOORBELL_CONTROL.encode(
                 DOORBELL_OFFSET=self.doorbell_index, DOORBELL_EN=1, DOORBELL_SOURCE=0, DOORBELL_HIT=0),
             cp_hqd_dequeue_request=0, cp_hqd_pq_rptr=0, cp_hqd_pq_wptr_lo=0, cp_hqd_pq_wptr_hi=0,
             cp_mqd_base_addr_lo=self.mqd.va & 0xFFFFFFFC, cp_mqd_base_addr_hi=self.mqd.va >> 32,
-            cp_mqd_control=gc.CP_MQD_CONTROL.defn.encode(gc.CP_MQD_CONTROL.read(), VMID=0),
+            cp_mqd_control=gc.CP_MQD_CONTROL.defn.encode(mqd_cntl, VMID=0),
             cp_hqd_pq_base_lo=pq & 0xFFFFFFFF, cp_hqd_pq_base_hi=pq >> 32,
             cp_hqd_pq_control=gc.CP_HQD_PQ_CONTROL.defn.encode(
-                gc.CP_HQD_PQ_CONTROL.read(), QUEUE_SIZE=_log2(self.ring_dw, "ring") - 1,
+                pq_cntl, QUEUE_SIZE=_log2(self.ring_dw, "ring") - 1,
                 RPTR_BLOCK_SIZE=_log2(GPU_PAGE // 4, "page") - 1, UNORD_DISPATCH=0, TUNNEL_DISPATCH=0,
                 PRIV_STATE=1, KMD_QUEUE=1),
             cp_hqd_pq_rptr_report_addr_lo=self.rptr_va & 0xFFFFFFFC,
@@ -425,9 +429,8 @@ class ComputeQueue(_Queue):
             cp_hqd_pq_wptr_poll_addr_lo=self.wptr_va & 0xFFFFFFFC,
             cp_hqd_pq_wptr_poll_addr_hi=(self.wptr_va >> 32) & 0xFFFF,
             cp_hqd_vmid=0,
-            cp_hqd_persistent_state=gc.CP_HQD_PERSISTENT_STATE.defn.encode(
-                gc.CP_HQD_PERSISTENT_STATE.read(), PRELOAD_SIZE=0x55),
-            cp_hqd_ib_control=gc.CP_HQD_IB_CONTROL.defn.encode(gc.CP_HQD_IB_CONTROL.read(), MIN_IB_AVAIL_SIZE=3),
+            cp_hqd_persistent_state=gc.CP_HQD_PERSISTENT_STATE.defn.encode(persistent, PRELOAD_SIZE=0x55),
+            cp_hqd_ib_control=gc.CP_HQD_IB_CONTROL.defn.encode(ib_cntl, MIN_IB_AVAIL_SIZE=3),
             cp_hqd_pipe_priority=0, cp_hqd_queue_priority=0, cp_hqd_active=1)
 
     def fini(self) -> None:

@@ -165,9 +165,14 @@ class PCIFunction(abc.ABC):
     def close(self) -> None:
         """Unmaps BARs, frees DMA memory and releases the device lock."""
 
-    def set_bus_master(self, enable: bool) -> None:
+    def set_bus_master(self, enable: bool) -> int:
+        """PCI_COMMAND's memory decode and bus mastering on, or bus mastering off; written only when that changes
+        it, as Linux's __pci_set_master does. Returns the command register as read before."""
         cmd = self.config_read(0x04, 2)
-        self.config_write(0x04, 2, (cmd | 0x6) if enable else (cmd & ~0x4))
+        new = (cmd | 0x6) if enable else (cmd & ~0x4)
+        if new != cmd:
+            self.config_write(0x04, 2, new)
+        return cmd
 
     def __enter__(self):
         return self

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 
+from amdrv import regs
 from amdrv.firmware import files_for, parse
 from amdrv.ip.base import IPBlock
 from amdrv.poll import USEC_TIMEOUT, poll
@@ -102,8 +103,8 @@ class GFX(IPBlock):
         """warm: nothing reset GC since a cold boot programmed golden settings and constants (GC registers
         outlive the driver, and the driver never allows GFXOFF), so only the MEC start, the GC hub, the
         CP doorbell routing and the unhalt are done again."""
-        self.wait_for_rlc_autoload()
-        self.gb_addr_config = self.gc.GB_ADDR_CONFIG.read()
+        gb = self.wait_for_rlc_autoload()
+        self.gb_addr_config = self.gc.GB_ADDR_CONFIG.read() if gb is None else gb
         self.config_mec_rs64()
         self.gmc.init_gfxhub()
         if not warm:
@@ -115,23 +116,31 @@ class GFX(IPBlock):
         self.nbio.gc_doorbell_init()
         self.rlc_resume()
         self.cp_compute_enable(True)
-        if not self.mec_ready():
-            raise self._fail(f"the MEC did not start: CP_MEC_RS64_CNTL reads "
-                             f"{self.gc.CP_MEC_RS64_CNTL.read():#010x} after unhalting it")
-        self.wait_idle()
+        gc = self.gc
+        # the MEC's state and GFX's busy bit as one batch (one round trip over USB); wait only if busy
+        cntl, boot, status = regs.read_all([gc.CP_MEC_RS64_CNTL, gc.RLC_RLCS_BOOTLOAD_STATUS, gc.GRBM_STATUS])
+        if not self.mec_ready(cntl, boot):
+            raise self._fail(f"the MEC did not start: CP_MEC_RS64_CNTL reads {cntl:#010x} after unhalting it")
+        if gc.GRBM_STATUS.decode(status)["GUI_ACTIVE"]:
+            self.wait_idle()
 
-    def wait_for_rlc_autoload(self, timeout_s: float = AUTOLOAD_TIMEOUT_S) -> None:
+    def wait_for_rlc_autoload(self, timeout_s: float = AUTOLOAD_TIMEOUT_S) -> int:
+        """gfx_v11_0_wait_for_rlc_autoload_complete; returns GB_ADDR_CONFIG (get_gb_addr_config's read), read in
+        each poll's batch behind the two status registers: the batch that sees the autoload complete read it
+        after the completion (reads run in order), so it is the value a read after the wait would give."""
         gc = self.gc
         complete = gc.RLC_RLCS_BOOTLOAD_STATUS.defn.fields["BOOTLOAD_COMPLETE"].mask
 
-        def read():
-            return gc.CP_STAT.read(), gc.RLC_RLCS_BOOTLOAD_STATUS.read()
+        def read():     # one batch (one round trip over USB)
+            return tuple(regs.read_all([gc.CP_STAT, gc.RLC_RLCS_BOOTLOAD_STATUS, gc.GB_ADDR_CONFIG]))
 
-        ok, (cp_stat, status) = poll(read, lambda v: v[0] == 0 and v[1] & complete, timeout_s, 1000)
+        ok, (cp_stat, status, gb_addr_config) = poll(read, lambda v: v[0] == 0 and v[1] & complete, timeout_s,
+                                                     1000)
         if not ok:
             raise self._fail(f"RLC autoload did not complete: CP_STAT {cp_stat:#010x} (must be 0), "
                              f"RLC_RLCS_BOOTLOAD_STATUS {status:#010x} (BOOTLOAD_COMPLETE clear); the PSP "
                              "must have loaded every GFX firmware and run AUTOLOAD_RLC (cold boot again)")
+        return gb_addr_config
 
     def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0) -> None:
         self.gc.GRBM_GFX_CNTL.write(PIPEID=pipe, MEID=me, VMID=vmid, QUEUEID=queue)
@@ -169,9 +178,11 @@ class GFX(IPBlock):
                 gc.reg(name).write(0)
 
     def rlc_resume(self) -> None:
-        self.gc.RLC_SRM_CNTL.update(SRM_ENABLE=1, AUTO_INCR_ADDR=1)
-        if not self.gc.RLC_CNTL.decode()["RLC_ENABLE_F32"]:
-            self.gc.RLC_CNTL.update(RLC_ENABLE_F32=1)
+        gc = self.gc
+        srm, cntl = regs.read_all([gc.RLC_SRM_CNTL, gc.RLC_CNTL])     # one batch: the write below is another's
+        gc.RLC_SRM_CNTL.update(srm, SRM_ENABLE=1, AUTO_INCR_ADDR=1)
+        if not gc.RLC_CNTL.decode(cntl)["RLC_ENABLE_F32"]:
+            gc.RLC_CNTL.update(cntl, RLC_ENABLE_F32=1)
 
     def cp_compute_enable(self, enable: bool) -> None:
         on, off = int(enable), int(not enable)
@@ -198,13 +209,17 @@ class GFX(IPBlock):
         if left > 0:
             time.sleep(left)
     # ---------------------------------------------------------------- state
-    def mec_ready(self) -> bool:
-        f = self.gc.CP_MEC_RS64_CNTL.decode()
+    def mec_ready(self, cntl: int | None = None, bootload: int | None = None) -> bool:
+        """Whether the MEC runs; cntl, bootload: CP_MEC_RS64_CNTL and RLC_RLCS_BOOTLOAD_STATUS read already
+        (both or neither), else both are read now, together."""
+        if cntl is None:
+            cntl, bootload = regs.read_all([self.gc.CP_MEC_RS64_CNTL, self.gc.RLC_RLCS_BOOTLOAD_STATUS])
+        f = self.gc.CP_MEC_RS64_CNTL.decode(cntl)
         if f["MEC_HALT"] or f["MEC_INVALIDATE_ICACHE"]:
             return False
         if any(f[f"MEC_PIPE{p}_RESET"] or not f[f"MEC_PIPE{p}_ACTIVE"] for p in range(MEC_PIPES)):
             return False
-        return bool(self.gc.RLC_RLCS_BOOTLOAD_STATUS.decode()["BOOTLOAD_COMPLETE"])
+        return bool(self.gc.RLC_RLCS_BOOTLOAD_STATUS.decode(bootload)["BOOTLOAD_COMPLETE"])
 
     def is_idle(self) -> bool:
         return not self.gc.GRBM_STATUS.decode()["GUI_ACTIVE"]
@@ -238,12 +253,15 @@ class GFX(IPBlock):
         """gfx_v11_0_kiq_init_register: the selected HQD programmed from MQD values m (a queue still active
         on it is dequeued first). `name` words the queue in errors."""
         gc = self.gc
-        gc.CP_PQ_WPTR_POLL_CNTL.update(EN=0)
+        # CP_PQ_WPTR_POLL_CNTL (a read-modify-write) and CP_HQD_ACTIVE as one batch (one USB round trip): the
+        # writes between them are to the HQD's EOP and doorbell registers, which do not change the active bit
+        poll_cntl, active = regs.read_all([gc.CP_PQ_WPTR_POLL_CNTL, gc.CP_HQD_ACTIVE])
+        gc.CP_PQ_WPTR_POLL_CNTL.update(poll_cntl, EN=0)
         gc.CP_HQD_EOP_BASE_ADDR.write(m["cp_hqd_eop_base_addr_lo"])
         gc.CP_HQD_EOP_BASE_ADDR_HI.write(m["cp_hqd_eop_base_addr_hi"])
         gc.CP_HQD_EOP_CONTROL.write(m["cp_hqd_eop_control"])
         gc.CP_HQD_PQ_DOORBELL_CONTROL.write(m["cp_hqd_pq_doorbell_control"])
-        if gc.CP_HQD_ACTIVE.read() & 1:
+        if active & 1:
             ok = self.hqd_dequeue(1)
             gc.CP_HQD_DEQUEUE_REQUEST.write(m["cp_hqd_dequeue_request"])
             if not ok:

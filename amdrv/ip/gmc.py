@@ -220,8 +220,11 @@ class GMC(IPBlock):
         """gmc_v11_0_hw_init: the FB location, the VMID 0 page table, the MMHUB. warm: the previous run's
         fini cleared the root directory (`fini`), so it is not written again (4 KiB through BAR0)."""
         dev, mm = self.dev, self.hubs["MM"]
-        fb_base = mm.mcr("FB_LOCATION_BASE").decode()["FB_BASE"] << 24
-        fb_top = mm.mcr("FB_LOCATION_TOP").decode()["FB_TOP"] << 24 | 0xFFFFFF
+        # the FB location and offset the VBIOS set, read together (one round trip over USB): nothing writes them
+        loc_base, loc_top, fb_offset = (mm.mcr(n) for n in ("FB_LOCATION_BASE", "FB_LOCATION_TOP", "FB_OFFSET"))
+        base_v, top_v, offset_v = regs.read_all([loc_base, loc_top, fb_offset])
+        fb_base = loc_base.decode(base_v)["FB_BASE"] << 24
+        fb_top = loc_top.decode(top_v)["FB_TOP"] << 24 | 0xFFFFFF
         if fb_top < fb_base + dev.vram.size - 1:
             raise GMCError(f"{dev.name}: MMHUB FB location {fb_base:#x}..{fb_top:#x} does not cover the "
                            f"{dev.vram.size >> 20} MiB of VRAM; the VBIOS has not posted the card: power-cycle it")
@@ -230,7 +233,7 @@ class GMC(IPBlock):
                 raise GMCError(f"{dev.name}: the FB aperture {fb_base:#x}..{fb_top:#x} overlaps the {what} "
                                f"VA window at {lo:#x}; VMID 0 would reach VRAM physically there")
         dev.fb_base = fb_base
-        self.vram_base_offset = mm.mcr("FB_OFFSET").decode()["FB_OFFSET"] << 24
+        self.vram_base_offset = fb_offset.decode(offset_v)["FB_OFFSET"] << 24
         if self.dummy_page is None:
             self.dummy_page = placement.scratch_page(dev.pci)
         if self.pt is None:  # a second init reprograms the registers and keeps the mappings
@@ -356,15 +359,20 @@ class GMC(IPBlock):
             poll_reg(sem, 1, 1, f"the {hub.name} hub invalidation engine {GART_ENG} semaphore", device=self.dev.name,
                      error=GMCError)
         req.write(value)
+        cid2 = hub.vmr("L2_BANK_SELECT_RESERVED_CID2") if hub.private_invalidation else None
+        cid2_v = None
         try:
-            poll_reg(ack, 1 << vmid, 1 << vmid, f"the {hub.name} hub TLB invalidation ack of VMID {vmid}",
-                     device=self.dev.name, error=GMCError)
+            want = 1 << vmid
+            if cid2 is not None:     # the ack's first read and the private invalidation's read-modify-write read
+                ack_v, cid2_v = regs.read_all([ack, cid2])      # as one batch (one USB round trip)
+            if cid2 is None or ack_v & want != want:
+                poll_reg(ack, want, want, f"the {hub.name} hub TLB invalidation ack of VMID {vmid}",
+                         device=self.dev.name, error=GMCError)
         finally:
             if hub.semaphore:
                 sem.write(0)
-        if hub.private_invalidation:
-            cid2 = hub.vmr("L2_BANK_SELECT_RESERVED_CID2")
-            cid2.update(RESERVED_CACHE_PRIVATE_INVALIDATION=1)
+        if cid2 is not None:
+            cid2.update(cid2_v, RESERVED_CACHE_PRIVATE_INVALIDATION=1)
             cid2.read()  # upstream reads back "to ensure invalidation is done"
 
     # ---------------------------------------------------------------- mappings

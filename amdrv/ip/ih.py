@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from amdrv import placement
+from amdrv import placement, regs
 from amdrv.autogen import ih as IHIDS
 from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import DOORBELL_BAR, DOORBELL_IH, NBIO
@@ -126,7 +126,10 @@ class IH(IPBlock):
         dev, r = self.dev, self.regs
         if dev.fb_base is None:
             raise IHError(f"{dev.name}: IH init before the GMC set the FB location (call GMC.init first)")
-        self._toggle(False)
+        # the read-modify-writes' reads as one batch (one USB round trip): no write before theirs changes them
+        storm, flood, msi = r.IH_STORM_CLIENT_LIST_CNTL, r.IH_INT_FLOOD_CNTL, r.IH_MSI_STORM_CTRL
+        rb_v, storm_v, flood_v, msi_v = regs.read_all([r.IH_RB_CNTL, storm, flood, msi])
+        cntl = self._toggle(False, rb_v)
         if self.dummy_page is None:
             self.dummy_page = placement.scratch_page(dev.pci)
         self.nbio.ih_control(self.dummy_page.bus_address(0), ring_in_vram=True)
@@ -136,9 +139,11 @@ class IH(IPBlock):
         wb = dev.mc_address(self.wptr_offset)
         r.IH_RB_BASE.write(ring >> 8)
         r.IH_RB_BASE_HI.write((ring >> 40) & 0xFF)
-        r.IH_RB_CNTL.update(MC_SPACE=MC_SPACE_GPU, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=1,
-                            RB_SIZE=(self.size // 4).bit_length() - 1, WPTR_WRITEBACK_ENABLE=1, MC_SNOOP=0, MC_RO=0,
-                            MC_VMID=0, RPTR_REARM=0)
+        # IH_RB_CNTL holds what _toggle just wrote (a control register: the driver is its only writer), so that
+        # value is modified, not a read-back (one USB round trip less each time)
+        cntl = r.IH_RB_CNTL.update(cntl, MC_SPACE=MC_SPACE_GPU, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=1,
+                                   RB_SIZE=(self.size // 4).bit_length() - 1, WPTR_WRITEBACK_ENABLE=1, MC_SNOOP=0,
+                                   MC_RO=0, MC_VMID=0, RPTR_REARM=0)
         r.IH_RB_WPTR_ADDR_LO.write(wb & 0xFFFFFFFF)
         r.IH_RB_WPTR_ADDR_HI.write((wb >> 32) & 0xFFFF)
         r.IH_RB_WPTR.write(0)
@@ -146,26 +151,28 @@ class IH(IPBlock):
         self.rptr = 0
         r.IH_DOORBELL_RPTR.write(OFFSET=DOORBELL_IH, ENABLE=1)
         self.nbio.ih_doorbell_range(DOORBELL_IH)
-        r.IH_STORM_CLIENT_LIST_CNTL.update(CLIENT18_IS_STORM_CLIENT=1)
-        r.IH_INT_FLOOD_CNTL.update(FLOOD_CNTL_ENABLE=1)
-        r.IH_MSI_STORM_CTRL.update(DELAY=3)
+        storm.update(storm_v, CLIENT18_IS_STORM_CLIENT=1)
+        flood.update(flood_v, FLOOD_CNTL_ENABLE=1)
+        msi.update(msi_v, DELAY=3)
         self.nbio.enable_bus_master()
-        self._toggle(True)
+        self._toggle(True, cntl)
         self.enabled = True
 
-    def _toggle(self, enable: bool) -> None:
-        """ih_v6_0_toggle_ring_interrupts for ring 0."""
+    def _toggle(self, enable: bool, old: int | None = None) -> int:
+        """ih_v6_0_toggle_ring_interrupts for ring 0; old: IH_RB_CNTL as this driver last wrote it, else it is
+        read now. Returns the value it leaves there."""
         cntl = self.regs.IH_RB_CNTL
-        v = cntl.defn.encode(cntl.read(), RB_ENABLE=int(enable))
+        v = cntl.defn.encode(cntl.read() if old is None else old, RB_ENABLE=int(enable))
         if enable:
             v = cntl.write(v, WPTR_OVERFLOW_CLEAR=0)
             v = cntl.write(v, WPTR_OVERFLOW_CLEAR=1)
             v = cntl.defn.encode(v, WPTR_OVERFLOW_CLEAR=0)
-        cntl.write(v, ENABLE_INTR=int(enable))
+        v = cntl.write(v, ENABLE_INTR=int(enable))
         if not enable:
             self.regs.IH_RB_RPTR.write(0)
             self.regs.IH_RB_WPTR.write(0)
             self.rptr = 0
+        return v
 
     def move_wptr_writeback(self, mc_addr: int | None = None, dma=None, offset: int = 0) -> None:
         """Where the IH writes its write pointer (IH_RB_WPTR_ADDR_LO/HI): by default the page after the

@@ -143,11 +143,14 @@ class NBIO(IPBlock):
     def init(self) -> None:
         """soc21_common_hw_init, with bus mastering and memory decode on first."""
         self.enable_bus_master()
+        r = self.regs
+        # the read-modify-writes' reads as one batch (one USB round trip): no write between changes them
+        strap, aper = regs.read_all([r.RCC_DEV0_EPF2_STRAP2, r.RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN])
         if self.version == (4, 3, 0):
-            self.regs.RCC_DEV0_EPF2_STRAP2.update(STRAP_NO_SOFT_RESET_DEV0_F2=0)
-        self.regs.BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL.write(MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL)
-        self.regs.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL.write(MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_REG_FLUSH_CNTL)
-        self.enable_doorbells(True)
+            r.RCC_DEV0_EPF2_STRAP2.update(strap, STRAP_NO_SOFT_RESET_DEV0_F2=0)
+        r.BIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL.write(MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL)
+        r.BIF_BX0_REMAP_HDP_REG_FLUSH_CNTL.write(MMIO_REG_HOLE_OFFSET + KFD_MMIO_REMAP_HDP_REG_FLUSH_CNTL)
+        self.enable_doorbells(True, aper)
 
     def fini(self) -> None:
         """soc21_common_hw_fini: the doorbell aperture and the self-ring aperture off (the next boot's
@@ -156,9 +159,10 @@ class NBIO(IPBlock):
 
     def enable_bus_master(self) -> None:
         pci = self.dev.pci
-        pci.set_bus_master(True)
-        cmd = pci.config_read(PCI_COMMAND, 2)
         want = PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER
+        cmd = pci.set_bus_master(True)
+        if cmd is None or cmd & want != want:     # it wrote: read back whether the host let the bits stick
+            cmd = pci.config_read(PCI_COMMAND, 2)
         if cmd & want != want:
             raise NBIOError(f"{self.dev.name}: the PCI command register reads {cmd:#06x} after enabling "
                             "memory decode and bus mastering; the host refused it (check that no other "
@@ -169,10 +173,11 @@ class NBIO(IPBlock):
         hi = self.dev.pci.config_read(PCI_BASE_ADDRESS_2 + 4, 4) if lo & 0x4 else 0  # 64-bit BAR
         return (hi << 32) | (lo & ~0xF)
 
-    def enable_doorbells(self, enable: bool) -> None:
-        """soc21_enable_doorbell_aperture: doorbell BAR decode and the self-ring aperture."""
+    def enable_doorbells(self, enable: bool, aper_en: int | None = None) -> None:
+        """soc21_enable_doorbell_aperture: doorbell BAR decode and the self-ring aperture. aper_en:
+        RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN read already (read_all), else it is read now."""
         r = self.regs
-        r.RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN.update(BIF_DOORBELL_APER_EN=int(enable))
+        r.RCC_DEV0_EPF0_RCC_DOORBELL_APER_EN.update(aper_en, BIF_DOORBELL_APER_EN=int(enable))
         cntl = 0
         if enable:
             base = self.doorbell_bar_address()

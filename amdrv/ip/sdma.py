@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from amdrv import regs
 from amdrv.ip.base import IPBlock
 from amdrv.ip.nbio import DOORBELL_SDMA_ENGINE, SDMA_DOORBELL_RANGE
 from amdrv.poll import poll
@@ -50,21 +51,26 @@ class SDMA(IPBlock):
 
     def init(self) -> None:
         self.enable(True)
-        for e in self.engines:
-            if not self.engine_ready(e):
-                raise self._fail(e, f"still halted after unhalting it: SDMA{e}_F32_CNTL reads "
-                                    f"{self._reg(e, 'F32_CNTL').read():#010x}")
-        self.wait_idle()
+        # every engine's F32_CNTL (unhalted?) and STATUS_REG (idle?) as one batch (one round trip over USB)
+        f32 = [self._reg(e, "F32_CNTL") for e in self.engines]
+        status = [self._reg(e, "STATUS_REG") for e in self.engines]
+        values = regs.read_all(f32 + status)
+        for e, r, v in zip(self.engines, f32, values):
+            if r.decode(v)["HALT"]:
+                raise self._fail(e, f"still halted after unhalting it: SDMA{e}_F32_CNTL reads {v:#010x}")
+        if not all(r.decode(v)["IDLE"] for r, v in zip(status, values[len(f32):])):
+            self.wait_idle()
 
     def enable(self, enable: bool) -> None:
         """sdma_v6_0_enable: unhalt, or stop the rings (gfx_stop) and halt."""
         if not enable:
             self.gfx_stop()
-        for e in self.engines:
+        cntl = [self._reg(e, "F32_CNTL") for e in self.engines]
+        for r, old in zip(cntl, regs.read_all(cntl)):     # the read-modify-writes' reads as one batch
             if enable:
-                self._reg(e, "F32_CNTL").update(HALT=0, TH1_RESET=0)
+                r.update(old, HALT=0, TH1_RESET=0)
             else:
-                self._reg(e, "F32_CNTL").update(HALT=1)
+                r.update(old, HALT=1)
 
     def gfx_stop(self) -> None:
         """sdma_v6_0_gfx_stop: RB_ENABLE and IB_ENABLE off on every engine, so an unhalt (the next boot's)
@@ -99,9 +105,14 @@ class SDMA(IPBlock):
         two), the rptr write-back at rptr_va, the wptr poll word at wptr_va, the doorbell; the NBIO SDMA
         doorbell range; then the engine unhalted with its ring and indirect buffers enabled."""
         r = lambda name: self._reg(engine, name)  # noqa: E731
-        r("SEM_WAIT_FAIL_TIMER_CNTL").write(0)
         cntl = r("QUEUE0_RB_CNTL")
-        rb = cntl.defn.encode(cntl.read(), RB_SIZE=ring_dw.bit_length() - 1, RB_PRIV=1, RB_ENABLE=0)
+        # the ring's and UTCL1's read-modify-writes' reads as one batch (one USB round trip): no write before theirs
+        # changes them. F32_CNTL and IB_CNTL stay read where upstream reads them, around the unhalt and the
+        # ring's enable, while the engine may run.
+        rmw = ("QUEUE0_RB_CNTL", "QUEUE0_DOORBELL", "QUEUE0_DOORBELL_OFFSET", "UTCL1_CNTL", "UTCL1_PAGE")
+        old = dict(zip(rmw, regs.read_all([r(n) for n in rmw])))
+        r("SEM_WAIT_FAIL_TIMER_CNTL").write(0)
+        rb = cntl.defn.encode(old["QUEUE0_RB_CNTL"], RB_SIZE=ring_dw.bit_length() - 1, RB_PRIV=1, RB_ENABLE=0)
         cntl.write(rb)
         for name in ("RB_RPTR", "RB_RPTR_HI", "RB_WPTR", "RB_WPTR_HI"):
             r(f"QUEUE0_{name}").write(0)
@@ -115,15 +126,15 @@ class SDMA(IPBlock):
         r("QUEUE0_MINOR_PTR_UPDATE").write(1)
         r("QUEUE0_RB_WPTR").write(0)
         r("QUEUE0_RB_WPTR_HI").write(0)
-        r("QUEUE0_DOORBELL").update(ENABLE=1)
-        r("QUEUE0_DOORBELL_OFFSET").update(OFFSET=doorbell_index)
+        r("QUEUE0_DOORBELL").update(old["QUEUE0_DOORBELL"], ENABLE=1)
+        r("QUEUE0_DOORBELL_OFFSET").update(old["QUEUE0_DOORBELL_OFFSET"], OFFSET=doorbell_index)
         # NBIO 4.3 has one SDMA routing entry, instance 0's, covering every engine's doorbells: whichever
         # engine's queue comes up programs it (upstream's gfx_resume always sets up instance 0 too)
         self.nbio.sdma_doorbell_range(0, DOORBELL_SDMA_ENGINE[0] << 1, SDMA_DOORBELL_RANGE * len(self.engines))
         r("QUEUE0_MINOR_PTR_UPDATE").write(0)
-        r("UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
+        r("UTCL1_CNTL").update(old["UTCL1_CNTL"], RESP_MODE=3, REDO_DELAY=9)
         page = r("UTCL1_PAGE")
-        v = (page.read() & 0xFF0FFF) | CACHE_READ_POLICY_L2_DEFAULT << 12 | CACHE_WRITE_POLICY_L2_DEFAULT << 14
+        v = (old["UTCL1_PAGE"] & 0xFF0FFF) | CACHE_READ_POLICY_L2_DEFAULT << 12 | CACHE_WRITE_POLICY_L2_DEFAULT << 14
         page.write(v | page.defn.fields["LLC_NOALLOC"].mask)
         r("F32_CNTL").update(HALT=0, TH1_RESET=0)
         cntl.write(cntl.defn.encode(rb, RB_ENABLE=1))

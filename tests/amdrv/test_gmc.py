@@ -360,9 +360,11 @@ def test_a_tlb_flush_never_acknowledged_is_a_gmc_error_naming_hub_and_vmid(sim_b
     from amdrv import regs
     from amdrv.ip.nbio import NBIOError
     dev, gmc, s = boot(sim_bus)
-    orig = regs.Register.read
+    orig, orig_all = regs.Register.read, regs.read_all
     ack = ("GC" if hub == "GC" else "MM") + "VM_INVALIDATE_ENG17_ACK"
     monkeypatch.setattr(regs.Register, "read", lambda r: 0 if r.name == ack else orig(r))
+    monkeypatch.setattr(regs, "read_all", lambda rs: [0 if r.name == ack else v      # batched reads too
+                                                      for r, v in zip(rs, orig_all(list(rs)))])
     with pytest.raises(GMCError, match=rf"{dev.name}: .*{ack}: .*the {hub} hub TLB invalidation ack of VMID 3 "
                                        r"\(read 0x00000000, want bits 0x8 = 0x8\).*reset it") as e:
         gmc.flush_tlb(3)

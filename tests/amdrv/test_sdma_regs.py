@@ -32,12 +32,12 @@ def drop(monkeypatch, name, when=lambda value: True):
             return value
         return write(self, value, **fields)
 
-    def u(self, **fields):
+    def u(self, old=None, /, **fields):
         if self.name == name:
             mask, bits = self.defn.bits(**fields)
-            if when((self.read() & ~mask) | bits):
+            if when(((self.read() if old is None else old) & ~mask) | bits):
                 return bits
-        return update(self, **fields)
+        return update(self, old, **fields)
     monkeypatch.setattr(regs.Register, "write", w)
     monkeypatch.setattr(regs.Register, "update", u)
 

@@ -368,7 +368,7 @@ def test_warm_boot_without_disallow_gfxoff_reads_an_unpowered_gc(nosys, monkeypa
     assert gpu.boot_report.kind == "warm" and not _gfxoff_errors(gpu.dev)
     assert gpu.dev.pci.dev.blocks["SMU"].gfxoff_exits >= 1       # the boot woke GFX (a GFXOFF exit)
     gpu.fini()
-    monkeypatch.setattr(AMGPU, "_gc_token", lambda self: self.dev.reg("GC").SCRATCH_REG7.read())
+    monkeypatch.setattr(AMGPU, "_gc_token", lambda self: (self.dev.reg("GC").SCRATCH_REG7.read(), 0))  # (token, fault)
     gpu = AMGPU.open("am:sim")
     try:
         assert gpu.boot_report.kind == "cold" and "SCRATCH_REG7 reads 0xffffffff" in gpu.boot_report.reason

@@ -70,3 +70,31 @@ def test_a_read_answered_unsupported_request_raises_naming_it(sim_bus, firmware)
         assert regs.read32(SCRATCH) == 0x5A5A5A5A
     finally:
         f.close()
+
+
+def test_bus_mastering_is_written_only_when_it_changes(sim_bus):
+    """set_bus_master writes PCI_COMMAND only when the bits change (Linux __pci_set_master): the IH's init
+    calls it again on a GPU the NBIO's init already enabled, one config read then instead of a read, a write
+    and the driver's read-back (two USB round trips). A host that does not let the bits stick is still caught
+    by that read-back (amdrv.ip.nbio.NBIO.enable_bus_master)."""
+    from types import SimpleNamespace
+    from amdrv.ip.nbio import NBIO, NBIOError
+    f = open_function(backend=usb_bridge.backend("navi31", fresh=True, bus=sim_bus))
+    nbio = SimpleNamespace(dev=SimpleNamespace(pci=f, name="usb-test"))
+    try:
+        f.config_write(4, 2, f.config_read(4, 2) & ~0x4)          # bus mastering off
+        c0 = f.counters.snapshot()
+        NBIO.enable_bus_master(nbio)
+        spent = f.counters - c0
+        assert (spent.config_reads, spent.config_writes) == (2, 1) and f.config_read(4, 2) & 0x6 == 0x6
+        c0 = f.counters.snapshot()
+        NBIO.enable_bus_master(nbio)
+        spent = f.counters - c0
+        assert (spent.config_reads, spent.config_writes, spent.round_trips) == (1, 0, 1)
+        f.config_write(4, 2, f.config_read(4, 2) & ~0x4)
+        real = f.config_write
+        f.config_write = lambda off, size, value: None if off == 4 else real(off, size, value)   # a refusing host
+        with pytest.raises(NBIOError, match="the host refused it"):
+            NBIO.enable_bus_master(nbio)
+    finally:
+        f.close()
