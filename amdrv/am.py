@@ -152,6 +152,7 @@ class AMGPU:
         message (amdrv.ip.smu.SMU.mailbox_cleared)."""
         sos_word, resp = regs.read_all([self.psp.c2pmsg[81], self.smu.resp_reg])   # one batch (one USB round trip)
         sos, answers = sos_word != 0, resp != 0      # as psp.sos_alive() and the SMU's response register
+        self.smu.response_seen(resp)
         return sos, answers, not answers and self.smu.mailbox_cleared()
 
     def _decide(self, state, force_cold: bool) -> tuple[str, str, bool, bool]:

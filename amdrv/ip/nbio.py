@@ -106,9 +106,15 @@ class IndirectMMIO:
 
     def read32_many(self, addrs) -> list[int]:
         addrs = list(addrs)
-        if all(a + 4 <= self.size for a in addrs):
-            return self.bar.read32_many(addrs)       # one batch over a transport that batches (USB)
-        return [self.read32(a) for a in addrs]
+        far = [i for i, a in enumerate(addrs) if a + 4 > self.size]
+        if len(far) > 1:
+            return [self.read32(a) for a in addrs]
+        # one batch over a transport that batches (USB); one address past the BAR: its index written first (a
+        # posted write, which the batch's reads follow), then the data register read among the others
+        if far:
+            self.index.write(addrs[far[0]])
+        got = self.bar.read32_many([self.data.addr if i in far else a for i, a in enumerate(addrs)])
+        return list(got)
 
     def write32(self, addr: int, value: int) -> None:
         if addr + 4 <= self.size:

@@ -158,6 +158,13 @@ class SMU(IPBlock):
         self.top_mhz = (0,) * len(LOW_CLOCKS)   # each LOW_CLOCKS' top DPM level (MHz), where known: recorded
 
     # -- the mailbox ------------------------------------------------------------------------------------
+    def response_seen(self, value: int) -> None:
+        """The response register as a caller just read it (AMGPU._decide, with no message sent since): non-zero
+        says the mailbox is ready, which is what the next message's first poll would find, so it polls no more."""
+        with self.lock:
+            if value:
+                self._idle = True
+
     def _poll(self, gone=None) -> int | None:
         """The non-zero response, or None on timeout; 0 as soon as gone() says the answer cannot come."""
         def answer() -> int | None:      # None: nothing yet, keep polling
