@@ -45,9 +45,12 @@ dispatch its flat LDS/private apertures and its alignment mode (gpusim.dispatch 
 Simulator choices: a rung queue runs at once, to completion or until it blocks or hangs (deterministic;
 a driver polling a fence in memory sees it done); WAIT_REG_MEM that does not match blocks the queue and
 is polled again every clock step (in the stepped mode it first lets up to WAIT_INLINE_STEPS steps pass,
-the time a CP would spend polling, so an HDP flush request completes), and on every doorbell. With
-CP_PQ_WPTR_POLL_CNTL.EN the CP also reads each queue's write pointer (u64, dwords) from
-CP_HQD_PQ_WPTR_POLL_ADDR at those polls. An IB
+the time a CP would spend polling, so an HDP flush request completes), every IDLE_POLL_STEPS once
+IDLE_POLLS_FAST looks found nothing, and on every doorbell. With CP_PQ_WPTR_POLL_CNTL.EN the CP also reads
+each queue's write pointer (u64, dwords) from CP_HQD_PQ_WPTR_POLL_ADDR at those polls. The looks are a poll
+of the clock's (SimGPU.schedule_poll): while nothing else happens it skips those that would find nothing,
+never one that runs a slice of a kernel or reads a register whose read acts (tests/gpusim/test_clock.py:
+the same result as running each). An IB
 of a privileged queue (PQ_CONTROL.PRIV_STATE) runs in the VMID of its control word, otherwise in the
 queue's. The GPU clock counter (RELEASE_MEM DATA_SEL 3, COPY_DATA SRC_SEL 9) counts 100 MHz ticks of a
 clock that is the device clock plus the work the CP did (PACKET_NS per packet, gpusim.dispatch.work_ns
@@ -88,6 +91,10 @@ N_PIPES, N_QUEUES = 4, 8
 TIMESTAMP_NS = 10            # GPU clock counter tick (100 MHz)
 PACKET_NS = 10
 WAIT_INLINE_STEPS = 16
+# The CP looks again at every clock step (a blocked WAIT_REG_MEM, the write-pointer poll) for its first
+# IDLE_POLLS_FAST looks that find nothing, then every IDLE_POLL_STEPS (assumption: the firmware's poll
+# interval is not public; simulator pacing)
+IDLE_POLLS_FAST, IDLE_POLL_STEPS = 64, 16
 PACKET_BUDGET = 100_000      # packets per run of a queue before others get a turn (an IB chained to itself)
 KERNEL_MAX_STEPS = 500_000   # executor scheduler steps before a dispatch counts as hung
 # Executor steps a dispatch runs per pass of its queue; a longer one stays in flight across the GPU's clock
@@ -120,6 +127,11 @@ class Hang(Exception):
 
 class Queue:
     """One HQD: its banked registers and the packet processor's position."""
+
+    # its last run stopped where running it again changes nothing while memory and plain registers stay as
+    # they are (nothing complete to fetch, a WAIT_REG_MEM on memory or plain storage, an UNMAP_QUEUES of a hung
+    # queue): the CP's looks may be skipped (CP._poll_skip). A class default: saved devices lack it.
+    look_pure = False
 
     def __init__(self, me: int, pipe: int, queue: int):
         self.me, self.pipe, self.queue = me, pipe, queue
@@ -186,6 +198,7 @@ class CP(Block):
         self._again = False
         self._poll_at = None
         self._idle_polls = 0
+        self._blocked_pure = False
         self.dispatches = 0
         self._busy = False
         self._in_event = False
@@ -222,7 +235,8 @@ class CP(Block):
         return q
 
     def _f(self, q: Queue, reg: str, field: str) -> int:
-        return self.dev.table(GC)[reg].decode(q.regs.get(reg, 0))[field]
+        f = self.dev.table(GC)[reg].fields[field]     # one field, not the whole register decoded: hot path
+        return (q.regs.get(reg, 0) >> f.shift) & ((1 << f.width) - 1)
 
     def _w_hqd(self, name: str, value: int):
         q = self._selected()
@@ -448,8 +462,14 @@ class CP(Block):
 
     def _w_wptr_poll_cntl(self, value: int) -> None:
         if self.dev.table(GC)["CP_PQ_WPTR_POLL_CNTL"].decode(value)["EN"] and self._poll_at is None:
-            self._poll_at = self.dev.steps + 1
-            self.dev.schedule(1, self._poll)
+            self._schedule_poll(1)
+
+    def _schedule_poll(self, steps: int) -> None:
+        """The CP's next look (_poll) `steps` from now. A poll of the clock's (SimGPU.schedule_poll): while
+        nothing else happens the clock may skip looks that would find nothing (_poll_skip), with the same
+        result as running them (tests/gpusim/test_clock.py)."""
+        self._poll_at = self.dev.steps + steps
+        self.dev.schedule_poll(steps, ("CP", 0), self._poll, self._poll_skip, steps)
 
     def _poll_wptrs(self) -> None:
         """CP_PQ_WPTR_POLL_CNTL.EN: the CP reads each running queue's write pointer (a u64 in dwords, as
@@ -463,7 +483,7 @@ class CP(Block):
                 except Hang as e:
                     self._hang(q, str(e))
 
-    def _poll(self) -> None:
+    def _poll(self, *_) -> None:
         self._poll_at = None
         self._idle_polls += 1
         self._in_event = True
@@ -487,8 +507,25 @@ class CP(Block):
         self._busy = busy
         polled = self._wptr_polling() and any(q.active and not q.hung for q in self.queues.values())
         if (polled or any(not q.hung and self._pending(q) for q in self.queues.values())) and self._poll_at is None:
-            self._poll_at = self.dev.steps + (1 if self._idle_polls < 64 else 16)
-            self.dev.schedule(self._poll_at - self.dev.steps, self._poll)
+            self._schedule_poll(self._poll_period(self._idle_polls))
+
+    @staticmethod
+    def _poll_period(idle_polls: int) -> int:
+        return 1 if idle_polls < IDLE_POLLS_FAST else IDLE_POLL_STEPS
+
+    def _poll_skip(self, n: int, period: int):
+        """What n of _poll's looks do when they would find nothing (SimGPU.schedule_poll: nothing else happened
+        since the last look, which found nothing outside the CP): each counts an idle poll and schedules the next.
+        A look acts, and none is skipped, where a queue it would run has a dispatch in flight or waits on a
+        register that is not plain storage (its read may differ), or a ring still had packets to run; and
+        the looks stop before the one whose idle count changes the period."""
+        if self._running or not all(q.look_pure for q in self.queues.values() if self._runs(q) and self._pending(q)):
+            return 0, (period,)
+        m = n if period == IDLE_POLL_STEPS else max(0, min(n, IDLE_POLLS_FAST - 1 - self._idle_polls))
+        self._idle_polls += m
+        if self._poll_at is not None:
+            self._poll_at += m * period
+        return m, (period,)
 
     def _hang(self, q: Queue, why: str) -> None:
         q.hung = why
@@ -498,18 +535,22 @@ class CP(Block):
 
     def _run(self, q: Queue) -> None:
         moved = False
+        q.look_pure = False
         for _ in range(PACKET_BUDGET):
             try:
                 pkt = self._next(q)
                 if pkt is None:
+                    q.look_pure = True
                     break
                 frame, dwords = pkt
+                self._blocked_pure = False      # set by a packet that blocks on what only others change
                 status = self._execute(q, dwords)
             except Hang as e:
                 self._hang(q, str(e))
                 break
             if status is False:
                 q.waiting = True
+                q.look_pure = self._blocked_pure
                 break
             q.waiting = q.wait_written = False
             moved = True
@@ -766,6 +807,8 @@ class CP(Block):
             if _compare(function, value() & mask, ref & mask):
                 return True
             if not self.dev.stepped or self._in_event or i == WAIT_INLINE_STEPS or q.waiting:
+                self._blocked_pure = bool(mem_space) or ((addr1 if operation == 1 else addr0) & 0x3FFFF) \
+                    not in self.dev.regs.read_handlers
                 return False
             self.dev.step()
         return False
@@ -932,6 +975,7 @@ class CP(Block):
                 self.error(f"{where}: no mapped compute queue has doorbell offset {offset}: nothing unmapped")
             targets += found
         if any(t.hung for t in targets):
+            self._blocked_pure = True
             return False       # blocked: retried at each poll, never served while the queue is hung
         for t in targets:
             self._save_mqd(t, f"MQD save at UNMAP_QUEUES of the {t.name} (CP_MQD_BASE_ADDR)")
