@@ -13,8 +13,8 @@ addresses: SH_MEM_CONFIG's alignment mode), a kernel with generic pointers
 into LDS and private memory (the SH_MEM_BASES apertures), SDMA copies (host to VRAM and back, VRAM to VRAM),
 the second SDMA engine through the driver's own queue API with an indirect buffer, the timeline's value after
 the copies, a host page remapped at the same VA (the TLB flush must cover it), a second compute queue of the
-driver's own API taken down and set up again until the KIQ's ring has taken more than 1024 dwords (the
-power-on ring size), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
+driver's own API taken down and set up again until the KIQ's ring has taken more than 2048 dwords (past the
+power-on ring size and its own: the driver reads the rptr the CP reports), an out-of-bounds store that must fault and be reported, a CP-side fault (a signal written where nothing is
 mapped), both queues hung (an unknown PM4 opcode, an SDMA wait never satisfied), recover() with a kernel
 and SDMA copies after it, a kernel whose wave halts at an instruction gfx11 cannot decode (the hang report
 names it from the SQ's wave state) and recover() with that wave resident, fini, a warm boot, more than a ring's worth of interrupts through the IH ring,
@@ -22,7 +22,8 @@ stores to the previous run's addresses (they must fault) and a kernel, then an e
 fini and the cold boot behind a mode1 reset it leads to, with a kernel again, an overheat and cool-down (THM's
 interrupts through the IH), fini; a fresh GPU whose cold boot dies in the PSP bootloader and the boot behind
 the platform (PCI) reset that then needs, with a kernel and fini; the SMU firmware stopped after that fini
-while the boot state still says clean (the next boot must be cold), with a kernel and fini; last, a second board whose
+while the boot state still says clean (the next boot must be cold), with a kernel, the PSP fuzzer's frame whose
+command buffer nothing maps (the PSP's read faults in the MMHUB: its default page) and fini; last, a second board whose
 PSP reports no SCPM boots (the driver sends the SMU's allowed-features mask there), has an SDMA write fault
 read from the IH ring through the AM driver's own API before hcq takes it, and runs a kernel; that board has
 a small BAR (VRAM beyond 256 MiB through MM_INDEX/MM_DATA), and after its fini it boots warm once more. The
@@ -201,12 +202,6 @@ def _h(data) -> str:
     return hashlib.sha256(bytes(data)).hexdigest()[:16]
 
 
-# Mutations whose run is slow but ends (the simulator does more work, nothing hangs): seconds they get
-# instead of --timeout. CP_PQ_WPTR_POLL_CNTL inverted turns write-pointer polling on with the shortest
-# period: the CP model reads every queue's poll slot at each clock step (gpusim.cp), about 4x a run's time.
-SLOW = {"reg-flip:GC.CP_PQ_WPTR_POLL_CNTL": 4 * DEFAULT_TIMEOUT}
-
-
 class BootCost:
     """What the simulated GPU itself sees a boot cost, as a bus analyser would (counted on the simulator's side,
     never from what the driver says of itself): the messages its SMU mailbox answered (gpusim.smu.SMU._handle),
@@ -294,7 +289,9 @@ class Workload:
                   ("final fini", self.fini), ("death in the bootloader", self.death_in_bootloader),
                   ("pci reset boot", self.pci_reset_boot), ("pci reset kernel", self.one_kernel),
                   ("pci reset fini", self.fini), ("firmware stopped boot", self.firmware_stopped_boot),
-                  ("firmware stopped kernel", self.one_kernel), ("firmware stopped fini", self.fini),
+                  ("firmware stopped kernel", self.one_kernel),
+                  ("psp fuzzer's unmapped command buffer", self.psp_unmapped_command),
+                  ("firmware stopped fini", self.fini),
                   ("board without scpm", self.no_scpm), ("small bar warm boot", self.small_bar_warm_boot)]
         if self.usb:
             phases += [("usb stock firmware", functools.partial(self.usb_phase, firmware="stock")),
@@ -532,19 +529,21 @@ class Workload:
 
     def requeue(self, phase: str) -> None:
         """A compute queue of the driver's own API (amdrv.queue.ComputeQueue, a second one beside hcq's) taken
-        down and set up again until the KIQ's ring has taken more than 1024 dwords since the boot (each time
+        down and set up again until the KIQ's ring has taken more than 2048 dwords since the boot (each time
         UNMAP_QUEUES, then MAP_QUEUES, each with the SCRATCH_REG0 write the driver polls for; amdgpu_gfx_
         enable_kcq/disable_kcq), then a fence through it: the CP wraps the KIQ's ring where its
         CP_HQD_PQ_CONTROL.QUEUE_SIZE says (gfx_v11_0_kiq_init_register; the power-on 9 is 1024 dwords), so a
-        KIQ whose size was not programmed reads its first packets again (tests/amdrv/test_queue.py)."""
+        KIQ whose size was not programmed reads its first packets again; and once the driver's 2048-dword ring
+        may be full it reads the rptr the CP reports (CP_HQD_PQ_RPTR_REPORT_ADDR, unless NO_UPDATE_RPTR), so a
+        KIQ with no report waits for room that never shows (tests/amdrv/test_queue.py). About 90 set-ups."""
         from amdrv import pm4
-        from amdrv.queue import ComputeQueue, Fence, HostBuffer, KIQ
+        from amdrv.queue import KIQ_RING_SIZE, ComputeQueue, Fence, HostBuffer, KIQ
         gpu = self.dev.gpu
         kiq = KIQ.of(gpu)
         q, host = ComputeQueue(gpu, pipe=1, queue=0), HostBuffer(gpu, 4096)
         self.kept += [q, host]    # alive until the run ends: recover() and fini act on it deterministically
         n = 0
-        while kiq.wptr <= 1024 + 64:
+        while kiq.wptr <= KIQ_RING_SIZE // 4 + 64:
             q.fini()
             q.init()
             n += 1
@@ -552,7 +551,7 @@ class Workload:
         b.release_mem(done.va, 5)
         q.submit(b.buf)
         q.wait(done, 5, timeout_s=0.5, min_reads=300)
-        self.note(phase, f"{n} re-creations, fence {done.value}")
+        self.note(phase, f"{n} re-creations (the KIQ's ring wrapped {kiq.wptr // kiq.ring_dw}x), fence {done.value}")
 
     def halted_wave(self, phase: str) -> None:
         """A kernel whose wave halts at an instruction gfx11 cannot decode: the driver reports it at once,
@@ -704,6 +703,25 @@ class Workload:
         sim.set("MP1", "MP1_SMN_C2PMSG_90", 0)          # the response register reads 0, as after a reset
         self._open(phase)
         self.note(phase, self.dev.gpu.boot_report.reason)
+
+    def psp_unmapped_command(self, phase: str) -> None:
+        """The PSP fuzzer's frame case "cmd unmapped" (tools/fuzz/psp.py, docs/fuzzing.md: a KM ring frame whose
+        command buffer address nothing maps), sent as the fuzzer sends it through the driver's ring, then the
+        fuzzer's recovery probe (the next command). The PSP (MP0) reads through the MMHUB (mmhub_client_ids_
+        v3_0_0), whose fault setting (mmhub_v3_0_set_fault_enable_default, init_system_aperture_regs: the
+        default page) answers the read with the dummy page, so the fence comes; the MMHUB's fault registers
+        decide what the fuzzer reports (tests/amdrv/test_gmc.py: a lost default address reaches no memory)."""
+        from amdrv.autogen import psp as P
+        from tools.fuzz import psp as fuzz
+
+        def no_reboot(reset=False):
+            raise RuntimeError("the workload reboots no GPU for the PSP fuzzer's recovery")
+        ring = fuzz.Ring(self.dev.gpu, timeout=0.2)
+        top = (1 << 47) - 0x1000    # fuzz.make_case's unmapped MC address
+        outcome, _ = fuzz.run_case(ring, {"cmd": fuzz._cmd(P.GFX_CMD_ID_AUTOLOAD_RLC),
+                                          "frame": dict(cmd_buf_addr_lo=top & 0xFFFFFFFF, cmd_buf_addr_hi=top >> 32)})
+        after, _ = fuzz.recover(ring, no_reboot)
+        self.note(phase, f"{outcome}; {after}")
 
     def am_alone(self, phase: str, gpu) -> None:
         """The AM driver's own API before hcq takes the GPU (amdrv.queue, amdrv.ip.ih): on SDMA0, a copy run
@@ -1960,25 +1978,9 @@ CAUGHT_BY_TESTS = {
     "smu_v13_0_0_mode1_reset) after a mode1 reset and the PCI core waits after a platform reset, while "
     "psp_v13_0_wait_for_bootloader allows the bootloader 1 s)",
     "step:no-rlc-autoload-wait": "tests/amdrv/test_queue.py::test_cold_boot_needs_the_wait_for_the_rlc_autoload",
-    "reg-drop:GC.CP_HQD_PQ_RPTR_REPORT_ADDR": "tests/amdrv/test_queue.py::test_a_kiq_without_its_rptr_report_"
-    "address_stalls_once_its_ring_fills (only the KIQ's HQD is written by MMIO; the driver reads its rptr only "
-    "when its 2048-dword ring may be full, which no run of the workload reaches)",
     "step:vbios-reserved-ignored": "tests/amdrv/test_vbios.py::test_a_driver_that_ignores_the_vbios_fails_where_the_"
     "firmware_keeps_more (the workload's board keeps 8 MiB, which the boot region below a fixed 64 KiB does not "
     "reach with what it uses: right on such a card too)",
-    "reg-drop:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32": "tests/amdrv/test_gmc.py::test_without_the_fault_"
-    "default_address_a_fault_reaches_no_memory[MM] (with HI32; the workload has no MMHUB-client fault: of the "
-    "MMHUB's clients (mmhub_client_ids_v3_0_0: MP0, MP1, OSSSYS, HDP, VCN, JPEG, LSDMA, display) the driver "
-    "drives the PSP, the SMU and the IH, each given only addresses it mapped, so no driver step faults there)",
-    "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_CNTL": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_fault_setting_"
-    "loses_the_default_page (the workload has no MMHUB-client fault)",
-    "reg-flip:MMHUB.MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_*": "tests/amdrv/test_gmc.py::test_an_inverted_mmhub_"
-    "fault_setting_loses_the_default_page (the workload has no MMHUB-client fault)",
-    "reg-flip:GC.CP_HQD_PQ_CONTROL": "tests/amdrv/test_queue.py::test_a_kiq_with_an_inverted_pq_control_fails_once_"
-    "its_ring_wraps (only the KIQ's HQD is written by MMIO; the inverted value sets NO_UPDATE_RPTR, so the CP "
-    "reports no rptr, and QUEUE_SIZE 0x35, a CP ring far larger than the driver's 2048 dwords: both bite only "
-    "once the KIQ's ring wraps, which no run of the workload reaches; simulator side tests/gpusim/test_cp.py::"
-    "test_the_cp_wraps_at_its_own_queue_size_and_reports_no_rptr_with_no_update_rptr)",
 }
 
 
@@ -2208,8 +2210,6 @@ def mutations(base: dict, kind: str = "all", only=None) -> tuple[list[Mutation],
         muts += step_mutations()
     if only:
         muts = [m for m in muts if any(fnmatch.fnmatchcase(m.name, p) for p in only)]
-    for m in muts:
-        m.timeout = m.timeout or SLOW.get(m.name)
     return muts, excluded
 
 
