@@ -5,17 +5,36 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
 
 def add_common_args(ap: argparse.ArgumentParser, budget: int) -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
-    ap.add_argument("--budget", type=int, default=budget, help=f"number of cases (default {budget})")
+    ap.add_argument("--budget", type=positive_count, default=budget, help=f"number of cases (default {budget})")
     ap.add_argument("--device", default="am:sim",
                     help="am:sim[:CHIP] (default am:sim, a fresh simulated GPU per case) or a real GPU's AM "
                          "device string (am:PCI-ADDRESS)")
     ap.add_argument("--json", metavar="FILE", help="also write every outcome count and finding as JSON")
+
+
+def positive_count(text: str) -> int:
+    """argparse type of --budget: a count of cases, at least 1 (0 or less ran nothing and reported success)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cases") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not a positive number of cases")
+    return n
+
+
+def firmware_missing(prog: str, error: Exception) -> int:
+    """What a fuzzer's main returns when the GPU under test cannot boot for want of the pinned firmware: the
+    firmware store's message (which says where to get the files) once, exit status 2, no per-case noise."""
+    print(f"{prog}: the GPU under test boots with the pinned firmware: {error}", file=sys.stderr)
+    return 2
 
 
 def case_rng(seed: int, index: int, salt: str = "") -> random.Random:

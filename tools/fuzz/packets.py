@@ -45,7 +45,8 @@ from amdrv import pm4, sdma_packets
 from amdrv.autogen import pm4 as P
 from rdna3 import assemble
 from rdna3.codeobj import KernelArg, KernelSpec, write_code_object
-from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_chip
+from amdrv.firmware import FirmwareError
+from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, firmware_missing, sim_chip
 
 KINDS = ("pm4-mutated", "pm4-random", "sdma-mutated", "sdma-random", "wave")
 SCRATCH_BYTES = 1 << 16
@@ -474,7 +475,7 @@ def _interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.fuzz.packets", description=__doc__.splitlines()[0])
     add_common_args(ap, budget=300)
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     ap.add_argument("--timeout", type=float, default=1.0, help="seconds the driver waits for a case's work")
@@ -488,7 +489,10 @@ def main(argv=None) -> int:
     if args.replay:
         seed, replay = (int(x) for x in args.replay.split(":"))
     t0 = time.monotonic()
-    tally = run(seed, args.budget, kinds, args.device, args.timeout, replay, progress=True)
+    try:
+        tally = run(seed, args.budget, kinds, args.device, args.timeout, replay, progress=True)
+    except FirmwareError as e:
+        return firmware_missing(ap.prog, e)
     print(tally.table())
     print(f"{tally.cases} cases in {time.monotonic() - t0:.1f} s; the GPU was reopened {tally.reopens} time(s)")
     if args.json:

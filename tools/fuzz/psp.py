@@ -41,7 +41,8 @@ import traceback
 from amdrv import structs
 from amdrv.autogen import psp as P
 from amdrv.ip.psp import FRAME, RING_SIZE, STATUS, PSPError, PSPTimeout
-from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_bus, sim_chip
+from amdrv.firmware import FirmwareError
+from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, firmware_missing, sim_bus, sim_chip
 from tools.fuzz.firmware import Hang, time_limit
 
 CMD = structs.get(P, "psp_gfx_cmd_resp")
@@ -284,7 +285,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     timeout = args.timeout or (0.2 if sim_chip(args.device) else 2.0)
     t0 = time.monotonic()
-    tally = run(args.seed, args.budget, args.device, timeout, args.case_timeout)
+    try:
+        tally = run(args.seed, args.budget, args.device, timeout, args.case_timeout)
+    except FirmwareError as e:
+        return firmware_missing(ap.prog, e)
     print(tally.table(example_width=110))
     print(f"\nseed {args.seed}: {tally.cases} cases on {args.device}, {len(tally.findings)} unexpected, "
           f"{time.monotonic() - t0:.1f} s")

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 from amdrv.autogen import smu_13_0_0 as S
 from amdrv.ip.smu import MSG_NAMES, RESULTS, SMUError, SMUTimeout
-from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, sim_bus, sim_chip
+from amdrv.firmware import FirmwareError
+from tools.fuzz.common import Finding, Tally, add_common_args, case_rng, firmware_missing, sim_bus, sim_chip
 
 SAFE = {S.PPSMC_MSG_TestMessage, S.PPSMC_MSG_GetSmuVersion, S.PPSMC_MSG_GetDriverIfVersion,
         S.PPSMC_MSG_GetRunningSmuFeaturesLow, S.PPSMC_MSG_GetRunningSmuFeaturesHigh, S.PPSMC_MSG_GetMinDpmFreq,
@@ -185,6 +186,8 @@ def run(seed: int, budget: int | None, device: str = "am:sim", dangerous: bool =
                 if msg in RESET_MSGS and resp == "OK":
                     time.sleep(0.05)   # the reset follows the answer
                 after = target.state()
+            except FirmwareError:
+                raise            # no GPU to send to: not an outcome of this message (main says so once)
             except Exception as e:   # noqa: BLE001 - what the fuzzer is for
                 detail = "".join(traceback.format_exception_only(e)).strip()
                 row.results.append((arg, f"raw {type(e).__name__}", None, detail))
@@ -244,7 +247,10 @@ def main(argv=None) -> int:
     timeout = args.timeout or (0.3 if sim_chip(args.device) else 2.0)
     t0 = time.monotonic()
     only = [int(x, 0) for x in args.ids.split(",")] if args.ids else None
-    tally, rows = run(args.seed, args.budget, args.device, args.dangerous, timeout, only)
+    try:
+        tally, rows = run(args.seed, args.budget, args.device, args.dangerous, timeout, only)
+    except FirmwareError as e:
+        return firmware_missing(ap.prog, e)
     if args.rows:
         print(row_table(rows))
         print()
