@@ -93,7 +93,7 @@ class ArgLayout:
     is one pack_into. Hidden arguments are listed for the backend (hidden_fill)."""
 
     __slots__ = ("kernel", "args", "explicit", "hidden", "size", "struct", "start", "is_buffer", "n",
-                 "buffer_index", "untyped_index", "arg_offsets", "arg_structs", "device")
+                 "buffer_index", "untyped_index", "arg_offsets", "arg_structs", "device", "bytes_sizes")
 
     def __init__(self, kernel: str, args: Sequence[KernelArg], size: int, device: HCQDevice | None = None):
         """device: the one whose kernels these are; a pointer argument must be a Buffer of it (another GPU's
@@ -119,6 +119,9 @@ class ArgLayout:
         self.untyped_index = tuple(i for i, a in enumerate(self.explicit) if a.kind == "untyped" and a.size == 8)
         self.arg_offsets = tuple(a.offset for a in self.explicit)
         self.arg_structs = tuple(struct.Struct("<" + a.code) for a in self.explicit)
+        # raw-bytes parameters (a by-value struct: "Ns"): struct pads a shorter value with NULs and cuts a longer
+        # one, silently, so their lengths are checked before a pack
+        self.bytes_sizes = tuple((i, a.size) for i, a in enumerate(self.explicit) if a.code.endswith("s"))
 
     def values(self, args: Sequence) -> list:
         """The struct values of args (buffers become their GPU addresses); raises ArgumentError."""
@@ -131,7 +134,8 @@ class ArgLayout:
         for i in self.untyped_index:
             if isinstance(vals[i], Buffer):
                 vals[i] = self._va(vals[i])
-        if None in vals:    # a dead buffer's va
+        if None in vals or any(not isinstance(vals[i], (bytes, bytearray)) or len(vals[i]) != n
+                               for i, n in self.bytes_sizes):    # a dead buffer's va; bytes not of their size
             raise self.diagnose(args)
         return vals
 
@@ -147,6 +151,9 @@ class ArgLayout:
             for i in self.untyped_index:
                 if isinstance(vals[i], Buffer):
                     vals[i] = self._va(vals[i])
+            for i, n in self.bytes_sizes:
+                if len(vals[i]) != n:
+                    raise struct.error(f"{len(vals[i])} bytes for a {n}-byte parameter")
             self.struct.pack_into(view, offset + self.start, *vals)
         except (AttributeError, struct.error, TypeError, OverflowError):
             vals = self._untyped(args)
@@ -172,6 +179,8 @@ class ArgLayout:
         try:
             self.struct.pack(*out)
         except (struct.error, TypeError, OverflowError):
+            return None
+        if any(len(out[i]) != n for i, n in self.bytes_sizes):
             return None
         return out
 
@@ -221,6 +230,11 @@ class ArgLayout:
             return None
         if isinstance(v, Buffer):
             return ArgumentError(f"{where} is a scalar: pass a number, not a Buffer")
+        if a.code.endswith("s"):
+            if not isinstance(v, (bytes, bytearray)) or len(v) != a.size:
+                return ArgumentError(f"{where} is passed as raw bytes: pass exactly {a.size} bytes (a packed "
+                                     f"struct), not {type(v).__name__} {v!r:.40}")
+            return None
         try:
             struct.pack("<" + a.code, _untyped_value(a, v))
         except (struct.error, TypeError, OverflowError) as e:

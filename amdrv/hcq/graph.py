@@ -110,7 +110,7 @@ def _patch(uses: list, v) -> None:
                 raise lay.diagnose_one(i, v)
         return
     for mem, off, st, lay, i in uses:
-        if st is None or lay.is_buffer[i]:
+        if st is None or lay.is_buffer[i] or type(v) in (bytes, bytearray) and len(v) != st.size:
             raise (lay.diagnose_one(i, v) if st is not None else
                    HCQError(f"{mem.dev.name}: a graph copy's {lay} is a Buffer, not {type(v).__name__} {v!r:.40}"))
         try:

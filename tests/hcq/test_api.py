@@ -200,3 +200,19 @@ def test_the_old_name_hcq_device_still_works_with_a_warning():
         assert hcq.Device is HCQDevice
     with pytest.raises(AttributeError, match="no attribute 'Devices'"):
         hcq.Devices  # noqa: B018
+
+
+def test_raw_bytes_parameters_take_exactly_their_size():
+    """A by-value struct (no scalar type: struct code "Ns") took bytes of any length: struct padded a short
+    value with NULs and cut a long one, silently."""
+    meta = [{".offset": 0, ".size": 12, ".value_kind": "by_value", ".name": "box", ".type_name": "struct box"},
+            {".offset": 12, ".size": 4, ".value_kind": "by_value", ".name": "n", ".type_name": "int"}]
+    lay = ArgLayout("k", kernel_args(meta), 16)
+    assert lay.pack([bytes(range(12)), 5]) == bytes(range(12)) + struct.pack("<i", 5)
+    for wrong in (bytes(8), bytes(16), 7):
+        with pytest.raises(ArgumentError, match=r"argument 0 \(box: struct box, 12 bytes\) .*exactly 12 bytes"):
+            lay.pack([wrong, 5])
+        with pytest.raises(ArgumentError, match="exactly 12 bytes"):
+            lay.values([wrong, 5])
+        with pytest.raises(ArgumentError, match="exactly 12 bytes"):
+            lay.arg_value(0, wrong)
