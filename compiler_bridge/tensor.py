@@ -236,8 +236,12 @@ class Tensor:
     # --------------------------------------------------------------------------------- movement
     def reshape(self, *shape) -> Tensor:
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if shape.count(-1) > 1 or any(s < -1 for s in shape):
+            raise ValueError(f"Tensor.reshape: {shape}: sizes are counts, and at most one may be -1 (inferred)")
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
+            if known == 0:
+                raise ValueError(f"Tensor.reshape: the -1 in {shape} cannot be inferred next to a 0")
             shape = tuple(self.size // known if s == -1 else s for s in shape)
         if math.prod(shape) != self.size:
             raise ValueError(f"Tensor.reshape: {self.shape} ({self.size} elements) cannot become {shape}")
@@ -277,6 +281,8 @@ class Tensor:
             n = self.ndim - (len(key) - 1 - key.count(None))
             key = key[:i] + (slice(None),) * n + key[i + 1:]
         spec, newshape, axis = [], [], 0
+        if sum(k is not None for k in key) > self.ndim:
+            raise IndexError(f"Tensor: {sum(k is not None for k in key)} indices for {self.ndim} axes {self.shape}")
         for k in key:
             if k is None:
                 newshape.append(("new",))

@@ -196,3 +196,10 @@ def test_errors_name_the_problem():
         T(f32(3)) + Tensor(f32(3), device="am:sim" if DEVICE == "c" else "c")
     with pytest.raises(IndexError, match="out of range"):
         T(f32(3))[3]
+    # these were a ZeroDivisionError, "cannot become (12, 12)" and "tuple index out of range"
+    with pytest.raises(ValueError, match="cannot be inferred next to a 0"):
+        T(f32(0, 3)).reshape(0, -1)
+    with pytest.raises(ValueError, match="at most one may be -1"):
+        T(f32(4, 3)).reshape(-1, -1)
+    with pytest.raises(IndexError, match=r"3 indices for 2 axes \(4, 3\)"):
+        T(f32(4, 3))[1, 2, 0]
