@@ -46,6 +46,7 @@ def rig(tmp_path_factory, debian_firmware):
     mp.setenv("DRIVERLESS_OFFLINE", "1")
     mp.delenv("DRIVERLESS_COLD_BOOT", raising=False)
     kernels = M.build_kernels(tmp_path_factory.mktemp("mutate"))
+    M.warm_up()     # as the tool does before forking: each forked run starts with everything imported
     base = M.baseline(kernels, jobs=2)    # two runs; MutateError unless they agree
     yield kernels, base
     mp.undo()
