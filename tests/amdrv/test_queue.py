@@ -355,6 +355,30 @@ def test_sdma_copy_to_unmapped_memory_is_a_decoded_fault_then_recover(gpu):
 
 
 # ------------------------------------------------------------------ driver steps the simulator enforces
+def _release(gpu, value=1):
+    """A fence in a host page of its own and the PM4 that signals it (RELEASE_MEM): what a compute queue is
+    given to show whether it runs."""
+    host = HostBuffer(gpu, 4096)
+    b = pm4.PM4()
+    b.release_mem(host.va, value)
+    return Fence(host, 0), b.buf
+
+
+def _runs(q, value=1):
+    """The queue runs: a RELEASE_MEM submitted to it signals its fence."""
+    done, packets = _release(q.gpu, value)
+    q.submit(packets)
+    q.wait(done, value, timeout_s=5)
+
+
+def _stalls(q, timeout_s=0.05, min_reads=500):
+    """The queue does not run: a RELEASE_MEM submitted to it never signals (the wait times out)."""
+    done, packets = _release(q.gpu)
+    q.submit(packets)
+    with pytest.raises(QueueError, match="timed out"):
+        q.wait(done, 1, timeout_s=timeout_s, min_reads=min_reads)
+
+
 def test_eop_base_must_be_shifted_by_8(gpu, monkeypatch):
     """The CP writes its end-of-pipe records at CP_HQD_EOP_BASE_ADDR << 8 (issue 17): an EOP base
     written unshifted points into unmapped space, and the first RELEASE_MEM faults."""
@@ -364,18 +388,13 @@ def test_eop_base_must_be_shifted_by_8(gpu, monkeypatch):
         m = mqd_values(self)
         m["cp_hqd_eop_base_addr_lo"], m["cp_hqd_eop_base_addr_hi"] = self.eop.va & 0xFFFFFFFF, self.eop.va >> 32
         return m
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
-    q = ComputeQueue(gpu)
-    b = pm4.PM4()
-    b.release_mem(done.va, 1)
-    q.submit(b.buf)
-    q.wait(done, 1, timeout_s=5)                              # shifted: runs
+    _runs(ComputeQueue(gpu))                                  # shifted: runs
     monkeypatch.setattr(ComputeQueue, "_mqd_values", unshifted)
     q2 = ComputeQueue(gpu, pipe=1)
-    q2.submit(b.buf)
+    done, packets = _release(gpu)
+    q2.submit(packets)
     with pytest.raises(QueueError, match=r"(?i)fault"):
-        q2.wait(Fence(host, 8), 1, timeout_s=1, min_reads=2000)
+        q2.wait(done, 1, timeout_s=1, min_reads=2000)
 
 
 def test_eop_size_must_be_programmed(gpu, monkeypatch):
@@ -389,30 +408,16 @@ def test_eop_size_must_be_programmed(gpu, monkeypatch):
         m["cp_hqd_eop_control"] = 0
         return m
     monkeypatch.setattr(ComputeQueue, "_mqd_values", no_eop_size)
-    q = ComputeQueue(gpu)
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
-    b = pm4.PM4()
-    b.release_mem(done.va, 1)
-    q.submit(b.buf)
-    with pytest.raises(QueueError, match="timed out"):
-        q.wait(done, 1, timeout_s=0.05, min_reads=500)
+    _stalls(ComputeQueue(gpu))
     assert any("EOP_SIZE 0" in e.message for e in gpu.dev.pci.dev.errors)
 
 
 def test_doorbells_need_cp_pq_status_doorbell_enable(gpu):
     q = ComputeQueue(gpu)
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
     gpu.dev.reg("GC").CP_PQ_STATUS.update(DOORBELL_ENABLE=0)   # the last step of kiq_init_register left out
-    b = pm4.PM4()
-    b.release_mem(done.va, 1)
-    q.submit(b.buf)
-    with pytest.raises(QueueError, match="timed out"):
-        q.wait(done, 1, timeout_s=0.02, min_reads=300)
+    _stalls(q, timeout_s=0.02, min_reads=300)
     gpu.recover()                                             # the KIQ set up again enables them
-    q.submit(b.buf)
-    q.wait(done, 1, timeout_s=5)
+    _runs(q)
 
 
 def test_a_queue_without_the_mec_doorbell_range_lower_loses_its_doorbells(gpu, monkeypatch, dropping_registers):
@@ -427,13 +432,7 @@ def test_a_queue_without_the_mec_doorbell_range_lower_loses_its_doorbells(gpu, m
         ComputeQueue(gpu)                                     # the KIQ's own doorbell (0) is lost first
     assert any("does not reach the MEC" in e.message for e in gpu.dev.pci.dev.errors)
     monkeypatch.undo()
-    q = ComputeQueue(gpu)
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
-    b = pm4.PM4()
-    b.release_mem(done.va, 1)
-    q.submit(b.buf)
-    q.wait(done, 1, timeout_s=5)
+    _runs(ComputeQueue(gpu))
 
 
 def test_a_kiq_without_its_pq_control_wraps_at_the_power_on_ring_size(gpu, monkeypatch, dropping_registers):
@@ -475,8 +474,6 @@ def test_recover_needs_the_grbm_soft_reset_of_the_cp(gpu, monkeypatch):
     CP frees it (issue 17: recovery without it must fail)."""
     from amdrv.ip.gfx import GFX
     q = ComputeQueue(gpu)
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
     b = pm4.PM4()
     b.buf.extend((pm4.header(0x01, 0), 0))                    # no such packet: the queue hangs
     q.submit(b.buf)
@@ -493,10 +490,7 @@ def test_recover_needs_the_grbm_soft_reset_of_the_cp(gpu, monkeypatch):
         gpu.recover()                                         # the hung queue keeps the CP busy
     monkeypatch.setattr(GFX, "soft_reset", real)
     gpu.recover()
-    b = pm4.PM4()
-    b.release_mem(done.va, 2)
-    q.submit(b.buf)
-    q.wait(done, 2, timeout_s=5)
+    _runs(q)
 
 
 def test_recover_needs_the_hqd_dequeues(gpu, monkeypatch):
@@ -505,7 +499,6 @@ def test_recover_needs_the_hqd_dequeues(gpu, monkeypatch):
     KIQ and the compute queue stay active and the reset is refused."""
     from amdrv.ip.gfx import GFX
     q = ComputeQueue(gpu)
-    done, packets = _release(gpu)
     real = GFX.soft_reset
     write = Register.write
 
@@ -520,8 +513,7 @@ def test_recover_needs_the_hqd_dequeues(gpu, monkeypatch):
         gpu.recover()
     monkeypatch.setattr(GFX, "soft_reset", real)
     gpu.recover()
-    q.submit(packets)
-    q.wait(done, 1, timeout_s=5)
+    _runs(q)
 
 
 def test_cold_boot_needs_the_wait_for_the_rlc_autoload(sim_bus, monkeypatch):
@@ -540,10 +532,6 @@ def test_queues_need_the_wait_after_the_mec_unhalt(gpu, monkeypatch):
     are lost (gpusim.gfx MEC_START_STEPS). cp_compute_enable returns with the MEC ready (the boot and
     recover program queues after it); without its wait a queue set up right after does not work."""
     from amdrv.ip.gfx import GFX
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
-    b = pm4.PM4()
-    b.release_mem(done.va, 1)
     ComputeQueue(gpu)                                         # the KIQ comes up with the first queue
     with monkeypatch.context() as m:
         m.setattr(GFX, "wait_mec_start", lambda self: None)
@@ -555,22 +543,15 @@ def test_queues_need_the_wait_after_the_mec_unhalt(gpu, monkeypatch):
     gpu.gfx.cp_compute_enable(False)
     gpu.gfx.cp_compute_enable(True)
     gpu.kiq.init()
-    q = ComputeQueue(gpu, pipe=1)
-    q.submit(b.buf)
-    q.wait(done, 1, timeout_s=5)
+    _runs(ComputeQueue(gpu, pipe=1))
 
 
 def test_a_queue_set_up_again_needs_its_rptr_zeroed(gpu, monkeypatch):
     """CP_HQD_PQ_RPTR is live and MAP_QUEUES loads it from the MQD: a queue mapped again with the read pointer
     its HQD still holds (gfx_v11_0_compute_mqd_init copies the register into mqd->cp_hqd_pq_rptr; this driver
     writes 0) starts at the old read pointer in its new, empty ring and runs the zeros there."""
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
     q = ComputeQueue(gpu, ring_size=4096)
-    b = pm4.PM4()
-    b.release_mem(done.va, 1)
-    q.submit(b.buf)
-    q.wait(done, 1, timeout_s=5)
+    _runs(q)
     mqd_values = ComputeQueue._mqd_values
 
     def live_rptr(self):
@@ -579,27 +560,18 @@ def test_a_queue_set_up_again_needs_its_rptr_zeroed(gpu, monkeypatch):
         return m
     monkeypatch.setattr(ComputeQueue, "_mqd_values", live_rptr)
     q.init()
-    b = pm4.PM4()
-    b.release_mem(done.va, 2)
-    q.submit(b.buf)
+    done, packets = _release(gpu)
+    q.submit(packets)
     with pytest.raises(QueueError):
-        q.wait(done, 2, timeout_s=0.05, min_reads=500)
+        q.wait(done, 1, timeout_s=0.05, min_reads=500)
 
 
 # ------------------------------------------------------------------ the KIQ maps the compute queues (issue 17)
-def _release(gpu):
-    host = HostBuffer(gpu, 4096)
-    b = pm4.PM4()
-    b.release_mem(host.va, 1)
-    return Fence(host, 0), b.buf
-
-
 def test_without_the_hdp_flush_after_the_mqd_the_mapped_queue_never_runs(gpu, monkeypatch):
     """MAP_QUEUES has the CP read the MQD from VRAM, past the HDP: an MQD written through BAR0 without the
     flush (amdgpu flushes before the GPU reads what the CPU wrote) is still the page's old content there,
     zeros here, and the queue the KIQ loads from it has no doorbell and no ring (issue 17)."""
     ComputeQueue(gpu)                                         # the KIQ is up
-    done, packets = _release(gpu)
     write_mqd, inside = ComputeQueue._write_mqd, []
 
     def without_flush(self):
@@ -612,30 +584,23 @@ def test_without_the_hdp_flush_after_the_mqd_the_mapped_queue_never_runs(gpu, mo
     monkeypatch.setattr(ComputeQueue, "_write_mqd", without_flush)
     monkeypatch.setattr(type(gpu.nbio), "hdp_flush", lambda self, *a: None if inside else flush(self, *a))
     q = ComputeQueue(gpu, pipe=1, queue=4)
-    q.submit(packets)
-    with pytest.raises(QueueError, match="timed out"):
-        q.wait(done, 1, timeout_s=0.05, min_reads=500)
+    _stalls(q)
     monkeypatch.undo()
     q.init()                                                  # unmapped, written and flushed, mapped again
-    q.submit(packets)
-    q.wait(done, 1, timeout_s=5)
+    _runs(q)
 
 
 def test_a_compute_queue_runs_only_once_the_kiq_maps_it(gpu, monkeypatch):
     """Nothing but MAP_QUEUES loads a compute queue's HQD: a driver that writes the MQD and never maps it
     (amdgpu_gfx_enable_kcq) has a queue whose doorbells reach nothing."""
     ComputeQueue(gpu)
-    done, packets = _release(gpu)
     monkeypatch.setattr(KIQ, "map", lambda self, q: None)
     q = ComputeQueue(gpu, pipe=2, queue=1)
-    q.submit(packets)
-    with pytest.raises(QueueError, match="timed out"):
-        q.wait(done, 1, timeout_s=0.05, min_reads=500)
+    _stalls(q)
     assert "compute queue me 1 pipe 2 queue 1" not in dict(gpu.dev.pci.dev.blocks["CP"].hqd_state())
     monkeypatch.undo()
     q.init()
-    q.submit(packets)
-    q.wait(done, 1, timeout_s=5)
+    _runs(q)
 
 
 def test_the_kiq_maps_nothing_without_set_resources(gpu, monkeypatch):
@@ -647,10 +612,7 @@ def test_the_kiq_maps_nothing_without_set_resources(gpu, monkeypatch):
     assert any("no SET_RESOURCES" in e.message for e in gpu.dev.pci.dev.errors)
     monkeypatch.undo()
     gpu.recover()                                             # the KIQ set up again (and unstuck)
-    q = ComputeQueue(gpu)
-    done, packets = _release(gpu)
-    q.submit(packets)
-    q.wait(done, 1, timeout_s=5)
+    _runs(ComputeQueue(gpu))
 
 
 def test_the_kiq_slot_is_not_a_compute_queue(gpu):
@@ -745,12 +707,7 @@ def test_a_kiq_with_its_pq_control_right_runs_past_its_ring_size(gpu):
     for _ in range(100):
         q.init()
     assert gpu.kiq.wptr > 2048
-    host = HostBuffer(gpu, 4096)
-    done = Fence(host, 0)
-    b = pm4.PM4()
-    b.release_mem(done.va, 1)
-    q.submit(b.buf)
-    q.wait(done, 1, timeout_s=5)
+    _runs(q)
 
 
 def test_submit_takes_dwords_by_value_whatever_the_array_type(gpu):

@@ -49,6 +49,18 @@ def enable(dev, ring_bus, wb_bus, overflow=True, size=RING, dummy_page=None):
     w(dev, "IH_RB_RPTR", 0)
 
 
+def faults_to_the_default_page(dev, page_bus):
+    """The MMHUB's VMID 0 with the system aperture on (SYSTEM_ACCESS_MODE 3) but not yet placed, and a faulting
+    access answered by the default page at page_bus (ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY): a write by MC
+    address outside the aperture faults and lands there."""
+    t = dev.table("MMHUB")
+    dev.regs.write(dev.reg_addr("MMHUB", "MMMC_VM_MX_L1_TLB_CNTL"), t["MMMC_VM_MX_L1_TLB_CNTL"].encode(
+        ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3))
+    dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_CNTL"), t["MMVM_L2_CNTL"].encode(
+        ENABLE_L2_CACHE=1, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1))
+    dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32"), page_bus >> 12)
+
+
 def decode(dw):
     # amdgpu_ih_decode_iv_helper
     return dict(client_id=dw[0] & 0xFF, src_id=(dw[0] >> 8) & 0xFF, ring_id=(dw[0] >> 16) & 0xFF,
@@ -157,12 +169,7 @@ def test_mc_space_4_goes_through_the_mmhub_system_aperture(sim):
     default page, and the IV that fault raises is dropped rather than written through the same ring."""
     from gpusim.gmc import FB_BASE
     dev, mem, bus = sim
-    t = dev.table("MMHUB")
-    dev.regs.write(dev.reg_addr("MMHUB", "MMMC_VM_MX_L1_TLB_CNTL"), t["MMMC_VM_MX_L1_TLB_CNTL"].encode(
-        ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3))
-    dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_CNTL"), t["MMVM_L2_CNTL"].encode(
-        ENABLE_L2_CACHE=1, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1))
-    dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32"), (bus + 0x10000) >> 12)
+    faults_to_the_default_page(dev, bus + 0x10000)
     ring, wb = FB_BASE + 0x100000, FB_BASE + 0x100000 + RING
     cntl = dev.table("OSSSYS")["IH_RB_CNTL"]
     enable(dev, ring, wb, dummy_page=bus + 0x20000)   # the dummy page is a bus address whatever MC_SPACE
@@ -268,12 +275,7 @@ def test_a_burst_posted_at_once_lands_as_posted_one_by_one():
     outs = []
     for burst in (False, True):
         dev, mem, bus = make_sim()
-        t = dev.table("MMHUB")
-        dev.regs.write(dev.reg_addr("MMHUB", "MMMC_VM_MX_L1_TLB_CNTL"), t["MMMC_VM_MX_L1_TLB_CNTL"].encode(
-            ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3))
-        dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_CNTL"), t["MMVM_L2_CNTL"].encode(
-            ENABLE_L2_CACHE=1, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1))
-        dev.regs.write(dev.reg_addr("MMHUB", "MMVM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32"), (bus + 0x10000) >> 12)
+        faults_to_the_default_page(dev, bus + 0x10000)
         enable(dev, bus, bus + RING)
         entries = lambda: [IVEntry(IDS.SOC21_IH_CLIENTID_GRBM_CP, 181, src_data=(k, 0, 0, 0))  # noqa: E731
                            for k in range(RING // 32 + 3)]         # past the end: the ring wraps (rptr 0: overflow)
