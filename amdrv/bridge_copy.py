@@ -424,6 +424,8 @@ def bounce_out(dev, va: int, n: int, dst: memoryview) -> None:
         if not base:
             _first_words(fn, dma.view, go)
         dev.sdma.submit(dev._behind_bridge_copy(q), flush=False)
+        if r + BOUNCE_ROUND >= len(pieces):
+            dev.timeline_submitted = dev.timeline_value
         if base:
             fn.queue_xdata(*_changed(dma.view, GO, go))
         fn.flush()
@@ -452,9 +454,9 @@ def bounce_out(dev, va: int, n: int, dst: memoryview) -> None:
                 q.copy_va(m.va, va + at, k)
                 q.signal(dev.timeline, dev.next_timeline())
                 q.submit()
-                dev._wait(dev.timeline, dev.timeline_value, dev.default_timeout, pull_from=0)
+                dev._wait(dev.timeline, dev.timeline_submitted, dev.default_timeout, pull_from=0)
                 dst[at:at + k] = dma.view[:k]
-    dev._wait(dev.timeline, dev.timeline_value, dev.default_timeout)     # the fault check (one poll)
+    dev._wait(dev.timeline, dev.timeline_submitted, dev.default_timeout)     # the fault check (one poll)
 
 
 def _first_words(fn, view, go: int) -> None:

@@ -554,7 +554,11 @@ class HCQDevice(abc.ABC):
         what = self.describe()
         return f"<{type(self).__module__.split('.')[0]}.{type(self).__name__} {self.name}{': ' + what if what else ''}>"
     timeline: Signal
-    timeline_value: int = 0
+    timeline_value: int = 0        # the newest value handed out (next_timeline)
+    # The largest timeline value a submitted queue signals, last on its engine: what "everything submitted so
+    # far" waits for (synchronize, copies, launch-slot reuse). A value taken and not submitted yet is not in it;
+    # backends raise it at each submit (never above timeline_value: a larger value submitted is taken with it).
+    timeline_submitted: int = 0
 
     @abc.abstractmethod
     def alloc(self, nbytes: int, *, host: bool = False, uncached: bool = False) -> Buffer:
@@ -605,6 +609,8 @@ class HCQDevice(abc.ABC):
         return Graph(self)
 
     def next_timeline(self) -> int:
+        """A new value for a queue to signal on `timeline`: waits for everything submitted count it once a queue
+        that signals it is submitted (timeline_submitted), not before."""
         self.timeline_value += 1
         return self.timeline_value
 
@@ -618,11 +624,12 @@ class HCQDevice(abc.ABC):
             q.update_signal(tail_idx, value=self.next_timeline() if i == last else seq + i + 1)
             q.submit()
         graph.seq = seq + last
-        graph.fence = self.timeline_value
+        graph.fence = self.timeline_submitted    # the last run's value: its submit raised the mark to it
 
     def synchronize(self, timeout: float | None = None) -> None:
-        """Waits until everything submitted through the timeline has finished."""
-        self.timeline.wait(self.timeline_value, timeout)
+        """Waits until everything submitted through the timeline has finished (a value taken with
+        next_timeline() and not submitted yet is not waited for)."""
+        self.timeline.wait(self.timeline_submitted, timeout)
 
     def recover(self) -> None:
         """Makes the device usable after a hang or fault (the backend resets its engines)."""

@@ -403,7 +403,7 @@ class NVHCQDevice(HCQDevice):
             if xid:
                 faults.append(f"{ch.what}: Xid {xid} ({XID_NAMES.get(xid, '?')})")
         self._free_object(self.tsg, self.device)
-        self.timeline.value = self.timeline_value      # what was in flight is dropped
+        self.timeline.value = self.timeline_submitted = self.timeline_value    # what was in flight is dropped
         self.compute.release(), self.copier.release()
         self.launch_arena.reset()
         self._make_channels()
@@ -656,6 +656,7 @@ class _Queue(HWQueue):
         self.dev = dev
         self.pb = pushbuf.PushBuffer()
         self.cmds: list[tuple] = []      # per command: (kind, word index, extra)
+        self.tl = -1                     # index of the queue's last signal of the device's timeline (-1: none)
 
     def _add(self, kind: str, i: int, extra=None) -> int:
         self.cmds.append((kind, i, extra))
@@ -665,7 +666,10 @@ class _Queue(HWQueue):
         return self._add("wait", pushbuf.sem_acquire(self.pb, self.subchannel, signal.va, value))
 
     def signal(self, signal: Signal, value: int) -> int:
-        return self._add("signal", pushbuf.sem_release(self.pb, self.subchannel, signal.va, value))
+        i = self._add("signal", pushbuf.sem_release(self.pb, self.subchannel, signal.va, value))
+        if signal is self.dev.timeline:
+            self.tl = i
+        return i
 
     def timestamp(self, signal: Signal) -> int:
         """A release with timestamp writes its 64-bit payload too (the value word before the time): the value
@@ -698,6 +702,12 @@ class _Queue(HWQueue):
         _, i, _ = self._cmd(index, "signal")
         if signal is not None:
             pushbuf.patch_address(self.pb.words, i, signal.va)
+            if signal is self.dev.timeline:
+                self.tl = max(self.tl, index)
+            elif index == self.tl:
+                w, tl = self.pb.words, self.dev.timeline.va
+                self.tl = max((n for n, (kind, j, _) in enumerate(self.cmds)
+                               if kind == "signal" and w[j] | w[j + 1] << 32 == tl), default=-1)
         if value is not None:
             pushbuf.patch_value(self.pb.words, i, value)
             for kind, j, extra in self.cmds:     # the timestamps that release this signal's value after it
@@ -712,9 +722,16 @@ class _Queue(HWQueue):
             pushbuf.patch_value(self.pb.words, i, value)
 
     def submit(self) -> None:
-        self.dev._check_open()
+        dev = self.dev
+        dev._check_open()
         self._prepare()
         self._channel().push(self.pb)
+        if self.tl >= 0:    # what waits for everything submitted wait for (HCQDevice.timeline_submitted)
+            w, i = self.pb.words, self.cmds[self.tl][1]
+            v = w[i + 2] | w[i + 3] << 32
+            if v > dev.timeline_submitted:
+                dev.timeline_submitted = v
+                dev.timeline_value = max(dev.timeline_value, v)
 
     def _prepare(self) -> None:
         pass

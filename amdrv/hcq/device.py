@@ -190,7 +190,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         self.sdma = SDMAQueue(gpu, **({"ring_size": SDMA_RING_BYTES_STOCK_BRIDGE} if stock else ring))
         self.timeline = self.new_signal(0)
         self.timeline.name = f"{name} timeline"
-        self.timeline_value = 0
+        self.timeline_value = self.timeline_submitted = 0
         # where a launch's writes cost a round trip each (VRAM behind the open bridge firmware), its kernargs
         # ride in the ring, next to its PM4: one write (amdrv.hcq.launch.RingSlots)
         self._ring_slots = RingSlots(self, self.compute) if placement.in_vram(gpu.dev.pci) else None
@@ -688,7 +688,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             faults += self.gpu.recover()
             if self.irq is not None:     # the reset's engines come back with their interrupts off
                 self.irq.sources(True)
-        self.timeline.value = self.timeline_value
+        self.timeline.value = self.timeline_submitted = self.timeline_value
         self.arena.restart()
         if self._ring_slots is not None:
             self._ring_slots.reset()
@@ -757,15 +757,16 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         write_dispatch(mem, at, k, va, g, l_)
         return va
 
-    def _wrap(self, submitted: int | None = None) -> int:
+    def _wrap(self) -> int:
         """The arena is full: start over at 0 once the launches that used that memory, the last lap's, are done
-        (their waves read their kernargs while they run): the timeline's last value handed out, or `submitted`,
-        the last one submitted where a queue being submitted holds a later one."""
+        (their waves read their kernargs while they run): the largest timeline value submitted, which every
+        submitted launch's queue signals after it (AMComputeQueue._submit). A value taken for a queue not
+        submitted yet is not waited for: that queue's slots are written again at its submit if this lap took them
+        (_own_slots)."""
         a = self.arena
         a.push()
-        want = self.timeline_value if submitted is None else min(submitted, self.timeline_value)
-        if want > 0:
-            self.timeline.wait(want)
+        if self.timeline_submitted > 0:
+            self.timeline.wait(self.timeline_submitted)
         a.restart()
         return 0
 
@@ -776,8 +777,8 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         launches that used that end are done; else memory of their own."""
         a = self.arena
         if a.size - size >= (ARENA_BYTES if self.coherent else ARENA_BYTES_BRIDGE) // 8:
-            if self.timeline_value and self.timeline.mem[0] < self.timeline_value:
-                self.timeline.wait(self.timeline_value)
+            if self.timeline_submitted and self.timeline.mem[0] < self.timeline_submitted:
+                self.timeline.wait(self.timeline_submitted)
             return a.take_end(size)
         own = _Arena(self.gpu, size)
         self._host_keep.append((own.buf, own.map))
@@ -801,7 +802,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             q.signal(self.timeline, self.next_timeline())
             q._submit()
         if wait:
-            self.timeline.wait(self.timeline_value, timeout)
+            self.timeline.wait(self.timeline_submitted, timeout)    # this launch's value, submitted last
             t0, t1 = self._timing
             return (t1.mem[1] - t0.mem[1]) / XCLK_HZ
         return None
@@ -864,4 +865,4 @@ def _dropped(dev_ref, mapping) -> None:
     before the drop (which may still use it) is done. Runs in the garbage collector: no GPU access."""
     dev = dev_ref()
     if dev is not None and not dev._closed:
-        dev._dropped.append((mapping, dev.timeline_value))
+        dev._dropped.append((mapping, dev.timeline_submitted))

@@ -193,6 +193,7 @@ class RingSlots:
         _patch_exec(b, i, k, va, g, l_)
         b.extend(post)
         ring.submit(b)
+        self.dev.timeline_submitted = value
         self.live.append((lo, start + n, value))     # the skipped end with it: the CP reads it before the signal
 
     def before_write(self, n: int) -> None:

@@ -33,7 +33,7 @@ class _AMQueue(HWQueue):
     """What the compute and copy queues share: a packet builder whose dword array is submitted, the
     commands by index for update_*, and the buffers each command names."""
 
-    __slots__ = ("dev", "b", "buf", "cmds", "refs", "gen")
+    __slots__ = ("dev", "b", "buf", "cmds", "refs", "gen", "tl")
     builder = None    # the packet builder class: amdrv.pm4.PM4 or amdrv.sdma_packets.SDMABuilder
 
     def __init__(self, dev: AMHCQDevice):
@@ -42,6 +42,7 @@ class _AMQueue(HWQueue):
         self.cmds: list[tuple] = []   # (kind, dword index[, slot address, program, args, sizes, arena, lap])
         self.refs: dict = {}          # command index -> the buffers it names: kept alive, checked at submit
         self.gen = None               # the launch arena's gen when its launch slots were last known its own
+        self.tl = -1                  # index of the queue's last signal of the device's timeline (-1: none)
 
     def _add(self, kind: str, where) -> int:
         """Records a command the builder just wrote at `where` (what its builder returned); its index."""
@@ -53,6 +54,30 @@ class _AMQueue(HWQueue):
         if c[0] != kind:
             raise HCQError(f"{self.dev.name}: command {index} is a {c[0]}, not a {kind}")
         return c
+
+    def _retarget(self, index: int, signal: Signal) -> None:
+        """update_signal moved signal command `index` to `signal`: which is the last timeline signal now."""
+        if signal is self.dev.timeline:
+            self.tl = max(self.tl, index)
+        elif index == self.tl:
+            tl = self.dev.timeline.va
+            self.tl = max((n for n, c in enumerate(self.cmds) if c[0] == "signal" and self._signal_va(c[1]) == tl),
+                          default=-1)
+
+    def _timeline_end(self, value: int) -> tuple[int, bool]:
+        """What submitting the queue does to the device's timeline: (the value it leaves there, whether the device
+        appends a signal of a fresh value). `value` is that of the queue's last timeline signal. Waits for all
+        submitted work wait for the largest value submitted (timeline_submitted), which is right only if the
+        timeline is written in increasing order on each engine: a queue that would leave the timeline at or below
+        a value submitted before it (an older value taken earlier, or the same queue resubmitted without a new
+        one), or that runs commands after its timeline signal, gets a signal of a fresh value after its commands
+        (its own value is still written: a wait for it is satisfied by the larger one too)."""
+        dev = self.dev
+        if self.tl == len(self.cmds) - 1 and value > dev.timeline_submitted:
+            if value > dev.timeline_value:      # a value the queue chose itself: taken with it
+                dev.timeline_value = value
+            return value, False
+        return dev.next_timeline(), True
 
     def update_wait(self, index: int, signal: Signal | None = None, value: int | None = None) -> None:
         # WAIT_REG_MEM (PM4) and POLL_REGMEM (SDMA) alike: the address at the index their builders return,
@@ -88,7 +113,13 @@ class AMComputeQueue(_AMQueue):
         return self._put("wait", _C_WAIT, signal.va, value & _M32)
 
     def signal(self, signal: Signal, value: int) -> int:
-        return self._put("signal", _C_SIGNAL if self.dev.irq is None else _C_SIGNAL_INT, signal.va, value)
+        i = self._put("signal", _C_SIGNAL if self.dev.irq is None else _C_SIGNAL_INT, signal.va, value)
+        if signal is self.dev.timeline:
+            self.tl = i
+        return i
+
+    def _signal_va(self, i: int) -> int:
+        return self.buf[i] | self.buf[i + 1] << 32
 
     def timestamp(self, signal: Signal) -> int:
         return self._put("timestamp", _C_STAMP, signal.va + 8, None)
@@ -138,6 +169,7 @@ class AMComputeQueue(_AMQueue):
         b = self.buf
         if signal is not None:
             b[i], b[i + 1] = signal.va & _M32, signal.va >> 32
+            self._retarget(index, signal)
         if value is not None:
             b[i + 2], b[i + 3] = value & _M32, value >> 32
 
@@ -186,9 +218,7 @@ class AMComputeQueue(_AMQueue):
                            f"slots at once, more than the launch arena holds ({a.size} bytes): split it into "
                            f"smaller queues, or record the launches as a graph (dev.graph()), whose slots are its own")
         if a.at + need > a.size:
-            mine = [self.buf[i + 2] | self.buf[i + 3] << 32 for kind, i, *_ in self.cmds
-                    if kind == "signal" and self.buf[i] | self.buf[i + 1] << 32 == dev.timeline.va]
-            dev._wrap(min(mine) - 1 if mine else None)
+            dev._wrap()     # what was submitted before: this queue's own value is not in timeline_submitted yet
         for n, (_, at, _, prog, args, g, l_, _, _) in execs:
             k = prog.handle
             va = dev._write_launch(k, prog.layout, args, g, l_)
@@ -201,9 +231,19 @@ class AMComputeQueue(_AMQueue):
         dev = self.dev
         dev.arena.push()
         dwords = dev._behind_bridge_copy(self)
+        tl = self.tl
+        if tl >= 0:
+            b, i = self.buf, self.cmds[tl][1]
+            end, fresh = self._timeline_end(b[i + 2] | b[i + 3] << 32)
+            if fresh:
+                tail = AMComputeQueue(dev)
+                tail.signal(dev.timeline, end)
+                dwords = dwords + tail.buf
         if dev._ring_slots is not None:     # launches with kernargs in the ring a lap back: done first
             dev._ring_slots.before_write(len(dwords))
         dev.compute.submit(dwords)
+        if tl >= 0 and end > dev.timeline_submitted:
+            dev.timeline_submitted = end
 
 
 def _submit_check(dev: AMHCQDevice, refs: list) -> None:
@@ -229,7 +269,12 @@ class AMCopyQueue(_AMQueue):
         i = self._add("signal", self.b.fence(signal.va, value, bits64=True))
         if self.dev.irq is not None:    # sdma_v6_0_ring_emit_fence: a TRAP after the fence (amdrv.irq)
             self.b.trap(0)
+        if signal is self.dev.timeline:
+            self.tl = i
         return i
+
+    def _signal_va(self, i: int) -> int:
+        return self.buf[i - 2] | self.buf[i - 1] << 32
 
     def timestamp(self, signal: Signal) -> int:
         return self._add("timestamp", self.b.timestamp(signal.va + 8))
@@ -284,6 +329,7 @@ class AMCopyQueue(_AMQueue):
             b[i - 2], b[i - 1] = signal.va & _M32, signal.va >> 32
             hi = signal.va + 4
             b[i + 2], b[i + 3] = hi & _M32, hi >> 32
+            self._retarget(index, signal)
         if value is not None:
             b[i], b[i + 4] = value & _M32, value >> 32
 
@@ -300,5 +346,17 @@ class AMCopyQueue(_AMQueue):
                     b[at], b[at + 1] = a & _M32, a >> 32
 
     def submit(self) -> None:
-        _submit_check(self.dev, self.refs)
-        self.dev.sdma.submit(self.dev._behind_bridge_copy(self))
+        dev = self.dev
+        _submit_check(dev, self.refs)
+        dwords = dev._behind_bridge_copy(self)
+        tl = self.tl
+        if tl >= 0:
+            b, i = self.buf, self.cmds[tl][1]
+            end, fresh = self._timeline_end(b[i] | b[i + 4] << 32)
+            if fresh:
+                tail = AMCopyQueue(dev)
+                tail.signal(dev.timeline, end)
+                dwords = dwords + tail.buf
+        dev.sdma.submit(dwords)
+        if tl >= 0 and end > dev.timeline_submitted:
+            dev.timeline_submitted = end

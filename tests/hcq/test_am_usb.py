@@ -39,6 +39,15 @@ _fspec = importlib.util.spec_from_file_location("hcq_am_faults_contract", Path(_
 _faults = importlib.util.module_from_spec(_fspec)
 _fspec.loader.exec_module(_faults)
 test_the_queue_runs_on_past_a_fault = _faults.test_the_queue_runs_on_past_a_fault
+# test_am_timeline: copy-out bounces through the read-back page (bridge_copy.bounce_out), with its own fence
+_tspec = importlib.util.spec_from_file_location("hcq_am_timeline_contract", Path(__file__).with_name("test_am_timeline.py"))
+_timeline = importlib.util.module_from_spec(_tspec)
+_tspec.loader.exec_module(_timeline)
+
+
+@pytest.mark.parametrize("wait", ["copyout", "the launch arena's wrap"])
+def test_a_value_taken_and_never_submitted_blocks_no_wait(dev, kernel_corpus, monkeypatch, wait):
+    _timeline._after_a_value_never_submitted(dev, kernel_corpus, monkeypatch, wait)
 
 
 @pytest.fixture

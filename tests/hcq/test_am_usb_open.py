@@ -25,6 +25,15 @@ test_graph_replay_with_changed_inputs = _run.test_graph_replay_with_changed_inpu
 test_ordering_copy_kernel_copy_across_queues = _run.test_ordering_copy_kernel_copy_across_queues
 test_fault_is_decoded_then_recover = _run.test_fault_is_decoded_then_recover
 test_host_and_uncached_buffers = _run.test_host_and_uncached_buffers
+# test_am_timeline: prog(...) submits through the ring's launch slots (RingSlots), copies through the bridge
+_tspec = importlib.util.spec_from_file_location("hcq_am_timeline_open", Path(__file__).with_name("test_am_timeline.py"))
+_timeline = importlib.util.module_from_spec(_tspec)
+_tspec.loader.exec_module(_timeline)
+
+
+def test_a_value_taken_and_never_submitted_blocks_no_wait(dev, kernel_corpus, monkeypatch):
+    assert dev._ring_slots is not None
+    _timeline._after_a_value_never_submitted(dev, kernel_corpus, monkeypatch, "synchronize")
 
 
 @pytest.fixture
