@@ -410,3 +410,19 @@ def test_the_gpfifo_ring_wraps(nvdev):
         q.submit()
     s.wait(D.GPFIFO_ENTRIES + 39, timeout=5)
     assert nvdev.copier.put == (1 + D.GPFIFO_ENTRIES + 39) % D.GPFIFO_ENTRIES    # SET_OBJECT was the first
+
+
+def test_synchronize_waits_for_what_was_submitted(nvdev, saxpy):
+    """synchronize waits for the largest timeline value a submitted queue signals (timeline_submitted), not for
+    a value taken and never submitted (before: HCQTimeout); a queue submitted later is waited for."""
+    nvdev.next_timeline()                              # taken, never submitted
+    nvdev.synchronize(timeout=1)
+    a = nvdev.alloc(4096)
+    q = nvdev.compute_queue()
+    q.exec(saxpy, [a, a, 1.0, 4], (1, 1, 1), (4, 1, 1))
+    v = nvdev.next_timeline()
+    q.signal(nvdev.timeline, v)
+    q.submit()
+    assert nvdev.timeline_submitted == v
+    nvdev.synchronize(timeout=5)
+    assert nvdev.timeline.value >= v
