@@ -195,6 +195,13 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         # ride in the ring, next to its PM4: one write (amdrv.hcq.launch.RingSlots)
         self._ring_slots = RingSlots(self, self.compute) if placement.in_vram(gpu.dev.pci) else None
         self._timing = (self.new_signal(), self.new_signal())
+        # A compute queue with launches that signals no timeline value is followed at its submit by a signal of
+        # this, the compute engine's alone (AMComputeQueue._launch_fence): the launch arena's wrap waits for it as
+        # for the timeline, so such a queue's kernargs stay until it ran, and synchronize still waits only for the
+        # timeline (a queue the host gates on a signal of its own does not hold up copyin). Made at first use (a
+        # signal behind a USB bridge costs a write at open).
+        self.launch_fence: Signal | None = None
+        self.launch_fence_value = 0
         self._code_images: list = []     # (GPU address, size, CodeObject) of loaded programs: names a wave's PC
         self._scratch = None             # the scratch buffer of kernels with private memory (amdrv.hcq.scratch)
         self._buffers = weakref.WeakSet()   # live buffers (not views): a close marks them dead
@@ -689,6 +696,8 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
             if self.irq is not None:     # the reset's engines come back with their interrupts off
                 self.irq.sources(True)
         self.timeline.value = self.timeline_submitted = self.timeline_value
+        if self.launch_fence is not None:
+            self.launch_fence.value = self.launch_fence_value
         self.arena.restart()
         if self._ring_slots is not None:
             self._ring_slots.reset()
@@ -765,10 +774,17 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         (_own_slots)."""
         a = self.arena
         a.push()
-        if self.timeline_submitted > 0:
-            self.timeline.wait(self.timeline_submitted)
+        self._launches_done()
         a.restart()
         return 0
+
+    def _launches_done(self) -> None:
+        """Waits for every launch submitted so far: the largest timeline value submitted, and the launch fence
+        of queues with launches that signal no timeline value (AMComputeQueue._launch_fence)."""
+        if self.timeline_submitted:
+            self.timeline.wait(self.timeline_submitted)
+        if self.launch_fence_value and self.launch_fence.mem[0] < self.launch_fence_value:
+            self.launch_fence.wait(self.launch_fence_value)
 
     def _kernarg_arena(self, size: int) -> _Arena:
         """Launch slots of size bytes for one user (a graph, which patches them in place at each replay), kept
@@ -777,8 +793,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         launches that used that end are done; else memory of their own."""
         a = self.arena
         if a.size - size >= (ARENA_BYTES if self.coherent else ARENA_BYTES_BRIDGE) // 8:
-            if self.timeline_submitted and self.timeline.mem[0] < self.timeline_submitted:
-                self.timeline.wait(self.timeline_submitted)
+            self._launches_done()
             return a.take_end(size)
         own = _Arena(self.gpu, size)
         self._host_keep.append((own.buf, own.map))

@@ -239,11 +239,31 @@ class AMComputeQueue(_AMQueue):
                 tail = AMComputeQueue(dev)
                 tail.signal(dev.timeline, end)
                 dwords = dwords + tail.buf
+        elif self.gen is not None:          # launches, and no timeline signal
+            dwords, fence = self._launch_fence(dwords)
         if dev._ring_slots is not None:     # launches with kernargs in the ring a lap back: done first
             dev._ring_slots.before_write(len(dwords))
         dev.compute.submit(dwords)
-        if tl >= 0 and end > dev.timeline_submitted:
-            dev.timeline_submitted = end
+        if tl >= 0:
+            if end > dev.timeline_submitted:
+                dev.timeline_submitted = end
+        elif self.gen is not None and fence:
+            dev.launch_fence_value = fence
+
+    def _launch_fence(self, dwords):
+        """(dwords followed by a signal of the device's next launch fence value, that value): a queue whose
+        launches no timeline signal follows still has them waited for before the launch arena hands their slots
+        out again (AMHCQDevice._launches_done), as amdgpu_ib_schedule fences every submission whose memory the
+        kernel reuses once the fence signals. The launch fence is the compute engine's alone, so its values are
+        written in order."""
+        dev = self.dev
+        if dev.launch_fence is None:
+            dev.launch_fence = dev.new_signal(0)
+            dev.launch_fence.name = f"{dev.name} launch fence"
+        fence = dev.launch_fence_value + 1
+        tail = AMComputeQueue(dev)
+        tail.signal(dev.launch_fence, fence)
+        return dwords + tail.buf, fence
 
 
 def _submit_check(dev: AMHCQDevice, refs: list) -> None:

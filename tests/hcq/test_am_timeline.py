@@ -161,3 +161,35 @@ def test_a_copy_queue_with_an_older_value_is_fenced_too(dev):
     dev.synchronize()
     assert dev.timeline.value == dev.timeline_submitted
     assert dev.copyout(b) == bytes(range(256)) * 16
+
+
+@pytest.mark.parametrize("fence", ["the launch fence after it", "none"])
+def test_a_queue_that_signals_no_timeline_value_keeps_its_kernargs(dev, kernel_corpus, monkeypatch, fence):
+    """A compute queue with a launch that signals only a signal of its own (gated by the host here): the device
+    follows it with a signal of its launch fence, which the launch arena's wrap waits for, so a launch that wraps
+    onto its slot waits for it. Without that fence the wrap waited for the timeline only (the launches before
+    the queue) and the queue ran with the wrapping launch's kernargs (y stays 0); synchronize still waits for
+    the timeline only, so a copyin before the host releases the gate does not wait for the queue."""
+    saxpy, x, y = _setup(dev, kernel_corpus)
+    z = dev.alloc(4 * N)
+    dev.copyin(z, np.zeros(N, np.float32))
+    if fence == "none":
+        monkeypatch.setattr(AMComputeQueue, "_launch_fence", lambda q, dwords: (dwords, 0))
+    monkeypatch.setattr(dev.arena, "size", 4 * saxpy.handle.slot)
+    monkeypatch.setattr(dev.arena, "at", dev.arena.size)       # the next slot starts a lap: the queue's, at 0
+    gate, own, q = dev.new_signal(0), dev.new_signal(0), dev.compute_queue()
+    q.wait(gate, 1)
+    q.exec(saxpy, [y, x, 1.0, N], (1,), (N,))
+    q.signal(own, 1)
+    for _ in range(3):                                         # slots 1 to 3 of the lap, submitted before q
+        saxpy(z, x, 0.0, N, global_size=(1,), local_size=(N,))
+    q.submit()
+    dev.copyin(x.view(0, 4), np.ones(1, np.float32))           # not held up by the gated queue
+    release = threading.Timer(0.3, lambda: setattr(gate, "value", 1))
+    release.start()
+    saxpy(z, x, 5.0, N, global_size=(1,), local_size=(N,))   # wraps onto q's slot
+    release.join()
+    own.wait(1)
+    dev.synchronize()
+    ok = np.all(_read(dev, y) == 1.0) and np.all(_read(dev, z) == 5.0)
+    assert ok == (fence == "the launch fence after it")
