@@ -53,6 +53,19 @@ _UNSIGNED_BY_SIZE = {1: "B", 2: "H", 4: "I", 8: "Q"}
 KINDS = ("buffer", "scalar", "untyped", "hidden")
 
 
+def byte_count(device: str, what: str, n, where: str = "", *, zero_ok: bool = False) -> int:
+    """n as an int, or an HCQError naming the device and what was asked ("copy of -4 bytes from A to B"): byte
+    counts are integers and positive (zero too where zero_ok: a copy of nothing)."""
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise HCQError(f"{device}: {what} of {n!r:.40} bytes{where}; a byte count is an integer") from None
+    if n < 0 or not (n or zero_ok):
+        rule = "not negative" if zero_ok else "positive"
+        raise HCQError(f"{device}: {what} of {n} bytes{where}; a byte count is {rule}")
+    return n
+
+
 def scalar_code(type_name: str, size: int) -> str:
     """The struct code of a by-value parameter: from its C type name when that names a scalar of `size`
     bytes, else the unsigned integer of that size, else raw bytes ("Ns")."""

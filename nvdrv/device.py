@@ -30,13 +30,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
-import operator
 import struct
 import time
 import weakref
 
 from hcq.api import (ArgLayout, Buffer, HCQDevice, Graph, HCQError, HCQFault, HCQTimeout, HWQueue, KernelArg, Program,
-                     Signal, Var)
+                     Signal, Var, byte_count)
 from nvdrv import classes as C
 from nvdrv import ioctl, pushbuf
 from nvdrv import rmapi as R
@@ -791,14 +790,7 @@ class NVCopyQueue(_Queue):
         return self.dev.copier
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
-        try:
-            n = operator.index(nbytes)
-        except TypeError:
-            n = 0
-        if n <= 0:
-            raise HCQError(f"{self.dev.name}: copy of {nbytes!r:.40} bytes from {src} to {dst}; copy a positive "
-                           "integer count")
-        nbytes = n
+        nbytes = byte_count(self.dev.name, "copy", nbytes, f" from {src} to {dst}")
         self._fits(dst, "copy to", nbytes), self._fits(src, "copy from", nbytes)
         # one LAUNCH_DMA line moves less than 4 GiB (LINE_LENGTH_IN is 32 bits): larger copies are several lines
         lines = [pushbuf.copy(self.pb, dst.va + at, src.va + at, min(COPY_LINE, nbytes - at))

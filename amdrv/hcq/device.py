@@ -2,7 +2,6 @@
 launches), and open_device, the `driverless.hcq` entry point's target."""
 from __future__ import annotations
 
-import operator
 import threading
 import time
 import warnings
@@ -22,7 +21,7 @@ from amdrv.hcq.graph import GraphBuilder
 from amdrv.hcq import scratch
 from amdrv.hcq.launch import PACKET_BYTES, RingSlots, _Kernel, write_dispatch
 from amdrv.hcq.queues import AMComputeQueue, AMCopyQueue
-from hcq.api import ArgLayout, Buffer, HCQDevice, HCQError, HCQFault, HCQTimeout, Program, Signal
+from hcq.api import ArgLayout, Buffer, HCQDevice, HCQError, HCQFault, HCQTimeout, Program, Signal, byte_count
 
 # SQ wave state a driver reads when a queue stops (gfx_v11_0_read_wave_data; gc_11_0_0_offset.h ixSQ_WAVE_*,
 # gc_11_0_0_sh_mask.h SQ_WAVE_STATUS/TRAPSTS fields); waits longer than WAVE_CHECK_AFTER look for a halted wave
@@ -271,12 +270,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
 
     def alloc(self, nbytes: int, *, host: bool = False, uncached: bool = False) -> Buffer:
         self._open_check("alloc")
-        try:
-            nbytes = operator.index(nbytes)
-        except TypeError:
-            raise HCQError(f"{self.name}: alloc of {nbytes!r:.40} bytes; sizes are integers") from None
-        if nbytes <= 0:
-            raise HCQError(f"{self.name}: alloc of {nbytes} bytes; sizes are positive")
+        nbytes = byte_count(self.name, "alloc", nbytes)
         if self._dropped:
             self._reclaim()
         try:
@@ -473,12 +467,7 @@ class AMHCQDevice(GraphBuilder, HCQDevice):
         self._open_check("copy")
         src.live("copy from")
         dst.live("copy to")
-        try:
-            n = src.size if nbytes is None else operator.index(nbytes)
-        except TypeError:
-            raise HCQError(f"{self.name}: copy of {nbytes!r:.40} bytes; a byte count is an integer") from None
-        if n < 0:
-            raise HCQError(f"{self.name}: copy of {n} bytes from {src} to {dst}; a byte count is not negative")
+        n = src.size if nbytes is None else byte_count(self.name, "copy", nbytes, f" from {src} to {dst}", zero_ok=True)
         if n > src.size or n > dst.size:
             raise HCQError(f"{self.name}: copy of {n} bytes from {src} to {dst} overruns a buffer")
         if not n:

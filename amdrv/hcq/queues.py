@@ -2,14 +2,13 @@
 SDMA queue, built from prebuilt packet templates and patched in place by update_*."""
 from __future__ import annotations
 
-import operator
 import struct
 from array import array
 from typing import TYPE_CHECKING
 
 from amdrv import pm4, sdma_packets
 from amdrv.hcq.launch import _M32, PACKET_BYTES, _patch_exec, write_dispatch
-from hcq.api import Buffer, HCQError, HWQueue, Program, Signal
+from hcq.api import Buffer, HCQError, HWQueue, Program, Signal, byte_count
 
 if TYPE_CHECKING:
     from amdrv.hcq.device import AMHCQDevice
@@ -303,13 +302,7 @@ class AMCopyQueue(_AMQueue):
         return self._add("barrier", self.b.gcr())
 
     def copy(self, dst: Buffer, src: Buffer, nbytes: int) -> int:
-        if type(nbytes) is not int:
-            try:
-                nbytes = operator.index(nbytes)
-            except TypeError:
-                raise HCQError(f"{self.dev.name}: copy of {nbytes!r:.40} bytes; a byte count is an integer") from None
-        if nbytes <= 0:
-            raise HCQError(f"{self.dev.name}: copy of {nbytes} bytes from {src} to {dst}; copy a positive count")
+        nbytes = byte_count(self.dev.name, "copy", nbytes, f" from {src} to {dst}")
         self._fits(dst, "copy to", nbytes)
         self._fits(src, "copy from", nbytes)
         i = self.copy_va(dst.va, src.va, nbytes)

@@ -140,5 +140,5 @@ def test_sizes_that_do_not_fit_a_launch_are_argument_errors(dev):
 def test_allocations_the_host_cannot_back_are_hcq_errors(dev):
     with pytest.raises(hcq.HCQError, match=r"am:sim: no 64 TiB|am:sim: no 65536 GiB of host memory"):
         dev.alloc(1 << 46, host=True)
-    with pytest.raises(hcq.HCQError, match="sizes are integers"):
+    with pytest.raises(hcq.HCQError, match="a byte count is an integer"):
         dev.alloc(4096.0)
